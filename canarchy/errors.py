@@ -1,0 +1,66 @@
+"""Structured errors: every failure a user can cause has a code, a message and a hint.
+
+Hierarchy::
+
+    CanarchyError                 code, message, hint, exit_code
+    ├── UserInputError            exit 1  (bad flags, ids, hex, names)
+    │   └── ConfigError           exit 1  (CONFIG_INVALID: a config file or value that does not convert)
+    ├── TransportError            exit 2  (a bus that cannot be opened, read or written)
+    └── DecodeError               exit 3  (data that does not decode or match its schema)
+
+The CLI's single error boundary (`canarchy.cli.main`) turns any of these into
+an envelope error ``{code, message, hint}`` and the class's exit code. A hint
+is never empty.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_USER = 1
+EXIT_TRANSPORT = 2
+EXIT_DECODE = 3
+
+
+class CanarchyError(Exception):
+    """Base of every error canarchy reports to a user.
+
+    Attributes: ``code`` (UPPER_SNAKE string, stable: users and agents parse it),
+    ``message`` (what went wrong, one sentence), ``hint`` (what to do about it,
+    never empty), ``exit_code`` (process exit status for the CLI).
+    """
+
+    exit_code = EXIT_USER
+
+    def __init__(self, code: str, message: str, hint: str) -> None:
+        if not hint:
+            raise ValueError(f"error {code} needs a non-empty hint")
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+    def to_dict(self) -> dict[str, str]:
+        """Return the envelope form ``{"code", "message", "hint"}``."""
+        return {"code": self.code, "message": self.message, "hint": self.hint}
+
+
+class UserInputError(CanarchyError):
+    """Bad input on the command line or in a file the user named (exit 1)."""
+
+    exit_code = EXIT_USER
+
+
+class ConfigError(UserInputError):
+    """The configuration file or a configuration value is invalid (exit 1)."""
+
+
+class TransportError(CanarchyError):
+    """A CAN transport could not be opened, read or written (exit 2)."""
+
+    exit_code = EXIT_TRANSPORT
+
+
+class DecodeError(CanarchyError):
+    """Data that does not decode or does not match its schema (exit 3)."""
+
+    exit_code = EXIT_DECODE
