@@ -102,6 +102,7 @@ class Setting:
     variable: str
     default: Any
     convert: Callable[[Any], Any]
+    error_code: str = "CONFIG_INVALID"
 
     @property
     def file_key(self) -> str:
@@ -109,7 +110,8 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("transport", "backend", "CANARCHY_TRANSPORT_BACKEND", "python-can", _convert_backend),
+    Setting("transport", "backend", "CANARCHY_TRANSPORT_BACKEND", "python-can", _convert_backend,
+            "TRANSPORT_BACKEND_INVALID"),
     Setting("transport", "interface", "CANARCHY_PYTHON_CAN_INTERFACE", "socketcan", _convert_lower),
     Setting("transport", "default_interface", "CANARCHY_DEFAULT_INTERFACE", None, _convert_channel),
     Setting("transport", "capture_limit", "CANARCHY_CAPTURE_LIMIT", 2, _convert_limit),
@@ -174,8 +176,9 @@ def resolve(variable: str, flag_value: Any = None, file_values: dict[str, Any] |
     """Resolve one setting by precedence: flag > non-empty variable > file > default.
 
     Returns ``(value, source)`` with source ``"flag"``, ``"env"``, ``"file"`` or
-    ``"default"``. Raises ``ConfigError`` (``CONFIG_INVALID``) naming the
-    source, key and value when a value does not convert.
+    ``"default"``. Raises ``ConfigError`` naming the source, key and value when
+    a value does not convert: ``TRANSPORT_BACKEND_INVALID`` for the backend,
+    ``CONFIG_INVALID`` for the others.
     """
     setting = SETTINGS_BY_VARIABLE[variable]
     if flag_value is not None:
@@ -195,7 +198,7 @@ def _converted(setting: Setting, raw: Any, source: str, where: str) -> Any:
         return setting.convert(raw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(
-            "CONFIG_INVALID",
+            setting.error_code,
             f"Invalid value {raw!r} for {setting.file_key} from {where}: {exc}.",
             f"Set {setting.file_key} (or {setting.variable}) to a valid value.",
         ) from None
