@@ -9,7 +9,9 @@ parent)``; each leaf parser it adds sets these defaults:
   positional and goes through :func:`prepare_args`;
 - ``no_interface_ok`` (optional): ``callable(args) -> bool``, true when the
   command has a form that needs no channel (dry runs, reference lookups);
-- ``render_text`` (optional): ``callable(CommandResult) -> str`` for ``--text``.
+- ``render_text`` (optional): ``callable(CommandResult) -> str`` for ``--text``;
+- ``normalize`` (optional): ``callable(args)`` run before :func:`prepare_args`
+  (e.g. to resolve optional positionals that argparse cannot tell apart).
 
 Output (see ``docs/design/cli.md``): ``--text`` (default), ``--json`` (one
 envelope, keys sorted), ``--jsonl`` (one event per line where the command has
@@ -238,6 +240,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         fmt = getattr(args, "output", fmt)
         command = args.command
         render_text = getattr(args, "render_text", None)
+        normalize = getattr(args, "normalize", None)
+        if normalize is not None:
+            normalize(args)
         prepare_args(args)
         result = args.handler(args)
     except CanarchyError as exc:

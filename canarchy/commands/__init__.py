@@ -1,0 +1,1 @@
+"""Command modules: each exposes ``add_parser(subparsers, parent)`` (see ``canarchy.cli``)."""

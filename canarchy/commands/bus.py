@@ -1,0 +1,106 @@
+"""``capture`` and ``send``: frames from and to a CAN channel."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from canarchy.active import active_gate, add_active_arguments
+from canarchy.cli import CommandResult, make_event
+from canarchy.commands._common import parse_arbitration_id, parse_hex_data, parse_int
+from canarchy.errors import UserInputError
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("capture", parents=[parent], help="capture frames from a channel")
+    p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
+    p.add_argument("--count", help="stop after N frames (default: [transport].capture_limit; 0 = until Ctrl+C)")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds without a frame")
+    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames)
+
+    p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
+    p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
+    p.add_argument("frame_id", metavar="ID", help="arbitration ID, e.g. 0x123 or 291 (> 0x7FF: 29-bit)")
+    p.add_argument("data", metavar="DATA", nargs="?", default="", help="payload as hex, e.g. 0210")
+    p.add_argument("--fd", action="store_true", help="send a CAN FD frame (up to 64 bytes)")
+    add_active_arguments(p)
+    p.set_defaults(command="send", handler=_send, takes_channel=True, no_interface_ok=lambda a: a.dry_run,
+                   normalize=_normalize_send, render_text=_render_frames)
+
+
+def _normalize_send(args: argparse.Namespace) -> None:
+    """``send ID DATA`` (no channel) parses as channel=ID, ID=DATA: shift the words back.
+
+    A channel is never a bare number, so a first word that parses as an
+    arbitration ID, with a payload left empty, is the ID.
+    """
+    if args.channel is not None and args.data == "" and _looks_like_id(args.channel):
+        args.channel, args.frame_id, args.data = None, args.channel, args.frame_id
+
+
+def _looks_like_id(text: str | None) -> bool:
+    if text is None:
+        return False
+    try:
+        parse_arbitration_id(text)
+        return True
+    except UserInputError:
+        return False
+
+
+def _capture(args: argparse.Namespace) -> CommandResult:
+    from canarchy.transport import build_backend, transport_backend_config
+
+    settings = transport_backend_config()
+    if args.count is None:
+        limit = settings.capture_limit
+    else:
+        limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
+        limit = None if limit == 0 else limit
+    if args.timeout is not None and not args.timeout >= 0:
+        raise UserInputError("INVALID_TIMEOUT", f"--timeout {args.timeout} must be >= 0.", "Give seconds, e.g. 0.5.")
+    backend = build_backend(settings)
+    events = []
+    streaming = limit is None and getattr(args, "output", "text") == "jsonl"
+    try:
+        for frame in backend.capture(args.interface, limit=limit, timeout=args.timeout):
+            event = make_event("frame", frame.to_payload(), source=f"capture:{args.interface}", timestamp=frame.timestamp)
+            if streaming:
+                sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+                sys.stdout.flush()
+            else:
+                events.append(event)
+    except KeyboardInterrupt:
+        pass  # Ctrl+C ends an unbounded capture; the frames so far stand
+    return CommandResult(data={"interface": args.interface, "interface_source": args.interface_source,
+                               "frame_count": len(events)}, events=events)
+
+
+def _send(args: argparse.Namespace) -> CommandResult:
+    from canarchy.transport import CanFrame
+
+    arbitration_id, extended = parse_arbitration_id(args.frame_id)
+    data = parse_hex_data(args.data, 64 if args.fd else 8)
+    frame = CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface)
+    if args.dry_run:
+        return CommandResult(data={"mode": "dry_run", "interface": args.interface, "frame": frame.to_payload()})
+    warning = active_gate("send", args.interface, f"send 1 frame (0x{arbitration_id:X})", args.ack_active)
+    from canarchy.transport import build_backend
+
+    sent = build_backend().send(args.interface, frame)
+    event = make_event("frame_sent", sent.to_payload(), source=f"send:{args.interface}")
+    return CommandResult(data={"mode": "active", "interface": args.interface,
+                               "interface_source": args.interface_source, "frame": sent.to_payload()},
+                         warnings=[warning], events=[event])
+
+
+def _render_frames(result: CommandResult) -> str:
+    data = result.data
+    lines = []
+    frames = [e["payload"] for e in (result.events or [])] or ([data["frame"]] if "frame" in data else [])
+    for f in frames:
+        width = 8 if f["is_extended_id"] else 3
+        lines.append(f"{f['channel'] or '-'}  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}")
+    header = f"{data.get('mode', 'capture')} on {data.get('interface')}"
+    return "\n".join([header] + lines)
