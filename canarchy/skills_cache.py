@@ -1,0 +1,51 @@
+"""The local skills cache: provider manifests and listing.
+
+Same layout and manifest format as the DBC cache (:mod:`canarchy.dbc_cache`,
+``docs/caches-and-sessions.md``), under another root::
+
+    <root>/providers/<provider>/manifest.json
+    <root>/providers/<provider>/files/<commit>/<path>
+
+``_CACHE_ROOT`` (``~/.canarchy/cache/skills``) and ``_CONFIG_PATH`` are bound
+at import ON PURPOSE (product brief §1: the test harness re-points them);
+:func:`list_cache` reads them from this module when it is called. The config
+file's optional ``[skills_cache]`` table has one key, ``default_provider``.
+
+A manifest entry whose path resolves outside the cache root (an absolute
+path, ``..``, or a symlink leading out) is refused: it is not listed and a
+``SKILLS_CACHE_PATH_ESCAPE`` warning names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from canarchy.dbc_cache import read_cache_settings, scan_cache
+
+_CACHE_ROOT = Path.home() / ".canarchy" / "cache" / "skills"
+_CONFIG_PATH = Path.home() / ".canarchy" / "config.toml"
+
+_PREFIX = "SKILLS"
+_CONFIG_TABLE = "skills_cache"
+
+
+def list_cache() -> tuple[dict[str, Any], list[str]]:
+    """List the skills cache at ``_CACHE_ROOT`` (read now).
+
+    Returns ``(data, warnings)`` with data ``{"cache_root": str, "providers":
+    [...], "provider_count": int, "default_provider": str or None}``; the
+    provider shape and the warnings (``SKILLS_MANIFEST_INVALID``,
+    ``SKILLS_CACHE_PATH_ESCAPE``) are those of
+    :func:`canarchy.dbc_cache.scan_cache`. An empty or missing root lists zero
+    providers. Raises ``ConfigError`` when ``_CONFIG_PATH`` is invalid.
+    """
+    root = _CACHE_ROOT
+    settings = read_cache_settings(_CONFIG_PATH, _CONFIG_TABLE)
+    providers, warnings = scan_cache(root, _PREFIX)
+    return {
+        "cache_root": str(root),
+        "providers": providers,
+        "provider_count": len(providers),
+        "default_provider": settings["default_provider"],
+    }, warnings
