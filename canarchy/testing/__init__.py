@@ -1,0 +1,1 @@
+"""canarchy.testing: the hermetic pytest plugin and the verification harness logic."""
