@@ -1,1 +1,11 @@
-"""canarchy.testing: the hermetic pytest plugin and the verification harness logic."""
+"""canarchy's hermetic test machinery and verification harness.
+
+- :mod:`canarchy.testing.guard`: the CAN bus guard (no pytest dependency, so a
+  child Python process can install it too).
+- :mod:`canarchy.testing.sandbox`: the disposable home, the environment scrub,
+  the re-pointing of import-time paths and the operator-state manifest.
+- :mod:`canarchy.testing.plugin`: the pytest plugin that wires both into a run.
+  It is activated explicitly, by ``pytest_plugins = ["canarchy.testing.plugin"]``
+  in a conftest.py, never by an entry point, so installing canarchy changes no
+  other project's test runs.
+"""

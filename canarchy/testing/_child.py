@@ -1,0 +1,30 @@
+"""The bus guard and python-can scrub for a child process of an isolated test.
+
+Imported by ``_subprocess/sitecustomize.py``; keeps the child's start-up
+cheap (python-can is patched only if and when the child imports it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from canarchy.testing import guard, sandbox
+
+
+def parent_nodeid(current_test: str | None) -> str:
+    """The node id in ``PYTEST_CURRENT_TEST`` (``"path::name (call)"``) without the phase."""
+    if not current_test:
+        return "<unknown test (child process)>"
+    nodeid, _, _phase = current_test.rpartition(" ")
+    return nodeid or current_test
+
+
+def activate() -> None:
+    """Enable the guard in this process, owned by the parent's current test."""
+    guard.GUARD.owner = parent_nodeid(os.environ.get("PYTEST_CURRENT_TEST"))
+    report_dir = os.environ.get("PYTEST_CANARCHY_GUARD_DIR")
+    guard.GUARD.report_dir = Path(report_dir) if report_dir else None
+    guard.GUARD.enabled = True
+    guard.install()
+    guard.after_import("can.interface", sandbox.scrub_python_can)

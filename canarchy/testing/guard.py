@@ -1,0 +1,293 @@
+"""The CAN bus guard: a unit test can reach python-can's ``virtual`` bus and nothing else.
+
+Where it stands (python-can 4.x; see ``docs/design/test-isolation.md``):
+
+1. ``can.interface._get_class_for_interface(name)``: every construction *by
+   name* passes through it (``can.Bus``, a ``Bus`` bound before the guard was
+   installed, ``ThreadSafeBus``, an interface chosen by ``CAN_INTERFACE``,
+   ``CAN_CONFIG``, ``can.rc`` or a config file, legacy ``bustype=``,
+   ``detect_available_configs``). It sees the resolved interface name before
+   the interface module is imported, so no driver is loaded.
+2. ``can.BusABC.__new__``: every construction of a bus *class*, including
+   ``UdpMulticastBus(...)`` or ``SocketcanBus("vcan0")`` built directly. It runs
+   before the backend's ``__init__`` opens a socket or a device.
+
+Both hooks are installed once per process and switched by ``GUARD.enabled``;
+they are never removed (deleting ``BusABC.__new__`` again breaks every later
+bus construction in CPython). A refusal raises :class:`RealCanBusRefused`
+and is also *recorded* (in memory, and as a file in ``report_dir`` when set),
+so product code that catches ``Exception`` cannot turn it into a pass: the
+pytest plugin fails the test at teardown from the record.
+
+The guard also keeps a weak list of the buses it let through, so the plugin
+can check that each was shut down.
+
+This module imports neither pytest nor python-can at import time.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+import weakref
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ALLOWED_INTERFACE = "virtual"
+_VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
+
+FIXES = (
+    'use interface="virtual" with a channel of its own (the `virtual_channel` fixture)',
+    "patch PythonCanBackend._open_bus (or build the transport) so the test never opens a bus",
+    "use the offline scaffold backend (CANARCHY_TRANSPORT_BACKEND=scaffold)",
+    "if the test needs a real bus, mark it @pytest.mark.integration (or real_bus) and run it with -m integration",
+)
+
+
+class RealCanBusRefused(AssertionError):
+    """A test tried to open a CAN interface other than python-can's in-process ``virtual`` bus.
+
+    An ``AssertionError`` so that pytest reports it as a test failure; product
+    code that catches it does not hide it (see the module docstring).
+    """
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused attempt: the test node id, the interface, the channel and
+    the route it took (``"by-name"`` or ``"class"``)."""
+
+    nodeid: str
+    interface: str
+    channel: str
+    route: str
+    pid: int
+
+    def message(self) -> str:
+        """The refusal text: names the test, interface and channel, and lists the fixes."""
+        fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
+        where = "" if self.pid == os.getpid() else f" (in child process {self.pid})"
+        return (
+            f"canarchy test isolation: {self.nodeid} tried to open a real CAN bus{where}: "
+            f"interface={self.interface!r}, channel={self.channel!r}.\n"
+            f"Unit tests may use only python-can's in-process 'virtual' interface. Ways to fix it:\n{fixes}"
+        )
+
+
+class BusGuard:
+    """The process-wide guard state. One instance, :data:`GUARD`.
+
+    ``enabled``: refuse non-virtual buses; ``owner``: the node id named in a
+    refusal; ``refusals``: recorded attempts (cleared by the owner of a test);
+    ``report_dir``: where a refusal is also written as a JSON file (lets a
+    parent pytest see refusals made in child processes).
+    """
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.owner = "<outside any test>"
+        self.refusals: list[Refusal] = []
+        self.report_dir: Path | None = None
+        self._created: list[weakref.ReferenceType] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    # -- recording ---------------------------------------------------------
+    def refuse(self, interface: str, channel: Any, route: str) -> RealCanBusRefused:
+        """Record an attempt and return the exception to raise."""
+        refusal = Refusal(self.owner, str(interface), str(channel), route, os.getpid())
+        with self._lock:
+            self.refusals.append(refusal)
+            self._counter += 1
+            counter = self._counter
+        if self.report_dir is not None:
+            try:
+                path = self.report_dir / f"refusal-{os.getpid()}-{counter}.json"
+                path.write_text(json.dumps(asdict(refusal)), encoding="utf-8")
+            except OSError:
+                pass  # the in-memory record and the raised error still stand
+        return RealCanBusRefused(refusal.message())
+
+    def take_refusals(self, nodeid: str | None = None) -> list[Refusal]:
+        """Return and forget the recorded refusals (those of ``nodeid`` only,
+        when given), including those written to ``report_dir`` by child processes."""
+        with self._lock:
+            taken = [r for r in self.refusals if nodeid is None or r.nodeid == nodeid]
+            self.refusals = [r for r in self.refusals if r not in taken]
+        if self.report_dir is not None and self.report_dir.is_dir():
+            for entry in os.scandir(self.report_dir):
+                try:
+                    refusal = Refusal(**json.loads(Path(entry.path).read_text(encoding="utf-8")))
+                except (OSError, ValueError, TypeError):
+                    continue
+                if refusal.pid == os.getpid():
+                    os.unlink(entry.path)  # already in memory
+                    continue
+                if nodeid is None or refusal.nodeid == nodeid:
+                    taken.append(refusal)
+                    os.unlink(entry.path)
+        return taken
+
+    # -- tracking ------------------------------------------------------------
+    def track(self, bus: Any) -> None:
+        """Remember a bus that was let through (weakly)."""
+        self._created.append(weakref.ref(bus))
+
+    def take_unclosed(self) -> list[Any]:
+        """Return the tracked buses that are still open and forget all tracked buses."""
+        created, self._created = self._created, []
+        open_buses = []
+        for ref in created:
+            bus = ref()
+            if bus is not None and not getattr(bus, "_is_shutdown", True):
+                open_buses.append(bus)
+        return open_buses
+
+    # -- the checks --------------------------------------------------------
+    def check_interface_name(self, name: Any) -> None:
+        """Refuse a construction by interface name (route ``"by-name"``)."""
+        if not self.enabled or name == ALLOWED_INTERFACE:
+            return
+        from can.interfaces import BACKENDS
+
+        if name in BACKENDS:  # unknown names open nothing; python-can rejects them itself
+            raise self.refuse(name, _channel_from_caller(), "by-name")
+
+    def check_class(self, cls: type, args: tuple, kwargs: dict) -> None:
+        """Refuse constructing any bus class but the virtual bus (route ``"class"``)."""
+        if not self.enabled or _is_virtual_class(cls):
+            return
+        channel = kwargs.get("channel", args[0] if args else None)
+        raise self.refuse(_interface_name_of(cls), channel, "class")
+
+
+GUARD = BusGuard()
+
+
+def _is_virtual_class(cls: type) -> bool:
+    from can.interfaces.virtual import VirtualBus
+
+    return issubclass(cls, VirtualBus)
+
+
+def _interface_name_of(cls: type) -> str:
+    from can.interfaces import BACKENDS
+
+    for name, (module_name, class_name) in BACKENDS.items():
+        if cls.__name__ == class_name and (cls.__module__ + ".").startswith(module_name + "."):
+            return name
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _channel_from_caller() -> Any:
+    """The channel python-can's ``Bus()`` resolved, read from its frame (best effort)."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            break
+        kwargs = frame.f_locals.get("kwargs")
+        if isinstance(kwargs, dict) and "channel" in kwargs:
+            return kwargs["channel"]
+        if "channel" in frame.f_locals and frame.f_locals["channel"] is not None:
+            return frame.f_locals["channel"]
+        frame = frame.f_back
+    return "<default>"
+
+
+# -- installation ----------------------------------------------------------------
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+def _patch_python_can() -> None:
+    """Install both hooks into an imported python-can (idempotent)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        # During `import can` the submodule is not yet an attribute of the package.
+        interface_module = sys.modules["can.interface"]
+        from can.bus import BusABC
+        from can.interfaces import BACKENDS
+
+        if tuple(BACKENDS.get(ALLOWED_INTERFACE, ())) != _VIRTUAL_BACKEND:
+            # A plugin replaced the 'virtual' backend: it may not be in-process any more.
+            BACKENDS[ALLOWED_INTERFACE] = _VIRTUAL_BACKEND
+        original = interface_module._get_class_for_interface
+
+        def _guarded_get_class_for_interface(interface: str):
+            GUARD.check_interface_name(interface)
+            return original(interface)
+
+        _guarded_get_class_for_interface.__wrapped__ = original  # type: ignore[attr-defined]
+        interface_module._get_class_for_interface = _guarded_get_class_for_interface
+
+        def __new__(cls, *args: Any, **kwargs: Any):  # noqa: N807 - installed as BusABC.__new__
+            GUARD.check_class(cls, args, kwargs)
+            instance = object.__new__(cls)
+            if GUARD.enabled:
+                GUARD.track(instance)
+            return instance
+
+        BusABC.__new__ = __new__  # type: ignore[method-assign]
+        _installed = True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs callbacks right after a watched module finishes importing."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[], None]]] = {}
+
+    def find_spec(self, fullname, path, target=None):  # noqa: D401 - importlib protocol
+        if fullname not in self.callbacks:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        callbacks = self.callbacks.pop(fullname)
+        loader = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                for callback in callbacks:
+                    callback()
+
+        spec.loader = _Loader()
+        return spec
+
+
+_AFTER_IMPORT = _AfterImport()
+
+
+def after_import(module_name: str, callback: Callable[[], None]) -> None:
+    """Run ``callback()`` once ``module_name`` is imported (now, if it already is)."""
+    if module_name in sys.modules:
+        callback()
+        return
+    _AFTER_IMPORT.callbacks.setdefault(module_name, []).append(callback)
+    if _AFTER_IMPORT not in sys.meta_path:
+        sys.meta_path.insert(0, _AFTER_IMPORT)
+
+
+def install() -> None:
+    """Install the guard hooks now if python-can is imported, else as soon as it is.
+
+    Does not enable the guard: set ``GUARD.enabled``.
+    """
+    after_import("can.interface", _patch_python_can)
+
+
+def is_installed() -> bool:
+    """True once the hooks are in python-can."""
+    return _installed

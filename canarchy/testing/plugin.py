@@ -1,0 +1,324 @@
+"""canarchy's hermetic pytest plugin.
+
+Activate it explicitly in a conftest.py::
+
+    pytest_plugins = ["canarchy.testing.plugin"]
+
+Layers (``docs/design/test-isolation.md``):
+
+1. Session (``pytest_configure``, before collection imports any test module):
+   the process moves into a disposable session home, ``CANARCHY_*`` and
+   python-can's ``CAN_*`` variables are removed, children inherit the bus
+   guard (PYTHONPATH hook), and the bus guard is on. Collection, import-time
+   constants and module/class/session-scoped fixtures all see this.
+2. Per test (``isolate_canarchy_state``, autouse): a fresh, empty home and
+   working directory, the variables removed again, import-time paths
+   re-pointed, ``can.rc`` emptied; everything restored afterwards, so what a
+   test sets in ``os.environ`` does not reach the next one.
+3. Bus guard (``forbid_real_can_bus``, autouse): only python-can's
+   ``virtual`` interface; a refusal fails the test even if it was caught; a
+   bus left open fails the test.
+4. Markers: ``integration`` (real environment and real bus; deselected unless
+   the ``-m`` expression names it), ``real_bus`` (guard off, home isolated),
+   ``real_home`` (the operator's home and environment, guard on).
+5. Sentinel: the operator's canarchy/python-can state and the checkout are
+   hashed before the run and compared after it; any change fails the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from canarchy.testing import guard as _guard
+from canarchy.testing.sandbox import (
+    CHECKOUT_IGNORED,
+    OPERATOR_STATE,
+    Sandbox,
+    apply_environment,
+    home_environment,
+    is_scrubbed,
+    manifest,
+    manifest_diff,
+)
+
+MARKERS = {
+    "integration": "uses the real environment and a real CAN bus; deselected unless -m names it",
+    "real_bus": "may open a real CAN bus (the guard stands down); the home stays isolated",
+    "real_home": "sees the operator's real home and environment; the bus guard stays on",
+}
+_CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_SANDBOX = pytest.StashKey[Sandbox]()
+_SENTINEL = pytest.StashKey[dict]()
+_BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
+
+
+class _ShutdownRecords(logging.Handler):
+    """Collects python-can's "was not properly shut down" log records
+    (a log record from ``BusABC.__del__``, not a warning)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "was not properly shut down" in message:
+            self.messages.append(message)
+
+    def take(self) -> list[str]:
+        taken, self.messages = self.messages, []
+        return taken
+
+
+_SHUTDOWN_RECORDS = _ShutdownRecords()
+
+
+def _sandbox(config: pytest.Config) -> Sandbox:
+    return config.stash[_SANDBOX]
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+# -- session layer ------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    operator_env = config.workerinput.get("canarchy_operator_env") if _is_worker(config) else None
+    sandbox = Sandbox(operator_env)
+    config.stash[_SANDBOX] = sandbox
+    if not _is_worker(config):
+        config.stash[_SENTINEL] = _take_sentinel(config, sandbox)
+    pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
+    if sandbox.operator_env.get("PYTHONPATH"):
+        pythonpath.append(sandbox.operator_env["PYTHONPATH"])
+    sandbox.enter_session({
+        "PYTEST_CANARCHY_GUARD": "1",
+        "PYTEST_CANARCHY_GUARD_DIR": str(sandbox.refusal_dir),
+        "PYTHONPATH": os.pathsep.join(pythonpath),
+    })
+    _guard.GUARD.owner = _BETWEEN_TESTS
+    _guard.GUARD.report_dir = sandbox.refusal_dir
+    _guard.GUARD.enabled = True
+    _guard.install()
+    _guard.after_import("can.interface", sandbox.scrub_python_can)
+    logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist: hand each worker the operator's environment (the
+    controller's own was already scrubbed)."""
+    node.workerinput["canarchy_operator_env"] = _sandbox(node.config).operator_env
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sandbox = config.stash.get(_SANDBOX, None)
+    if sandbox is None:
+        return
+    _guard.GUARD.enabled = False
+    _guard.GUARD.report_dir = None
+    logging.getLogger("can.bus").removeHandler(_SHUTDOWN_RECORDS)
+    apply_environment(sandbox.operator_env)
+    sandbox.restore_python_can()
+    sandbox.cleanup()
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    _guard.GUARD.owner = f"<collection of {collector.nodeid or 'the session'}>"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``integration`` tests unless the ``-m`` expression names the marker
+    (``-m uds`` keeps them out; ``-m integration`` or ``-m "integration or uds"`` selects)."""
+    _guard.GUARD.owner = _BETWEEN_TESTS
+    if "integration" in (config.getoption("markexpr", "") or ""):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("integration") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Name the fixture in a refusal made while a wider-scoped fixture is set up."""
+    if fixturedef.scope != "function":
+        previous = _guard.GUARD.owner
+        _guard.GUARD.owner = f"{request.node.nodeid} (in {fixturedef.scope}-scoped fixture {fixturedef.argname!r})"
+        try:
+            return (yield)
+        finally:
+            _guard.GUARD.owner = previous
+    return (yield)
+
+
+# -- per-test layers ----------------------------------------------------------------
+
+def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
+    return any(request.node.get_closest_marker(m) is not None for m in markers)
+
+
+@pytest.fixture(autouse=True)
+def isolate_canarchy_state(request: pytest.FixtureRequest):
+    """Autouse, function scope: give the test a fresh, empty home and working
+    directory; remove ``CANARCHY_*``/``CAN_*``; re-point import-time paths;
+    empty ``can.rc``. Afterwards the environment, working directory and paths
+    are put back as they were, so nothing a test sets reaches the next test.
+
+    Stands down (the operator's environment and home) for ``integration`` and
+    ``real_home`` tests. Yields the test's home directory.
+    """
+    sandbox = _sandbox(request.config)
+    before = dict(os.environ)
+    cwd_before = os.getcwd()
+    if _opts_out(request, "integration", "real_home"):
+        env = dict(sandbox.operator_env)
+        if not _opts_out(request, "integration"):
+            env.update({k: v for k, v in before.items() if k.startswith("PYTEST_CANARCHY_") or k == "PYTHONPATH"})
+        apply_environment(env)
+        sandbox.rebase(sandbox.real_home)
+        sandbox.restore_python_can()
+        home = sandbox.real_home
+    else:
+        home, cwd = sandbox.new_test_dirs()
+        env = {k: v for k, v in before.items() if not is_scrubbed(k)}
+        env.update(home_environment(home))
+        apply_environment(env)
+        sandbox.rebase(home)
+        sandbox.scrub_python_can()
+        os.chdir(cwd)
+    try:
+        yield home
+    finally:
+        os.chdir(cwd_before)
+        apply_environment(before)
+        sandbox.rebase(sandbox.session_home)
+        sandbox.scrub_python_can()
+
+
+@pytest.fixture(autouse=True)
+def forbid_real_can_bus(request: pytest.FixtureRequest):
+    """Autouse, function scope: refuse every python-can bus but ``virtual``
+    while the test runs, and fail the test at teardown if it tried to open
+    one (even if the error was caught), left a bus open, or python-can logged
+    "was not properly shut down". Stands down for ``integration`` and
+    ``real_bus`` tests. Yields the guard (see the ``bus_guard`` fixture).
+    """
+    guard = _guard.GUARD
+    nodeid = request.node.nodeid
+    earlier = guard.take_refusals()
+    guard.take_unclosed()
+    _SHUTDOWN_RECORDS.take()
+    if earlier:
+        pytest.fail(_report("before this test, outside any test", earlier, [], []), pytrace=False)
+    stand_down = _opts_out(request, "integration", "real_bus")
+    guard.owner = nodeid
+    guard.enabled = not stand_down
+    try:
+        yield guard
+    finally:
+        guard.enabled = True
+        guard.owner = _BETWEEN_TESTS
+    refusals = guard.take_refusals()
+    unclosed = guard.take_unclosed()
+    for bus in unclosed:
+        bus.shutdown()
+    records = _SHUTDOWN_RECORDS.take()
+    if stand_down:
+        return
+    if refusals or unclosed or records:
+        pytest.fail(_report(nodeid, refusals, unclosed, records), pytrace=False)
+
+
+def _report(nodeid: str, refusals: list, unclosed: list, records: list[str]) -> str:
+    parts = []
+    if refusals:
+        parts.append(f"{len(refusals)} real CAN bus attempt(s) refused (the error may have been caught):")
+        parts.extend(r.message() for r in refusals)
+    if unclosed:
+        parts.append(f"{nodeid} left {len(unclosed)} python-can bus(es) open: "
+                     + ", ".join(f"{type(b).__name__}({getattr(b, 'channel_info', '?')})" for b in unclosed)
+                     + ". Shut each bus down (`with bus:` or bus.shutdown()).")
+    if records:
+        parts.append(f"python-can logged during {nodeid}: " + "; ".join(records))
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def bus_guard():
+    """The bus guard. ``bus_guard.take_refusals()`` returns (and clears) the
+    refusals recorded so far, for tests that expect one."""
+    return _guard.GUARD
+
+
+_virtual_counter = 0
+
+
+@pytest.fixture
+def virtual_channel(request: pytest.FixtureRequest) -> str:
+    """A python-can ``virtual`` channel name no other test uses (str)."""
+    global _virtual_counter
+    _virtual_counter += 1
+    return f"canarchy-test-{os.getpid()}-{_virtual_counter}"
+
+
+@pytest.fixture
+def canarchy_sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    """The session's :class:`~canarchy.testing.sandbox.Sandbox` (root, homes, operator env)."""
+    return _sandbox(request.config)
+
+
+# -- the sentinel -------------------------------------------------------------------
+
+def _take_sentinel(config: pytest.Config, sandbox: Sandbox) -> dict:
+    return {
+        "home": manifest(sandbox.real_home, OPERATOR_STATE),
+        "checkout": manifest(config.rootpath, None, CHECKOUT_IGNORED),
+    }
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After every fixture (session scope included) is torn down: fail the run
+    if the operator's state or the checkout changed, or a refusal is pending."""
+    config = session.config
+    lines = []
+    pending = _guard.GUARD.take_refusals()
+    if pending:
+        lines.append("real CAN bus attempts outside any test (collection or session fixtures):")
+        lines.extend(r.message() for r in pending)
+    before = config.stash.get(_SENTINEL, None)
+    if before is not None:
+        sandbox = _sandbox(config)
+        after = _take_sentinel(config, sandbox)
+        for label, where in (("home", f"the operator's home ({sandbox.real_home})"),
+                             ("checkout", f"the checkout ({config.rootpath})")):
+            diff = manifest_diff(before[label], after[label])
+            if diff:
+                lines.append(f"the test run changed {where}:")
+                lines.extend(f"  {line}" for line in diff)
+    if lines:
+        config.stash[_SENTINEL_FAILURE] = lines
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_SENTINEL_FAILURE = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    lines = config.stash.get(_SENTINEL_FAILURE, None)
+    if lines:
+        terminalreporter.section("canarchy isolation sentinel", red=True, bold=True)
+        for line in lines:
+            terminalreporter.write_line(line)
