@@ -1,0 +1,183 @@
+"""``uds services``: reference, dry-run and active modes, and the #530 regressions.
+
+The #530 regressions (REF-01..07, docs/tests/test-isolation.md) set the
+configured default interface through their own fixtures (a config file in the
+test's home, or the variable), never by inheriting the operator's: isolation
+makes that coverage deliberate (REQ-TISO-08). ``nox -s mutation-530`` removes
+the guard from ``prepare_args`` and requires these tests to fail.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from canarchy import transport, uds
+from canarchy.errors import TransportError
+from tests.helpers import run_cli, write_user_config
+
+CATALOG_SIDS = [f"0x{s.sid:02X}" for s in uds.SERVICES]
+
+
+@pytest.fixture
+def file_default_interface():
+    """A user config file whose default interface is vcan7."""
+    return write_user_config('[transport]\ndefault_interface = "vcan7"\n')
+
+
+@pytest.fixture
+def rigged_transport(monkeypatch):
+    """Make building any transport fail loudly, and record each attempt."""
+    attempts = []
+
+    def rigged(*args, **kwargs):
+        attempts.append((args, kwargs))
+        raise TransportError("RIGGED_TRANSPORT", "a transport was built", "the reference path must not build one")
+
+    monkeypatch.setattr(transport, "build_backend", rigged)
+    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", rigged)
+    return attempts
+
+
+def assert_reference(result, capsys) -> None:
+    """The catalog answer: reference mode, every SID, nothing active, nothing on stderr."""
+    assert result.code == 0, result.out
+    data = result.data
+    assert data["mode"] == "reference"
+    assert [s["service"] for s in data["services"]] == CATALOG_SIDS
+    assert data["service_count"] == 17
+    assert "probe_count" not in data and "interface" not in data
+    assert capsys.readouterr().err == ""
+
+
+# -- the #530 regressions --------------------------------------------------------------
+
+def test_ref01_file_default_interface_stays_reference(file_default_interface, capsys):
+    assert_reference(run_cli("uds", "services", "--json"), capsys)
+
+
+def test_ref02_env_default_interface_stays_reference(monkeypatch, capsys):
+    monkeypatch.setenv("CANARCHY_DEFAULT_INTERFACE", "vcan7")
+    assert_reference(run_cli("uds", "services", "--json"), capsys)
+
+
+def test_ref03_require_active_ack_does_not_block_reference(capsys):
+    write_user_config('[transport]\ndefault_interface = "vcan7"\n[safety]\nrequire_active_ack = true\n')
+    result = run_cli("uds", "services", "--json")
+    assert "ACTIVE_ACK_REQUIRED" not in result.out
+    assert_reference(result, capsys)
+
+
+def test_ref04_reference_never_builds_transport(file_default_interface, rigged_transport, capsys):
+    assert_reference(run_cli("uds", "services", "--json"), capsys)
+    assert rigged_transport == []
+
+
+def test_ref05_typed_channel_goes_active(file_default_interface, monkeypatch, capsys):
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    result = run_cli("uds", "services", "can0", "--json")
+    assert result.code == 0, result.out
+    assert result.data["mode"] == "active"
+    assert result.data["interface"] == "can0"
+    assert result.data["interface_source"] == "cli"
+    assert result.data["probe_count"] == 17
+    err = capsys.readouterr().err
+    assert "ACTIVE TRANSMIT" in err and "can0" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ref06_jsonl_stays_reference(file_default_interface, capsys):
+    result = run_cli("uds", "services", "--jsonl")
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert len(lines) == 1
+    envelope = json.loads(lines[0])
+    assert envelope["data"]["mode"] == "reference"
+    assert "interface" not in envelope["data"]
+    assert capsys.readouterr().err == ""
+
+
+def test_ref07_text_stays_reference(file_default_interface, capsys):
+    result = run_cli("uds", "services", "--text")
+    assert result.code == 0
+    assert result.out.startswith("UDS services (ISO 14229-1): 17")
+    assert "active probe" not in result.out
+    assert capsys.readouterr().err == ""
+
+
+# -- reference details -----------------------------------------------------------------
+
+def test_reference_catalog_fields():
+    services = {s["service"]: s for s in run_cli("uds", "services", "--json").data["services"]}
+    assert services["0x10"] == {"service": "0x10", "name": "DiagnosticSessionControl",
+                                "positive_response_service": "0x50", "category": "session",
+                                "requires_subfunction": True}
+    assert services["0x85"]["positive_response_service"] == "0xC5"
+    assert services["0x22"]["requires_subfunction"] is False
+
+
+# -- dry run ------------------------------------------------------------------------------
+
+def test_dry_run_plans_without_transport(rigged_transport, capsys):
+    result = run_cli("uds", "services", "--dry-run", "--json")
+    assert result.code == 0
+    assert result.data["mode"] == "dry_run"
+    assert result.data["planned_requests"] == 17
+    assert result.data["first_request"]["data"] == "0210010000000000"
+    assert rigged_transport == []
+    assert capsys.readouterr().err == ""
+
+
+def test_dry_run_probe_range():
+    result = run_cli("uds", "services", "--dry-run", "--probe-start", "0x10", "--probe-end", "0x12", "--json")
+    assert [r["service"] for r in result.data["requests"]] == ["0x10", "0x11", "0x12"]
+
+
+@pytest.mark.parametrize("start,end", [("0x20", "0x10"), ("0x100", "0x101"), ("zz", "0x10"), ("0x10", None)])
+def test_bad_probe_range(start, end):
+    argv = ["uds", "services", "--dry-run", "--probe-start", start, "--json"]
+    if end is not None:
+        argv += ["--probe-end", end]
+    result = run_cli(*argv)
+    assert result.code == 1
+    assert result.error_codes == ["INVALID_PROBE_RANGE"]
+
+
+def test_bad_request_id():
+    result = run_cli("uds", "services", "--dry-run", "--request-id", "0x20000000", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_FRAME"])
+
+
+# -- active mode: the gate ---------------------------------------------------------------
+
+def test_active_ack_required(monkeypatch, rigged_transport):
+    monkeypatch.setenv("CANARCHY_REQUIRE_ACTIVE_ACK", "1")
+    result = run_cli("uds", "services", "can0", "--json")
+    assert (result.code, result.error_codes) == (1, ["ACTIVE_ACK_REQUIRED"])
+    assert rigged_transport == []
+
+
+def test_active_confirmation_declined(monkeypatch, rigged_transport):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("yes\n"))
+    result = run_cli("uds", "services", "can0", "--ack-active", "--json")
+    assert (result.code, result.error_codes) == (1, ["ACTIVE_CONFIRMATION_DECLINED"])
+    assert rigged_transport == []
+
+
+def test_transport_unavailable_exit_2(monkeypatch):
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    result = run_cli("uds", "services", "down0", "--json")
+    assert (result.code, result.error_codes) == (2, ["TRANSPORT_UNAVAILABLE"])
+
+
+# -- reply classification (ISO 14229-1) ------------------------------------------------------
+
+def test_parse_single_frame_reply():
+    assert uds.parse_single_frame_reply(bytes.fromhex("0250010000000000")).positive
+    negative = uds.parse_single_frame_reply(bytes.fromhex("037F2711CCCCCCCC"))
+    assert (negative.positive, negative.sid, negative.nrc) == (False, 0x27, 0x11)
+    assert uds.parse_single_frame_reply(bytes.fromhex("1014490201544D42")) is None  # ISO-TP first frame
+    assert uds.parse_single_frame_reply(b"") is None
