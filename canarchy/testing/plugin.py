@@ -273,7 +273,7 @@ def virtual_channel(request: pytest.FixtureRequest) -> str:
     return f"canarchy-test-{os.getpid()}-{_virtual_counter}"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def canarchy_sandbox(request: pytest.FixtureRequest) -> Sandbox:
     """The session's :class:`~canarchy.testing.sandbox.Sandbox` (root, homes, operator env)."""
     return _sandbox(request.config)

@@ -1,0 +1,109 @@
+"""Run a small test project in a child pytest under canarchy's plugin, as an operator would.
+
+The child gets a hostile *operator* environment: a home holding a real-looking
+``~/.canarchy/config.toml`` (udp_multicast, a default interface, require ack),
+old fuzz findings, ``~/.canrc`` and ``~/can.conf`` naming socketcan, and
+``CANARCHY_*``/``CAN_*`` variables exported. The child's plugin must isolate
+its tests from all of it; the parent asserts on the child's JUnit report.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOSTILE_VARIABLES = {
+    "CANARCHY_DEFAULT_INTERFACE": "vcan-operator",
+    "CANARCHY_PYTHON_CAN_INTERFACE": "udp_multicast",
+    "CANARCHY_REQUIRE_ACTIVE_ACK": "1",
+    "CAN_INTERFACE": "socketcan",
+    "CAN_CHANNEL": "can0",
+    "CAN_CONFIG": '{"receive_own_messages": true}',
+    "CAN_INTERFACE_CTX": "socketcan",
+}
+OPERATOR_CONFIG = """\
+[transport]
+backend = "python-can"
+interface = "udp_multicast"
+default_interface = "vcan-operator"
+
+[safety]
+require_active_ack = true
+"""
+CANRC = "[default]\ninterface = socketcan\nchannel = can0\n"
+
+
+def make_operator_home(base: Path) -> Path:
+    """Create a hostile operator home under ``base`` and return it."""
+    home = base / "operator-home"
+    (home / ".canarchy" / "findings" / "old-campaign").mkdir(parents=True)
+    (home / ".canarchy" / "config.toml").write_text(OPERATOR_CONFIG)
+    (home / ".canarchy" / "findings" / "old-campaign" / "campaign.json").write_text("{}")
+    (home / ".canrc").write_text(CANRC)
+    (home / "can.conf").write_text(CANRC)
+    return home
+
+
+@dataclass
+class ChildRun:
+    """The outcome of one child pytest: exit code, output, and per-test results
+    ``{test name: (outcome, message)}`` with outcome passed/failed/error/skipped."""
+
+    returncode: int
+    output: str
+    results: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    home: Path | None = None
+
+    def outcomes(self, name: str) -> set[str]:
+        return {outcome for outcome, _ in self.results.get(name, [])}
+
+    def messages(self, name: str) -> str:
+        return "\n".join(message for _, message in self.results.get(name, []))
+
+
+def operator_environment(home: Path, hostile: bool = True) -> dict[str, str]:
+    """A shell as an operator has it: their HOME, no test-harness variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "CANARCHY_", "CAN_")) and k not in ("PYTHONPATH",)}
+    env.update({"HOME": str(home), "USERPROFILE": str(home), "PYTHONDONTWRITEBYTECODE": "1"})
+    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "APPDATA", "LOCALAPPDATA"):
+        env.pop(name, None)
+    if hostile:
+        env.update(HOSTILE_VARIABLES)
+    repo_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = repo_root
+    return env
+
+
+def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = True,
+              env: dict[str, str] | None = None, timeout: float = 120) -> ChildRun:
+    """Write ``files`` (name -> source, dedented) into a project under ``base``
+    and run pytest there with canarchy's plugin and an operator environment."""
+    project = base / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    files = {"conftest.py": 'pytest_plugins = ["canarchy.testing.plugin"]\n', **files}
+    for name, source in files.items():
+        (project / name).write_text(textwrap.dedent(source))
+    home = make_operator_home(base)
+    run_env = operator_environment(home, hostile)
+    run_env.update(env or {})
+    report = base / "child-report.xml"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--strict-markers",
+               f"--junitxml={report}", "--rootdir", str(project), *args]
+    proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout)
+    run = ChildRun(proc.returncode, proc.stdout + proc.stderr, home=home)
+    if report.exists():
+        for case in ET.parse(report).getroot().iter("testcase"):
+            name = case.get("name")
+            entries = []
+            for child in case:
+                if child.tag in ("failure", "error", "skipped"):
+                    outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                    entries.append((outcome, (child.get("message") or "") + "\n" + (child.text or "")))
+            run.results.setdefault(name, []).extend(entries or [("passed", "")])
+    return run

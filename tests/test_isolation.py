@@ -1,0 +1,547 @@
+"""Self-tests of the hermetic suite (docs/tests/test-isolation.md, TEST-TISO-*).
+
+In-process tests check what every unit test sees. Child runs
+(``tests/isolation_child.py``) put a small test project under the plugin in a
+hostile operator environment and check that each kind of leak is caught, with
+the expected message: those tests fail if the protection they cover is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from canarchy import transport
+from canarchy.errors import TransportError
+from canarchy.testing.guard import RealCanBusRefused
+from canarchy.testing.sandbox import KNOWN_IMPORT_TIME_PATHS
+from tests.isolation_child import run_child
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- TEST-TISO-01..07: state redirection ----------------------------------------------
+
+def test_tiso01_home_is_a_fresh_temporary_directory(canarchy_sandbox):
+    home = Path.home()
+    assert home.is_dir()
+    assert list(home.iterdir()) == []
+    assert canarchy_sandbox.root in home.parents
+    assert home != canarchy_sandbox.real_home
+
+
+def test_tiso02_home_variable_and_path_home_agree():
+    assert Path(os.environ["HOME"]) == Path.home()
+    for name in ("USERPROFILE", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "APPDATA", "LOCALAPPDATA"):
+        assert Path(os.environ[name]).is_relative_to(Path.home()), name
+
+
+def test_tiso03_no_canarchy_or_can_variables_visible():
+    assert [k for k in os.environ if k.startswith(("CANARCHY_", "CAN_"))] == []
+
+
+def test_tiso04_user_config_reads_empty():
+    assert transport._load_user_config() == {}
+
+
+def test_tiso05_no_default_interface_inherited():
+    assert transport.default_can_interface() is None
+
+
+@pytest.mark.parametrize("module_name,attribute", KNOWN_IMPORT_TIME_PATHS)
+def test_tiso06_import_time_paths_are_in_the_test_home(module_name, attribute):
+    import importlib
+
+    module = importlib.import_module(module_name)
+    value = Path(getattr(module, attribute))
+    assert value.is_relative_to(Path.home()), f"{module_name}.{attribute} = {value}"
+    assert value.relative_to(Path.home()).parts[0] == ".canarchy"
+
+
+def test_tiso07_default_findings_root_is_in_the_test_home():
+    from canarchy import fuzz
+
+    assert fuzz.default_findings_root() == Path.home() / ".canarchy" / "findings"
+
+
+def test_operator_state_is_invisible_in_a_hostile_environment(tmp_path):
+    """TEST-TISO-03..05 against a real operator config, CANARCHY_* and CAN_* exported."""
+    run = run_child(tmp_path, {"test_view.py": """
+        import os
+        from pathlib import Path
+        from canarchy import transport, config
+        def test_view():
+            assert [k for k in os.environ if k.startswith(("CANARCHY_", "CAN_"))] == []
+            assert transport._load_user_config() == {}
+            assert transport.default_can_interface() is None
+            settings = transport.transport_backend_config()
+            assert (settings.backend, settings.bus_type) == ("python-can", "socketcan")
+            assert not (Path.home() / ".canrc").exists()
+    """})
+    assert run.outcomes("test_view") == {"passed"}, run.output
+
+
+# -- TEST-TISO-08..12: the bus guard --------------------------------------------------
+
+def test_tiso08_socketcan_is_refused(bus_guard):
+    import can
+
+    with pytest.raises(AssertionError, match="tried to open a real CAN bus"):
+        can.Bus(channel="can0", interface="socketcan")
+    assert [(r.interface, r.channel) for r in bus_guard.take_refusals()] == [("socketcan", "can0")]
+
+
+def test_tiso09_udp_multicast_is_refused(bus_guard):
+    import can
+
+    with pytest.raises(RealCanBusRefused):
+        can.Bus(channel="239.74.163.2", interface="udp_multicast")
+    assert [r.interface for r in bus_guard.take_refusals()] == ["udp_multicast"]
+
+
+def test_tiso10_refusal_names_the_test(request, bus_guard):
+    import can
+
+    with pytest.raises(RealCanBusRefused) as caught:
+        can.Bus(channel="can0", interface="socketcan")
+    bus_guard.take_refusals()
+    message = str(caught.value)
+    assert request.node.nodeid in message
+    assert "interface='socketcan'" in message and "channel='can0'" in message
+    assert "virtual" in message and "integration" in message
+
+
+def test_tiso11_virtual_bus_is_allowed(virtual_channel):
+    import can
+    from can.interfaces.virtual import VirtualBus
+
+    bus = can.Bus(channel=virtual_channel, interface="virtual")
+    try:
+        assert isinstance(bus, VirtualBus)
+        other = can.Bus(channel=virtual_channel, interface="virtual")
+        with other:
+            bus.send(can.Message(arbitration_id=0x123, data=b"\x01", is_extended_id=False))
+            assert other.recv(timeout=1).arbitration_id == 0x123
+    finally:
+        bus.shutdown()
+    assert bus._is_shutdown
+
+
+def test_tiso12_backend_raises_through_the_guard(bus_guard):
+    backend = transport.PythonCanBackend(bus_type="socketcan")
+    with pytest.raises(TransportError) as caught:
+        list(backend.capture("can0"))
+    assert isinstance(caught.value.__cause__, RealCanBusRefused)
+    assert [r.interface for r in bus_guard.take_refusals()] == ["socketcan"]
+
+
+# -- TEST-TISO-13, 15: the integration marker ------------------------------------------
+
+INTEGRATION_FILE = """
+    import pytest
+    def test_ordinary():
+        pass
+    @pytest.mark.integration
+    def test_marked():
+        pass
+"""
+
+
+def _pytest_with_repo_config(tmp_path, *args):
+    (tmp_path / "test_marker.py").write_text(__import__("textwrap").dedent(INTEGRATION_FILE))
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.plugin"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning", str(tmp_path), *args],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+    )
+
+
+def test_tiso13_integration_deselected_by_default(tmp_path):
+    proc = _pytest_with_repo_config(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed, 1 deselected" in proc.stdout
+
+
+def test_tiso13_other_marker_expressions_keep_integration_out(tmp_path):
+    proc = _pytest_with_repo_config(tmp_path, "-m", "not real_bus")
+    assert "1 passed, 1 deselected" in proc.stdout, proc.stdout
+
+
+def test_tiso15_integration_runs_when_selected(tmp_path):
+    proc = _pytest_with_repo_config(tmp_path, "-m", "integration", "-v")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "test_marked PASSED" in proc.stdout and "1 passed, 1 deselected" in proc.stdout
+
+
+# -- seed 004: wider-scoped fixtures see the disposable home ---------------------------
+
+@pytest.fixture(scope="module")
+def module_scoped_config():
+    """Loads canarchy's configuration from a module-scoped fixture (the seed-004 hazard)."""
+    from canarchy import config
+
+    return {"home": Path.home(), "path": config.config_path(), "default": transport.default_can_interface()}
+
+
+def test_module_scoped_fixture_sees_the_disposable_home(module_scoped_config, canarchy_sandbox):
+    assert module_scoped_config["home"] == canarchy_sandbox.session_home
+    assert module_scoped_config["path"].is_relative_to(canarchy_sandbox.root)
+    assert module_scoped_config["default"] is None
+
+
+def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):
+    run = run_child(tmp_path, {"conftest.py": """
+        pytest_plugins = ["canarchy.testing.plugin"]
+        import pytest
+        from pathlib import Path
+        def snapshot():
+            from canarchy import transport, dbc_cache
+            return {"home": Path.home(), "default": transport.default_can_interface(),
+                    "config": transport._load_user_config(), "cache": dbc_cache._CACHE_ROOT}
+        @pytest.fixture(scope="session")
+        def session_view():
+            return snapshot()
+        @pytest.fixture(scope="module")
+        def module_view():
+            return snapshot()
+        @pytest.fixture(scope="class")
+        def class_view():
+            return snapshot()
+    """, "test_scopes.py": """
+        import os
+        from pathlib import Path
+        operator_home = Path(os.environ["CHILD_OPERATOR_HOME"])
+        def check(view):
+            assert view["default"] is None
+            assert view["config"] == {}
+            assert operator_home not in view["home"].parents and view["home"] != operator_home
+            assert not view["cache"].is_relative_to(operator_home)
+        def test_session(session_view):
+            check(session_view)
+        def test_module(module_view):
+            check(module_view)
+        class TestClass:
+            def test_class(self, class_view):
+                check(class_view)
+    """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    for name in ("test_session", "test_module", "test_class"):
+        assert run.outcomes(name) == {"passed"}, run.output
+
+
+# -- issue #3 item 1: every route to a real bus ------------------------------------------
+
+ROUTES = """
+    import os, socket
+    import pytest
+    from can import Bus as PreBoundBus          # bound before the guard? (at import: the guard is installed at configure)
+    import can
+    from canarchy.testing.guard import RealCanBusRefused
+
+    opened = []
+    _real_socket = socket.socket
+    class _Recording(_real_socket):
+        def __init__(self, family=-1, *args, **kwargs):
+            opened.append(family)
+            super().__init__(family, *args, **kwargs)
+    socket.socket = _Recording
+
+    def test_can_bus():
+        can.Bus(channel="can0", interface="socketcan")
+    def test_interface_bus():
+        can.interface.Bus(channel="can0", interface="socketcan")
+    def test_thread_safe_bus():
+        can.ThreadSafeBus(channel="239.74.163.2", interface="udp_multicast")
+    def test_prebound_bus():
+        PreBoundBus(channel="can0", interface="socketcan")
+    def test_positional():
+        can.Bus("can0", "socketcan")
+    def test_legacy_bustype():
+        can.Bus(channel="can0", bustype="socketcan")
+    def test_direct_udp_multicast_class():
+        from can.interfaces.udp_multicast import UdpMulticastBus
+        UdpMulticastBus("239.74.163.2")
+    def test_direct_socketcan_class():
+        from can.interfaces.socketcan import SocketcanBus
+        SocketcanBus("vcan0")
+    def test_env_can_interface():
+        os.environ["CAN_INTERFACE"] = "socketcan"
+        can.Bus(channel="can0")
+    def test_env_can_config():
+        os.environ["CAN_CONFIG"] = '{"interface": "udp_multicast", "channel": "239.74.163.2"}'
+        can.Bus()
+    def test_can_rc():
+        can.rc["interface"] = "socketcan"
+        can.Bus(channel="can0")
+    def test_canrc_file():
+        from pathlib import Path
+        (Path.home() / ".canrc").write_text("[default]\\ninterface = socketcan\\nchannel = can0\\n")
+        can.Bus()
+    def test_detect_available_configs():
+        can.detect_available_configs(interfaces=["socketcan"])
+    def test_swallowed():
+        try:
+            can.Bus(channel="can0", interface="socketcan")
+        except Exception:
+            pass
+
+    def test_zz_no_socket_was_opened():
+        assert opened == []
+
+    def test_virtual_spellings():
+        from can.interfaces.virtual import VirtualBus
+        buses = [can.Bus(channel="v1", interface="virtual"), can.Bus("v2", "virtual"),
+                 can.Bus(channel="v3", bustype="virtual"), VirtualBus("v4"),
+                 can.ThreadSafeBus(channel="v5", interface="virtual")]
+        for bus in buses:
+            bus.shutdown()
+"""
+REFUSED_ROUTES = ("test_can_bus", "test_interface_bus", "test_thread_safe_bus", "test_prebound_bus", "test_positional",
+                  "test_legacy_bustype", "test_direct_udp_multicast_class", "test_direct_socketcan_class",
+                  "test_env_can_interface", "test_env_can_config", "test_can_rc", "test_canrc_file",
+                  "test_detect_available_configs", "test_swallowed")
+
+
+def test_every_route_to_a_real_bus_is_refused(tmp_path):
+    run = run_child(tmp_path, {"test_routes.py": ROUTES})
+    for name in REFUSED_ROUTES:
+        outcomes = run.outcomes(name)
+        assert outcomes & {"failed", "error"}, f"{name} was not refused:\n{run.output}"
+        messages = run.messages(name)
+        assert "tried to open a real CAN bus" in messages, f"{name}:\n{messages}"
+        assert f"test_routes.py::{name}" in messages, f"{name} not named:\n{messages}"
+    assert run.outcomes("test_zz_no_socket_was_opened") == {"passed"}, run.output
+    assert run.outcomes("test_virtual_spellings") == {"passed"}, run.messages("test_virtual_spellings")
+
+
+def test_detect_available_configs_refusal_is_named(tmp_path):
+    """A swallowed refusal still fails its test, at teardown, with the guard's message."""
+    run = run_child(tmp_path, {"test_swallow.py": """
+        import can
+        def test_swallowed():
+            try:
+                can.Bus(channel="can0", interface="socketcan")
+            except Exception:
+                pass
+        def test_next_is_clean():
+            pass
+    """})
+    assert run.outcomes("test_swallowed") == {"passed", "error"} or "error" in run.outcomes("test_swallowed")
+    assert "the error may have been caught" in run.messages("test_swallowed")
+    assert run.outcomes("test_next_is_clean") == {"passed"}
+
+
+# -- issue #3 item 3: environment does not survive a test --------------------------------
+
+def test_environment_set_by_a_test_does_not_reach_the_next(tmp_path):
+    run = run_child(tmp_path, {"test_env.py": """
+        import os
+        def test_a_sets():
+            os.environ["CANARCHY_MCP_NONINTERACTIVE_ACK"] = "1"
+            os.environ["SOME_OTHER_SETTING"] = "x"
+        def test_b_sees_nothing():
+            assert "CANARCHY_MCP_NONINTERACTIVE_ACK" not in os.environ
+            assert "SOME_OTHER_SETTING" not in os.environ
+    """}, "-p", "no:randomly")
+    assert run.outcomes("test_b_sees_nothing") == {"passed"}, run.output
+
+
+# -- issue #3 item 4: import-time paths found by scanning ---------------------------------
+
+def test_unlisted_import_time_paths_are_found_and_repointed(canarchy_sandbox, monkeypatch):
+    import types
+
+    real = canarchy_sandbox.real_home
+    probe = types.ModuleType("canarchy._audit_probe")
+    probe.STATE_DIR = real / ".canarchy" / "probe"
+    probe.STATE_TEXT = str(real / ".canarchy" / "probe.json")
+
+    def reader(path=real / ".canarchy" / "x.json", *, other=str(real / ".canarchy" / "y")):
+        return path, other
+
+    reader.__module__ = "canarchy._audit_probe"
+    probe.reader = reader
+    monkeypatch.setitem(sys.modules, "canarchy._audit_probe", probe)
+    offenders = canarchy_sandbox.paths_under_real_home()
+    assert len([o for o in offenders if o.startswith("canarchy._audit_probe.")]) == 4, offenders
+    canarchy_sandbox.rebase(Path.home())
+    assert probe.STATE_DIR == Path.home() / ".canarchy" / "probe"
+    assert probe.STATE_TEXT == str(Path.home() / ".canarchy" / "probe.json")
+    assert reader() == (Path.home() / ".canarchy" / "x.json", str(Path.home() / ".canarchy" / "y"))
+    assert [o for o in canarchy_sandbox.paths_under_real_home() if "_audit_probe" in o] == []
+
+
+def test_no_canarchy_module_holds_the_real_home(canarchy_sandbox):
+    import importlib
+    import pkgutil
+
+    import canarchy
+
+    for info in pkgutil.walk_packages(canarchy.__path__, "canarchy."):
+        if not info.name.startswith("canarchy.testing") and not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    assert canarchy_sandbox.paths_under_real_home() == []
+
+
+# -- issue #3 item 6: child processes ------------------------------------------------------
+
+def test_child_process_inherits_the_home():
+    out = subprocess.run([sys.executable, "-c", "import pathlib, os; print(pathlib.Path.home()); "
+                          "print(sorted(k for k in os.environ if k.startswith(('CANARCHY_', 'CAN_'))))"],
+                         capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert out == [str(Path.home()), "[]"]
+
+
+def test_child_process_bus_is_refused_naming_the_parent_test(request, bus_guard):
+    env = dict(os.environ, CANARCHY_PYTHON_CAN_INTERFACE="udp_multicast", CANARCHY_MCP_NONINTERACTIVE_ACK="1")
+    proc = subprocess.run([sys.executable, "-m", "canarchy", "send", "239.74.163.2", "0x123", "01", "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "tried to open a real CAN bus" in proc.stdout
+    assert request.node.nodeid in proc.stdout
+    refusals = bus_guard.take_refusals(request.node.nodeid)
+    assert [(r.interface, r.pid != os.getpid()) for r in refusals] == [("udp_multicast", True)]
+
+
+def test_swallowed_child_refusal_still_fails_the_parent(tmp_path):
+    run = run_child(tmp_path, {"test_child.py": """
+        import subprocess, sys
+        def test_spawns():
+            subprocess.run([sys.executable, "-c",
+                            "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\nexcept Exception: pass"],
+                           check=True, timeout=60)
+    """})
+    assert "error" in run.outcomes("test_spawns"), run.output
+    assert "in child process" in run.messages("test_spawns")
+
+
+# -- issue #3 item 7: in-process resources ----------------------------------------------------
+
+def test_a_bus_left_open_fails_its_test(tmp_path):
+    run = run_child(tmp_path, {"test_open.py": """
+        import can
+        KEEP = []
+        def test_leaves_bus_open():
+            KEEP.append(can.Bus(channel="left-open", interface="virtual"))
+        def test_drops_unclosed_bus():
+            can.Bus(channel="dropped", interface="virtual")
+        def test_after():
+            from can.interfaces import virtual
+            assert virtual.channels == {}
+    """})
+    assert "error" in run.outcomes("test_leaves_bus_open"), run.output
+    assert "left 1 python-can bus(es) open" in run.messages("test_leaves_bus_open")
+    assert "error" in run.outcomes("test_drops_unclosed_bus"), run.output
+    assert "not properly shut down" in run.messages("test_drops_unclosed_bus")
+    assert run.outcomes("test_after") == {"passed"}
+
+
+def test_virtual_channel_names_are_unique(virtual_channel, request):
+    second = request.getfixturevalue("virtual_channel")
+    assert virtual_channel.startswith("canarchy-test-")
+
+
+# -- issue #3 item 8: the checkout ----------------------------------------------------------------
+
+def test_working_directory_is_disposable(canarchy_sandbox):
+    cwd = Path.cwd()
+    assert canarchy_sandbox.root in cwd.parents
+    assert list(cwd.iterdir()) == []
+    from tests.helpers import run_cli
+
+    assert run_cli("session", "save", "probe", "--json").code == 0
+    assert (cwd / ".canarchy" / "sessions" / "probe.json").is_file()
+    assert not (REPO / ".canarchy").exists()
+
+
+# -- issue #3 item 9: the sentinel --------------------------------------------------------------------
+
+def test_sentinel_fails_a_run_that_writes_operator_state(tmp_path):
+    run = run_child(tmp_path, {"conftest.py": """
+        pytest_plugins = ["canarchy.testing.plugin"]
+        import pytest
+        @pytest.fixture(scope="session")
+        def late_writer(request):
+            yield
+            sandbox = request.getfixturevalue("canarchy_sandbox")
+            (sandbox.real_home / ".canarchy" / "findings" / "written-at-teardown").mkdir()
+    """, "test_write.py": """
+        from pathlib import Path
+        def test_writes_checkout(late_writer, request):
+            (Path(request.config.rootpath) / "stray.txt").write_text("x")
+    """})
+    assert run.returncode == 1, run.output
+    assert "canarchy isolation sentinel" in run.output
+    assert "added:   .canarchy/findings/written-at-teardown" in run.output
+    assert "added:   stray.txt" in run.output
+
+
+# -- issue #3 item 10: opt-outs -----------------------------------------------------------------------
+
+def test_opt_out_markers(tmp_path):
+    run = run_child(tmp_path, {"test_optout.py": """
+        import os
+        import pytest
+        from pathlib import Path
+        from canarchy.testing import guard
+        operator_home = Path(os.environ["CHILD_OPERATOR_HOME"])
+        @pytest.mark.integration
+        def test_integration_sees_the_operator():
+            assert Path.home() == operator_home
+            assert os.environ["CANARCHY_DEFAULT_INTERFACE"] == "vcan-operator"
+            assert guard.GUARD.enabled is False
+        @pytest.mark.real_home
+        def test_real_home_keeps_the_guard():
+            assert Path.home() == operator_home
+            assert guard.GUARD.enabled is True
+        @pytest.mark.real_bus
+        def test_real_bus_keeps_the_home_isolated():
+            assert Path.home() != operator_home
+            assert "CANARCHY_DEFAULT_INTERFACE" not in os.environ
+            assert guard.GUARD.enabled is False
+        @pytest.mark.uds
+        def test_uds():
+            pass
+    """, "pytest.ini": "[pytest]\nmarkers =\n    uds: uds tests\n"},
+        "-m", "uds or real_home or real_bus", env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    assert run.outcomes("test_integration_sees_the_operator") == set(), "integration ran under -m without it"
+    for name in ("test_real_home_keeps_the_guard", "test_real_bus_keeps_the_home_isolated", "test_uds"):
+        assert run.outcomes(name) == {"passed"}, run.output
+    run = run_child(tmp_path / "selected", {"test_optout.py": """
+        import os
+        import pytest
+        from pathlib import Path
+        @pytest.mark.integration
+        def test_integration_sees_the_operator():
+            assert Path.home() == Path(os.environ["CHILD_OPERATOR_HOME"])
+            assert os.environ["CANARCHY_DEFAULT_INTERFACE"] == "vcan-operator"
+    """}, "-m", "integration", env={"CHILD_OPERATOR_HOME": str(tmp_path / "selected" / "operator-home")})
+    assert run.outcomes("test_integration_sees_the_operator") == {"passed"}, run.output
+
+
+# -- issue #3 item 11: parallel runs ------------------------------------------------------------------
+
+def test_parallel_workers_are_isolated(tmp_path):
+    pytest.importorskip("xdist")
+    source = """
+        import os
+        import pytest
+        from pathlib import Path
+        from canarchy import transport
+        @pytest.mark.parametrize("n", range(4))
+        def test_isolated(n):
+            assert transport.default_can_interface() is None
+            assert Path.home() != Path(os.environ["CHILD_OPERATOR_HOME"])
+            assert list(Path.home().iterdir()) == []
+            (Path.home() / "mark").write_text(str(n))
+    """
+    env = {"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")}
+    run = run_child(tmp_path, {"test_par.py": source}, "-n", "2", env=env)
+    assert run.returncode == 0, run.output
+    assert sum(1 for name in run.results if name.startswith("test_isolated")) == 4
