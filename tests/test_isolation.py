@@ -467,9 +467,9 @@ def test_sentinel_fails_a_run_that_writes_operator_state(tmp_path):
         pytest_plugins = ["canarchy.testing.plugin"]
         import pytest
         @pytest.fixture(scope="session")
-        def late_writer(request):
+        def late_writer(canarchy_sandbox):
             yield
-            sandbox = request.getfixturevalue("canarchy_sandbox")
+            sandbox = canarchy_sandbox
             (sandbox.real_home / ".canarchy" / "findings" / "written-at-teardown").mkdir()
     """, "test_write.py": """
         from pathlib import Path
