@@ -197,7 +197,7 @@ def _pgn_view(pgn: int, bundled: Any, carried: list[dict[str, Any]]) -> dict[str
     entry: dict[str, Any] = {field: None for field in _PGN_FIELDS}
     if bundled is not None:
         entry.update(reference_data.merge_entry(bundled, None)[0])  # type: ignore[index]
-    carried.sort(key=lambda spn: (spn["start_bit"] if _is_int(spn["start_bit"]) else 1 << 30, spn["spn"]))
+    carried.sort(key=_payload_order)
     if bundled is None:
         source = reference_data.SOURCE_OVERRIDE
     elif any(spn["source"] != reference_data.SOURCE_BUNDLED for spn in carried):
@@ -218,6 +218,14 @@ def _spn_view(spn: int, entry: dict[str, Any], source: str, pgns: reference_data
         view["standard"] = owner.get("standard") if owner else None
     view.update(spn=spn, source=source)
     return view
+
+
+def _payload_order(spn: dict[str, Any]) -> tuple[int, int]:
+    """Sort key: start bit, else the first byte of ``start_position`` ("3-5" -> 16), else last."""
+    if _is_int(spn.get("start_bit")):
+        return spn["start_bit"], spn["spn"]
+    head = str(spn.get("start_position") or "").split("-")[0].split(".")[0]
+    return ((int(head) - 1) * 8 if head.isdecimal() and int(head) > 0 else 1 << 30), spn["spn"]
 
 
 def _is_int(value: Any) -> bool:
