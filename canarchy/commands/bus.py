@@ -81,7 +81,7 @@ def _send(args: argparse.Namespace) -> CommandResult:
     from canarchy.transport import CanFrame
 
     arbitration_id, extended = parse_arbitration_id(args.frame_id)
-    data = parse_hex_data(args.data, 64 if args.fd else 8)
+    data = parse_hex_data(args.data)
     frame = CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface)
     if args.dry_run:
         return CommandResult(data={"mode": "dry_run", "interface": args.interface, "frame": frame.to_payload()})
