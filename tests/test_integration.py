@@ -1,0 +1,103 @@
+"""Integration tests: the real environment and a real bus (``-m integration``).
+
+Deselected by default. ``nox -s integration`` runs them; on Linux as root it
+provides a bus they may legally use (python-can ``udp_multicast`` inside a
+private network namespace holding only loopback) and exports
+``CANARCHY_PYTHON_CAN_INTERFACE``/``CANARCHY_DEFAULT_INTERFACE`` for it.
+Elsewhere the operator's own configuration names the bus; with none, the
+bus tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from canarchy import config, transport
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def _real_bus() -> tuple[str, str]:
+    """The bus type and channel the operator (or the lane) configured, or skip."""
+    settings = transport.transport_backend_config()
+    channel = transport.default_can_interface()
+    if settings.backend != "python-can" or channel is None or settings.bus_type == "virtual":
+        pytest.skip("no real bus configured: set [transport].interface and default_interface "
+                    "(or CANARCHY_PYTHON_CAN_INTERFACE / CANARCHY_DEFAULT_INTERFACE), or run `nox -s integration` "
+                    "as root on Linux for a private loopback bus")
+    return settings.bus_type, channel
+
+
+def test_the_real_home_is_seen():
+    home = Path.home()
+    assert "canarchy-pytest-" not in str(home)
+    assert home == Path(os.path.expanduser("~"))
+    assert config.config_path() == home / ".canarchy" / "config.toml"
+
+
+def test_config_show_reports_the_real_configuration():
+    result = run_cli("config", "show", "--json")
+    assert result.code == 0, result.out
+    data = result.data
+    assert data["config_path"] == str(Path.home() / ".canarchy" / "config.toml")
+    assert data["config_found"] == (Path.home() / ".canarchy" / "config.toml").is_file()
+    for variable, entry in data["settings"].items():
+        if os.environ.get(variable, "").strip():
+            assert entry["source"] == "env", variable
+
+
+def test_round_trip_through_the_python_can_backend():
+    bus_type, channel = _real_bus()
+    receiver = transport.PythonCanBackend(bus_type=bus_type, capture_timeout=2.0)
+    sender = transport.PythonCanBackend(bus_type=bus_type)
+    frame = transport.CanFrame(0x18FEF100, bytes.fromhex("F7000004000000FF"), is_extended_id=True)
+    captured: list[transport.CanFrame] = []
+    stream = receiver.capture(channel, limit=1, timeout=3.0)
+    ready = threading.Event()
+
+    def capture():
+        first = stream.__next__  # opens the bus on the first call
+        ready.set()
+        try:
+            captured.append(first())
+        except StopIteration:
+            pass
+
+    worker = threading.Thread(target=capture)
+    worker.start()
+    ready.wait(5)
+    time.sleep(0.3)  # the receiving socket joins the group inside next()
+    sender.send(channel, frame)
+    worker.join(10)
+    assert [(f.arbitration_id, f.is_extended_id, f.data) for f in captured] == [
+        (frame.arbitration_id, True, frame.data)]
+
+
+def test_uds_services_finds_a_simulated_ecu_in_another_process():
+    bus_type, channel = _real_bus()
+    simulator = subprocess.Popen(
+        [sys.executable, "-m", "canarchy.simulator", "--bus-type", bus_type, "--channel", channel,
+         "--duration", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        env = dict(os.environ, CANARCHY_MCP_NONINTERACTIVE_ACK="1")
+        proc = subprocess.run([sys.executable, "-m", "canarchy", "uds", "services", channel, "--ack-active",
+                               "--timeout", "0.5", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        simulator.terminate()
+        simulator.wait(10)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["mode"] == "active" and data["probe_count"] == 17
+    assert "0x10" in data["supported_services"] and "0x3E" in data["supported_services"]
+    assert data["supported_count"] < 17  # the simulated ECU answers 0x11 to some services
