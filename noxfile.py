@@ -1,0 +1,158 @@
+"""canarchy's verification lanes (docs/design/verification-harness.md).
+
+    nox                                   # unit, integration, parity, mutation-530
+    nox -s unit -- tests/test_cli.py -k json      # posargs only choose tests
+    nox -t safety                         # parity and mutation-530
+
+Every lane runs in an environment built from an allow-list
+(``canarchy/testing/lanes.py``), never the caller's shell, always with
+``--strict-markers --strict-config -p no:cacheprovider`` and a JUnit report in
+``reports/<lane>.xml``, and ends with a one-line verdict.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["unit", "integration", "parity", "mutation-530"]
+
+ROOT = Path(__file__).resolve().parent
+REPORTS = "reports"
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+SAFETY_FLAGS = ("--strict-markers", "--strict-config", "-p", "no:cacheprovider")
+# Options posargs may use: they choose tests and nothing else.
+_SELECTION_OPTIONS = ("-k", "-m", "--deselect")
+
+
+def _load_lanes():
+    """Load canarchy/testing/lanes.py by path: nox's interpreter need not have canarchy installed."""
+    spec = importlib.util.spec_from_file_location("_canarchy_lanes", ROOT / "canarchy" / "testing" / "lanes.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+lanes = _load_lanes()
+
+
+@nox.session(tags=["tests"])
+def unit(session: nox.Session) -> None:
+    """Run the isolated unit suite (JUnit: reports/unit.xml)."""
+    _install(session)
+    _pytest(session, lane="unit")
+
+
+@nox.session(tags=["tests", "bus"])
+def integration(session: nox.Session) -> None:
+    """Run the integration tests on a bus they may use (a private one where possible), or skip them."""
+    _install(session, multicast=True)
+    _pytest(session, lane="integration", markexpr="integration", bus="auto")
+
+
+@nox.session(tags=["safety"])
+def parity(session: nox.Session) -> None:
+    """Run the suite with and without an operator's home and shell; fail on any difference."""
+    _install(session)
+    _pytest(session, lane="parity", twins=True)
+
+
+@nox.session(name="mutation-530", tags=["safety"])
+def mutation_530(session: nox.Session) -> None:
+    """Revert the #530 guard on a copy of the tree; pass only if its regression tests fail."""
+    _install(session)
+    _mutation(session, definition="fixtures/mutations/issue-530.toml")
+
+
+def _install(session: nox.Session, *, multicast: bool = False) -> None:
+    """Install canarchy with its `test` extra (pyproject.toml is the one list of dependencies).
+
+    ``multicast``: also python-can's ``multicast`` extra (``msgpack``), which the
+    ``udp_multicast`` bus of the integration lane needs; taken from the
+    ``integration`` extra when pyproject has one, else derived from pyproject's
+    python-can requirement. Other lanes go without it on purpose: there a
+    leaked ``udp_multicast`` bus cannot even open a socket.
+    """
+    extras = PYPROJECT["project"].get("optional-dependencies", {})
+    if "test" not in extras:
+        session.error("pyproject.toml has no [project.optional-dependencies] test: add it, the lanes install it")
+    if multicast and "integration" in extras:
+        session.install("-e", ".[test,integration]")
+        return
+    session.install("-e", ".[test]")
+    if multicast:
+        (python_can,) = [d for d in PYPROJECT["project"]["dependencies"] if re.match(r"python-can\b", d)]
+        session.install(re.sub(r"^python-can(\[[^\]]*\])?", "python-can[multicast]", python_can))
+
+
+def _selection(session: nox.Session, *, markexpr: str | None) -> list[str]:
+    """posargs, checked to only choose tests (paths, node ids, -k, -m, --deselect); default path ``tests``."""
+    args, options, paths = list(session.posargs), [], []
+    while args:
+        token = args.pop(0)
+        if not token.startswith("-"):
+            paths.append(token)
+            continue
+        option, has_value, value = token.partition("=")
+        if option not in _SELECTION_OPTIONS or (option == "-m" and markexpr is not None):
+            session.error(f"posargs only choose tests (paths, node ids, -k, -m, --deselect); {token!r} is not allowed here")
+        if not has_value:
+            if not args:
+                session.error(f"{token} needs a value")
+            value = args.pop(0)
+        if option == "-m" and "integration" in value:
+            session.error("integration tests run in their own lane: nox -s integration")
+        options += [option, value]
+    return [*options, *(paths or ["tests"])]
+
+
+def _pytest(
+    session: nox.Session,
+    *,
+    lane: str,
+    markexpr: str | None = None,
+    bus: str = "none",
+    twins: bool = False,
+) -> None:
+    """The one place the pytest command is built; runs it through canarchy.testing.lanes for the verdict.
+
+    ``markexpr``: the lane's fixed ``-m``; ``bus="auto"``: the integration
+    lane's bus rules (operator's exported bus, else a private namespace, else
+    skip); ``twins``: the parity lane (clean and configured run, compared).
+    """
+    pytest_args = [
+        *SAFETY_FLAGS,
+        f"--junitxml={REPORTS}/{lane}.xml",
+        *(["-m", markexpr] if markexpr else []),
+        # parity reads python-can's "was not properly shut down" log records from the output
+        *(["-o", "log_cli=true", "--log-cli-level=WARNING"] if twins else []),
+        *_selection(session, markexpr=markexpr),
+    ]
+    home = Path(session.virtualenv.location) / "lane-home"
+    home.mkdir(exist_ok=True)
+    passthrough = lanes.OPERATOR_BUS_VARIABLES if bus == "auto" else ()
+    env = lanes.build_env(home=home, passthrough=passthrough)
+    if twins:
+        wrapper = ["parity", "--operator-home", "fixtures/operator-home", "--allowlist", "fixtures/parity-allowlist.toml"]
+    else:
+        wrapper = ["run", "--lane", lane, "--bus", bus]
+    session.run("python", "-m", "canarchy.testing.lanes", *wrapper, "--", *pytest_args, env=env, include_outer_env=False)
+
+
+def _mutation(session: nox.Session, *, definition: str) -> None:
+    """Run one mutation definition with the session's interpreter; reports in reports/."""
+    home = Path(session.virtualenv.location) / "lane-home"
+    home.mkdir(exist_ok=True)
+    env = lanes.build_env(home=home)
+    session.run(
+        "python", "-m", "canarchy.testing.mutation", "run", definition, "--reports", REPORTS,
+        env=env, include_outer_env=False,
+    )  # fmt: skip
