@@ -1,0 +1,594 @@
+"""Response-feedback fuzzing of one arbitration ID (``fuzz guided``).
+
+The loop: pick an input from the corpus, mutate it, send it, observe the
+replies on the response ID, turn them into *markers*, and keep the input if
+it produced a marker this campaign has not seen yet (a *finding*). Markers:
+
+==========================  ================================================
+``positive:<RSID>``         positive response, e.g. ``positive:67`` (ISO 14229-1)
+``nrc:<SID>:<NRC>``         negative response ``7F SID NRC``, e.g. ``nrc:27:35``
+``silence``                 no reply within the timeout
+``timing:slow``             first reply later than the slow threshold
+                            (default 0.05 s, P2server_max, ISO 14229-2)
+``isotp:fc:<FS>``           an ISO-TP flow control frame (ISO 15765-2), e.g. after
+                            a first frame the ECU accepted: ``isotp:fc:30``
+``isotp:cf`` / ``isotp:invalid``  a consecutive frame / a frame with no valid PCI
+``other:<byte>``            an ISO-TP payload that is neither 7F nor >= 0x40
+==========================  ================================================
+
+Hex in markers is upper case, two digits. Replies are parsed as ISO-TP
+single frames (first frames: the SID after the 2-byte PCI).
+
+Mutation (seeded ``random.Random``: the same ``--seed``, corpus and replies
+give the same sequence): when an input is a valid ISO-TP single frame, the
+UDS bytes after the PCI are mutated and the length nibble is rewritten (the
+padding kept); one time in eight the raw frame is mutated instead, PCI and
+all. Operators: bit flip, random byte, small arithmetic (+-1..4),
+interesting value (00 01 02 03 7F 80 FE FF), insert, append, delete,
+truncate; one or two per input. In a UDS body the SID byte is chosen one
+time in ten, so a campaign mostly explores the service it was seeded with. The first iterations send the corpus as is
+(the seed payload, then the ``--corpus`` entries).
+
+Storage: findings under ``<root>/<campaign_id>/`` (``campaign.json`` and one
+``finding-<iteration:08d>.json`` per finding), corpus entries as raw
+``<sha256[:16]>.bin`` files in ``--corpus DIR``; every file is written
+atomically (temp file in the same directory, fsync, ``os.replace``). The root
+is ``--findings-dir``, else ``<corpus>/findings``, else
+:func:`default_findings_root` — resolved when called, never at import.
+
+Errors: ``UserInputError`` ``INVALID_ARGUMENTS`` (exit 1, no default
+response ID); :class:`FuzzPersistenceError`
+(``FUZZ_GUIDED_PERSISTENCE_FAILED``, a ``TransportError``, exit 2): a file
+could not be written, and transmission stopped at once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import random
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from canarchy.errors import TransportError, UserInputError
+from canarchy.transport import MAX_STANDARD_ID, Backend, CanFrame
+
+COMMAND = "fuzz guided"
+DEFAULT_SEED_DATA = bytes.fromhex("022701")  # ISO-TP SF, SecurityAccess requestSeed level 1
+DEFAULT_MAX_ITERATIONS = 200
+DEFAULT_RATE = 10.0          # frames per second
+DEFAULT_TIMEOUT = 0.2        # seconds to wait for a reply (after the last 0x78)
+DEFAULT_SLOW_THRESHOLD = 0.05  # P2server_max default, ISO 14229-2
+PLAN_PREVIEW = 10            # planned payloads a dry run shows
+MAX_CLASSIC_DATA = 8
+
+MARKER_SILENCE = "silence"
+MARKER_SLOW = "timing:slow"
+
+_INTERESTING = (0x00, 0x01, 0x02, 0x03, 0x7F, 0x80, 0xFE, 0xFF)
+_OPERATORS = ("bitflip", "random_byte", "arith", "interesting", "insert", "append", "delete", "truncate")
+_RAW_MUTATION_CHANCE = 0.125
+_SID_MUTATION_CHANCE = 0.1
+_HIGH_WEIGHT = 4
+
+
+def default_findings_root() -> Path:
+    """The default findings root, ``~/.canarchy/findings`` (``Path.home()`` read now, at call time)."""
+    return Path.home() / ".canarchy" / "findings"
+
+
+def resolve_findings_root(findings_dir: str | os.PathLike[str] | None,
+                          corpus_dir: str | os.PathLike[str] | None) -> Path:
+    """``findings_dir`` if given, else ``<corpus_dir>/findings``, else :func:`default_findings_root`."""
+    if findings_dir:
+        return Path(findings_dir).expanduser()
+    if corpus_dir:
+        return Path(corpus_dir).expanduser() / "findings"
+    return default_findings_root()
+
+
+# -- addressing --
+
+def default_response_id(arbitration_id: int, is_extended_id: bool) -> int:
+    """The usual response ID for a request ID.
+
+    11-bit: request + 8 (OBD/UDS 0x7E0 -> 0x7E8, ISO 15765-4). 29-bit normal
+    fixed addressing 0x18DA<TA><SA>: target and source swapped (ISO 15765-2).
+    Raises ``UserInputError`` ``INVALID_ARGUMENTS`` when there is no usual
+    answer (pass ``--response-id``).
+    """
+    if not is_extended_id and arbitration_id + 8 <= MAX_STANDARD_ID:
+        return arbitration_id + 8
+    if is_extended_id and arbitration_id & 0x1FFF0000 == 0x18DA0000:
+        target, source = (arbitration_id >> 8) & 0xFF, arbitration_id & 0xFF
+        return 0x18DA0000 | (source << 8) | target
+    raise UserInputError(
+        "INVALID_ARGUMENTS",
+        f"There is no default response ID for arbitration ID 0x{arbitration_id:X}.",
+        "Pass --response-id with the arbitration ID the target answers on.",
+    )
+
+
+# -- markers --
+
+def isotp_payload(data: bytes) -> bytes | None:
+    """The UDS bytes of an ISO-TP single frame, or the first bytes of a first frame; None otherwise."""
+    if not data:
+        return None
+    kind = data[0] >> 4
+    if kind == 0:
+        length = data[0] & 0x0F
+        if length == 0 and len(data) > MAX_CLASSIC_DATA and 1 <= data[1] <= len(data) - 2:
+            return data[2:2 + data[1]]  # CAN FD single frame escape
+        if 1 <= length <= len(data) - 1:
+            return data[1:1 + length]
+        return None
+    if kind == 1 and len(data) > 2:
+        return data[2:]
+    return None
+
+
+def reply_marker(data: bytes) -> str:
+    """The marker of one reply frame's data (see the module docstring)."""
+    if data and data[0] >> 4 == 3:
+        return f"isotp:fc:{data[0]:02X}"
+    if data and data[0] >> 4 == 2:
+        return "isotp:cf"
+    payload = isotp_payload(data)
+    if not payload:
+        return "isotp:invalid"
+    if payload[0] == 0x7F and len(payload) >= 3:
+        return f"nrc:{payload[1]:02X}:{payload[2]:02X}"
+    if payload[0] >= 0x40:
+        return f"positive:{payload[0]:02X}"
+    return f"other:{payload[0]:02X}"
+
+
+def is_response_pending(frame: CanFrame) -> bool:
+    """True for a UDS ``7F SID 78`` (requestCorrectlyReceived-ResponsePending, ISO 14229-1)."""
+    payload = isotp_payload(frame.data)
+    return bool(payload) and len(payload) >= 3 and payload[0] == 0x7F and payload[2] == 0x78
+
+
+def markers_for(replies: list[CanFrame], latency: float | None, slow_threshold: float) -> list[str]:
+    """Sorted distinct markers of one iteration: each reply's, ``silence``, ``timing:slow``."""
+    if not replies:
+        return [MARKER_SILENCE]
+    markers = {reply_marker(frame.data) for frame in replies}
+    if latency is not None and latency > slow_threshold:
+        markers.add(MARKER_SLOW)
+    return sorted(markers)
+
+
+# -- input generation --
+
+def _split_single_frame(data: bytes) -> tuple[bytes, bytes] | None:
+    if not data or data[0] >> 4 != 0:
+        return None
+    length = data[0] & 0x0F
+    if not 1 <= length <= min(7, len(data) - 1):
+        return None
+    return data[1:1 + length], data[1 + length:]
+
+
+class Mutator:
+    """Structure-aware byte mutations driven by one ``random.Random``."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def mutate(self, parent: bytes) -> tuple[bytes, list[str]]:
+        """Return ``(child, operator names)``; the child is 1-8 bytes."""
+        split = _split_single_frame(parent)
+        if split is not None and self.rng.random() >= _RAW_MUTATION_CHANCE:
+            body, padding = split
+            body, ops = self._mutate_bytes(body, max_len=7, keep_first=True)
+            child = bytes((len(body),)) + body
+            if padding and len(child) < len(parent):
+                child += bytes((padding[0],)) * (len(parent) - len(child))
+            return child, ops
+        child, ops = self._mutate_bytes(parent, max_len=MAX_CLASSIC_DATA)
+        return child, ["raw"] + ops
+
+    def _position(self, length: int, keep_first: bool) -> int:
+        # In a UDS body byte 0 is the SID: mostly leave it alone, so the
+        # campaign explores the service it was seeded with.
+        if keep_first and length > 1 and self.rng.random() >= _SID_MUTATION_CHANCE:
+            return self.rng.randrange(1, length)
+        return self.rng.randrange(length)
+
+    def _mutate_bytes(self, data: bytes, max_len: int, keep_first: bool = False) -> tuple[bytes, list[str]]:
+        rng = self.rng
+        buf = bytearray(data)
+        ops: list[str] = []
+        for _ in range(2 if rng.random() < 0.3 else 1):
+            op = rng.choice(_OPERATORS)
+            if op in ("bitflip", "random_byte", "arith", "interesting") and buf:
+                pos = self._position(len(buf), keep_first)
+                if op == "bitflip":
+                    buf[pos] ^= 1 << rng.randrange(8)
+                elif op == "random_byte":
+                    buf[pos] = rng.randrange(256)
+                elif op == "arith":
+                    buf[pos] = (buf[pos] + rng.choice((-4, -3, -2, -1, 1, 2, 3, 4))) & 0xFF
+                else:
+                    buf[pos] = rng.choice(_INTERESTING)
+            elif op == "insert" and len(buf) < max_len:
+                buf.insert(rng.randrange(len(buf) + 1), rng.randrange(256))
+            elif op == "append" and len(buf) < max_len:
+                buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, max_len - len(buf))))
+            elif op == "delete" and len(buf) > 1:
+                del buf[self._position(len(buf), keep_first)]
+            elif op == "truncate" and len(buf) > 1:
+                del buf[rng.randint(1, len(buf) - 1):]
+            else:
+                buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+                op = "bitflip"
+            ops.append(op)
+        return bytes(buf), ops
+
+
+def marker_weight(markers: list[str]) -> int:
+    """Selection weight of a corpus entry whose input produced ``markers`` (new ones).
+
+    4 when one of them says something about the service (a positive response,
+    an NRC other than 0x11 serviceNotSupported, slow timing, ISO-TP flow
+    control); 1 for ``nrc:*:11``, ``silence`` and malformed replies alone, so
+    a campaign does not spend itself on SIDs the target does not have.
+    """
+    for marker in markers:
+        if marker in (MARKER_SILENCE, "isotp:invalid", "isotp:cf") or marker.startswith("other:"):
+            continue
+        if marker.startswith("nrc:") and marker.endswith(":11"):
+            continue
+        return _HIGH_WEIGHT
+    return 1
+
+
+class InputGenerator:
+    """The corpus and the sequence of inputs drawn from it.
+
+    The first ``len(initial)`` inputs are the initial corpus entries, unmutated
+    (``parent`` None); then each input is a mutation of a corpus entry chosen
+    with probability proportional to its weight (initial entries: 4; findings:
+    :func:`marker_weight`). ``add()`` grows the corpus; the sequence depends
+    only on ``rng_seed``, the initial corpus and the entries added.
+    """
+
+    def __init__(self, initial: list[bytes], rng_seed: int) -> None:
+        self.corpus: list[bytes] = []
+        self.weights: list[int] = []
+        self._known: set[bytes] = set()
+        for entry in initial:
+            self.add(entry, _HIGH_WEIGHT)
+        self._baseline = list(self.corpus)
+        self.rng = random.Random(rng_seed)
+        self.mutator = Mutator(self.rng)
+
+    def add(self, entry: bytes, weight: int = 1) -> bool:
+        """Add ``entry`` (selection ``weight``) to the corpus; False when it was already there."""
+        if entry in self._known:
+            return False
+        self._known.add(entry)
+        self.corpus.append(entry)
+        self.weights.append(weight)
+        return True
+
+    def next(self) -> tuple[bytes, bytes | None, list[str]]:
+        """Return ``(payload, parent, operators)`` for the next iteration."""
+        if self._baseline:
+            return self._baseline.pop(0), None, []
+        parent = self.rng.choices(self.corpus, self.weights)[0]
+        child, ops = self.mutator.mutate(parent)
+        return child, parent, ops
+
+
+def plan_payloads(seed_data: bytes, corpus: list[bytes], rng_seed: int, count: int) -> list[bytes]:
+    """The first ``count`` inputs a campaign would send if no finding grew the corpus.
+
+    A live campaign sends exactly these until its first mutated input produces
+    a new marker (the baseline inputs do not change the corpus).
+    """
+    generator = InputGenerator([seed_data, *corpus], rng_seed)
+    return [generator.next()[0] for _ in range(count)]
+
+
+# -- storage --
+
+class FuzzPersistenceError(TransportError):
+    """``FUZZ_GUIDED_PERSISTENCE_FAILED`` (exit 2): a findings or corpus file could not be written.
+
+    Transmission stops at once. ``frames_sent``: frames on the bus before the
+    stop (also stated in the message); ``path``: the file or directory.
+    """
+
+    def __init__(self, path: Path, exc: BaseException, frames_sent: int, iterations: int) -> None:
+        super().__init__(
+            "FUZZ_GUIDED_PERSISTENCE_FAILED",
+            f"Cannot write fuzz findings to {path}: {exc}. Transmission stopped after "
+            f"{frames_sent} frame(s) sent ({iterations} iteration(s)).",
+            "Pass --findings-dir (or --corpus) pointing at a writable directory; nothing more was sent.",
+        )
+        self.path = path
+        self.frames_sent = frames_sent
+        self.iterations = iterations
+
+
+def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` as JSON (sorted keys) to ``path`` atomically.
+
+    Temp file in the same directory, fsync, ``os.replace``; the temp file is
+    removed on failure. Raises ``OSError``.
+    """
+    write_bytes_atomic(path, (json.dumps(document, sort_keys=True, indent=2) + "\n").encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`write_json_atomic`). Raises ``OSError``."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+
+
+def new_campaign_id(now: float | None = None) -> str:
+    """``YYYYMMDDTHHMMSSZ-<6 hex>``: UTC time plus a random suffix (not from the fuzzing rng)."""
+    stamp = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.timezone.utc)
+    return f"{stamp:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def load_corpus(corpus_dir: Path | None) -> tuple[list[bytes], list[str]]:
+    """Read ``*.bin`` entries of ``corpus_dir`` (sorted by name); return ``(entries, warnings)``.
+
+    A missing directory is an empty corpus; an entry that is empty or longer
+    than 8 bytes is skipped with a warning.
+    """
+    if corpus_dir is None or not corpus_dir.is_dir():
+        return [], []
+    entries: list[bytes] = []
+    warnings: list[str] = []
+    for path in sorted(corpus_dir.glob("*.bin")):
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            warnings.append(f"corpus entry {path} skipped: {exc}")
+            continue
+        if not 1 <= len(data) <= MAX_CLASSIC_DATA:
+            warnings.append(f"corpus entry {path} skipped: {len(data)} bytes (a classic CAN frame holds 1-8)")
+            continue
+        entries.append(data)
+    return entries, warnings
+
+
+def corpus_entry_name(data: bytes) -> str:
+    """File name of a corpus entry: ``<sha256 of the bytes, 16 hex>.bin``."""
+    return hashlib.sha256(data).hexdigest()[:16] + ".bin"
+
+
+# -- the campaign --
+
+@dataclass
+class CampaignSettings:
+    """Everything a campaign needs. Times in seconds, ``rate`` in frames per second."""
+
+    channel: str
+    arbitration_id: int
+    is_extended_id: bool
+    response_id: int
+    seed_data: bytes
+    rng_seed: int
+    findings_root: Path
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
+    max_seconds: float | None = None
+    rate: float = DEFAULT_RATE
+    timeout: float = DEFAULT_TIMEOUT
+    slow_threshold: float = DEFAULT_SLOW_THRESHOLD
+    corpus_dir: Path | None = None
+    corpus: list[bytes] = field(default_factory=list)
+    backend_name: str = ""
+
+
+@dataclass
+class CampaignResult:
+    """Outcome of :func:`run_campaign`; ``findings`` are the finding documents (with ``path``)."""
+
+    campaign_id: str
+    campaign_dir: Path
+    iterations: int
+    frames_sent: int
+    markers: list[str]
+    stopped_reason: str
+    findings: list[dict[str, Any]]
+    corpus_size: int
+    elapsed: float
+
+
+def _campaign_document(settings: CampaignSettings, campaign_id: str, started_at: float) -> dict[str, Any]:
+    return {
+        "format": 1,
+        "campaign_id": campaign_id,
+        "command": COMMAND,
+        "status": "running",
+        "interface": settings.channel,
+        "backend": settings.backend_name,
+        "arbitration_id": settings.arbitration_id,
+        "is_extended_id": settings.is_extended_id,
+        "response_id": settings.response_id,
+        "seed_data": settings.seed_data.hex(),
+        "seed": settings.rng_seed,
+        "max_iterations": settings.max_iterations,
+        "max_seconds": settings.max_seconds,
+        "rate": settings.rate,
+        "timeout": settings.timeout,
+        "slow_threshold": settings.slow_threshold,
+        "corpus_dir": None if settings.corpus_dir is None else str(settings.corpus_dir),
+        "started_at": started_at,
+        "finished_at": None,
+        "iterations": 0,
+        "frames_sent": 0,
+        "findings_count": 0,
+        "markers": [],
+        "stopped_reason": None,
+    }
+
+
+def _create_campaign_dir(root: Path) -> tuple[str, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        campaign_id = new_campaign_id()
+        path = root / campaign_id
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return campaign_id, path
+    raise FileExistsError(f"no free campaign id under {root}")
+
+
+def run_campaign(settings: CampaignSettings, backend: Backend,
+                 on_finding: Callable[[dict[str, Any]], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> CampaignResult:
+    """Run one campaign against ``settings.channel`` through ``backend.transaction``.
+
+    Creates ``<findings_root>/<campaign_id>/campaign.json`` before the first
+    frame, writes a ``finding-<iteration:08d>.json`` (and a corpus entry when
+    ``corpus_dir`` is set) for every input with a new marker, and rewrites
+    ``campaign.json`` at the end. Stops on ``max_iterations``, ``max_seconds``
+    or Ctrl+C (``stopped_reason``: ``max_iterations`` / ``max_seconds`` /
+    ``interrupted``).
+
+    Raises :class:`FuzzPersistenceError` when a file cannot be written (no
+    further frame is sent), ``TransportError`` from the backend.
+    """
+    started_wall = time.time()
+    frames_sent = 0
+    iterations = 0
+    try:
+        campaign_id, campaign_dir = _create_campaign_dir(settings.findings_root)
+        document = _campaign_document(settings, campaign_id, started_wall)
+        write_json_atomic(campaign_dir / "campaign.json", document)
+        if settings.corpus_dir is not None:
+            settings.corpus_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FuzzPersistenceError(settings.findings_root, exc, 0, 0) from exc
+
+    generator = InputGenerator([settings.seed_data, *settings.corpus], settings.rng_seed)
+    seen: set[str] = set()
+    findings: list[dict[str, Any]] = []
+    interval = 1.0 / settings.rate
+    start = clock()
+    deadline = None if settings.max_seconds is None else start + settings.max_seconds
+    stopped_reason = "max_iterations"
+
+    def accept(frame: CanFrame) -> bool:
+        return frame.arbitration_id == settings.response_id and frame.is_extended_id == (
+            settings.response_id > MAX_STANDARD_ID)
+
+    def finish(status: str, reason: str) -> None:
+        document.update(status=status, stopped_reason=reason, finished_at=time.time(), iterations=iterations,
+                        frames_sent=frames_sent, findings_count=len(findings), markers=sorted(seen))
+        write_json_atomic(campaign_dir / "campaign.json", document)
+
+    try:
+        while iterations < settings.max_iterations:
+            now = clock()
+            if deadline is not None and now >= deadline:
+                stopped_reason = "max_seconds"
+                break
+            due = start + iterations * interval
+            if due > now:
+                if deadline is not None and due >= deadline:
+                    stopped_reason = "max_seconds"
+                    break
+                sleep(due - now)
+            payload, parent, ops = generator.next()
+            request = CanFrame(settings.arbitration_id, payload, settings.is_extended_id)
+            sent_at = time.time()
+            try:
+                replies = backend.transaction(settings.channel, request, accept, settings.timeout,
+                                              settle=is_response_pending)
+            except TransportError as exc:
+                try:
+                    finish("failed", "transport_error")
+                except OSError:
+                    pass
+                raise TransportError(
+                    exc.code,
+                    f"{exc.message} (fuzz campaign {campaign_id}: stopped after {frames_sent} frame(s) sent)",
+                    exc.hint,
+                ) from exc
+            frames_sent += 1
+            iterations += 1
+            latency = max(0.0, replies[0].timestamp - sent_at) if replies else None
+            markers = markers_for(replies, latency, settings.slow_threshold)
+            new = [marker for marker in markers if marker not in seen]
+            if not new:
+                continue
+            seen.update(new)
+            iteration = iterations - 1
+            finding = {
+                "campaign_id": campaign_id,
+                "iteration": iteration,
+                "timestamp": sent_at,
+                "arbitration_id": settings.arbitration_id,
+                "is_extended_id": settings.is_extended_id,
+                "response_id": settings.response_id,
+                "data": payload.hex(),
+                "parent": None if parent is None else parent.hex(),
+                "mutations": ops,
+                "markers": markers,
+                "new_markers": new,
+                "latency_s": latency,
+                "replies": [{"arbitration_id": f.arbitration_id, "data": f.data.hex(), "timestamp": f.timestamp}
+                            for f in replies],
+            }
+            path = campaign_dir / f"finding-{iteration:08d}.json"
+            try:
+                write_json_atomic(path, finding)
+                if generator.add(payload, marker_weight(new)) and settings.corpus_dir is not None:
+                    path_corpus = settings.corpus_dir / corpus_entry_name(payload)
+                    if not path_corpus.exists():
+                        write_bytes_atomic(path_corpus, payload)
+            except OSError as exc:
+                try:
+                    finish("failed", "persistence_failed")
+                except OSError:
+                    pass
+                raise FuzzPersistenceError(path, exc, frames_sent, iterations) from exc
+            finding = dict(finding, path=str(path))
+            findings.append(finding)
+            if on_finding is not None:
+                on_finding(finding)
+    except KeyboardInterrupt:
+        stopped_reason = "interrupted"
+    try:
+        finish("finished", stopped_reason)
+    except OSError as exc:
+        raise FuzzPersistenceError(campaign_dir / "campaign.json", exc, frames_sent, iterations) from exc
+    return CampaignResult(
+        campaign_id=campaign_id,
+        campaign_dir=campaign_dir,
+        iterations=iterations,
+        frames_sent=frames_sent,
+        markers=sorted(seen),
+        stopped_reason=stopped_reason,
+        findings=findings,
+        corpus_size=len(generator.corpus),
+        elapsed=clock() - start,
+    )
