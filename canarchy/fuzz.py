@@ -26,8 +26,9 @@ padding kept); one time in eight the raw frame is mutated instead, PCI and
 all. Operators: bit flip, random byte, small arithmetic (+-1..4),
 interesting value (00 01 02 03 7F 80 FE FF), insert, append, delete,
 truncate; one or two per input. In a UDS body the SID byte is chosen one
-time in ten, so a campaign mostly explores the service it was seeded with. The first iterations send the corpus as is
-(the seed payload, then the ``--corpus`` entries).
+time in ten, so a campaign mostly explores the service it was seeded with.
+Parents are drawn by weight (:func:`marker_weight`). The first iterations
+send the corpus as is (the seed payload, then the ``--corpus`` entries).
 
 Storage: findings under ``<root>/<campaign_id>/`` (``campaign.json`` and one
 ``finding-<iteration:08d>.json`` per finding), corpus entries as raw
@@ -481,12 +482,22 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
     iterations = 0
     try:
         campaign_id, campaign_dir = _create_campaign_dir(settings.findings_root)
-        document = _campaign_document(settings, campaign_id, started_wall)
-        write_json_atomic(campaign_dir / "campaign.json", document)
-        if settings.corpus_dir is not None:
-            settings.corpus_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise FuzzPersistenceError(settings.findings_root, exc, 0, 0) from exc
+    document = _campaign_document(settings, campaign_id, started_wall)
+    target = campaign_dir / "campaign.json"
+    try:
+        write_json_atomic(target, document)
+        if settings.corpus_dir is not None:
+            target = settings.corpus_dir
+            settings.corpus_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        for leftover in (campaign_dir / "campaign.json", campaign_dir):
+            try:  # leave no campaign behind that never sent a frame
+                leftover.unlink() if leftover.is_file() else leftover.rmdir()
+            except OSError:
+                pass
+        raise FuzzPersistenceError(target, exc, 0, 0) from exc
 
     generator = InputGenerator([settings.seed_data, *settings.corpus], settings.rng_seed)
     seen: set[str] = set()

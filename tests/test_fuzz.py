@@ -195,6 +195,16 @@ def test_findings_root_is_a_file_stops_before_sending(ecu, virtual_channel, tmp_
     assert ecu.requests == []
 
 
+def test_unusable_corpus_dir_stops_before_sending_and_leaves_no_campaign(ecu, virtual_channel, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.write_text("a file, not a directory")
+    findings = tmp_path / "findings"
+    result = fuzz_cli(virtual_channel, *FAST, "--corpus", str(corpus), "--findings-dir", str(findings))
+    assert result.code == 2 and result.error_codes == ["FUZZ_GUIDED_PERSISTENCE_FAILED"]
+    assert ecu.requests == []
+    assert list(findings.iterdir()) == []
+
+
 def test_storage_failure_mid_campaign_stops_transmission(ecu, virtual_channel, tmp_path, monkeypatch):
     real_write = fuzz.write_json_atomic
     calls = []
