@@ -9,7 +9,8 @@ python-can is imported only inside ``_open_bus`` (``import can`` costs about
 0.6 s); reference commands never pay for it.
 
 Errors: :class:`canarchy.errors.TransportError` (CLI exit 2) with codes
-``TRANSPORT_UNAVAILABLE``, ``TRANSPORT_SEND_FAILED``, ``INVALID_FRAME``;
+``TRANSPORT_UNAVAILABLE``, ``TRANSPORT_SEND_FAILED``, ``TRANSPORT_RECEIVE_FAILED``;
+``UserInputError`` ``INVALID_FRAME`` for a frame that does not fit;
 :class:`canarchy.errors.ConfigError` for invalid configuration.
 """
 
@@ -218,7 +219,7 @@ class PythonCanBackend(Backend):
         with self._open_bus(channel) as bus:
             count = 0
             while limit is None or count < limit:
-                message = bus.recv(timeout=timeout)
+                message = self._recv_on(bus, channel, timeout)
                 if message is None:
                     if limit is None:
                         continue  # unbounded capture streams until interrupted
@@ -241,6 +242,17 @@ class PythonCanBackend(Backend):
                 "Check the bus state (bus-off, no other node acknowledging) and the bit rate.",
             ) from exc
 
+    @staticmethod
+    def _recv_on(bus: Any, channel: str, timeout: float) -> Any:
+        try:
+            return bus.recv(timeout=timeout)
+        except Exception as exc:
+            raise TransportError(
+                "TRANSPORT_RECEIVE_FAILED",
+                f"Receiving on {channel!r} failed: {exc}",
+                "Check that the interface is still up and the bus is not in bus-off.",
+            ) from exc
+
     def transaction(self, channel: str, request: CanFrame, accept: Callable[[CanFrame], bool],
                     timeout: float, settle: Callable[[CanFrame], bool] | None = None) -> list[CanFrame]:
         replies: list[CanFrame] = []
@@ -251,7 +263,7 @@ class PythonCanBackend(Backend):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                message = bus.recv(timeout=remaining)
+                message = self._recv_on(bus, channel, remaining)
                 if message is None:
                     break
                 frame = self._to_frame(message, channel)

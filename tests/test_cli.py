@@ -211,3 +211,26 @@ def test_render_is_pure_and_text_shows_warnings():
     result = cli.CommandResult(data={"a": 1}, warnings=["careful"])
     text = cli.render("text", "x", result, None)
     assert text == "a: 1\nwarning: careful"
+
+
+def test_receive_failure_is_a_transport_error(monkeypatch):
+    class BrokenBus:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def send(self, message):
+            pass
+
+        def recv(self, timeout=None):
+            raise OSError("Network is down")
+
+    backend = transport.PythonCanBackend(bus_type="virtual")
+    monkeypatch.setattr(backend, "_open_bus", lambda channel: BrokenBus())
+    with pytest.raises(transport.TransportError) as caught:
+        backend.transaction("x", transport.CanFrame(0x7E0, b"\x02\x10\x01"), lambda f: True, 0.1)
+    assert caught.value.code == "TRANSPORT_RECEIVE_FAILED"
+    with pytest.raises(transport.TransportError):
+        list(backend.capture("x", limit=1))

@@ -89,7 +89,8 @@ def test_uds_services_finds_a_simulated_ecu_in_another_process():
          "--duration", "20"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
+        ready = json.loads(simulator.stdout.readline() or "{}")
+        assert ready.get("event") == "ready", ready
         env = dict(os.environ, CANARCHY_MCP_NONINTERACTIVE_ACK="1")
         proc = subprocess.run([sys.executable, "-m", "canarchy", "uds", "services", channel, "--ack-active",
                                "--timeout", "0.5", "--json"], capture_output=True, text=True, env=env, timeout=60)
