@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parent
 REPORTS = "reports"
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 SAFETY_FLAGS = ("--strict-markers", "--strict-config", "-p", "no:cacheprovider")
-# Options posargs may use: they choose tests and nothing else.
-_SELECTION_OPTIONS = ("-k", "-m", "--deselect")
 
 
 def _load_lanes():
@@ -94,24 +92,11 @@ def _install(session: nox.Session, *, multicast: bool = False) -> None:
 
 
 def _selection(session: nox.Session, *, markexpr: str | None) -> list[str]:
-    """posargs, checked to only choose tests (paths, node ids, -k, -m, --deselect); default path ``tests``."""
-    args, options, paths = list(session.posargs), [], []
-    while args:
-        token = args.pop(0)
-        if not token.startswith("-"):
-            paths.append(token)
-            continue
-        option, has_value, value = token.partition("=")
-        if option not in _SELECTION_OPTIONS or (option == "-m" and markexpr is not None):
-            session.error(f"posargs only choose tests (paths, node ids, -k, -m, --deselect); {token!r} is not allowed here")
-        if not has_value:
-            if not args:
-                session.error(f"{token} needs a value")
-            value = args.pop(0)
-        if option == "-m" and "integration" in value:
-            session.error("integration tests run in their own lane: nox -s integration")
-        options += [option, value]
-    return [*options, *(paths or ["tests"])]
+    """posargs, checked to only choose tests (paths, node ids, -k, -m, --deselect); default ``tests``."""
+    try:
+        return lanes.choose_tests(session.posargs, fixed_markexpr=markexpr)
+    except ValueError as exc:
+        session.error(str(exc))
 
 
 def _pytest(

@@ -42,7 +42,7 @@ exactly one ``--junitxml=PATH``. Exit codes: 0 passed / identical,
 1 failed / different, 2 cannot decide.
 
 Public surface: :func:`build_env`, :func:`manifest`, :func:`diff_manifests`,
-:func:`tree_manifest`, :func:`netns_support`, :func:`netns_command`,
+:func:`tree_manifest`, :func:`choose_tests`, :func:`netns_support`, :func:`netns_command`,
 :func:`netns_roundtrip`, :func:`run_pytest`, :func:`lane_verdict`,
 :func:`run_parity`, :data:`HOSTILE_ENV`, :data:`OPERATOR_BUS_VARIABLES`.
 """
@@ -163,6 +163,40 @@ def build_env(
     env["PYTHONNOUSERSITE"] = "1"
     env.update(extra or {})
     return env
+
+
+#: Options posargs may pass to a lane: they choose tests and nothing else.
+SELECTION_OPTIONS = ("-k", "-m", "--deselect")
+
+
+def choose_tests(posargs: Sequence[str], *, fixed_markexpr: str | None = None, default: str = "tests") -> list[str]:
+    """Check a lane's posargs and return pytest's test selection.
+
+    Accepted: paths and node ids, ``-k EXPR``, ``-m EXPR`` (not when the lane
+    fixes ``-m`` itself, and never naming ``integration`` outside that lane),
+    ``--deselect ID``, each with a separate or ``=`` value. Without a path the
+    selection is ``default``. Raises ``ValueError`` naming the refused token,
+    so posargs can never switch a safety flag off or move the JUnit report.
+    """
+    args, options, paths = list(posargs), [], []
+    while args:
+        token = args.pop(0)
+        if not token.startswith("-"):
+            paths.append(token)
+            continue
+        option, has_value, value = token.partition("=")
+        if option not in SELECTION_OPTIONS or (option == "-m" and fixed_markexpr is not None):
+            raise ValueError(
+                f"posargs only choose tests (paths, node ids, -k, -m, --deselect); {token!r} is not allowed in this lane"
+            )
+        if not has_value:
+            if not args:
+                raise ValueError(f"{token} needs a value")
+            value = args.pop(0)
+        if option == "-m" and "integration" in value:
+            raise ValueError("integration tests run in their own lane: nox -s integration")
+        options += [option, value]
+    return [*options, *(paths or [default])]
 
 
 # --------------------------------------------------------------------------- manifests
