@@ -1,0 +1,355 @@
+"""canarchy.testing.junit_compare: reading pytest's JUnit reports and the parity verdict.
+
+The "real" reports are written by the pytest that runs this suite, from a
+generated test module covering every outcome; the crafted ones cover what
+pytest would not write (a broken file, a repeated id, a bare <testsuite>).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from canarchy.testing import junit_compare as jc
+
+SAMPLE = '''
+import pytest
+
+def test_pass(): pass
+def test_fail(): assert 0
+@pytest.fixture
+def bad_setup(): raise RuntimeError("setup boom")
+def test_setup_error(bad_setup): pass
+@pytest.fixture
+def bad_teardown():
+    yield
+    raise RuntimeError("teardown boom")
+def test_pass_teardown_error(bad_teardown): pass
+def test_fail_teardown_error(bad_teardown): assert 0
+def test_skip(): pytest.skip("nope")
+@pytest.mark.skip(reason="marked")
+def test_skip_mark(): pass
+@pytest.mark.xfail(reason="known", strict=True)
+def test_xfail(): assert 0
+def test_imperative_xfail(): pytest.xfail("imperative")
+@pytest.mark.xfail(reason="known", strict=False)
+def test_xpass_nonstrict(): pass
+@pytest.mark.xfail(reason="known", strict=True)
+def test_xpass_strict(): pass
+@pytest.mark.parametrize("x", ["a b", "c::d", "[e]"])
+def test_param(x): pass
+class TestK:
+    def test_m(self): pass
+'''
+
+EXPECTED = {
+    "test_sample::test_pass": "passed",
+    "test_sample::test_fail": "failed",
+    "test_sample::test_setup_error": "error",
+    "test_sample::test_pass_teardown_error": "passed+error",
+    "test_sample::test_fail_teardown_error": "failed+error",
+    "test_sample::test_skip": "skipped",
+    "test_sample::test_skip_mark": "skipped",
+    "test_sample::test_xfail": "xfailed",
+    "test_sample::test_imperative_xfail": "xfailed",
+    "test_sample::test_xpass_nonstrict": "passed",
+    "test_sample::test_xpass_strict": "xpassed",
+    "test_sample::test_param[a b]": "passed",
+    "test_sample::test_param[c::d]": "passed",
+    "test_sample::test_param[[e]]": "passed",
+    "test_sample.TestK::test_m": "passed",
+}
+
+
+def _run_pytest(directory: Path, *args: str) -> tuple[Path, str]:
+    (directory / "pytest.ini").write_text("[pytest]\n")
+    junit = directory / "report.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(directory / "pytest.ini"),
+         "--rootdir", str(directory), f"--junitxml={junit}", *args],
+        cwd=directory, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return junit, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A JUnit report and terminal output written by pytest for SAMPLE."""
+    directory = tmp_path_factory.mktemp("real")
+    (directory / "test_sample.py").write_text(SAMPLE)
+    return _run_pytest(directory, "test_sample.py")
+
+
+def _xml(cases: str, *, root: str = "testsuites") -> str:
+    suite = f'<testsuite name="pytest" tests="1">{cases}</testsuite>'
+    return f'<?xml version="1.0" encoding="utf-8"?><testsuites>{suite}</testsuites>' if root == "testsuites" else suite
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def test_real_report_outcome_taxonomy(real):
+    junit, _ = real
+    report = jc.load_report(junit)
+    assert {k: c.outcome for k, c in report.cases.items()} == EXPECTED
+
+
+def test_real_report_count_matches_pytest_summary_line(real):
+    junit, output = real
+    summary = jc.parse_summary(output)
+    assert summary is not None and summary["failed"] == 3 and summary["error"] == 3
+    # 17 entries for 15 ids: both teardown errors are counted by pytest on top of the call.
+    assert jc.load_report(junit).counted == jc.summary_total(summary) == 17
+
+
+def test_fail_plus_teardown_error_is_two_elements_merged_into_one_case(real):
+    junit, _ = real
+    text = junit.read_text()
+    assert text.count('name="test_fail_teardown_error"') == 2  # what pytest really writes
+    case = jc.load_report(junit).cases["test_sample::test_fail_teardown_error"]
+    assert [r.kind for r in case.results] == ["failure", "error"] and case.is_failing
+
+
+def test_xfail_is_not_confused_with_skip(real):
+    junit, _ = real
+    assert 'type="pytest.xfail"' in junit.read_text()
+    report = jc.load_report(junit)
+    assert report.cases["test_sample::test_xfail"].outcome == "xfailed"
+    assert report.cases["test_sample::test_skip"].outcome == "skipped"
+
+
+def test_strict_xpass_is_a_failure_with_the_xpass_message(real):
+    junit, _ = real
+    case = jc.load_report(junit).cases["test_sample::test_xpass_strict"]
+    assert case.results[0].message.startswith("[XPASS(strict)]")
+    assert case.outcome == "xpassed" and case.is_failing
+
+
+def test_bare_testsuite_root_reads_like_testsuites(tmp_path):
+    cases = '<testcase classname="m" name="t1"/><testcase classname="m" name="t2"><failure message="x"/></testcase>'
+    a = jc.load_report(_write(tmp_path, "a.xml", _xml(cases)))
+    b = jc.load_report(_write(tmp_path, "b.xml", _xml(cases, root="testsuite")))
+    assert {k: c.outcome for k, c in a.cases.items()} == {k: c.outcome for k, c in b.cases.items()} == {
+        "m::t1": "passed",
+        "m::t2": "failed",
+    }
+
+
+def test_collection_error_is_an_error_case(tmp_path):
+    (tmp_path / "test_broken.py").write_text("import no_such_module_for_this_test\n")
+    junit, _ = _run_pytest(tmp_path, "test_broken.py")
+    report = jc.load_report(junit)
+    assert [c.outcome for c in report.cases.values()] == ["error"]
+    assert list(report.cases.values())[0].results[0].phase == "collection"
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("", "empty"),
+        ("<testsuites><testsuite>", "not a readable JUnit"),
+        ("<html><body/></html>", "not a readable JUnit"),
+    ],
+)
+def test_unreadable_reports_cannot_decide(tmp_path, content, reason):
+    with pytest.raises(jc.CannotDecide, match=reason):
+        jc.load_report(_write(tmp_path, "r.xml", content))
+
+
+def test_missing_report_cannot_decide(tmp_path):
+    with pytest.raises(jc.CannotDecide, match="no such report"):
+        jc.load_report(tmp_path / "absent.xml")
+
+
+def test_duplicate_id_is_an_error_of_the_report(tmp_path):
+    cases = '<testcase classname="m" name="t"/><testcase classname="m" name="t"/>'
+    with pytest.raises(jc.CannotDecide, match="appears 2 times"):
+        jc.load_report(_write(tmp_path, "r.xml", _xml(cases)))
+
+
+def test_duplicate_that_is_not_failure_then_teardown_is_refused(tmp_path):
+    teardown = '<error message="failed on teardown with &quot;E&quot;"/>'
+    cases = f'<testcase classname="m" name="t"/><testcase classname="m" name="t">{teardown}</testcase>'
+    with pytest.raises(jc.CannotDecide, match="appears 2 times"):
+        jc.load_report(_write(tmp_path, "r.xml", _xml(cases)))
+
+
+@pytest.mark.parametrize(
+    "node_id, key",
+    [
+        ("tests/test_x.py::test_a", "tests.test_x::test_a"),
+        ("tests/test_x.py::TestK::test_m", "tests.test_x.TestK::test_m"),
+        ("tests/sub/test_y.py::test_p[a::b-c/d.py]", "tests.sub.test_y::test_p[a::b-c/d.py]"),
+        ("tests.test_x::test_a", "tests.test_x::test_a"),
+    ],
+)
+def test_case_key_from_node_id(node_id, key):
+    assert jc.case_key(node_id) == key
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("=== 3 failed, 6 passed, 2 skipped, 1 xpassed, 3 errors in 0.09s ===", {"failed": 3, "passed": 6, "skipped": 2, "xpassed": 1, "error": 3}),
+        ("12 passed, 4 deselected, 1 warning in 62.01s (0:01:02)", {"passed": 12, "deselected": 4, "warning": 1}),
+        ("====== no tests ran in 0.01s ======", {}),
+        ("1 error in 0.2s", {"error": 1}),
+        ("nothing like a summary", None),
+    ],
+)
+def test_parse_summary(output, expected):
+    assert jc.parse_summary("collected 9 items\n" + output + "\n") == expected
+
+
+def test_summary_total_ignores_deselected_and_warnings():
+    assert jc.summary_total({"passed": 2, "deselected": 5, "warning": 3, "xfailed": 1}) == 3
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def test_same_report_is_identical(real):
+    junit, output = real
+    total = jc.summary_total(jc.parse_summary(output))
+    result = jc.compare(junit, junit, expected_a=total, expected_b=total)
+    assert result.verdict == "identical" and result.exit_code == 0 and not result.differences
+
+
+def test_order_and_timing_do_not_matter(tmp_path):
+    a = _xml('<testcase classname="m" name="t1" time="0.1"/><testcase classname="m" name="t2" time="9"/>')
+    b = _xml('<testcase classname="m" name="t2" time="0.5"/><testcase classname="m" name="t1" time="3"/>')
+    assert jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b)).verdict == "identical"
+
+
+def test_different_outcome_and_missing_case_are_differences(tmp_path):
+    a = _xml('<testcase classname="m" name="t1"/><testcase classname="m" name="t2"/>')
+    b = _xml('<testcase classname="m" name="t1"><failure message="boom"/></testcase><testcase classname="m" name="t3"/>')
+    result = jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b))
+    assert result.verdict == "different" and result.exit_code == 1
+    assert [(r.id, r.outcome_a, r.outcome_b) for r in result.differences] == [
+        ("m::t1", "passed", "failed"),
+        ("m::t2", "passed", "absent"),
+        ("m::t3", "absent", "passed"),
+    ]
+
+
+def test_xfail_versus_skip_is_a_difference(tmp_path):
+    a = _xml('<testcase classname="m" name="t"><skipped type="pytest.xfail" message="k"/></testcase>')
+    b = _xml('<testcase classname="m" name="t"><skipped type="pytest.skip" message="k"/></testcase>')
+    result = jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b))
+    assert [(r.outcome_a, r.outcome_b) for r in result.differences] == [("xfailed", "skipped")]
+
+
+def test_zero_cases_cannot_decide(tmp_path):
+    empty = _write(tmp_path, "e.xml", '<testsuites><testsuite name="pytest" tests="0"/></testsuites>')
+    result = jc.compare(empty, empty)
+    assert result.verdict == "cannot decide" and result.exit_code == 2
+    assert any("zero test cases" in r for r in result.undecided)
+
+
+def test_fewer_cases_than_pytest_reported_cannot_decide(real):
+    junit, output = real
+    total = jc.summary_total(jc.parse_summary(output))
+    result = jc.compare(junit, junit, expected_a=total, expected_b=total + 1)
+    assert result.verdict == "cannot decide"
+    assert any("pytest reported 18" in r for r in result.undecided)
+
+
+def test_unreadable_side_cannot_decide_and_is_named(tmp_path, real):
+    junit, _ = real
+    result = jc.compare(junit, _write(tmp_path, "bad.xml", "not xml"), label_b="with config")
+    assert result.verdict == "cannot decide" and "bad.xml" in result.undecided[0]
+
+
+# --------------------------------------------------------------------------- allow-list
+
+
+def test_allowlisted_difference_is_reported_not_counted(tmp_path):
+    allow = _write(tmp_path, "allow.toml", '[[allowed]]\nid = "m.py::t1"\nreason = "reads the real home on purpose"\n')
+    a = _xml('<testcase classname="m" name="t1"/>')
+    b = _xml('<testcase classname="m" name="t1"><failure message="x"/></testcase>')
+    result = jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b), allowlist=jc.load_allowlist(allow))
+    assert result.verdict == "identical"
+    assert [(r.id, r.allowed_reason) for r in result.allowed] == [("m::t1", "reads the real home on purpose")]
+    assert "reads the real home on purpose" in jc.render_table(result)
+    assert "reads the real home on purpose" in jc.render_markdown(result)
+
+
+def test_unused_allowlist_entry_is_listed(tmp_path):
+    allow = _write(tmp_path, "allow.toml", '[[allowed]]\nid = "m::t9"\nreason = "r"\n')
+    a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
+    result = jc.compare(a, a, allowlist=jc.load_allowlist(allow))
+    assert result.verdict == "identical" and [e.id for e in result.stale_allowed] == ["m::t9"]
+
+
+def test_repository_allowlist_starts_empty():
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "parity-allowlist.toml"
+    assert jc.load_allowlist(path) == []
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('[[allowed]]\nid = "m::t"\n', "no `reason`"),
+        ('[[allowed]]\nreason = "r"\n', "no `id`"),
+        ('[[allowed]]\nid = "m::t"\nreason = "r"\n[[allowed]]\nid = "m::t"\nreason = "again"\n', "listed twice"),
+        ('[[allowed]]\nid = "m::t"\nreason = "r"\nextra = 1\n', "only `id` and `reason`"),
+        ('[other]\n', "unknown top-level"),
+        ("[[allowed]\n", "cannot be read"),
+    ],
+)
+def test_invalid_allowlist_cannot_decide(tmp_path, content, message):
+    with pytest.raises(jc.CannotDecide, match=message):
+        jc.load_allowlist(_write(tmp_path, "allow.toml", content))
+
+
+# --------------------------------------------------------------------------- CLI and output
+
+
+def test_cli_exit_codes_and_markdown(tmp_path, capsys):
+    a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
+    b = _write(tmp_path, "b.xml", _xml('<testcase classname="m" name="t1"><error message="failed on setup with x"/></testcase>'))
+    md = tmp_path / "out" / "parity.md"
+    assert jc.main(["compare", str(a), str(a), "--expected", "1,1"]) == 0
+    assert jc.main(["compare", str(a), str(b), "--markdown", str(md)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT" in out and "m::t1" in out and "without config" in out and "with config" in out
+    assert "| `m::t1` | passed | error |" in md.read_text()
+    assert jc.main(["compare", str(a), str(b), "--expected-a", "2"]) == 2
+    assert "cannot decide" in capsys.readouterr().out
+
+
+def test_cli_bad_expected_argument_cannot_decide(tmp_path, capsys):
+    a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
+    assert jc.main(["compare", str(a), str(a), "--expected", "7"]) == 2
+    assert "cannot decide" in capsys.readouterr().err
+
+
+def test_table_lists_each_differing_test_by_id(tmp_path):
+    a = _xml("".join(f'<testcase classname="m" name="t{i}"/>' for i in range(3)))
+    b = _xml('<testcase classname="m" name="t0"/><testcase classname="m" name="t1"><failure message="x"/></testcase>')
+    table = jc.render_table(jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b)))
+    lines = table.splitlines()
+    assert any(line.split() == ["m::t1", "passed", "failed"] for line in lines)
+    assert any(line.split() == ["m::t2", "passed", "absent"] for line in lines)
+    assert not any(line.startswith("m::t0") for line in lines)
+
+
+def test_module_runs_as_a_script(tmp_path):
+    a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
+    proc = subprocess.run(
+        [sys.executable, "-m", "canarchy.testing.junit_compare", "compare", str(a), str(a)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert textwrap.dedent(proc.stdout).startswith("parity: IDENTICAL")
