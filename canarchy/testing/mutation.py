@@ -363,8 +363,8 @@ def run_mutation(
     previous = _install_handlers()
     tmp = Path(tempfile.mkdtemp(prefix=f"canarchy-mutant-{mutation.name}-"))
     try:
-        copy, home, out = tmp / "tree", tmp / "home", tmp / "out"
-        for d in (copy, home, out):
+        copy, home, out, child_tmp = tmp / "tree", tmp / "home", tmp / "out", tmp / "tmp"
+        for d in (copy, home, out, child_tmp):
             d.mkdir()
         echo(f"mutation {mutation.name}: working on a copy in {copy} (the working tree is only read)")
         started = time.monotonic()
@@ -382,7 +382,8 @@ def run_mutation(
                 f"{mutation.file}: `search` occurs {count} times (exactly 1 required); "
                 f"update {mutation.source or 'the mutation file'} to the current code"
             )
-        env = lanes.build_env(home=home, hashseed=0, extra={"PYTHONPATH": str(copy)})
+        # TMPDIR inside our directory: whatever the tests leave behind goes with the copy.
+        env = lanes.build_env(home=home, hashseed=0, extra={"PYTHONPATH": str(copy), "TMPDIR": str(child_tmp)})
         result.durations["copy"] = time.monotonic() - started
 
         # Step 3: baseline on the unmutated copy.

@@ -1,0 +1,286 @@
+"""canarchy.testing.mutation: the mutation runner, on small generated projects.
+
+Each project is a git work tree under tmp_path with a package holding a guard,
+the tests that should catch its removal, and a mutation file. The runner must
+never write to that tree and must leave no temporary copy behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from canarchy.testing import lanes, mutation
+
+GUARD = '''\
+def decide(channel, default):
+    """Reference mode unless a channel is typed (the guard under test)."""
+    if channel is None:
+        return "reference"
+    return "active:" + (channel or default)
+'''
+
+TESTS = '''\
+import pytest
+from tinypkg.guard import decide
+
+def test_killer():
+    assert decide(None, "vcan7") == "reference"
+
+def test_control():
+    assert decide("can0", "vcan7") == "active:can0"
+
+def test_unrelated():
+    assert 1 + 1 == 2
+
+@pytest.fixture
+def reference_mode():
+    assert decide(None, "vcan7") == "reference", "setup needs reference mode"
+
+def test_needs_reference_mode_in_setup(reference_mode):
+    pass
+
+def test_slow(tmp_path):
+    import os, time
+    marker = os.environ.get("MARKER_FILE") or MARKER
+    with open(marker, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(60)
+
+MARKER = {marker!r}
+'''
+
+SEARCH = '    if channel is None:\n        return "reference"\n'
+REPLACE = "    # MUTANT: the guard is removed\n"
+KILLER = "tests/test_guard.py::test_killer"
+CONTROL = "tests/test_guard.py::test_control"
+
+
+def _mutation_file(path: Path, *, search: str = SEARCH, replace: str = REPLACE, killers=(KILLER,), controls=(CONTROL,),
+                   extra: str = "") -> Path:
+    lines = [
+        'name = "tiny-guard"',
+        "issue = 1",
+        'description = "remove the reference guard"',
+        'file = "tinypkg/guard.py"',
+        f"search = '''\n{search}'''",
+        f"replace = '''\n{replace}'''",
+        f"killers = {json.dumps(list(killers))}",
+        f"controls = {json.dumps(list(controls))}",
+    ]
+    path.write_text("\n".join(lines) + "\n" + extra)
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A tiny git work tree: tinypkg/guard.py, its tests, a pyproject and an ignored file."""
+    repo = tmp_path / "repo"
+    (repo / "tinypkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\nxfail_strict = true\n')
+    (repo / "tinypkg" / "__init__.py").write_text("")
+    (repo / "tinypkg" / "guard.py").write_text(GUARD)
+    (repo / "tests" / "test_guard.py").write_text(TESTS.format(marker=str(tmp_path / "slow.marker")))
+    (repo / ".gitignore").write_text("ignored.txt\n")
+    (repo / "ignored.txt").write_text("must not be copied\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, capture_output=True)
+    return repo
+
+
+@pytest.fixture
+def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the runner's temporary copies go, so the test can see they are removed."""
+    root = tmp_path / "tmproot"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def _run(project: Path, mutation_path: Path) -> mutation.MutationResult:
+    return mutation.run_mutation(mutation.load_mutation(mutation_path), repo=project, echo=lambda line: None, timeout=120)
+
+
+def assert_tree_untouched(project: Path, before: dict, temp_root: Path) -> None:
+    """The working tree is byte-identical and no temporary copy is left."""
+    assert lanes.diff_manifests(before, lanes.manifest(project)) == []
+    assert list(temp_root.iterdir()) == []
+
+
+def test_guard_removal_is_killed_and_the_tree_is_untouched(project, temp_root, tmp_path):
+    before = lanes.manifest(project)
+    result = _run(project, _mutation_file(tmp_path / "m.toml"))
+    assert result.status == "killed", result.reason
+    assert result.exit_code == 0
+    rows = {r.node_id: (r.baseline, r.mutant, r.verdict) for r in result.rows}
+    assert rows == {KILLER: ("passed", "failed", "killed"), CONTROL: ("passed", "passed", "passes (ok)")}
+    assert "killed by 1/1: test_killer" in mutation.render(result)
+    # The import proof saw the mutant in the temporary copy, not the project.
+    assert result.imported_file.startswith(str(temp_root)) and result.imported_file.endswith("tinypkg/guard.py")
+    assert_tree_untouched(project, before, temp_root)
+
+
+def test_only_a_test_phase_failure_counts_as_a_kill(project, temp_root, tmp_path):
+    setup_killer = "tests/test_guard.py::test_needs_reference_mode_in_setup"
+    unrelated = "tests/test_guard.py::test_unrelated"
+    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=(KILLER, unrelated, setup_killer)))
+    assert result.status == "survived" and result.exit_code == 1
+    verdicts = {r.node_id: (r.mutant, r.verdict) for r in result.rows if r.role == "killer"}
+    assert verdicts == {
+        KILLER: ("failed", "killed"),
+        unrelated: ("passed", "SURVIVED"),
+        setup_killer: ("error", "not killed: error outside the test phase"),
+    }
+    assert "killed by 1/3: test_killer" in mutation.render(result)
+
+
+def test_import_error_is_not_a_kill_and_a_broken_control_cannot_decide(project, temp_root, tmp_path):
+    broken = "    import tinypkg_no_such_module  # MUTANT: breaks every call, not the behaviour\n"
+    result = _run(project, _mutation_file(tmp_path / "m.toml", replace=broken))
+    rows = {r.node_id: (r.mutant, r.verdict) for r in result.rows}
+    assert rows[KILLER] == ("failed", "not killed: failed with ModuleNotFoundError")
+    assert rows[CONTROL] == ("failed", "BROKEN")
+    assert result.status == "cannot decide" and result.exit_code == 2
+    assert "controls failed on the mutant" in result.reason
+
+
+@pytest.mark.parametrize("search, count", [("    return", 2), ("    if channel is None and False:\n", 0)])
+def test_search_must_occur_exactly_once(project, temp_root, tmp_path, search, count):
+    before = lanes.manifest(project)
+    result = _run(project, _mutation_file(tmp_path / "m.toml", search=search))
+    assert result.status == "cannot decide"
+    assert f"occurs {count} times (exactly 1 required)" in result.reason
+    assert_tree_untouched(project, before, temp_root)
+
+
+def test_killer_failing_unmutated_cannot_decide(project, temp_root, tmp_path):
+    (project / "tinypkg" / "guard.py").write_text(GUARD.replace('return "reference"', 'return "REFERENCE"'))
+    result = _run(project, _mutation_file(tmp_path / "m.toml", search='    if channel is None:\n        return "REFERENCE"\n'))
+    assert result.status == "cannot decide"
+    assert result.reason.startswith("baseline: these must pass on the unmutated code first")
+    assert result.rows[0].baseline == "failed"
+
+
+def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, tmp_path):
+    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_no_such_test",), controls=()))
+    assert result.status == "cannot decide"
+    assert "baseline" in result.reason and ("zero tests" in result.reason or "no usable JUnit" in result.reason)
+
+
+def test_module_imported_from_outside_the_copy_cannot_decide(project, temp_root, tmp_path):
+    # `module` names code that is not the copy's file: the mutant would not be what runs.
+    result = _run(project, _mutation_file(tmp_path / "m.toml", extra='module = "json"\n'))
+    assert result.status == "cannot decide"
+    assert result.reason.startswith("import proof: json was imported from") and "not from the copy" in result.reason
+
+
+def test_untracked_files_are_copied_and_ignored_ones_are_not(project):
+    (project / "notes.md").write_text("untracked, not ignored\n")
+    files = mutation.repo_files(project)
+    assert "notes.md" in files and "tinypkg/guard.py" in files
+    assert "ignored.txt" not in files
+
+
+def test_sigint_midway_removes_the_copy_and_leaves_the_tree_untouched(project, tmp_path):
+    """Start the runner in a subprocess, interrupt it while a slow killer sleeps."""
+    temp_root = tmp_path / "tmproot"
+    temp_root.mkdir()
+    marker = tmp_path / "slow.marker"
+    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
+    before = lanes.manifest(project)
+    package_parent = str(Path(mutation.__file__).resolve().parents[2])
+    env = lanes.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": package_parent})
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "canarchy.testing.mutation", "run", str(path), "--repo", str(project)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline and runner.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the slow killer never started"
+        assert any(temp_root.iterdir()), "the runner should be working in the temporary root"
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == 128 + signal.SIGINT, output
+    assert "interrupted by SIGINT; the temporary copy was removed" in output
+    assert_tree_untouched(project, before, temp_root)
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the interrupted pytest run was left running"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return "\nState:\tZ" not in status
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.replace('name = "tiny-guard"\n', ""), "missing keys ['name']"),
+        (lambda t: t + 'surprise = 1\n', "unknown keys ['surprise']"),
+        (lambda t: t.replace("# MUTANT: the guard is removed\n", ""), "`replace` is empty"),
+        (lambda t: t.replace('killers = ["tests/test_guard.py::test_killer"]', "killers = []"), "`killers` is empty"),
+        (lambda t: t.replace('controls = ["tests/test_guard.py::test_control"]', 'controls = ["tests/test_guard.py::test_killer"]'), "listed twice"),
+        (lambda t: t.replace('file = "tinypkg/guard.py"', 'file = "../outside.py"'), "without '..'"),
+        (lambda t: t + '[kill]\nrequires = "error"\n', "must be \"failure\""),
+        (lambda t: t + '[kill]\nexcluded_exceptions = ["not a name"]\n', "list of exception names"),
+    ],
+)
+def test_invalid_definitions_are_refused(tmp_path, edit, message):
+    path = _mutation_file(tmp_path / "m.toml")
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(mutation.CannotDecide) as info:
+        mutation.load_mutation(path)
+    assert message in str(info.value)
+
+
+def test_issue_530_definition_matches_the_current_code():
+    """The #530 mutation still applies exactly once (so `nox -s mutation-530` can decide)."""
+    root = Path(__file__).resolve().parents[1]
+    definition = mutation.load_mutation(root / "fixtures" / "mutations" / "issue-530.toml")
+    assert definition.module == "canarchy.cli" and definition.file == "canarchy/cli.py"
+    assert (root / definition.file).read_text(encoding="utf-8").count(definition.search) == 1
+    assert definition.killers and definition.controls == ("tests/test_uds_services.py::test_ref05_typed_channel_goes_active",)
+    test_source = (root / "tests" / "test_uds_services.py").read_text(encoding="utf-8")
+    for node_id in definition.killers + definition.controls:
+        assert f"def {node_id.rsplit('::', 1)[1]}(" in test_source
+
+
+def test_cli_run_all_reports_the_worst_outcome(project, temp_root, tmp_path, capsys):
+    folder = tmp_path / "mutations"
+    folder.mkdir()
+    _mutation_file(folder / "a.toml")
+    _mutation_file(folder / "b.toml", search="    no such code\n")
+    assert mutation.main(["run-all", str(folder), "--repo", str(project), "--timeout", "120"]) == 2
+    out = capsys.readouterr().out
+    assert "a.toml: killed" in out and "b.toml: CANNOT DECIDE" in out
+    assert "killed by 1/1: test_killer" in out
+    assert list(temp_root.iterdir()) == []
