@@ -278,6 +278,8 @@ def diff_manifests(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> l
             lines.append(f"removed: {path}")
         elif old.kind != new.kind:
             lines.append(f"changed: {path} ({old.kind} -> {new.kind})")
+        elif old.kind == "link":
+            lines.append(f"changed: {path} (link target changed)")
         elif old.size != new.size:
             lines.append(f"changed: {path} ({old.size} -> {new.size} bytes)")
         else:
@@ -621,8 +623,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             return verdict.exit_code
     for note in notes:
         print(f"{args.lane}: {note}")
-    with tempfile.TemporaryDirectory(prefix=f"canarchy-{args.lane}-home-") as home:
-        env["HOME"] = env["USERPROFILE"] = home
+    with tempfile.TemporaryDirectory(prefix=f"canarchy-{args.lane}-") as tmp:
+        home, child_tmp = Path(tmp) / "home", Path(tmp) / "tmp"
+        home.mkdir()
+        child_tmp.mkdir()
+        # A fresh home, and TMPDIR inside our directory: what the run leaves behind goes with it.
+        env.update(HOME=str(home), USERPROFILE=str(home), TMPDIR=str(child_tmp))
         run = run_pytest(sys.executable, args.pytest_args, env=env, log=log, netns=netns)
     verdict = lane_verdict(args.lane, run, notes=notes)
     _write_atomically(junit.with_suffix(".md"), verdict.markdown())
@@ -690,10 +696,21 @@ def run_parity(
         shutil.copytree(operator_home, op_home, symlinks=True)
         if diff_manifests(fixture_manifest, manifest(op_home)):
             raise RuntimeError("the operator home copy differs from the fixture before the run")
+        tmpdirs = {name: Path(tmp) / f"{name}-tmp" for name in ("clean", "operator")}
+        for d in tmpdirs.values():
+            d.mkdir()
         hostile = {k: v.replace("{home}", str(op_home)) for k, v in HOSTILE_ENV.items()}
         twins = {
-            "clean": (build_env(home=clean_home, hashseed=seeds[0], source=source_env), False),
-            "operator": (build_env(home=op_home, hashseed=seeds[1], source=source_env, extra=hostile), netns),
+            "clean": (
+                build_env(home=clean_home, hashseed=seeds[0], source=source_env, extra={"TMPDIR": str(tmpdirs["clean"])}),
+                False,
+            ),
+            "operator": (
+                build_env(
+                    home=op_home, hashseed=seeds[1], source=source_env, extra={**hostile, "TMPDIR": str(tmpdirs["operator"])}
+                ),
+                netns,
+            ),
         }
         errors: dict[str, BaseException] = {}
 

@@ -1,0 +1,357 @@
+"""canarchy.testing.lanes: lane environments, manifests, the private network namespace, verdicts, parity."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from canarchy.testing import lanes
+
+HOSTILE_SHELL = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "HOME": "/home/operator",
+    "CANARCHY_DEFAULT_INTERFACE": "can0",
+    "CANARCHY_PYTHON_CAN_INTERFACE": "udp_multicast",
+    "CAN_INTERFACE": "socketcan",
+    "CAN_CONFIG": '{"receive_own_messages": true}',
+    "XDG_CONFIG_HOME": "/home/operator/.config",
+    "PYTHONPATH": "/home/operator/lib",
+    "PYTHONHASHSEED": "123",
+    "VIRTUAL_ENV": "/home/operator/venv",
+    "PYTEST_ADDOPTS": "-p no:canarchy",
+    "SOMETHING_ELSE": "x",
+}
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_build_env_keeps_only_the_allow_list(tmp_path):
+    env = lanes.build_env(home=tmp_path, hashseed=7, source=HOSTILE_SHELL)
+    assert env == {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": str(tmp_path),
+        "USERPROFILE": str(tmp_path),
+        "PYTHONHASHSEED": "7",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
+def test_build_env_verdict_does_not_depend_on_the_callers_shell(tmp_path):
+    clean = {k: HOSTILE_SHELL[k] for k in ("PATH", "LANG", "LC_ALL")}
+    assert lanes.build_env(home=tmp_path, source=HOSTILE_SHELL) == lanes.build_env(home=tmp_path, source=clean)
+
+
+def test_build_env_passthrough_and_extra(tmp_path):
+    env = lanes.build_env(
+        home=tmp_path,
+        source=HOSTILE_SHELL,
+        passthrough=lanes.OPERATOR_BUS_VARIABLES,
+        extra={"TMPDIR": "/x", "CANARCHY_DEFAULT_INTERFACE": "239.74.163.2"},
+    )
+    assert env["CANARCHY_PYTHON_CAN_INTERFACE"] == "udp_multicast"  # passed through
+    assert env["CANARCHY_DEFAULT_INTERFACE"] == "239.74.163.2"  # extra wins
+    assert env["TMPDIR"] == "/x" and "CAN_INTERFACE" not in env
+
+
+@pytest.mark.parametrize(
+    "posargs, fixed, expected",
+    [
+        ([], None, ["tests"]),
+        (["tests/test_cli.py::test_a", "-k", "json"], None, ["-k", "json", "tests/test_cli.py::test_a"]),
+        (["-k=json", "-m", "not slow", "--deselect", "tests/x.py::t"], None, ["-k", "json", "-m", "not slow", "--deselect", "tests/x.py::t", "tests"]),
+        (["tests/test_integration.py"], "integration", ["tests/test_integration.py"]),
+    ],
+)
+def test_choose_tests_accepts_selection_only(posargs, fixed, expected):
+    assert lanes.choose_tests(posargs, fixed_markexpr=fixed) == expected
+
+
+@pytest.mark.parametrize(
+    "posargs, fixed, message",
+    [
+        (["--junitxml=elsewhere.xml"], None, "not allowed"),
+        (["-p", "no:canarchy.testing.plugin"], None, "not allowed"),
+        (["-o", "addopts="], None, "not allowed"),
+        (["--strict-markers=false"], None, "not allowed"),
+        (["-m", "uds"], "integration", "not allowed"),
+        (["-m", "integration"], None, "own lane"),
+        (["-k"], None, "needs a value"),
+    ],
+)
+def test_choose_tests_refuses_everything_else(posargs, fixed, message):
+    with pytest.raises(ValueError, match=message):
+        lanes.choose_tests(posargs, fixed_markexpr=fixed)
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def _tree(root: Path) -> Path:
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f.txt").write_text("one")
+    (root / "empty").mkdir()
+    (root / ".hidden").write_text("h")
+    (root / "link").symlink_to("a/b/f.txt")
+    return root
+
+
+def test_manifest_records_files_dirs_and_links(tmp_path):
+    m = lanes.manifest(_tree(tmp_path / "t"))
+    assert sorted(m) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link"]
+    assert m["a/b/f.txt"] == lanes.Entry("file", 3, "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed")
+    assert m["link"].kind == "link" and m["empty"].kind == "dir"
+
+
+@pytest.mark.parametrize(
+    "change, line",
+    [
+        (lambda r: (r / "a" / "b" / "f.txt").write_text("two"), "changed: a/b/f.txt (same size, different content)"),
+        (lambda r: (r / "a" / "b" / "f.txt").write_text("three"), "changed: a/b/f.txt (3 -> 5 bytes)"),
+        (lambda r: (r / "new").write_text(""), "added: new"),
+        (lambda r: (r / "empty" / "sub").mkdir(), "added: empty/sub"),
+        (lambda r: (r / ".hidden").unlink(), "removed: .hidden"),
+        (lambda r: ((r / "link").unlink(), (r / "link").symlink_to("empty")), "changed: link (link target changed)"),
+    ],
+)
+def test_diff_manifests_names_each_change(tmp_path, change, line):
+    root = _tree(tmp_path / "t")
+    before = lanes.manifest(root)
+    change(root)
+    assert lanes.diff_manifests(before, lanes.manifest(root)) == [line]
+
+
+def test_unchanged_tree_has_no_diff(tmp_path):
+    root = _tree(tmp_path / "t")
+    assert lanes.diff_manifests(lanes.manifest(root), lanes.manifest(root)) == []
+
+
+def test_tree_manifest_leaves_out_ignored_outputs(tmp_path):
+    root = _tree(tmp_path / "t")
+    for name in (".git/HEAD", "reports/unit.xml", "pkg/__pycache__/m.pyc", "canarchy.egg-info/PKG-INFO", ".nox/x"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    assert sorted(lanes.tree_manifest(root)) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link", "pkg"]
+
+
+def test_operator_home_fixture_is_complete():
+    """The files the parity lane relies on (fixtures/operator-home/README.md) are all there."""
+    home = Path(__file__).resolve().parents[1] / "fixtures" / "operator-home"
+    files = {k for k, e in lanes.manifest(home).items() if e.kind == "file"}
+    for required in (
+        ".canarchy/config.toml",
+        ".canarchy/j1939_spns.json",
+        ".canarchy/j1587_pids.json",
+        ".canarchy/j2497_mids.json",
+        ".canarchy/cache/dbc/providers/opendbc/manifest.json",
+        ".canarchy/cache/skills/providers/example/manifest.json",
+        ".canrc",
+        "can.conf",
+        "README.md",
+    ):
+        assert required in files
+    assert sum(1 for f in files if f.startswith(".canarchy/findings/") and f.endswith("/campaign.json")) == 2
+    config = (home / ".canarchy" / "config.toml").read_text()
+    for line in ('interface = "udp_multicast"', 'default_interface = "vcan-operator"', "require_active_ack = true", "[plugins.example]"):
+        assert line in config
+    dbc = lanes.HOSTILE_ENV["CANARCHY_J1939_DBC"].replace("{home}/", "")
+    assert dbc in files, "HOSTILE_ENV's DBC path must exist in the operator home"
+
+
+# --------------------------------------------------------------------------- network namespace
+
+
+def test_netns_command_wraps_and_execs(tmp_path):
+    support = lanes.NetnsSupport(True, "test", "/usr/bin/unshare", "/usr/sbin/ip")
+    argv = lanes.netns_command(["python", "-m", "pytest"], support)
+    assert argv[:4] == ["/usr/bin/unshare", "--net", "--", "sh"]
+    assert argv[5].endswith('&& exec "$@"') and "route add 224.0.0.0/4 dev lo" in argv[5]
+    assert argv[6:] == ["sh", "python", "-m", "pytest"]
+
+
+def test_netns_command_refuses_when_unavailable():
+    with pytest.raises(RuntimeError, match="no private network namespace: needs root"):
+        lanes.netns_command(["true"], lanes.NetnsSupport(False, "needs root"))
+
+
+def test_netns_support_reasons(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert lanes._probe_netns() == lanes.NetnsSupport(False, "network namespaces are Linux-only (this is darwin)")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    support = lanes._probe_netns()
+    assert not support.available and "needs root" in support.reason
+
+
+def _net_ns(pid: str = "self") -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+def test_private_namespace_has_only_loopback_and_dies_with_the_command():
+    argv = lanes.netns_command(["sh", "-c", "readlink /proc/self/ns/net; ip -o link show; ip route show"])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    ns, *rest = proc.stdout.splitlines()
+    links = [line.split(":")[1].strip() for line in rest if ": " in line and "link/" in line]
+    assert ns != _net_ns() and links == ["lo"]
+    assert any(line.startswith("224.0.0.0/4 dev lo") for line in rest)
+    holders = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if _net_ns(pid) == ns:
+                    holders.append(pid)
+            except OSError:
+                continue
+    assert holders == [], "the namespace outlived its command"
+
+
+@pytest.mark.integration
+def test_provided_bus_round_trip_in_the_private_namespace():
+    """The integration lane's own bus: two udp_multicast buses exchange a frame in the namespace."""
+    pytest.importorskip("msgpack", reason="python-can's multicast extra is not installed")
+    if not lanes.netns_support().available:
+        pytest.skip(lanes.netns_support().reason)
+    ok, output = lanes.netns_roundtrip(sys.executable)
+    assert ok, output
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _junit(path: Path, cases: str) -> Path:
+    path.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    return path
+
+
+def _run(tmp_path: Path, cases: str | None, output: str, returncode: int = 0) -> lanes.PytestRun:
+    from canarchy.testing.junit_compare import parse_summary
+
+    junit = tmp_path / "unit.xml"
+    if cases is not None:
+        _junit(junit, cases)
+    return lanes.PytestRun(returncode, output, parse_summary(output), 1.0, junit, tmp_path / "unit.log")
+
+
+PASS = '<testcase classname="m" name="t1"/>'
+FAIL = '<testcase classname="m" name="t2"><failure message="x"/></testcase>'
+SKIP = '<testcase classname="m" name="t3"><skipped type="pytest.skip" message="no bus"/></testcase>'
+
+
+@pytest.mark.parametrize(
+    "cases, output, rc, status, detail",
+    [
+        (PASS + SKIP, "1 passed, 1 skipped in 0.1s", 0, "PASSED", "1 passed, 1 skipped"),
+        (PASS + FAIL, "1 failed, 1 passed in 0.1s", 1, "FAILED", "exit code 1"),
+        (SKIP, "1 skipped in 0.1s", 0, "NOT PROVEN", "every test skipped"),
+        ("", "no tests ran in 0.1s", 5, "CANNOT DECIDE", "zero tests selected"),
+        (PASS, "2 passed in 0.1s", 0, "CANNOT DECIDE", "accounts for 1 outcome(s), pytest printed 2"),
+        (PASS, "Killed", 137, "CANNOT DECIDE", "no summary line"),
+        (None, "ERROR: usage", 4, "CANNOT DECIDE", "no such report"),
+    ],
+)
+def test_lane_verdict(tmp_path, cases, output, rc, status, detail):
+    verdict = lanes.lane_verdict("unit", _run(tmp_path, cases, output, rc))
+    assert verdict.status == status and detail in verdict.detail
+    assert verdict.exit_code == {"PASSED": 0, "NOT PROVEN": 0, "FAILED": 1}.get(status, 2)
+    assert verdict.line().startswith(f"unit: {status} - ")
+
+
+def test_failed_verdict_lists_failing_tests(tmp_path):
+    verdict = lanes.lane_verdict("unit", _run(tmp_path, PASS + FAIL, "1 failed, 1 passed in 0.1s", 1))
+    assert verdict.failing == ["m::t2"] and "`m::t2`" in verdict.markdown()
+
+
+@pytest.mark.parametrize("args", [[], ["--junitxml=a.xml", "--junitxml=b.xml"], ["--junitxml", "a.xml"]])
+def test_junit_path_must_be_given_once(args):
+    with pytest.raises(ValueError, match="exactly one --junitxml"):
+        lanes.junit_path(args)
+
+
+def _project(root: Path, tests: str) -> Path:
+    (root / "tests").mkdir(parents=True)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "tests" / "test_p.py").write_text(tests)
+    return root
+
+
+def _pytest_args(root: Path, junit: str) -> list[str]:
+    return ["-p", "no:cacheprovider", "-c", str(root / "pytest.ini"), "--rootdir", str(root), f"--junitxml={junit}",
+            "-o", "log_cli=true", "--log-cli-level=WARNING", "tests"]  # fmt: skip
+
+
+def test_run_lane_end_to_end(tmp_path, monkeypatch, capsys):
+    root = _project(tmp_path / "p", "import os\ndef test_home():\n    assert os.environ['HOME'] != os.environ.get('OUTER')\n")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("CANARCHY_DEFAULT_INTERFACE", "can0")  # must not reach the run
+    code = lanes.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "unit: PASSED - 1 passed" in out
+    assert (root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
+    assert (root / "reports" / "unit.log").exists()
+
+
+LEAKY_TESTS = """
+import logging, os
+from pathlib import Path
+
+def test_stable():
+    pass
+
+def test_reads_the_home_config():
+    assert not (Path.home() / ".canarchy" / "config.toml").exists()
+
+def test_reads_the_shell():
+    assert "CANARCHY_DEFAULT_INTERFACE" not in os.environ
+
+def test_writes_into_the_home():
+    if (Path.home() / ".canarchy").is_dir():
+        (Path.home() / ".canarchy" / "findings" / "new-campaign").mkdir(parents=True, exist_ok=True)
+        logging.getLogger("can.bus").warning("UdpMulticastBus was not properly shut down")
+"""
+
+
+def test_parity_finds_every_kind_of_leak(tmp_path):
+    root = _project(tmp_path / "p", LEAKY_TESTS)
+    home = tmp_path / "operator-home"
+    (home / ".canarchy").mkdir(parents=True)
+    (home / ".canarchy" / "config.toml").write_text('[transport]\ndefault_interface = "vcan-operator"\n')
+    result = lanes.run_parity(
+        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
+        allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
+    )  # fmt: skip
+    rows = [(r.id, r.outcome_a, r.outcome_b) for r in result.comparison.differences]
+    assert rows == [
+        ("tests.test_p::test_reads_the_home_config", "passed", "failed"),
+        ("tests.test_p::test_reads_the_shell", "passed", "failed"),
+    ]
+    assert result.home_changes == ["added: .canarchy/findings", "added: .canarchy/findings/new-campaign"]
+    assert result.not_shut_down["clean"] == [] and len(result.not_shut_down["operator"]) >= 1
+    assert result.checkout_changes == [] and result.exit_code == 1
+    md = lanes.parity_markdown(result)
+    assert "| `tests.test_p::test_reads_the_shell` | passed | failed |" in md and "operator home unchanged: NO" in md
+    assert (home / ".canarchy" / "findings").exists() is False  # the fixture itself is never the home
+
+
+def test_parity_identical_runs_pass(tmp_path):
+    root = _project(tmp_path / "p", "import pytest\n@pytest.mark.parametrize('x', range(3))\ndef test_a(x): pass\n")
+    home = tmp_path / "operator-home"
+    (home / ".canarchy").mkdir(parents=True)
+    result = lanes.run_parity(
+        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
+        allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
+    )  # fmt: skip
+    assert result.comparison.verdict == "identical" and result.exit_code == 0, lanes.parity_markdown(result)
+    assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 3}, "operator": {"passed": 3}}
+    assert result.runs["clean"].junit.name == "parity-clean.xml" and result.runs["operator"].junit.exists()
