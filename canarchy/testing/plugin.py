@@ -180,8 +180,9 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     ``real_home`` tests. Yields the test's home directory.
     """
     sandbox = _sandbox(request.config)
-    before = dict(os.environ)
+    before = os.environ.copy()
     cwd_before = os.getcwd()
+    dirs = None
     if _opts_out(request, "integration", "real_home"):
         env = dict(sandbox.operator_env)
         if not _opts_out(request, "integration"):
@@ -191,10 +192,10 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         sandbox.restore_python_can()
         home = sandbox.real_home
     else:
-        home, cwd = sandbox.new_test_dirs()
-        env = {k: v for k, v in before.items() if not is_scrubbed(k)}
-        env.update(home_environment(home))
-        apply_environment(env)
+        home, cwd = dirs = sandbox.new_test_dirs()
+        for name in [k for k in before if is_scrubbed(k)]:
+            del os.environ[name]
+        os.environ.update(home_environment(home))
         sandbox.rebase(home)
         sandbox.scrub_python_can()
         os.chdir(cwd)
@@ -205,6 +206,8 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         apply_environment(before)
         sandbox.rebase(sandbox.session_home)
         sandbox.scrub_python_can()
+        if dirs is not None:
+            sandbox.release_test_dirs(*dirs)
 
 
 @pytest.fixture(autouse=True)

@@ -89,11 +89,12 @@ def home_environment(home: Path) -> dict[str, str]:
 
 
 def apply_environment(target: Mapping[str, str], environ: os._Environ | dict = os.environ) -> None:
-    """Make ``environ`` equal to ``target`` with as few changes as possible."""
-    for name in [n for n in environ if n not in target]:
+    """Make ``environ`` equal to ``target``, touching only what differs."""
+    current = environ.copy()
+    for name in current.keys() - target.keys():
         del environ[name]
     for name, value in target.items():
-        if environ.get(name) != value:
+        if current.get(name) != value:
             environ[name] = value
 
 
@@ -132,6 +133,7 @@ class Sandbox:
         self._scanned: set[str] = set()
         self._modules_seen = -1
         self._python_can_files: list[str] | None = None
+        self._spare: tuple[Path, Path] | None = None
 
     # -- environments ------------------------------------------------------
     def isolated_environment(self, home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -149,13 +151,34 @@ class Sandbox:
         self.rebase(self.session_home)
 
     def new_test_dirs(self) -> tuple[Path, Path]:
-        """Create and return ``(home, cwd)`` for the next test: both exist and are empty."""
+        """Return ``(home, cwd)`` for the next test: both exist and are empty.
+
+        A pair a test left empty and unchanged is handed to the next test
+        instead of creating two more directories (``mkdir`` costs ~0.3 ms on
+        some file systems, more than the rest of the isolation together).
+        """
+        if self._spare is not None:
+            pair, self._spare = self._spare, None
+            return pair
         self._tests += 1
         base = self.root / "tests" / str(self._tests)
         home, cwd = base / "home", base / "cwd"
-        os.makedirs(home)
-        os.mkdir(cwd)
+        os.makedirs(home, mode=0o700)
+        os.mkdir(cwd, mode=0o700)
         return home, cwd
+
+    def release_test_dirs(self, home: Path, cwd: Path) -> None:
+        """Offer a test's directories for reuse if they are still empty and unchanged."""
+        try:
+            for path in (home, cwd):
+                if os.stat(path).st_mode & 0o7777 != 0o700:
+                    return
+                with os.scandir(path) as entries:
+                    if next(entries, None) is not None:
+                        return
+        except OSError:
+            return
+        self._spare = (home, cwd)
 
     def cleanup(self) -> None:
         """Remove the temporary root (end of the session)."""
