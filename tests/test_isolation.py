@@ -545,3 +545,26 @@ def test_parallel_workers_are_isolated(tmp_path):
     run = run_child(tmp_path, {"test_par.py": source}, "-n", "2", env=env)
     assert run.returncode == 0, run.output
     assert sum(1 for name in run.results if name.startswith("test_isolated")) == 4
+
+
+def test_each_test_gets_an_empty_home_and_cwd_after_one_that_wrote(tmp_path):
+    run = run_child(tmp_path, {"test_fresh.py": """
+        import os
+        from pathlib import Path
+        seen = []
+        def test_a_writes():
+            seen.append((Path.home(), Path.cwd()))
+            (Path.home() / ".canarchy").mkdir()
+            Path("stray.json").write_text("{}")
+        def test_b_is_clean():
+            assert list(Path.home().iterdir()) == [] and list(Path.cwd().iterdir()) == []
+            assert (Path.home(), Path.cwd()) != seen[0]
+            seen.append((Path.home(), Path.cwd()))
+            os.chmod(Path.home(), 0o755)
+        def test_c_is_clean_and_private():
+            assert list(Path.home().iterdir()) == []
+            assert Path.home() != seen[1][0]
+            assert os.stat(Path.home()).st_mode & 0o777 == 0o700
+    """})
+    for name in ("test_a_writes", "test_b_is_clean", "test_c_is_clean_and_private"):
+        assert run.outcomes(name) == {"passed"}, run.output
