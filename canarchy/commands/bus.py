@@ -17,7 +17,11 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
     p.add_argument("--count", help="stop after N frames (default: [transport].capture_limit; 0 = until Ctrl+C)")
     p.add_argument("--timeout", type=float, help="stop after this many seconds without a frame")
-    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames)
+    p.add_argument("--file", metavar="PATH",
+                   help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
+                        ".csv ...); --count defaults to every frame, --timeout does not apply")
+    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames,
+                   no_interface_ok=lambda a: a.file is not None)
 
     p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
     p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
@@ -50,6 +54,8 @@ def _looks_like_id(text: str | None) -> bool:
 
 
 def _capture(args: argparse.Namespace) -> CommandResult:
+    if args.file is not None:
+        return _capture_file(args)
     from canarchy.transport import build_backend, transport_backend_config
 
     settings = transport_backend_config()
@@ -77,6 +83,44 @@ def _capture(args: argparse.Namespace) -> CommandResult:
                                "frame_count": len(events)}, events=events)
 
 
+def _capture_file(args: argparse.Namespace) -> CommandResult:
+    """``capture --file PATH``: the frames of a capture file, as if captured (no bus is opened).
+
+    Errors: ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2), ``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1), see
+    :mod:`canarchy.capture_file`; malformed lines are warnings naming file and line.
+    """
+    from canarchy.capture_file import open_capture
+
+    if args.interface_source == "cli":
+        raise UserInputError("INVALID_ARGUMENTS", f"capture: give a channel ({args.channel}) or --file, not both.",
+                             "Drop the channel to read the file, or drop --file to capture from the channel.")
+    limit = None
+    if args.count is not None:
+        limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
+        limit = None if limit == 0 else limit
+    capture = open_capture(args.file)
+    source = f"file:{args.file}"
+    streaming = getattr(args, "output", "text") == "jsonl"
+    events = []
+    count = 0
+    for frame in capture:
+        if limit is not None and count >= limit:
+            break
+        count += 1
+        event = make_event("frame", frame.to_payload(), source=source, timestamp=frame.timestamp)
+        if streaming:
+            sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+        else:
+            events.append(event)
+    data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
+            "frame_count": count}
+    if streaming:
+        sys.stdout.flush()
+        # Events are out; the closing line is the envelope (frame_count, warnings).
+        return CommandResult(data=data, warnings=capture.all_warnings())
+    return CommandResult(data=data, warnings=capture.all_warnings(), events=events)
+
+
 def _send(args: argparse.Namespace) -> CommandResult:
     from canarchy.transport import CanFrame
 
@@ -102,5 +146,5 @@ def _render_frames(result: CommandResult) -> str:
     for f in frames:
         width = 8 if f["is_extended_id"] else 3
         lines.append(f"{f['channel'] or '-'}  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}")
-    header = f"{data.get('mode', 'capture')} on {data.get('interface')}"
+    header = f"{data.get('mode', 'capture')} on {data.get('interface') or data.get('file')}"
     return "\n".join([header] + lines)

@@ -27,6 +27,9 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("spn", parents=[parent], help="describe a suspect parameter (position, scaling, unit)")
     p.add_argument("number", metavar="N", help="SPN, decimal or 0x-hex (0..524287), e.g. 190")
     p.set_defaults(command="j1939 spn", handler=_spn, render_text=_render_spn)
+    from canarchy.commands.decode import add_j1939_decode_parser  # `j1939 decode --file`: offline, no bus
+
+    add_j1939_decode_parser(sub, parent)
 
     group = subparsers.add_parser("j1587", parents=[parent], help="J1587 reference lookups (PIDs)")
     sub = group.add_subparsers(dest="j1587_command", metavar="COMMAND")

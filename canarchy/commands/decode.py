@@ -1,0 +1,290 @@
+"""Offline decoding of capture files: ``decode``, ``isotp decode`` and (registered by the
+``j1939`` group in :mod:`canarchy.commands.reference`) ``j1939 decode``.
+
+Nothing here touches a bus. cantools is imported only by ``decode`` (inside
+:func:`canarchy.decode.load_dbc`); python-can only for capture formats other
+than candump. Output shapes and error codes: ``docs/decoding.md``.
+
+Streaming: with ``--jsonl`` each event is printed as soon as it is decoded,
+then one closing line holding the envelope (counts, summaries, warnings; no
+``data.events``). With ``--summary`` no events are kept at all. Either way
+memory does not grow with the capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from canarchy.cli import CommandResult, make_event
+from canarchy.commands._common import parse_int
+
+
+def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
+    """Register ``decode`` and the ``isotp`` group (``isotp decode``)."""
+    p = subparsers.add_parser("decode", parents=[parent],
+                              help="decode the frames of a capture file with a DBC (cantools)")
+    _add_file_argument(p)
+    p.add_argument("--dbc", required=True, metavar="DB", help="signal database (.dbc, .kcd, .sym, .arxml)")
+    p.add_argument("--j1939", action="store_true",
+                   help="match every 29-bit message by PGN (automatic for messages the DBC marks as J1939PG)")
+    p.add_argument("--isotp-layout", choices=("length-prefixed", "plain"), default="length-prefixed",
+                   help="layout of DBC messages longer than 8 bytes over a reassembled ISO-TP payload "
+                        "(default: length-prefixed, the ISO-TP length byte before the data, as CSS Electronics' "
+                        "TP DBCs expect)")
+    _add_summary_argument(p)
+    p.set_defaults(command="decode", handler=_decode, render_text=_render_decode)
+
+    group = subparsers.add_parser("isotp", parents=[parent], help="ISO-TP (ISO 15765-2) reassembly of diagnostics")
+    sub = group.add_subparsers(dest="isotp_command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("decode", parents=[parent],
+                       help="reassemble UDS / OBD-II / KWP2000 exchanges of a capture file into PDUs")
+    _add_file_argument(p)
+    p.add_argument("--request-id", default="0x7E0", help="arbitration ID of the requests (default 0x7E0)")
+    p.add_argument("--response-id", default="0x7E8", help="arbitration ID of the responses (default 0x7E8)")
+    _add_summary_argument(p)
+    p.set_defaults(command="isotp decode", handler=_isotp_decode, render_text=_render_isotp)
+
+
+def add_j1939_decode_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add ``decode`` to the ``j1939`` group's subparsers (called by :mod:`canarchy.commands.reference`)."""
+    p = sub.add_parser("decode", parents=[parent],
+                       help="decode the J1939 frames of a capture file: PGN, SA, SPN values, TP, DM1")
+    _add_file_argument(p)
+    p.add_argument("--pgn", help="print events of this PGN only (decimal or 0x-hex; summaries cover every frame)")
+    _add_summary_argument(p)
+    p.set_defaults(command="j1939 decode", handler=_j1939_decode, render_text=_render_j1939)
+
+
+def _add_file_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", required=True, metavar="CAPTURE",
+                   help="capture file: candump -l .log/.candump, or .asc .blf .trc .csv .mf4 .db (optionally .gz)")
+
+
+def _add_summary_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summary", action="store_true", help="counts and value ranges only, no per-frame events")
+
+
+# --- event sink -------------------------------------------------------------------------------
+
+
+class _Events:
+    """Where events go: printed at once (``--jsonl``), kept for the envelope, or dropped (``--summary``)."""
+
+    def __init__(self, args: argparse.Namespace, source: str) -> None:
+        self.source = source
+        self.summary_only = bool(getattr(args, "summary", False))
+        self.stream = getattr(args, "output", "text") == "jsonl" and not self.summary_only
+        self.kept: list[dict[str, Any]] = []
+        self.count = 0
+
+    def add(self, event_type: str, payload: dict[str, Any], timestamp: float) -> None:
+        self.count += 1
+        if self.summary_only:
+            return
+        event = make_event(event_type, payload, self.source, timestamp)
+        if self.stream:
+            sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+        else:
+            self.kept.append(event)
+
+    def result(self, data: dict[str, Any], warnings: list[str]) -> CommandResult:
+        data["event_count"] = self.count
+        if self.stream:
+            sys.stdout.flush()
+            # The events are out; the closing envelope line carries counts and warnings.
+            return CommandResult(data=data, warnings=warnings, events=None)
+        return CommandResult(data=data, warnings=warnings, events=None if self.summary_only else self.kept)
+
+
+def _open(path: str):
+    from canarchy.capture_file import open_capture
+
+    return open_capture(path)
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+def _decode(args: argparse.Namespace) -> CommandResult:
+    from canarchy.decode import DbcDecoder, load_dbc
+
+    capture = _open(args.file)
+    database, dbc_warnings = load_dbc(args.dbc)
+    decoder = DbcDecoder(database, j1939=args.j1939, isotp_layout=args.isotp_layout)
+    events = _Events(args, f"file:{args.file}")
+    for frame in capture:
+        for payload in decoder.feed(frame):
+            events.add("decoded_message", payload, payload["timestamp"])
+    decoder.finish()
+    data = {"file": args.file, "dbc": args.dbc, "format": capture.format, "j1939": args.j1939,
+            "j1939_message_count": decoder.j1939_message_count, "isotp_layout": args.isotp_layout,
+            **decoder.summary()}
+    warnings = dbc_warnings + capture.all_warnings() + decoder.warnings.render()
+    return events.result(data, warnings)
+
+
+def _isotp_decode(args: argparse.Namespace) -> CommandResult:
+    from canarchy.commands._common import parse_arbitration_id
+    from canarchy.decode import DiagnosticSummary, WarningLog, describe_diagnostic_pdu
+    from canarchy.isotp import IsoTpReassembler
+
+    request_id, request_ext = parse_arbitration_id(args.request_id)
+    response_id, response_ext = parse_arbitration_id(args.response_id)
+    if (request_id, request_ext) == (response_id, response_ext):
+        from canarchy.errors import UserInputError
+
+        raise UserInputError("INVALID_ARGUMENTS", f"--request-id and --response-id are both 0x{request_id:X}.",
+                             "Give the tester's ID as --request-id and the ECU's as --response-id (e.g. 0x7E0, 0x7E8).")
+    capture = _open(args.file)
+    machines = {(request_id, request_ext): (IsoTpReassembler(request_id), "request"),
+                (response_id, response_ext): (IsoTpReassembler(response_id), "response")}
+    warnings = WarningLog()
+    summary = DiagnosticSummary()
+    events = _Events(args, f"file:{args.file}")
+    for frame in capture:
+        slot = machines.get((frame.arbitration_id, frame.is_extended_id))
+        if slot is None:
+            continue
+        machine, direction = slot
+        pdu = machine.feed(frame)
+        if machine.warnings:
+            warnings.extend(machine.warnings)
+            machine.warnings.clear()
+        if pdu is None:
+            continue
+        described = describe_diagnostic_pdu(pdu, direction)
+        summary.add(described)
+        events.add("isotp_pdu", described, pdu.timestamp)
+    flow_control = 0
+    for machine, _direction in machines.values():
+        machine.finish()
+        warnings.extend(machine.warnings)
+        flow_control += machine.flow_control_count
+    data = {"file": args.file, "format": capture.format, "request_id": request_id, "response_id": response_id,
+            "frame_count": capture.frame_count, "flow_control_count": flow_control, **summary.to_dict()}
+    return events.result(data, capture.all_warnings() + warnings.render())
+
+
+def _j1939_decode(args: argparse.Namespace) -> CommandResult:
+    from canarchy.decode import J1939Catalog, J1939Decoder
+
+    only_pgn = None
+    if args.pgn is not None:
+        only_pgn = parse_int(args.pgn, "INVALID_PGN", "PGN", 0, 0x3FFFF,
+                             "Give the PGN in decimal or 0x-hex, 0..0x3FFFF, e.g. 61444 or 0xF004.")
+    capture = _open(args.file)
+    catalog = J1939Catalog()
+    decoder = J1939Decoder(catalog)
+    events = _Events(args, f"file:{args.file}")
+    for frame in capture:
+        for event_type, payload in decoder.feed(frame):
+            if only_pgn is not None and _event_pgn(event_type, payload) != only_pgn:
+                continue
+            events.add(event_type, payload, payload["timestamp"])
+    decoder.finish()
+    data = {"file": args.file, "format": capture.format, "pgn_filter": only_pgn, **decoder.summary()}
+    return events.result(data, catalog.warnings + capture.all_warnings() + decoder.warnings.render())
+
+
+def _event_pgn(event_type: str, payload: dict[str, Any]) -> int | None:
+    if event_type in ("j1939_dm1", "j1939_dm2"):
+        return 0xFECA if event_type == "j1939_dm1" else 0xFECB
+    return payload.get("pgn")
+
+
+# --- text rendering ---------------------------------------------------------------------------
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) < 1e15 else repr(value)
+    return "-" if value is None else str(value)
+
+
+def _events_or_note(result: CommandResult, line: Callable[[dict[str, Any]], str]) -> list[str]:
+    return [line(event) for event in (result.events or [])]
+
+
+def _render_decode(result: CommandResult) -> str:
+    d = result.data
+
+    def line(event: dict[str, Any]) -> str:
+        p = event["payload"]
+        values = "  ".join(f"{name}={_number(s['value'])}{(' ' + s['unit']) if s['unit'] else ''}"
+                           for name, s in p["signals"].items())
+        return f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X}  {p['message']}  {values}"
+
+    lines = _events_or_note(result, line)
+    lines.append(f"{d['file']} with {d['dbc']}: {d['frame_count']} frames, {d['decoded_count']} decoded, "
+                 f"{d['unknown_frame_count']} unknown ({len(d['unknown_ids'])} IDs), "
+                 f"{d['decode_error_count']} not decodable")
+    for name, m in d["messages"].items():
+        lines.append(f"  {name} (0x{m['arbitration_id']:X}) x{m['count']}")
+        for sig, s in m["signals"].items():
+            span = (f"{_number(s['min'])}..{_number(s['max'])}" if s["min"] is not None else _number(s["last"]))
+            lines.append(f"    {sig}: {span} {s['unit']}".rstrip())
+    return "\n".join(lines)
+
+
+def _render_isotp(result: CommandResult) -> str:
+    d = result.data
+
+    def line(event: dict[str, Any]) -> str:
+        p = event["payload"]
+        arrow = "->" if p["direction"] == "request" else "<-"
+        head = f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X} {arrow} {p['service'] or '-'} {p['service_name']}"
+        if p.get("positive") is False:
+            head += f" NEGATIVE {p['nrc']} {p['nrc_name']}"
+        obd = p.get("obd")
+        if isinstance(obd, dict) and obd.get("vin"):
+            head += f"  VIN {obd['vin']}"
+        elif isinstance(obd, dict) and "dtcs" in obd:
+            head += "  DTCs " + (" ".join(obd["dtcs"]) or "none")
+        elif isinstance(obd, list):
+            head += "  " + "  ".join(f"{v['name']}={_number(v['value'])} {v['unit']}" for v in obd if v["name"])
+        return f"{head}  [{p['length']} B: {p['data']}]"
+
+    lines = _events_or_note(result, line)
+    lines.append(f"{d['file']}: {d['pdu_count']} PDUs ({d['request_count']} requests on 0x{d['request_id']:X}, "
+                 f"{d['response_count']} responses on 0x{d['response_id']:X}, "
+                 f"{d['negative_response_count']} negative), {d['multi_frame_count']} multi-frame")
+    for sid, s in d["services"].items():
+        lines.append(f"  {sid} {s['service_name']} ({s['protocol']}): {s['requests']} requests, "
+                     f"{s['responses']} responses")
+    if d.get("vin"):
+        lines.append(f"  VIN: {d['vin']}")
+    for pid, s in d["obd_pids"].items():
+        lines.append(f"  PID {pid} {s['name']}: {_number(s['min'])}..{_number(s['max'])} {s['unit']}")
+    return "\n".join(lines)
+
+
+def _render_j1939(result: CommandResult) -> str:
+    d = result.data
+
+    def line(event: dict[str, Any]) -> str:
+        p = event["payload"]
+        kind = event["event_type"]
+        if kind == "j1939_frame":
+            values = "  ".join(f"{s['spn']}={_number(s['value']) if s['status'] == 'ok' else s['status']}"
+                               f"{(' ' + s['unit']) if s['unit'] and s['status'] == 'ok' else ''}" for s in p["spns"])
+            return (f"{p['timestamp']:.6f}  0x{p['arbitration_id']:08X}  PGN {p['pgn']} {p['acronym'] or ''}  "
+                    f"SA {p['source_address']}  P{p['priority']}  {values}").rstrip()
+        if kind == "j1939_transport":
+            return (f"{p['timestamp']:.6f}  TP {p['mode']} PGN {p['pgn']} {p['acronym'] or ''} from SA "
+                    f"{p['source_address']}: {p['size']} bytes {p['data']}")
+        lamps = " ".join(f"{name}={lamp['state']}" for name, lamp in p["lamps"].items())
+        dtcs = "; ".join(f"SPN {t['spn']} FMI {t['fmi']} OC {_number(t['occurrence_count'])}" for t in p["dtcs"])
+        return f"{p['timestamp']:.6f}  {kind[6:].upper()} SA {p['source_address']}: {lamps}  DTCs: {dtcs or 'none'}"
+
+    lines = _events_or_note(result, line)
+    lines.append(f"{d['file']}: {d['frame_count']} frames ({d['j1939_frame_count']} J1939), "
+                 f"{len(d['pgns'])} PGNs, {d['transport']['complete']} TP transfers, {d['dm1_count']} DM1")
+    for dm in d["dm"]:
+        for t in dm["dtcs"]:
+            lines.append(f"  {dm['type']} SA {dm['source_address']}: SPN {t['spn']} ({t['spn_name'] or 'not in catalog'}) "
+                         f"FMI {t['fmi']} {t['fmi_description']}, occurrences {_number(t['occurrence_count'])}")
+    return "\n".join(lines)
