@@ -355,3 +355,16 @@ def test_parity_identical_runs_pass(tmp_path):
     assert result.comparison.verdict == "identical" and result.exit_code == 0, lanes.parity_markdown(result)
     assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 3}, "operator": {"passed": 3}}
     assert result.runs["clean"].junit.name == "parity-clean.xml" and result.runs["operator"].junit.exists()
+
+
+def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
+    root = _project(tmp_path / "p", "import no_such_module_anywhere\n")
+    home = tmp_path / "operator-home"
+    home.mkdir()
+    result = lanes.run_parity(
+        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
+        allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
+    )  # fmt: skip
+    assert not result.comparison.differences  # they agree ...
+    assert result.exit_code == 2  # ... but an interrupted collection has no results to compare
+    assert any("pytest exit code 2" in reason for reason in result.comparison.undecided)

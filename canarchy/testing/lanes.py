@@ -749,9 +749,14 @@ def run_parity(
         label_a="without config",
         label_b="with config",
     )
+    runs = {name: runs[name] for name in twins}  # clean first, whatever finished first
     for name, run in runs.items():
         if run.summary is None:
             comparison.undecided.append(f"{name} twin: pytest printed no summary line (exit code {run.returncode})")
+        elif run.returncode not in (0, 1):
+            # 2 interrupted (e.g. a collection error), 3 internal error, 4 usage error, 5 no tests:
+            # there are no test results to compare, even if both twins agree.
+            comparison.undecided.append(f"{name} twin: pytest exit code {run.returncode}, so its run has no test results")
     not_shut_down = {
         name: [line.strip() for line in run.output.splitlines() if _NOT_SHUT_DOWN in line] for name, run in runs.items()
     }
