@@ -13,7 +13,6 @@ Every lane runs in an environment built from an allow-list
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from pathlib import Path
 
@@ -73,22 +72,17 @@ def mutation_530(session: nox.Session) -> None:
 def _install(session: nox.Session, *, multicast: bool = False) -> None:
     """Install canarchy with its `test` extra (pyproject.toml is the one list of dependencies).
 
-    ``multicast``: also python-can's ``multicast`` extra (``msgpack``), which the
-    ``udp_multicast`` bus of the integration lane needs; taken from the
-    ``integration`` extra when pyproject has one, else derived from pyproject's
-    python-can requirement. Other lanes go without it on purpose: there a
-    leaked ``udp_multicast`` bus cannot even open a socket.
+    ``multicast``: also the ``integration`` extra (python-can's ``multicast``,
+    i.e. ``msgpack``), which the integration lane's ``udp_multicast`` bus needs.
+    Other lanes go without it on purpose: there a leaked ``udp_multicast`` bus
+    cannot even open a socket.
     """
     extras = PYPROJECT["project"].get("optional-dependencies", {})
-    if "test" not in extras:
-        session.error("pyproject.toml has no [project.optional-dependencies] test: add it, the lanes install it")
-    if multicast and "integration" in extras:
-        session.install("-e", ".[test,integration]")
-        return
-    session.install("-e", ".[test]")
-    if multicast:
-        (python_can,) = [d for d in PYPROJECT["project"]["dependencies"] if re.match(r"python-can\b", d)]
-        session.install(re.sub(r"^python-can(\[[^\]]*\])?", "python-can[multicast]", python_can))
+    wanted = ["test", "integration"] if multicast else ["test"]
+    missing = [name for name in wanted if name not in extras]
+    if missing:
+        session.error(f"pyproject.toml lacks [project.optional-dependencies] {', '.join(missing)}: the lanes install it")
+    session.install("-e", f".[{','.join(wanted)}]")
 
 
 def _selection(session: nox.Session, *, markexpr: str | None) -> list[str]:
