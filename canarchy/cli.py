@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "canarchy.commands.caches",
     "canarchy.commands.reference",
     "canarchy.commands.session",
+    "canarchy.commands.mcp",
     "canarchy.commands.decode",
 )
 

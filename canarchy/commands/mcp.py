@@ -1,0 +1,56 @@
+"""``mcp serve``: canarchy's tools for agents over the Model Context Protocol (stdio).
+
+The server itself is :mod:`canarchy.mcp_server`; this module only registers
+the command and imports it (and the MCP SDK) when the command runs, so no
+other command pays for the SDK. Tools, schemas and safety: ``docs/mcp.md``.
+
+stdout belongs to the protocol: the command prints nothing of its own there,
+and ``--json``/``--jsonl`` are refused (``INVALID_ARGUMENTS``) before the
+server starts. It exits 0 when the client closes stdin and on SIGINT or
+SIGTERM (a requested stop is a clean stop).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from canarchy.cli import CommandResult
+from canarchy.errors import UserInputError
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    """Register the `mcp` group and its `serve` command."""
+    group = subparsers.add_parser("mcp", parents=[parent], help="Model Context Protocol server for agents")
+    sub = group.add_subparsers(dest="mcp_command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("serve", parents=[parent],
+                       help="serve canarchy's tools over MCP on stdin/stdout (stops on EOF, SIGINT, SIGTERM)")
+    p.set_defaults(command="mcp serve", handler=_serve, render_text=_render_text)
+
+
+def _serve(args: argparse.Namespace) -> CommandResult:
+    output = getattr(args, "output", "text")
+    if output != "text":
+        raise UserInputError(
+            "INVALID_ARGUMENTS",
+            f"`mcp serve` speaks MCP on stdout; --{output} does not apply.",
+            "Run `canarchy mcp serve` without an output flag; each tool answers with a JSON envelope.",
+        )
+    try:
+        from canarchy import mcp_server
+
+        stopped_by = mcp_server.serve_stdio()
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
+            raise
+        raise UserInputError(
+            "MCP_SDK_MISSING",
+            f"The MCP SDK is not installed ({exc.name} is missing).",
+            "Install it with `pip install 'mcp>=2'` (a canarchy dependency) and run `canarchy mcp serve` again.",
+        ) from None
+    return CommandResult(data={"stopped_by": stopped_by})
+
+
+def _render_text(result: CommandResult) -> str:
+    # Nothing: after the serve, stdout is still the client's pipe.
+    return ""
