@@ -396,6 +396,29 @@ def netns_roundtrip(python: str, *, env: Mapping[str, str] | None = None, timeou
 # --------------------------------------------------------------------------- running pytest
 
 
+# pytest processes started by run_pytest and still running (parity runs two from threads).
+_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _stop_all() -> None:
+    """Stop every pytest process still running (an interrupt reached only this thread)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _stop(proc)
+
+
 @dataclass
 class PytestRun:
     """One pytest process: exit code, its output, the parsed summary line, duration (s)."""
@@ -460,6 +483,8 @@ def run_pytest(
             text=True,
             errors="replace",
         )
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -470,13 +495,9 @@ def run_pytest(
                     sys.stdout.flush()
             proc.wait()
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _stop(proc)
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     from canarchy.testing.junit_compare import parse_summary
 
     output = "".join(chunks)
@@ -731,10 +752,18 @@ def run_parity(
                 errors[name] = exc
 
         threads = [threading.Thread(target=_run, args=(name,), name=f"parity-{name}") for name in twins]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            # On Ctrl+C or SIGTERM (raised here, in the main thread) stop both twins and wait for
+            # their threads before the temporary homes are removed.
+            _stop_all()
+            for t in threads:
+                if t.is_alive():
+                    t.join()
         if errors:
             name, exc = next(iter(errors.items()))
             raise RuntimeError(f"the {name} twin could not be run: {exc}") from exc
