@@ -215,12 +215,12 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
     """Check ``path`` and return a :class:`CaptureFile` ready to iterate.
 
     The format comes from the suffix (see the module docstring). Raises
+    ``TransportError`` ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2) when the file
+    is missing, a directory or unreadable (checked first), then
     ``UserInputError`` ``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1) for an unknown
-    suffix, ``TransportError`` ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2) when
-    the file is missing, a directory or unreadable. Nothing is read yet.
+    suffix. Nothing is read yet.
     """
     text = str(path)
-    fmt = capture_format(text)
     target = Path(text)
     if not target.is_file():
         what = "is a directory" if target.is_dir() else "does not exist"
@@ -232,7 +232,7 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
     if not os.access(target, os.R_OK):
         raise TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} is not readable.",
                              "Check the file's permissions.")
-    return CaptureFile(text, fmt)
+    return CaptureFile(text, capture_format(text))
 
 
 def capture_format(path: str) -> str:

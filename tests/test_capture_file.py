@@ -1,0 +1,305 @@
+"""canarchy.capture_file and `capture --file`: real candump logs, other formats, malformed input, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from canarchy import capture_file
+from canarchy.capture_file import CaptureFile, open_capture, parse_candump_line
+from canarchy.cli import main
+from canarchy.errors import TransportError, UserInputError
+from tests.helpers import run_cli, write_user_config
+
+CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
+TRUCK = CAPTURES / "j1939_truck_idle.log"
+LEAF = CAPTURES / "nissan_leaf_uds_79b_7bb.log"
+SKODA = CAPTURES / "obd2_skoda_7e0_7e8.log"
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="ascii").splitlines()
+
+
+# -- the real logs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, frames", [(TRUCK, 3582), (LEAF, 221), (SKODA, 3854)])
+def test_real_logs_read_completely_without_warnings(path, frames):
+    capture = open_capture(path)
+    got = list(capture)
+    assert len(got) == frames == len(_lines(path))
+    assert capture.frame_count == frames and capture.line_count == frames
+    assert capture.all_warnings() == [] and capture.malformed_count == 0
+    stamps = [f.timestamp for f in got]
+    assert stamps == sorted(stamps)
+    assert all(f.dlc == 8 and f.channel == "can0" and not f.is_fd for f in got)
+
+
+@pytest.mark.parametrize("path", [TRUCK, LEAF, SKODA], ids=lambda p: p.name)
+def test_frames_equal_python_cans_own_reader(path):
+    """An independent reference: python-can's CanutilsLogReader on the same file."""
+    import can
+
+    with can.io.CanutilsLogReader(str(path)) as reader:
+        expected = [(m.timestamp, m.arbitration_id, m.is_extended_id, bytes(m.data)) for m in reader]
+    got = [(f.timestamp, f.arbitration_id, f.is_extended_id, f.data) for f in open_capture(path)]
+    assert got == expected
+
+
+def test_id_width_decides_11_or_29_bit():
+    truck = next(iter(open_capture(TRUCK)))
+    assert (truck.arbitration_id, truck.is_extended_id) == (0x18F00E00, True)
+    assert truck.data == bytes.fromhex("821639C4FFFFFFFF") and truck.timestamp == 1635188455.020850
+    leaf = next(iter(open_capture(LEAF)))
+    assert (leaf.arbitration_id, leaf.is_extended_id, leaf.data) == (0x79B, False, bytes.fromhex("022101FFFFFFFFFF"))
+    # 3 digits are an 11-bit ID even when the value is small; 8 digits are 29-bit even when small.
+    assert parse_candump_line("(1.000000) can0 00000123#00").is_extended_id is True
+    assert parse_candump_line("(1.000000) can0 123#00").is_extended_id is False
+
+
+# -- the candump line grammar ------------------------------------------------------------------
+
+
+def test_can_fd_line():
+    frame = parse_candump_line("(1700000000.000100) can1 1A2##3" + "00112233445566778899AABB")
+    assert frame.is_fd and frame.data == bytes.fromhex("00112233445566778899AABB") and frame.dlc == 12
+    assert frame.channel == "can1" and frame.arbitration_id == 0x1A2
+
+
+def test_remote_frames_keep_their_dlc():
+    plain = parse_candump_line("(1.000000) can0 123#R")
+    with_dlc = parse_candump_line("(1.000000) can0 18DAF110#R4")
+    assert plain.is_remote_frame and plain.data == b"" and plain.dlc == 0
+    assert with_dlc.is_remote_frame and with_dlc.dlc == 4 and with_dlc.is_extended_id
+    assert with_dlc.to_payload()["dlc"] == 4
+
+
+def test_direction_suffix_and_empty_payload_and_blank_line():
+    assert parse_candump_line("(1.000000) can0 123#0102 R").data == b"\x01\x02"
+    assert parse_candump_line("(1.000000) can0 123#").data == b""
+    assert parse_candump_line("   \n") is None
+
+
+@pytest.mark.parametrize("line, why", [
+    ("can0 123#00", "field"),
+    ("1.000000 can0 123#00", "parentheses"),
+    ("(abc) can0 123#00", "timestamp"),
+    ("(nan) can0 123#00", "timestamp"),
+    ("(1.0) can0 1234#00", "4 hex digits"),
+    ("(1.0) can0 12G#00", "not hex"),
+    ("(1.0) can0 123-00", "'#'"),
+    ("(1.0) can0 123#0", "even number"),
+    ("(1.0) can0 123#ZZ", "even number"),
+    ("(1.0) can0 123##", "flags"),
+    ("(1.0) can0 123#RX", "remote"),
+])
+def test_malformed_lines_say_why(line, why):
+    with pytest.raises(ValueError, match=why):
+        parse_candump_line(line)
+
+
+@pytest.mark.parametrize("line", ["(1.0) can0 800#00", "(1.0) can0 123#001122334455667788"])
+def test_frames_no_can_bus_can_carry_are_invalid(line):
+    with pytest.raises(UserInputError) as info:
+        parse_candump_line(line)
+    assert info.value.code == "INVALID_FRAME"
+
+
+def test_corrupted_lines_warn_with_file_and_line_and_the_rest_is_read(tmp_path):
+    lines = _lines(TRUCK)[:200]
+    bad = {17: "(1635188455.2) can0 0CF00400#607", 42: "garbage", 43: "(1635188455.3) can0 0CF0040#607D84481400F084",
+           100: "(x) can0 0CF00400#607D84481400F084", 150: "(1635188455.5) can0 0CF00400#607D84481400F0ZZ"}
+    for number, text in bad.items():
+        lines[number - 1] = text
+    path = tmp_path / "corrupted.log"
+    path.write_text("\n".join(lines) + "\n", encoding="ascii")
+    capture = open_capture(path)
+    frames = list(capture)
+    assert len(frames) == 200 - len(bad)
+    assert capture.malformed_count == len(bad)
+    assert [w.split(": ")[0] for w in capture.warnings] == [f"{path}:{n}" for n in sorted(bad)]
+    assert all("malformed candump line" in w for w in capture.warnings)
+    assert "garbage" in capture.warnings[1]
+
+
+def test_crlf_and_non_ascii_bytes(tmp_path):
+    path = tmp_path / "crlf.log"
+    body = "\r\n".join(_lines(LEAF)[:10]).encode() + b"\r\n(1.0) can0 7BB#\xff\xfe\r\n"
+    path.write_bytes(body)
+    capture = open_capture(path)
+    assert len(list(capture)) == 10
+    assert capture.warnings and capture.warnings[0].startswith(f"{path}:11: malformed candump line")
+
+
+def test_error_frames_are_counted_not_yielded(tmp_path):
+    path = tmp_path / "err.log"
+    path.write_text("(1.0) can0 20000080#0000000000000000\n(1.1) can0 123#01\n", encoding="ascii")
+    capture = open_capture(path)
+    assert [f.arbitration_id for f in capture] == [0x123]
+    assert capture.error_frame_count == 1
+    assert any("error frame" in w for w in capture.all_warnings())
+
+
+def test_warnings_are_bounded(tmp_path):
+    path = tmp_path / "noise.log"
+    path.write_text("junk\n" * 500 + _lines(LEAF)[0] + "\n", encoding="ascii")
+    capture = open_capture(path)
+    assert len(list(capture)) == 1
+    assert capture.malformed_count == 500
+    assert len(capture.warnings) == capture_file.MAX_WARNINGS
+    assert "450 more warning(s)" in capture.all_warnings()[-1]
+
+
+def test_gzip_candump(tmp_path):
+    path = tmp_path / "leaf.log.gz"
+    path.write_bytes(gzip.compress(LEAF.read_bytes()))
+    assert [f.data for f in open_capture(path)] == [f.data for f in open_capture(LEAF)]
+
+
+def test_reader_is_lazy_and_memory_stays_flat(tmp_path):
+    """Streaming: peak memory for a 4x longer file is about the same."""
+    lines = _lines(TRUCK)
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    small.write_text("\n".join(lines) + "\n", encoding="ascii")
+    large.write_text("\n".join(lines * 4) + "\n", encoding="ascii")
+
+    def peak(path: Path) -> int:
+        tracemalloc.start()
+        try:
+            count = sum(1 for _ in open_capture(path))
+            assert count == len(lines) * (1 if path is small else 4)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(small)  # warm-up
+    assert peak(large) < peak(small) * 1.5 + 64 * 1024
+
+
+# -- formats python-can reads ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".asc", ".blf", ".csv", ".trc"])
+def test_python_can_formats_round_trip(tmp_path, suffix):
+    import can
+
+    writers = {".asc": can.ASCWriter, ".blf": can.BLFWriter, ".csv": can.CSVWriter, ".trc": can.TRCWriter}
+    source = list(open_capture(LEAF))[:40] + list(open_capture(TRUCK))[:40]
+    path = tmp_path / f"capture{suffix}"
+    writer = writers[suffix](str(path))
+    for frame in source:
+        writer.on_message_received(can.Message(timestamp=frame.timestamp, arbitration_id=frame.arbitration_id,
+                                               is_extended_id=frame.is_extended_id, data=frame.data, channel=0))
+    writer.stop()
+    capture = open_capture(path)
+    got = list(capture)
+    assert capture.format == suffix[1:]
+    assert [(f.arbitration_id, f.is_extended_id, f.data) for f in got] == \
+           [(f.arbitration_id, f.is_extended_id, f.data) for f in source]
+
+
+def test_a_broken_binary_file_is_a_decode_error(tmp_path):
+    path = tmp_path / "broken.blf"
+    path.write_bytes(b"this is not a BLF file" * 10)
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert (result.code, result.error_codes) == (3, ["CAPTURE_FORMAT_INVALID"])
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_missing_file_is_source_unavailable(tmp_path):
+    with pytest.raises(TransportError) as info:
+        open_capture(tmp_path / "nope.log")
+    assert info.value.code == "CAPTURE_SOURCE_UNAVAILABLE" and info.value.exit_code == 2
+    with pytest.raises(TransportError):
+        open_capture(tmp_path)  # a directory
+
+
+def test_unknown_suffix_is_unsupported(tmp_path):
+    path = tmp_path / "capture.pcap"
+    path.write_bytes(b"\x00")
+    with pytest.raises(UserInputError) as info:
+        open_capture(path)
+    assert info.value.code == "CAPTURE_FORMAT_UNSUPPORTED" and ".log" in info.value.hint
+
+
+# -- capture --file ----------------------------------------------------------------------------
+
+
+def test_capture_file_json_reads_every_frame_by_default():
+    result = run_cli("capture", "--file", str(LEAF), "--json")
+    assert result.code == 0
+    data = result.data
+    assert data["frame_count"] == 221 and len(data["events"]) == 221
+    assert (data["interface"], data["file"], data["format"]) == (None, str(LEAF), "candump")
+    first = data["events"][0]
+    assert first["event_type"] == "frame" and first["source"] == f"file:{LEAF}"
+    assert first["payload"]["arbitration_id"] == 0x79B and first["payload"]["data"] == "022101ffffffffff"
+    assert first["timestamp"] == 1641469561.9497
+
+
+def test_capture_file_count_and_text():
+    result = run_cli("capture", "--file", str(TRUCK), "--count", "2", "--text")
+    assert result.code == 0
+    assert result.out.splitlines() == [f"capture on {TRUCK}", "can0  18F00E00  [8]  821639C4FFFFFFFF",
+                                       "can0  18FEDF00  [8]  82FFFFFF7D090201"]
+
+
+def test_capture_file_jsonl_streams_events_then_the_envelope(capsys):
+    code = main(["capture", "--file", str(LEAF), "--jsonl"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and len(lines) == 222
+    assert all(json.loads(line)["event_type"] == "frame" for line in lines[:-1])
+    closing = json.loads(lines[-1])
+    assert closing["ok"] is True and closing["data"]["frame_count"] == 221 and "events" not in closing["data"]
+
+
+def test_capture_file_needs_no_channel_even_with_a_default_configured():
+    write_user_config('[transport]\ndefault_interface = "vcan7"\n')
+    result = run_cli("capture", "--file", str(LEAF), "--count", "1", "--json")
+    assert result.code == 0 and result.data["frame_count"] == 1 and result.data["interface"] is None
+
+
+def test_capture_file_and_a_channel_conflict():
+    result = run_cli("capture", "can0", "--file", str(LEAF), "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
+
+
+def test_capture_file_errors_through_the_cli(tmp_path):
+    missing = run_cli("capture", "--file", str(tmp_path / "missing.log"), "--json")
+    assert (missing.code, missing.error_codes) == (2, ["CAPTURE_SOURCE_UNAVAILABLE"])
+    (tmp_path / "x.pcapng").write_bytes(b"")
+    unknown = run_cli("capture", "--file", str(tmp_path / "x.pcapng"), "--json")
+    assert (unknown.code, unknown.error_codes) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"])
+    assert all(e["hint"] for e in missing.envelope["errors"] + unknown.envelope["errors"])
+
+
+def test_capture_file_warnings_reach_the_envelope(tmp_path):
+    path = tmp_path / "bad.log"
+    path.write_text(_lines(LEAF)[0] + "\nnot a frame\n" + _lines(LEAF)[1] + "\n", encoding="ascii")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and result.data["frame_count"] == 2
+    assert result.envelope["warnings"] == [f"{path}:2: malformed candump line: timestamp is not in parentheses: "
+                                           f"'not a frame'"]
+
+
+def test_reading_candump_does_not_import_python_can():
+    code = ("import sys, io; from canarchy.cli import main; "
+            f"main(['capture', '--file', {str(LEAF)!r}, '--json'], stdout=io.StringIO()); "
+            "print('can' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_capturefile_can_be_iterated_twice():
+    capture = CaptureFile(str(LEAF), "candump")
+    assert len(list(capture)) == len(list(capture)) == 221
+    assert capture.frame_count == 221

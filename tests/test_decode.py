@@ -1,0 +1,511 @@
+"""Decoding real captures: `decode` (DBC via cantools), `j1939 decode`, `isotp decode`, and canarchy.isotp.
+
+Expected values are computed in the tests themselves from the candump text
+(plain string slicing and the published formulas), not taken from canarchy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from canarchy.cli import main
+from canarchy.decode import decode_dm, describe_diagnostic_pdu, load_dbc, obd_dtc
+from canarchy.errors import DecodeError, UserInputError
+from canarchy.isotp import IsoTpPdu, IsoTpReassembler, reassemble
+from canarchy.transport import CanFrame
+from tests.helpers import run_cli
+
+CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
+TRUCK = CAPTURES / "j1939_truck_idle.log"
+LEAF = CAPTURES / "nissan_leaf_uds_79b_7bb.log"
+SKODA = CAPTURES / "obd2_skoda_7e0_7e8.log"
+J1939_DBC = CAPTURES / "css_j1939_demo.dbc"
+LEAF_DBC = CAPTURES / "css_tp_uds_nissan_leaf.dbc"
+PRIUS_DBC = CAPTURES / "toyota_prius_2010_pt.dbc"
+BOSCH_DBC = CAPTURES / "bosch_motorsport_abs.dbc"
+
+
+def _raw(path: Path) -> list[tuple[float, str, bytes]]:
+    """(timestamp, ID text, data) per line, by plain string slicing."""
+    out = []
+    for line in path.read_text(encoding="ascii").splitlines():
+        stamp, _channel, body = line.split()
+        ident, data = body.split("#")
+        out.append((float(stamp.strip("()")), ident, bytes.fromhex(data)))
+    return out
+
+
+def _isotp_by_hand(path: Path, ident: str) -> list[tuple[float, bytes]]:
+    """ISO 15765-2 reassembly of one ID, written out plainly: (first-frame timestamp, payload)."""
+    pdus, buf, want, start = [], b"", 0, 0.0
+    for stamp, can_id, data in _raw(path):
+        if can_id != ident:
+            continue
+        kind = data[0] >> 4
+        if kind == 0:
+            pdus.append((stamp, data[1:1 + (data[0] & 0xF)]))
+        elif kind == 1:
+            want, buf, start = ((data[0] & 0xF) << 8) | data[1], data[2:], stamp
+        elif kind == 2 and want:
+            buf += data[1:]
+            if len(buf) >= want:
+                pdus.append((start, buf[:want]))
+                want = 0
+    return pdus
+
+
+def _events(result, event_type: str) -> list[dict]:
+    return [e["payload"] for e in result.data["events"] if e["event_type"] == event_type]
+
+
+# -- decode --dbc: J1939 by PGN ----------------------------------------------------------------
+
+
+def test_truck_engine_speed_matches_the_j1939_71_formula():
+    expected = [int.from_bytes(data[3:5], "little") * 0.125 for _, ident, data in _raw(TRUCK) if ident == "0CF00400"]
+    assert len(expected) == 1000 and (min(expected), max(expected)) == (646.75, 653.75)
+    result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(J1939_DBC), "--json")
+    assert result.code == 0
+    eec1 = [p for p in _events(result, "decoded_message") if p["message"] == "EEC1"]
+    assert [p["signals"]["EngineSpeed"]["value"] for p in eec1] == expected
+    assert {p["signals"]["EngineSpeed"]["unit"] for p in eec1} == {"rpm"}
+    # Matched by PGN: the DBC says 0x0CF004FE, the frames carry SA 0x00.
+    assert {(p["arbitration_id"], p["pgn"], p["source_address"]) for p in eec1} == {(0x0CF00400, 61444, 0)}
+    summary = result.data["messages"]["EEC1"]["signals"]["EngineSpeed"]
+    assert (summary["count"], summary["min"], summary["max"]) == (1000, 646.75, 653.75)
+
+
+def test_truck_vehicle_speed_and_unknown_ids_are_counted():
+    result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(J1939_DBC), "--summary", "--json")
+    data = result.data
+    assert result.code == 0 and "events" not in data
+    ccvs1 = data["messages"]["CCVS1"]
+    assert ccvs1["count"] == 100 and ccvs1["signals"]["WheelBasedVehicleSpeed"]["max"] == 0.0
+    raw = _raw(TRUCK)
+    unknown = sum(1 for _, ident, _d in raw if ident not in ("0CF00400", "0CFEF100"))
+    assert (data["frame_count"], data["decoded_count"], data["unknown_frame_count"]) == (3582, 1100, unknown)
+    assert data["unknown_ids"]["0x18FEDF00"] == sum(1 for _, ident, _d in raw if ident == "18FEDF00")
+    assert data["j1939_message_count"] == 2 and result.envelope["warnings"] == []
+
+
+def test_j1939_flag_matches_by_pgn_when_the_dbc_does_not_say_j1939(tmp_path):
+    plain = tmp_path / "plain.dbc"
+    # Mark both messages ExtendedCAN (enum index 1) instead of J1939PG (3).
+    text = J1939_DBC.read_text(encoding="utf-8")
+    for frame_id in ("2364540158", "2566844926"):
+        text = text.replace(f'BA_ "VFrameFormat" BO_ {frame_id} 3;', f'BA_ "VFrameFormat" BO_ {frame_id} 1;')
+    assert text.count('"VFrameFormat" BO_') == 2 and ' 3;' not in text.split('"VFrameFormat" BO_', 1)[1][:40]
+    plain.write_text(text, encoding="utf-8")
+    exact = run_cli("decode", "--file", str(TRUCK), "--dbc", str(plain), "--summary", "--json")
+    by_pgn = run_cli("decode", "--file", str(TRUCK), "--dbc", str(plain), "--j1939", "--summary", "--json")
+    assert (exact.data["decoded_count"], exact.data["j1939_message_count"]) == (0, 0)
+    assert (by_pgn.data["decoded_count"], by_pgn.data["j1939_message_count"]) == (1100, 2)
+
+
+# -- decode --dbc: ISO-TP payloads (Nissan Leaf) -----------------------------------------------
+
+
+def test_leaf_state_of_charge_after_isotp_reassembly():
+    answers = [(stamp, pdu) for stamp, pdu in _isotp_by_hand(LEAF, "7BB") if pdu[:2] == b"\x61\x01"]
+    # The DBC lays SoC at big-endian bit 279 of [length byte] + PDU: PDU bytes 33..35, 0.0001 %/bit.
+    expected = [round(int.from_bytes(pdu[33:36], "big") * 0.0001, 4) for _, pdu in answers]
+    assert expected[:2] == [89.2286, 89.2184] and len(expected) == 13
+    result = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--json")
+    assert result.code == 0
+    decoded = _events(result, "decoded_message")
+    soc = [p for p in decoded if "SoC" in p["signals"]]
+    assert [round(p["signals"]["SoC"]["value"], 4) for p in soc] == expected
+    assert [p["timestamp"] for p in soc] == [stamp for stamp, _ in answers]
+    assert soc[0]["signals"]["SoC"]["unit"] == "%" and soc[0]["isotp"] == {"length": 53, "frame_count": 8}
+    temps = [p for p in decoded if "BatPackTemp1" in p["signals"]]
+    assert len(temps) == 13 and temps[0]["signals"]["BatPackTemp1"]["value"] == 2
+    assert (result.data["isotp_pdu_count"], result.data["decoded_count"]) == (26, 26)
+    assert result.data["unknown_ids"] == {"0x79B": 52}
+
+
+def test_leaf_plain_layout_shifts_the_signals():
+    result = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--isotp-layout", "plain",
+                     "--summary", "--json")
+    # Without the length byte the multiplexer reads 0x01/0x04 instead of 0x61: nothing decodes as SoC.
+    assert "SoC" not in result.data["messages"].get("SoC_Temp", {}).get("signals", {})
+
+
+# -- decode --dbc: databases -------------------------------------------------------------------
+
+
+def test_cp1252_crlf_dbc_loads():
+    raw = BOSCH_DBC.read_bytes()
+    assert b"\r\n" in raw
+    with pytest.raises(UnicodeDecodeError):
+        raw.decode("utf-8")
+    database, warnings = load_dbc(BOSCH_DBC)
+    assert warnings == [] and len(database.messages) == 18
+    yaw = next(s for m in database.messages for s in m.signals if s.name == "Yaw_Rate")
+    assert yaw.unit == "°/s"
+
+
+def test_a_dbc_matching_nothing_counts_every_frame_unknown():
+    result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(PRIUS_DBC), "--summary", "--json")
+    assert result.code == 0
+    assert (result.data["decoded_count"], result.data["unknown_frame_count"]) == (0, 3582)
+
+
+def test_missing_dbc_is_dbc_not_found(tmp_path):
+    result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(tmp_path / "none.dbc"), "--json")
+    assert (result.code, result.error_codes) == (1, ["DBC_NOT_FOUND"])
+    with pytest.raises(UserInputError):
+        load_dbc(tmp_path)
+
+
+def test_a_dbc_that_does_not_parse_is_dbc_load_failed(tmp_path):
+    broken = tmp_path / "broken.dbc"
+    broken.write_text('VERSION ""\nBO_ this is not a message\n', encoding="ascii")
+    result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(broken), "--json")
+    assert (result.code, result.error_codes) == (3, ["DBC_LOAD_FAILED"])
+    assert result.envelope["errors"][0]["hint"]
+    with pytest.raises(DecodeError):
+        load_dbc(broken)
+
+
+def test_a_dbc_failing_only_strict_checks_loads_with_a_warning(tmp_path):
+    overlapping = tmp_path / "overlap.dbc"
+    overlapping.write_text('VERSION ""\nBS_:\nBU_:\nBO_ 2035 M: 8 X\n SG_ A : 0|8@1+ (1,0) [0|0] "" X\n'
+                           ' SG_ B : 4|8@1+ (1,0) [0|0] "" X\n', encoding="ascii")
+    database, warnings = load_dbc(overlapping)
+    assert len(database.messages) == 1
+    assert len(warnings) == 1 and "strict" in warnings[0]
+
+
+def test_decode_errors_for_the_capture(tmp_path):
+    missing = run_cli("decode", "--file", str(tmp_path / "x.log"), "--dbc", str(J1939_DBC), "--json")
+    assert (missing.code, missing.error_codes) == (2, ["CAPTURE_SOURCE_UNAVAILABLE"])
+    (tmp_path / "x.bin").write_bytes(b"")
+    unknown = run_cli("decode", "--file", str(tmp_path / "x.bin"), "--dbc", str(J1939_DBC), "--json")
+    assert (unknown.code, unknown.error_codes) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"])
+
+
+def test_corrupted_lines_are_warnings_and_the_rest_decodes(tmp_path):
+    lines = TRUCK.read_text(encoding="ascii").splitlines()
+    eec1_lines = [n for n, line in enumerate(lines, 1) if " 0CF00400#" in line]
+    broken = eec1_lines[:3]
+    for n in broken:
+        lines[n - 1] = lines[n - 1][:-3]  # cut a hex digit and a byte: odd length
+    path = tmp_path / "truck_damaged.log"
+    path.write_text("\n".join(lines) + "\n", encoding="ascii")
+    result = run_cli("decode", "--file", str(path), "--dbc", str(J1939_DBC), "--summary", "--json")
+    assert result.code == 0
+    assert result.data["messages"]["EEC1"]["count"] == 1000 - 3
+    assert [w.split(": ")[0] for w in result.envelope["warnings"]] == [f"{path}:{n}" for n in broken]
+
+
+# -- j1939 decode: SPNs from the bundled catalog, TP.BAM, DM1 ----------------------------------
+
+
+def test_j1939_decode_engine_speed_priority_and_sa():
+    expected = [int.from_bytes(data[3:5], "little") * 0.125 for _, ident, data in _raw(TRUCK) if ident == "0CF00400"]
+    result = run_cli("j1939", "decode", "--file", str(TRUCK), "--pgn", "0xF004", "--json")
+    assert result.code == 0
+    frames = _events(result, "j1939_frame")
+    assert len(frames) == 1000
+    assert {(f["pgn"], f["acronym"], f["priority"], f["source_address"], f["destination_address"]) for f in frames} \
+        == {(61444, "EEC1", 3, 0, None)}
+    speeds = [next(s for s in f["spns"] if s["spn"] == 190) for f in frames]
+    assert [s["value"] for s in speeds] == expected
+    assert {(s["unit"], s["status"], s["name"]) for s in speeds} == {("rpm", "ok", "Engine Speed")}
+    summary = result.data["spns"]["190"]
+    assert (summary["min"], summary["max"], summary["count"]) == (646.75, 653.75, 1000)
+
+
+def test_j1939_decode_not_available_values_are_flagged():
+    result = run_cli("j1939", "decode", "--file", str(TRUCK), "--pgn", "65247", "--json")
+    first = _events(result, "j1939_frame")[0]
+    raw = next(data for _, ident, data in _raw(TRUCK) if ident == "18FEDF00")
+    spn515 = next(s for s in first["spns"] if s["spn"] == 515)  # bytes 2-3, 0xFFFF here
+    assert raw[1:3] == b"\xff\xff"
+    assert (spn515["status"], spn515["value"], spn515["raw"]) == ("not_available", None, 0xFFFF)
+
+
+def _dm1_by_hand() -> list[list[tuple[int, int, int, int]]]:
+    """DM1s carried by TP.BAM in the truck log, decoded with the SAE J1939-73 bit layout."""
+    transfers, current = [], None
+    for _, ident, data in _raw(TRUCK):
+        if ident == "1CECFF00" and data[0] == 0x20:
+            size, packets, pgn = data[1] | data[2] << 8, data[3], data[5] | data[6] << 8 | data[7] << 16
+            current = {"pgn": pgn, "size": size, "packets": packets, "data": b""}
+        elif ident == "1CEBFF00" and current is not None:
+            current["data"] += data[1:]
+            if data[0] == current["packets"]:
+                transfers.append(current)
+                current = None
+    dm1s = []
+    for t in transfers:
+        if t["pgn"] != 65226:
+            continue
+        payload = t["data"][:t["size"]]
+        dtcs = []
+        for i in range(2, len(payload) - 3, 4):
+            a, b, c, d = payload[i:i + 4]
+            dtcs.append((a | b << 8 | (c >> 5) << 16, c & 0x1F, d & 0x7F, d >> 7))
+        dm1s.append(dtcs)
+    return dm1s
+
+
+def test_truck_dm1_active_dtcs_from_the_bam():
+    expected = _dm1_by_hand()
+    assert len(expected) == 10 and len(expected[0]) == 4
+    result = run_cli("j1939", "decode", "--file", str(TRUCK), "--json")
+    assert result.code == 0
+    dm1 = _events(result, "j1939_dm1")
+    assert len(dm1) == 10 and result.data["dm1_count"] == 10
+    got = [[(d["spn"], d["fmi"], d["occurrence_count"], d["conversion_method"]) for d in p["dtcs"]] for p in dm1]
+    assert got == expected
+    assert expected[0] == [(980, 9, 126, 0), (3216, 20, 2, 0), (609, 9, 1, 0), (609, 12, 3, 0)]
+    lamps = dm1[0]["lamps"]
+    assert lamps["malfunction_indicator_lamp"]["state"] == "on"  # byte 1 = 0x43: bits 8-7 = 01
+    assert lamps["red_stop_lamp"]["state"] == "off" and lamps["protect_lamp"]["state"] == "not_available"
+    assert {p["transport"] for p in dm1} == {"BAM"} and {p["source_address"] for p in dm1} == {0}
+    assert dm1[0]["dtcs"][1]["fmi_description"] == "Data drifted high"
+    latest = result.data["dm"]
+    assert [(d["type"], d["source_address"], d["dtc_count"]) for d in latest] == [("DM1", 0, 4)]
+
+
+def test_truck_tp_bam_transfers_are_reassembled():
+    result = run_cli("j1939", "decode", "--file", str(TRUCK), "--json")
+    transfers = _events(result, "j1939_transport")
+    assert [t["pgn"] for t in transfers].count(65226) == 10
+    ec1 = [t for t in transfers if t["pgn"] == 65251]
+    assert len(ec1) == 2 and {(t["size"], t["packet_count"], t["mode"]) for t in ec1} == {(39, 6, "BAM")}
+    assert len(bytes.fromhex(ec1[0]["data"])) == 39
+    assert result.data["transport"] == {"complete": 12, "incomplete": 0}
+    assert result.envelope["warnings"] == []
+
+
+def test_dm1_single_frame_no_dtc_and_padding():
+    # Lamps all off, "no DTC" (all zero), padding FF FF: SAE J1939-73.
+    decoded = decode_dm(bytes.fromhex("0000000000000000"))
+    assert decoded["dtc_count"] == 0 and decoded["lamps"]["amber_warning_lamp"]["state"] == "off"
+    one = decode_dm(bytes.fromhex("04FF6E0005FFFFFF"), {110: "Engine Coolant Temperature"})
+    assert one["lamps"]["amber_warning_lamp"]["state"] == "on"
+    assert one["dtcs"] == [{"spn": 110, "spn_name": "Engine Coolant Temperature", "fmi": 5,
+                            "fmi_description": "Current below normal or open circuit",
+                            "occurrence_count": None, "conversion_method": 1}]
+
+
+def test_single_frame_dm1_and_an_orphan_tp_dt(tmp_path):
+    path = tmp_path / "dm1.log"
+    path.write_text("(1.000000) can0 18FECA00#0400D40309FEFFFF\n"
+                    "(1.100000) can0 1CEBFF00#0143FFD403097E90\n", encoding="ascii")
+    result = run_cli("j1939", "decode", "--file", str(path), "--json")
+    dm1 = _events(result, "j1939_dm1")
+    assert len(dm1) == 1 and dm1[0]["transport"] == "single_frame"
+    assert [(d["spn"], d["fmi"], d["occurrence_count"]) for d in dm1[0]["dtcs"]] == [(980, 9, 126)]
+    assert any("without an announced transfer" in w for w in result.envelope["warnings"])
+
+
+def test_j1939_decode_does_not_import_cantools_or_python_can():
+    code = ("import sys, io; from canarchy.cli import main; "
+            f"main(['j1939', 'decode', '--file', {str(TRUCK)!r}, '--summary', '--json'], stdout=io.StringIO()); "
+            f"main(['isotp', 'decode', '--file', {str(SKODA)!r}, '--summary', '--json'], stdout=io.StringIO()); "
+            "print('can' in sys.modules, 'cantools' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False False", proc.stderr
+
+
+def test_j1939_decode_bad_pgn():
+    result = run_cli("j1939", "decode", "--file", str(TRUCK), "--pgn", "0x40000", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_PGN"])
+
+
+# -- isotp decode: UDS / OBD-II / KWP2000 ------------------------------------------------------
+
+
+def test_obd2_vin_reads_back():
+    by_hand = [pdu for _, pdu in _isotp_by_hand(SKODA, "7E8") if pdu[:2] == b"\x49\x02"]
+    assert by_hand and by_hand[0][3:].decode("ascii") == "TMBZZZ0X0NY000001"
+    result = run_cli("isotp", "decode", "--file", str(SKODA), "--json")
+    assert result.code == 0 and result.data["vin"] == "TMBZZZ0X0NY000001"
+    vin = [p for p in _events(result, "isotp_pdu") if isinstance(p.get("obd"), dict) and "vin" in p["obd"]]
+    assert len(vin) == 1
+    assert (vin[0]["service"], vin[0]["service_name"], vin[0]["protocol"]) == \
+           ("0x09", "RequestVehicleInformation", "OBD-II")
+    assert (vin[0]["frame_count"], vin[0]["length"]) == (3, 20)
+
+
+def test_obd2_engine_speed_vehicle_speed_and_coolant():
+    responses = [pdu for _, pdu in _isotp_by_hand(SKODA, "7E8") if pdu[:1] == b"\x41"]
+    rpm = [(256 * p[2] + p[3]) / 4 for p in responses if p[1] == 0x0C]
+    speed = [p[2] for p in responses if p[1] == 0x0D]
+    coolant = [p[2] - 40 for p in responses if p[1] == 0x05]
+    result = run_cli("isotp", "decode", "--file", str(SKODA), "--summary", "--json")
+    pids = result.data["obd_pids"]
+    assert (pids["0x0C"]["max"], pids["0x0C"]["count"]) == (max(rpm), len(rpm)) == (2957.25, 69)
+    assert pids["0x0D"]["max"] == max(speed) == 46
+    assert (pids["0x05"]["first"], pids["0x05"]["max"]) == (coolant[0], max(coolant)) == (21, 63)
+    assert pids["0x05"]["last"] == coolant[-1]
+    assert (result.data["request_count"], result.data["response_count"]) == (1925, 1925)
+    assert result.data["services"]["0x03"]["service_name"] == "RequestEmissionRelatedDTCs"
+
+
+def test_leaf_kwp_exchanges_are_named():
+    result = run_cli("isotp", "decode", "--file", str(LEAF), "--request-id", "0x79B", "--response-id", "0x7BB",
+                     "--json")
+    pdus = _events(result, "isotp_pdu")
+    requests = [p for p in pdus if p["direction"] == "request"]
+    responses = [p for p in pdus if p["direction"] == "response"]
+    assert len(requests) == len(responses) == 26
+    assert {p["data"] for p in requests} == {"2101", "2104"}
+    assert {(p["service"], p["service_name"], p["protocol"], p["positive"]) for p in responses} == \
+           {("0x21", "ReadDataByLocalIdentifier", "KWP2000", True)}
+    assert [p["length"] for p in responses[:2]] == [53, 31]
+    assert result.data["flow_control_count"] == 26 and result.data["multi_frame_count"] == 26
+
+
+def test_uds_negative_response_and_multi_frame_request(tmp_path):
+    path = tmp_path / "uds.log"
+    path.write_text(
+        "(1.000000) can0 7E0#0322F19055555555\n"
+        "(1.010000) can0 7E8#037F2231AAAAAAAA\n"
+        "(2.000000) can0 7E0#100A2EF190010203\n"
+        "(2.005000) can0 7E8#3000000000000000\n"
+        "(2.010000) can0 7E0#2104050607555555\n"
+        "(2.020000) can0 7E8#036EF190AAAAAAAA\n", encoding="ascii")
+    result = run_cli("isotp", "decode", "--file", str(path), "--json")
+    pdus = _events(result, "isotp_pdu")
+    assert [(p["direction"], p["service"], p["service_name"]) for p in pdus] == [
+        ("request", "0x22", "ReadDataByIdentifier"), ("response", "0x22", "ReadDataByIdentifier"),
+        ("request", "0x2E", "WriteDataByIdentifier"), ("response", "0x2E", "WriteDataByIdentifier")]
+    assert (pdus[1]["positive"], pdus[1]["nrc"], pdus[1]["nrc_name"]) == (False, "0x31", "RequestOutOfRange")
+    assert pdus[2]["data"] == "2ef19001020304050607" and pdus[2]["frame_count"] == 2
+    assert pdus[3]["positive"] is True and result.data["negative_response_count"] == 1
+
+
+def test_isotp_decode_same_ids_is_an_error():
+    result = run_cli("isotp", "decode", "--file", str(SKODA), "--request-id", "0x7E8", "--response-id", "0x7E8",
+                     "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
+
+
+def test_obd_dtc_text():
+    assert obd_dtc(0x01, 0x23) == "P0123" and obd_dtc(0xC1, 0x00) == "U0100" and obd_dtc(0x42, 0xAB) == "C02AB"
+    pdu = IsoTpPdu(0x7E8, bytes.fromhex("430201230456"), 1.0, 1.0, 1)
+    assert describe_diagnostic_pdu(pdu, "response")["obd"] == {"dtc_count": 2, "dtcs": ["P0123", "P0456"]}
+
+
+# -- canarchy.isotp ------------------------------------------------------------------------------
+
+
+def _frame(can_id: int, hex_data: str, t: float = 0.0, fd: bool = False) -> CanFrame:
+    return CanFrame(can_id, bytes.fromhex(hex_data), is_fd=fd, timestamp=t)
+
+
+def test_isotp_single_frame_strips_padding():
+    machine = IsoTpReassembler(0x7E8)
+    pdu = machine.feed(_frame(0x7E8, "0341053DCCCCCCCC", 5.0))
+    assert pdu is not None and pdu.data == bytes.fromhex("41053D") and pdu.timestamp == 5.0 and not pdu.multi_frame
+
+
+def test_isotp_sequence_numbers_wrap_after_15():
+    payload = bytes(range(200))
+    frames = [_frame(0x7BB, "10C8" + payload[:6].hex(), 0.0)]
+    rest, sn = payload[6:], 1
+    while rest:
+        frames.append(_frame(0x7BB, f"2{sn:X}" + rest[:7].hex().ljust(14, "0"), 0.01 * sn))
+        rest, sn = rest[7:], (sn + 1) & 0xF
+    pdus = list(reassemble(frames, [0x7BB]))
+    assert len(frames) > 17 and [p.data for p in pdus] == [payload]
+    assert pdus[0].frame_count == len(frames) and pdus[0].end_timestamp == frames[-1].timestamp
+
+
+def test_isotp_sequence_error_drops_the_message_with_a_warning():
+    warnings: list[str] = []
+    frames = [_frame(0x7BB, "1010000102030405"), _frame(0x7BB, "2106070809101112"),
+              _frame(0x7BB, "2313141516171819"), _frame(0x7BB, "0261015555555555")]
+    pdus = list(reassemble(frames, [0x7BB], warnings))
+    assert [p.data for p in pdus] == [b"\x61\x01"]
+    assert len(warnings) == 1 and "expected SN 2, got 3" in warnings[0]
+
+
+def test_isotp_flow_control_and_stray_consecutive_frames():
+    machine = IsoTpReassembler(0x79B)
+    assert machine.feed(_frame(0x79B, "3000000000000000")) is None and machine.flow_control_count == 1
+    assert machine.feed(_frame(0x79B, "2102AFFFFFEBA6FF")) is None
+    assert machine.warnings and "without a first frame" in machine.warnings[0]
+
+
+def test_isotp_can_fd_single_frame_escape_and_incomplete_end():
+    machine = IsoTpReassembler(0x7E8)
+    data = "000A" + "11" * 10 + "CC" * 4
+    pdu = machine.feed(_frame(0x7E8, data, fd=True))
+    assert pdu is not None and pdu.data == b"\x11" * 10
+    assert machine.feed(_frame(0x7E8, "1014490201544D42")) is None and machine.pending
+    machine.finish()
+    assert "incomplete at end of capture (6 of 20 bytes)" in machine.warnings[-1]
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+class _Discard:
+    """A stdout that keeps nothing, counting the lines written."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_jsonl_prints_events_then_a_closing_envelope(capsys):
+    code = main(["decode", "--file", str(TRUCK), "--dbc", str(J1939_DBC), "--jsonl"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and len(lines) == 1101
+    first = json.loads(lines[0])
+    assert first["event_type"] == "decoded_message" and first["source"] == f"file:{TRUCK}"
+    assert set(first["payload"]) == {"message", "arbitration_id", "timestamp", "signals", "pgn", "source_address"}
+    closing = json.loads(lines[-1])
+    assert closing["ok"] is True and closing["data"]["event_count"] == 1100 and "events" not in closing["data"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["decode", "--dbc", str(J1939_DBC), "--jsonl"],
+    ["j1939", "decode", "--jsonl"],
+    ["j1939", "decode", "--summary", "--json"],
+], ids=["decode-jsonl", "j1939-jsonl", "j1939-summary"])
+def test_memory_does_not_grow_with_the_capture(tmp_path, monkeypatch, argv):
+    lines = TRUCK.read_text(encoding="ascii").splitlines()[:1500]  # EEC1, CCVS1 and a DM1 BAM among them
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    small.write_text("\n".join(lines) + "\n", encoding="ascii")
+    large.write_text("\n".join(lines * 4) + "\n", encoding="ascii")
+
+    def peak(path: Path) -> int:
+        sink = _Discard()
+        monkeypatch.setattr(sys, "stdout", sink)
+        tracemalloc.start()
+        try:
+            assert main([*argv, "--file", str(path)], stdout=sink) == 0
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(small)  # warm-up: imports, the catalog, cantools' parser
+    small_peak, large_peak = peak(small), peak(large)
+    assert large_peak < small_peak * 1.5 + 256 * 1024, (small_peak, large_peak)
+
+
+def test_text_output_of_each_command():
+    text = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--text").out
+    assert "SoC=89.2286 %" in text.splitlines()[0]
+    text = run_cli("j1939", "decode", "--file", str(TRUCK), "--summary", "--text").out
+    assert "DM1 SA 0: SPN 3216" in text and "Data drifted high" in text
+    text = run_cli("isotp", "decode", "--file", str(SKODA), "--summary", "--text").out
+    assert "VIN: TMBZZZ0X0NY000001" in text
