@@ -269,9 +269,9 @@ def test_issue_530_definition_matches_the_current_code():
     assert definition.module == "canarchy.cli" and definition.file == "canarchy/cli.py"
     assert (root / definition.file).read_text(encoding="utf-8").count(definition.search) == 1
     assert definition.killers and definition.controls == ("tests/test_uds_services.py::test_ref05_typed_channel_goes_active",)
-    test_source = (root / "tests" / "test_uds_services.py").read_text(encoding="utf-8")
     for node_id in definition.killers + definition.controls:
-        assert f"def {node_id.rsplit('::', 1)[1]}(" in test_source
+        path, name = node_id.split("::", 1)
+        assert f"def {name}(" in (root / path).read_text(encoding="utf-8"), node_id
 
 
 def test_cli_run_all_reports_the_worst_outcome(project, temp_root, tmp_path, capsys):
