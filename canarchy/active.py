@@ -8,7 +8,9 @@ transport:
 2. with ``[safety].require_active_ack`` (or ``CANARCHY_REQUIRE_ACTIVE_ACK``)
    true and no ``--ack-active``: ``ACTIVE_ACK_REQUIRED`` (exit 1);
 3. with ``--ack-active``: the operator types ``YES`` on stdin, unless
-   ``CANARCHY_MCP_NONINTERACTIVE_ACK=1``; anything else is
+   ``CANARCHY_MCP_NONINTERACTIVE_ACK=1`` or the caller collected the
+   acknowledgement itself (:func:`caller_acknowledged`, used by the MCP
+   server for a call with ``ack_active: true``); anything else is
    ``ACTIVE_CONFIRMATION_DECLINED`` (exit 1).
 
 ``--dry-run`` plans without calling the gate and without opening a transport.
@@ -17,14 +19,32 @@ transport:
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 import sys
-from typing import TextIO
+from contextlib import contextmanager
+from typing import Iterator, TextIO
 
 from canarchy import config
 from canarchy.errors import UserInputError
 
 NONINTERACTIVE_ACK_VARIABLE = "CANARCHY_MCP_NONINTERACTIVE_ACK"
+# Set only inside `caller_acknowledged()`: context-local, never process-wide.
+_CALLER_ACKNOWLEDGED: contextvars.ContextVar[bool] = contextvars.ContextVar("canarchy_caller_acknowledged",
+                                                                             default=False)
+
+
+@contextmanager
+def caller_acknowledged() -> Iterator[None]:
+    """Within this block, ``--ack-active`` needs no typed ``YES``: the caller
+    (e.g. an MCP client sending ``ack_active: true``) has acknowledged the
+    transmission itself. Context-local: other threads and tasks, and the code
+    after the block, are unaffected."""
+    token = _CALLER_ACKNOWLEDGED.set(True)
+    try:
+        yield
+    finally:
+        _CALLER_ACKNOWLEDGED.reset(token)
 
 
 def add_active_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +80,7 @@ def active_gate(command: str, channel: str, action: str, ack_active: bool,
             f"`{command}` transmits on {channel} and [safety].require_active_ack is set.",
             "Re-run with --ack-active to confirm, or use --dry-run to plan without transmitting.",
         )
-    if ack_active and os.environ.get(NONINTERACTIVE_ACK_VARIABLE) != "1":
+    if ack_active and os.environ.get(NONINTERACTIVE_ACK_VARIABLE) != "1" and not _CALLER_ACKNOWLEDGED.get():
         stderr.write("Type YES to transmit: ")
         stderr.flush()
         answer = stdin.readline() if stdin is not None else ""

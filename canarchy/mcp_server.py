@@ -22,9 +22,10 @@ Three kinds of tool (:data:`TOOLS`):
 - **active**: ``send``. ``dry_run`` defaults to true. Transmitting needs
   ``dry_run: false`` *and* ``ack_active: true``; without the acknowledgement
   the answer is ``ACTIVE_TRANSMIT_REQUIRES_ACK`` (exit-1 class) and no command
-  runs. With it the command runs with ``--ack-active`` and the gate's ``YES``
-  is typed for that one call (:func:`_typed_yes`): stdin is the protocol, so
-  the server never reads it.
+  runs. With it the command runs with ``--ack-active`` inside
+  :func:`canarchy.active.caller_acknowledged` (context-local): the gate asks
+  no ``YES`` on stdin, which is the protocol, and no environment variable or
+  other process-wide state is set.
 
 The module imports neither python-can nor the MCP SDK at import time: the
 registry, :func:`build_argv`, :func:`check_reference_argv` and
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from canarchy import __version__, cli
+from canarchy.active import caller_acknowledged
 from canarchy.errors import CanarchyError, UserInputError
 
 SERVER_NAME = "canarchy"
@@ -212,8 +214,7 @@ def _check_registry() -> None:
 
 _check_registry()
 
-# One canarchy command at a time: the acknowledgement of an active call swaps
-# sys.stdin for that call, and no other call may run while it is swapped.
+# One canarchy command at a time: commands share the process's cwd and stderr.
 _COMMAND_LOCK = threading.Lock()
 
 
@@ -364,24 +365,6 @@ def _check_active_argv(arguments: Mapping[str, Any], argv: Sequence[str]) -> Non
 # --- running --------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _typed_yes() -> Iterator[None]:
-    """Type the gate's ``YES`` for one call: ``sys.stdin`` is ``StringIO("YES\\n")`` inside.
-
-    The active-transmit gate (:func:`canarchy.active.active_gate`) reads its
-    answer from ``sys.stdin`` when it is called without a stream. In the MCP
-    server stdin is the protocol, so the server never lets the gate read it;
-    the original object is back in place when the call returns or raises.
-    Callers hold ``_COMMAND_LOCK``. Sets no environment variable.
-    """
-    saved = sys.stdin
-    sys.stdin = io.StringIO("YES\n")
-    try:
-        yield
-    finally:
-        sys.stdin = saved
-
-
 def _failure(command: str, error: CanarchyError) -> ToolOutcome:
     return ToolOutcome(error.exit_code, cli.envelope(command, None, error))
 
@@ -390,7 +373,7 @@ def _execute(argv: list[str], acknowledged: bool) -> ToolOutcome:
     out = io.StringIO()
     with _COMMAND_LOCK:
         if acknowledged:
-            with _typed_yes():
+            with caller_acknowledged():
                 code = cli.main(argv, stdout=out)
         else:
             code = cli.main(argv, stdout=out)

@@ -234,3 +234,22 @@ def test_receive_failure_is_a_transport_error(monkeypatch):
     assert caught.value.code == "TRANSPORT_RECEIVE_FAILED"
     with pytest.raises(transport.TransportError):
         list(backend.capture("x", limit=1))
+
+
+def test_caller_acknowledged_is_scoped_to_its_block(scaffold, monkeypatch):
+    import io
+    import threading
+
+    from canarchy.active import caller_acknowledged
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    with caller_acknowledged():
+        assert run_cli("send", "scaffold0", "0x123", "01", "--ack-active", "--json").code == 0
+        other = []
+        thread = threading.Thread(target=lambda: other.append(
+            run_cli("send", "scaffold0", "0x123", "01", "--ack-active", "--json").error_codes))
+        thread.start()
+        thread.join()
+        assert other == [["ACTIVE_CONFIRMATION_DECLINED"]]  # another thread's context is not acknowledged
+    result = run_cli("send", "scaffold0", "0x123", "01", "--ack-active", "--json")
+    assert result.error_codes == ["ACTIVE_CONFIRMATION_DECLINED"]
