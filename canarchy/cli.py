@@ -10,6 +10,8 @@ parent)``; each leaf parser it adds sets these defaults:
 - ``no_interface_ok`` (optional): ``callable(args) -> bool``, true when the
   command has a form that needs no channel (dry runs, reference lookups);
 - ``render_text`` (optional): ``callable(CommandResult) -> str`` for ``--text``;
+- streaming handlers write event lines to ``args.stdout`` (the stream given
+  to :func:`main`), never to ``sys.stdout`` directly;
 - ``normalize`` (optional): ``callable(args)`` run before :func:`prepare_args`
   (e.g. to resolve optional positionals that argparse cannot tell apart).
 
@@ -239,6 +241,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     error: CanarchyError | None = None
     try:
         args = build_parser().parse_args(argv)
+        args.stdout = out
         fmt = getattr(args, "output", fmt)
         command = args.command
         render_text = getattr(args, "render_text", None)

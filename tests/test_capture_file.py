@@ -303,3 +303,12 @@ def test_capturefile_can_be_iterated_twice():
     capture = CaptureFile(str(LEAF), "candump")
     assert len(list(capture)) == len(list(capture)) == 221
     assert capture.frame_count == 221
+
+
+def test_capture_file_jsonl_streams_into_the_given_stdout(capsys):
+    import io
+
+    out = io.StringIO()
+    code = main(["capture", "--file", str(LEAF), "--count", "3", "--jsonl"], stdout=out)
+    assert code == 0 and len(out.getvalue().splitlines()) == 4
+    assert capsys.readouterr().out == ""

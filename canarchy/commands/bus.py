@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.cli import CommandResult, make_event
@@ -73,8 +72,8 @@ def _capture(args: argparse.Namespace) -> CommandResult:
         for frame in backend.capture(args.interface, limit=limit, timeout=args.timeout):
             event = make_event("frame", frame.to_payload(), source=f"capture:{args.interface}", timestamp=frame.timestamp)
             if streaming:
-                sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-                sys.stdout.flush()
+                args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+                args.stdout.flush()
             else:
                 events.append(event)
     except KeyboardInterrupt:
@@ -109,13 +108,13 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         count += 1
         event = make_event("frame", frame.to_payload(), source=source, timestamp=frame.timestamp)
         if streaming:
-            sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+            args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
         else:
             events.append(event)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": count}
     if streaming:
-        sys.stdout.flush()
+        args.stdout.flush()
         # Events are out; the closing line is the envelope (frame_count, warnings).
         return CommandResult(data=data, warnings=capture.all_warnings())
     return CommandResult(data=data, warnings=capture.all_warnings(), events=events)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any, Callable
 
 from canarchy.cli import CommandResult, make_event
@@ -78,6 +77,7 @@ class _Events:
         self.source = source
         self.summary_only = bool(getattr(args, "summary", False))
         self.stream = getattr(args, "output", "text") == "jsonl" and not self.summary_only
+        self.out = args.stdout
         self.kept: list[dict[str, Any]] = []
         self.count = 0
 
@@ -87,14 +87,14 @@ class _Events:
             return
         event = make_event(event_type, payload, self.source, timestamp)
         if self.stream:
-            sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+            self.out.write(json.dumps(event, sort_keys=True) + "\n")
         else:
             self.kept.append(event)
 
     def result(self, data: dict[str, Any], warnings: list[str]) -> CommandResult:
         data["event_count"] = self.count
         if self.stream:
-            sys.stdout.flush()
+            self.out.flush()
             # The events are out; the closing envelope line carries counts and warnings.
             return CommandResult(data=data, warnings=warnings, events=None)
         return CommandResult(data=data, warnings=warnings, events=None if self.summary_only else self.kept)
