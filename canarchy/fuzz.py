@@ -47,17 +47,16 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 import random
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from canarchy.errors import TransportError, UserInputError
+from canarchy.fileio import write_bytes_atomic, write_json_atomic
 from canarchy.transport import MAX_STANDARD_ID, Backend, CanFrame
 
 COMMAND = "fuzz guided"
@@ -319,32 +318,6 @@ class FuzzPersistenceError(TransportError):
         self.path = path
         self.frames_sent = frames_sent
         self.iterations = iterations
-
-
-def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` as JSON (sorted keys) to ``path`` atomically.
-
-    Temp file in the same directory, fsync, ``os.replace``; the temp file is
-    removed on failure. Raises ``OSError``.
-    """
-    write_bytes_atomic(path, (json.dumps(document, sort_keys=True, indent=2) + "\n").encode())
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`write_json_atomic`). Raises ``OSError``."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        raise
 
 
 def new_campaign_id(now: float | None = None) -> str:

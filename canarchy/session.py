@@ -30,12 +30,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from canarchy.errors import UserInputError
+from canarchy.fileio import write_json_atomic
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 _FIELDS = ("interface", "dbc", "capture")
@@ -145,43 +145,13 @@ def _write_failed(path: Path, exc: OSError) -> UserInputError:
 def _atomic_write_json(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` (sorted keys) to ``path`` atomically; raises ``SESSION_WRITE_FAILED``.
 
-    Temp file in the same directory, fsync, ``os.replace``; on any failure
-    the temp file is removed and ``path`` is left as it was.
+    See :mod:`canarchy.fileio`: on any failure ``path`` is left as it was.
     """
-    text = json.dumps(document, sort_keys=True, indent=2) + "\n"
-    tmp_name: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-        tmp_name = None
+        write_json_atomic(path, document)
     except OSError as exc:
         raise _write_failed(path, exc) from None
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable where the platform allows fsync on a directory."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _not_found(name: str) -> UserInputError:

@@ -1,0 +1,61 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Every file canarchy writes for a user (fuzz findings, sessions, config
+changes) goes through :func:`write_bytes_atomic`: a temp file in the same
+directory, written and fsynced, then ``os.replace`` over the target and an
+fsync of the directory where the platform allows it. On any failure the temp
+file is removed and the target is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically. The directory must exist.
+
+    Raises ``OSError`` (the target is then unchanged and no temp file is left).
+    """
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+    _fsync_directory(path.parent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """:func:`write_bytes_atomic` for UTF-8 text."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, document: Any) -> None:
+    """:func:`write_bytes_atomic` for a JSON document (sorted keys, 2-space indent, final newline)."""
+    write_text_atomic(path, json.dumps(document, sort_keys=True, indent=2) + "\n")
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable where the platform allows fsync on a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
