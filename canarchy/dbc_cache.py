@@ -254,6 +254,24 @@ def scan_cache(root: Path, prefix: str) -> tuple[list[dict[str, Any]], list[str]
     return providers, warnings
 
 
+def describe_cache(root: Path, config_path: Path, table: str, prefix: str) -> tuple[dict[str, Any], list[str]]:
+    """List a provider cache at ``root`` (shared by the DBC and skills caches).
+
+    Returns ``(data, warnings)`` with data ``{"cache_root": str, "providers":
+    [...], "provider_count": int, "default_provider": str or None}``; the
+    provider shape and warnings are those of :func:`scan_cache`. Raises
+    ``ConfigError`` when ``config_path`` is invalid.
+    """
+    settings = read_cache_settings(config_path, table)
+    providers, warnings = scan_cache(root, prefix)
+    return {
+        "cache_root": str(root),
+        "providers": providers,
+        "provider_count": len(providers),
+        "default_provider": settings["default_provider"],
+    }, warnings
+
+
 def list_cache() -> tuple[dict[str, Any], list[str]]:
     """List the DBC cache at ``_CACHE_ROOT`` (read now).
 
@@ -262,15 +280,7 @@ def list_cache() -> tuple[dict[str, Any], list[str]]:
     shape: :func:`scan_cache`). An empty or missing root lists zero providers.
     Raises ``ConfigError`` when ``_CONFIG_PATH`` is invalid.
     """
-    root = _CACHE_ROOT
-    settings = read_cache_settings(_CONFIG_PATH, _CONFIG_TABLE)
-    providers, warnings = scan_cache(root, _PREFIX)
-    return {
-        "cache_root": str(root),
-        "providers": providers,
-        "provider_count": len(providers),
-        "default_provider": settings["default_provider"],
-    }, warnings
+    return describe_cache(_CACHE_ROOT, _CONFIG_PATH, _CONFIG_TABLE, _PREFIX)
 
 
 def _tree_bytes(path: Path) -> int:

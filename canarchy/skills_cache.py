@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from canarchy.dbc_cache import read_cache_settings, scan_cache
+from canarchy.dbc_cache import describe_cache
 
 _CACHE_ROOT = Path.home() / ".canarchy" / "cache" / "skills"
 _CONFIG_PATH = Path.home() / ".canarchy" / "config.toml"
@@ -40,12 +40,4 @@ def list_cache() -> tuple[dict[str, Any], list[str]]:
     :func:`canarchy.dbc_cache.scan_cache`. An empty or missing root lists zero
     providers. Raises ``ConfigError`` when ``_CONFIG_PATH`` is invalid.
     """
-    root = _CACHE_ROOT
-    settings = read_cache_settings(_CONFIG_PATH, _CONFIG_TABLE)
-    providers, warnings = scan_cache(root, _PREFIX)
-    return {
-        "cache_root": str(root),
-        "providers": providers,
-        "provider_count": len(providers),
-        "default_provider": settings["default_provider"],
-    }, warnings
+    return describe_cache(_CACHE_ROOT, _CONFIG_PATH, _CONFIG_TABLE, _PREFIX)
