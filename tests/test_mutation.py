@@ -278,9 +278,123 @@ def test_cli_run_all_reports_the_worst_outcome(project, temp_root, tmp_path, cap
     folder = tmp_path / "mutations"
     folder.mkdir()
     _mutation_file(folder / "a.toml")
-    _mutation_file(folder / "b.toml", search="    no such code\n")
-    assert mutation.main(["run-all", str(folder), "--repo", str(project), "--timeout", "120"]) == 2
+    b = _mutation_file(folder / "b.toml", search="    no such code\n")
+    b.write_text(b.read_text().replace('name = "tiny-guard"', 'name = "stale"'))
+    (folder / "c.toml").write_text("not toml [")
+    reports = tmp_path / "reports"
+    code = mutation.main(["run-all", str(folder), "--repo", str(project), "--timeout", "120", "--reports", str(reports)])
+    assert code == 2
     out = capsys.readouterr().out
-    assert "a.toml: killed" in out and "b.toml: CANNOT DECIDE" in out
     assert "killed by 1/1: test_killer" in out
+    assert "mutations: 1/3 killed by every named killer" in out
+    table = out[out.index("mutations: 1/3"):].splitlines()
+    assert table[2].split()[:3] == ["mutation", "killers", "expected"]
+    rows = {line.split()[0]: line.split()[1:4] for line in table[4:] if line.strip()}
+    assert rows["tiny-guard"] == ["1", "1", "KILLED"]
+    assert rows["stale"] == ["1", "0", "CANNOT"] and "occurs 0 times" in out
+    assert rows["c"] == ["0", "0", "CANNOT"] and "c.toml: cannot read the mutation" in out
+    md = (reports / "mutations.md").read_text()
+    assert md.startswith("# Mutations: FAILED (1/3 killed)") and "| [tiny-guard](mutation-tiny-guard.md) |" in md
+    assert (reports / "mutation-tiny-guard-mutant.xml").is_file()
     assert list(temp_root.iterdir()) == []
+
+
+def test_run_all_shares_one_copy_and_one_baseline(project, temp_root, tmp_path):
+    """Two mutations: one baseline run of the union of their tests, each mutant restored before the next."""
+    first = mutation.load_mutation(_mutation_file(tmp_path / "a.toml"))
+    second_path = _mutation_file(tmp_path / "b.toml", search='    return "active:" + (channel or default)\n',
+                                 replace='    return "active:" + default  # MUTANT: ignores the typed channel\n',
+                                 killers=(CONTROL,), controls=(KILLER,))
+    second_path.write_text(second_path.read_text().replace('name = "tiny-guard"', 'name = "typed-channel"'))
+    second = mutation.load_mutation(second_path)
+    lines = []
+    results = mutation.run_mutations([first, second], repo=project, echo=lines.append, timeout=120)
+    assert [r.status for r in results] == ["killed", "killed"], [r.reason for r in results]
+    # The second mutant ran on a restored copy: the first guard is back, so its control (KILLER) passes.
+    assert {r.node_id: r.verdict for r in results[1].rows} == {CONTROL: "killed", KILLER: "passes (ok)"}
+    assert sum("working on a copy" in line for line in lines) == 1
+    assert list(temp_root.iterdir()) == []
+
+
+EDITS = """\
+name = "two-edits"
+issue = 1
+description = "d"
+file = "tinypkg/guard.py"
+killers = ["tests/test_guard.py::test_killer", "tests/test_writer.py::test_no_stray_file"]
+[[edits]]
+search = '''
+    if channel is None:
+'''
+replace = '''
+    if channel == "never":  # MUTANT 1
+'''
+[[edits]]
+search = '''
+        return "reference"
+'''
+replace = '''
+        return "reference"  # MUTANT 2
+'''
+"""
+
+WRITER = """\
+from pathlib import Path
+from tinypkg.guard import decide
+
+def test_no_stray_file():
+    if decide(None, "x") != "reference":
+        Path("stray.txt").write_text("leak")
+    assert not Path("stray.txt").exists()
+"""
+
+
+def test_several_edits_and_a_copy_dirtied_by_a_mutant(project, temp_root, tmp_path):
+    """[[edits]]: two search/replace pairs in one mutation; a mutant whose tests write into the tree
+    gets a fresh copy before the next mutation."""
+    (project / "tests" / "test_writer.py").write_text(WRITER)
+    path = tmp_path / "edits.toml"
+    path.write_text(EDITS)
+    definition = mutation.load_mutation(path)
+    assert [e.search for e in definition.edits] == ["    if channel is None:\n", '        return "reference"\n']
+    assert definition.modules == (("tinypkg/guard.py", "tinypkg.guard"),)
+    lines = []
+    [result] = mutation.run_mutations([definition], repo=project, echo=lines.append, timeout=120)
+    assert result.status == "killed", result.reason
+    assert any("changed the copy" in line and "added: stray.txt" in line for line in lines), lines
+    assert not (project / "stray.txt").exists()
+    assert list(temp_root.iterdir()) == []
+
+
+def test_edits_and_search_together_are_refused(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text(EDITS.replace('file = "tinypkg/guard.py"\n', "file = \"tinypkg/guard.py\"\nsearch = 'x'\nreplace = 'y'\n"))
+    with pytest.raises(mutation.CannotDecide, match="not both"):
+        mutation.load_mutation(path)
+
+
+def test_a_mutation_that_needs_a_namespace_cannot_decide_without_one(project, temp_root, tmp_path):
+    path = _mutation_file(tmp_path / "m.toml", extra="needs_netns = true\n")
+    [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None,
+                                      timeout=120, netns=False)
+    assert result.status == "cannot decide" and "needs a private network namespace" in result.reason
+    assert list(temp_root.iterdir()) == []
+
+
+NS_TEST = """\
+import socket
+from tinypkg.guard import decide
+
+def test_in_namespace():
+    assert decide(None, "x") == "reference"
+    assert [name for _index, name in socket.if_nameindex()] == ["lo"]
+"""
+
+
+@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+def test_a_mutation_that_needs_a_namespace_runs_in_one(project, temp_root, tmp_path):
+    (project / "tests" / "test_ns.py").write_text(NS_TEST)
+    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",), controls=(),
+                          extra="needs_netns = true\n")
+    [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
+    assert result.status == "killed", result.reason

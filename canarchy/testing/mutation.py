@@ -77,7 +77,10 @@ EXIT_SURVIVED = 1
 EXIT_CANNOT_DECIDE = 2
 
 DEFAULT_EXCLUDED = ("ImportError", "ModuleNotFoundError", "SyntaxError")
-_KEYS = {"name", "issue", "description", "file", "module", "search", "replace", "killers", "controls", "kill"}
+_KEYS = {
+    "name", "issue", "description", "file", "module", "search", "replace", "edits", "needs_netns",
+    "killers", "controls", "kill",
+}
 _REQUIRED = {"name", "issue", "description", "file", "search", "replace", "killers"}
 
 
@@ -94,8 +97,24 @@ class _Interrupted(BaseException):
 
 
 @dataclass(frozen=True)
+class Edit:
+    """One search/replace of a mutation: ``search`` must occur exactly once in ``file``
+    (in the text as left by the edits before it)."""
+
+    file: str
+    search: str
+    replace: str
+
+
+@dataclass(frozen=True)
 class Mutation:
-    """One mutation definition (see the module docstring for the fields)."""
+    """One mutation definition (see the module docstring for the fields).
+
+    ``search``/``replace`` are those of the first edit; ``edits`` holds all of
+    them; ``modules`` maps each edited file to the module the import proof
+    imports; ``needs_netns``: the mutant may fail open (a guard removed), so its
+    tests run only inside a private network namespace.
+    """
 
     name: str
     issue: str
@@ -108,6 +127,13 @@ class Mutation:
     controls: tuple[str, ...]
     excluded_exceptions: tuple[str, ...] = DEFAULT_EXCLUDED
     source: str = ""
+    edits: tuple[Edit, ...] = ()
+    modules: tuple[tuple[str, str], ...] = ()
+    needs_netns: bool = False
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return self.killers + self.controls
 
 
 @dataclass
@@ -131,6 +157,7 @@ class MutationResult:
     rows: list[TestRow] = field(default_factory=list)
     imported_file: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
+    imported_files: list[str] = field(default_factory=list)
 
     @property
     def killed(self) -> list[TestRow]:
@@ -151,6 +178,32 @@ def _module_from_file(file: str) -> str:
     return ".".join(parts)
 
 
+def _relative_file(p: Path, value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise CannotDecide(f"{p}: {what} must be a non-empty string")
+    file = PurePosixPath(value)
+    if file.is_absolute() or ".." in file.parts:
+        raise CannotDecide(f"{p}: {what} must be relative to the repository root, without '..'")
+    return file.as_posix()
+
+
+def _edit(p: Path, raw: object, default_file: str, where: str) -> Edit:
+    if not isinstance(raw, dict) or set(raw) - {"file", "search", "replace"}:
+        raise CannotDecide(f"{p}: {where} may hold `file`, `search` and `replace` only")
+    for key in ("search", "replace"):
+        if not isinstance(raw.get(key), str):
+            raise CannotDecide(f"{p}: {where}: `{key}` must be a string")
+        if not raw[key].strip():
+            raise CannotDecide(
+                f"{p}: {where}: `{key}` is empty"
+                + (" (make the mutant recognisable, e.g. a marker comment)" if key == "replace" else "")
+            )
+    if raw["search"] == raw["replace"]:
+        raise CannotDecide(f"{p}: {where}: `replace` equals `search`: that is no mutation")
+    file = _relative_file(p, raw.get("file", default_file), f"{where}: `file`")
+    return Edit(file, raw["search"], raw["replace"])
+
+
 def load_mutation(path: str | os.PathLike[str]) -> Mutation:
     """Read and validate a mutation TOML file; raises :class:`CannotDecide` naming the problem."""
     p = Path(path)
@@ -159,25 +212,26 @@ def load_mutation(path: str | os.PathLike[str]) -> Mutation:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CannotDecide(f"{p}: cannot read the mutation ({exc})") from None
     unknown = set(doc) - _KEYS
-    missing = _REQUIRED - set(doc)
+    required = _REQUIRED - ({"search", "replace"} if "edits" in doc else set())
+    missing = required - set(doc)
     if unknown or missing:
         raise CannotDecide(f"{p}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
-    for key in ("name", "description", "file", "search", "replace"):
+    for key in ("name", "description", "file"):
         if not isinstance(doc[key], str):
             raise CannotDecide(f"{p}: `{key}` must be a string")
-    for key in ("name", "description", "file", "search", "replace"):
         if not doc[key].strip():
-            raise CannotDecide(
-                f"{p}: `{key}` is empty"
-                + (" (make the mutant recognisable, e.g. a marker comment)" if key == "replace" else "")
-            )
+            raise CannotDecide(f"{p}: `{key}` is empty")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", doc["name"]):
         raise CannotDecide(f"{p}: `name` may hold letters, digits, '.', '_' and '-' only")
-    file = PurePosixPath(doc["file"])
-    if file.is_absolute() or ".." in file.parts:
-        raise CannotDecide(f"{p}: `file` must be relative to the repository root, without '..'")
-    if doc["search"] == doc["replace"]:
-        raise CannotDecide(f"{p}: `replace` equals `search`: that is no mutation")
+    file = _relative_file(p, doc["file"], "`file`")
+    if "edits" in doc:
+        if "search" in doc or "replace" in doc:
+            raise CannotDecide(f"{p}: give either `search`/`replace` or [[edits]], not both")
+        if not isinstance(doc["edits"], list) or not doc["edits"]:
+            raise CannotDecide(f"{p}: `edits` must be a non-empty array of tables ([[edits]])")
+        edits = tuple(_edit(p, raw, file, f"edit {i}") for i, raw in enumerate(doc["edits"], 1))
+    else:
+        edits = (_edit(p, {"search": doc["search"], "replace": doc["replace"]}, file, "the mutation"),)
     lists = {}
     for key in ("killers", "controls"):
         value = doc.get(key, [])
@@ -197,21 +251,30 @@ def load_mutation(path: str | os.PathLike[str]) -> Mutation:
     excluded = kill.get("excluded_exceptions", list(DEFAULT_EXCLUDED))
     if not isinstance(excluded, list) or not all(isinstance(e, str) and e.isidentifier() for e in excluded):
         raise CannotDecide(f"{p}: [kill].excluded_exceptions must be a list of exception names")
-    module = doc.get("module") or _module_from_file(doc["file"])
+    module = doc.get("module") or _module_from_file(file)
     if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
         raise CannotDecide(f"{p}: `module` = {module!r} is not a dotted module name")
+    needs_netns = doc.get("needs_netns", False)
+    if not isinstance(needs_netns, bool):
+        raise CannotDecide(f"{p}: `needs_netns` must be true or false")
+    modules = {file: module}
+    for edit in edits:
+        modules.setdefault(edit.file, _module_from_file(edit.file))
     return Mutation(
         name=doc["name"],
         issue=str(doc["issue"]),
         description=doc["description"].strip(),
-        file=file.as_posix(),
+        file=file,
         module=module,
-        search=doc["search"],
-        replace=doc["replace"],
+        search=edits[0].search,
+        replace=edits[0].replace,
         killers=lists["killers"],
         controls=lists["controls"],
         excluded_exceptions=tuple(excluded),
         source=str(p),
+        edits=edits,
+        modules=tuple(modules.items()),
+        needs_netns=needs_netns,
     )
 
 
@@ -249,16 +312,22 @@ def _copy_tree(repo: Path, files: Sequence[str], dest: Path) -> int:
 
 
 class _Runner:
-    """Holds the running child process so an interrupt can stop it."""
+    """Holds the running child process so an interrupt can stop it.
 
-    def __init__(self, timeout: float) -> None:
+    ``netns``: run each command inside a private network namespace
+    (:func:`canarchy.testing.lanes.netns_command`).
+    """
+
+    def __init__(self, timeout: float, netns: bool = False) -> None:
         self.timeout = timeout
+        self.netns = netns
         self.proc: subprocess.Popen[bytes] | None = None
 
     def run(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, log: Path) -> int:
+        command = lanes.netns_command(argv) if self.netns else list(argv)
         with open(log, "wb") as fh:
             self.proc = subprocess.Popen(
-                list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: we stop all of it, and only it
             )
             try:
@@ -295,7 +364,7 @@ def _pytest_argv(python: str, copy: Path, junit: Path, node_ids: Sequence[str]) 
     ]  # fmt: skip
 
 
-def _outcomes(junit: Path, node_ids: Sequence[str], log: Path, phase: str) -> dict[str, object]:
+def _load(junit: Path, log: Path, phase: str):  # type: ignore[no-untyped-def]
     from canarchy.testing import junit_compare
 
     try:
@@ -305,6 +374,13 @@ def _outcomes(junit: Path, node_ids: Sequence[str], log: Path, phase: str) -> di
         raise CannotDecide(f"{phase}: no usable JUnit report ({exc})\n{tail}") from None
     if not report.cases:
         raise CannotDecide(f"{phase}: zero tests selected")
+    return report
+
+
+def _outcomes(junit: Path, node_ids: Sequence[str], log: Path, phase: str) -> dict[str, object]:
+    from canarchy.testing import junit_compare
+
+    report = _load(junit, log, phase)
     found: dict[str, object] = {}
     missing = []
     for node_id in node_ids:
@@ -340,6 +416,113 @@ def _restore_handlers(previous: dict[int, object]) -> None:
         signal.signal(sig, old)  # type: ignore[arg-type]
 
 
+class _Workspace:
+    """The temporary directory of a run: ``tree`` (the copy), ``home``, ``out``, ``tmp``.
+
+    The copy is made once and reused by every mutation; each mutant is
+    restored afterwards, and a copy a mutant's tests changed (a leak that
+    wrote into the tree) is thrown away and made again.
+    """
+
+    def __init__(self, repo: Path, root: Path) -> None:
+        self.repo, self.root = repo, root
+        self.copy, self.home, self.out, self.tmp = root / "tree", root / "home", root / "out", root / "tmp"
+        for d in (self.home, self.out, self.tmp):
+            d.mkdir()
+        self.files = repo_files(repo)
+        self.pristine: dict[str, lanes.Entry] = {}
+
+    def make_copy(self) -> None:
+        if self.copy.exists():
+            shutil.rmtree(self.copy)
+        self.copy.mkdir()
+        n = _copy_tree(self.repo, self.files, self.copy)
+        if not (self.copy / "pyproject.toml").is_file():
+            raise CannotDecide(f"{self.repo}: no pyproject.toml in the copied tree ({n} files)")
+        self.pristine = lanes.manifest(self.copy, exclude=("__pycache__",))
+
+    def changes(self) -> list[str]:
+        """What differs in the copy from the pristine copy (a test wrote into the tree)."""
+        return lanes.diff_manifests(self.pristine, lanes.manifest(self.copy, exclude=("__pycache__",)))
+
+    def env(self) -> dict[str, str]:
+        # TMPDIR inside our directory: whatever the tests leave behind goes with the copy.
+        return lanes.build_env(home=self.home, hashseed=0, extra={"PYTHONPATH": str(self.copy), "TMPDIR": str(self.tmp)})
+
+
+def _mutated_texts(mutation: Mutation, copy: Path) -> dict[str, tuple[str, str]]:
+    """``{file: (original, mutated)}``; :class:`CannotDecide` unless each ``search`` occurs exactly once."""
+    texts: dict[str, tuple[str, str]] = {}
+    for index, edit in enumerate(mutation.edits, 1):
+        if edit.file not in texts:
+            try:
+                original = (copy / edit.file).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise CannotDecide(f"{edit.file}: cannot read it in the copy ({exc})") from None
+            texts[edit.file] = (original, original)
+        original, current = texts[edit.file]
+        count = current.count(edit.search)
+        if count != 1:
+            which = "`search`" if len(mutation.edits) == 1 else f"edit {index}'s `search`"
+            raise CannotDecide(
+                f"{edit.file}: {which} occurs {count} times (exactly 1 required); "
+                f"update {mutation.source or 'the mutation file'} to the current code"
+            )
+        texts[edit.file] = (original, current.replace(edit.search, edit.replace, 1))
+    return texts
+
+
+def _import_proof(mutation: Mutation, python: str, work: _Workspace, texts: dict[str, tuple[str, str]]) -> list[str]:
+    """Import every mutated module from the copy; each must be the copy's file holding the mutant."""
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    print(importlib.import_module(name).__file__)"
+    modules = [module for _file, module in mutation.modules]
+    probe = subprocess.run(
+        [python, "-c", code, *modules], env=work.env(), cwd=work.copy, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    printed = probe.stdout.strip().splitlines()
+    if probe.returncode != 0 or len(printed) < len(modules):
+        raise CannotDecide(f"import proof: `import {', '.join(modules)}` failed in the copy: {probe.stderr.strip()[-500:]}")
+    imported = printed[-len(modules):]
+    for (file, module), where in zip(mutation.modules, imported):
+        target = work.copy / file
+        path = Path(where).resolve()
+        if path != target.resolve():
+            raise CannotDecide(
+                f"import proof: {module} was imported from {where}, not from the copy's "
+                f"{target} (an installed or cached copy would be tested instead of the mutant)"
+            )
+        if path.read_text(encoding="utf-8") != texts[file][1]:
+            raise CannotDecide(f"import proof: {where} does not hold the mutated text")
+    return imported
+
+
+def _judge(result: MutationResult, mutant: dict[str, object]) -> None:
+    mutation = result.mutation
+    broken_controls = []
+    for row in result.rows:
+        case = mutant[row.node_id]
+        row.mutant = case.outcome  # type: ignore[attr-defined]
+        if row.role == "control":
+            row.verdict = "passes (ok)" if row.mutant == "passed" else "BROKEN"
+            if row.mutant != "passed":
+                broken_controls.append(row.node_id)
+        elif row.mutant.split("+")[0] == "failed":
+            wrong = _wrong_reason(case, mutation.excluded_exceptions)
+            row.verdict = f"not killed: failed with {wrong}" if wrong else "killed"
+        elif row.mutant.startswith("error"):
+            row.verdict = "not killed: error outside the test phase"
+        else:
+            row.verdict = "SURVIVED"
+    if broken_controls:
+        result.status, result.reason = "cannot decide", (
+            "controls failed on the mutant, so it is broken beyond the defect: " + ", ".join(broken_controls)
+        )
+    elif len(result.killed) == len(mutation.killers):
+        result.status, result.reason = "killed", "every killer failed on the mutant and every control passed"
+    else:
+        result.status, result.reason = "survived", "the mutant was not caught by every killer"
+
+
 def run_mutation(
     mutation: Mutation,
     *,
@@ -348,124 +531,171 @@ def run_mutation(
     reports: Path | None = None,
     timeout: float = 900.0,
     echo: Callable[[str], None] = print,
+    netns: bool | None = None,
 ) -> MutationResult:
-    """Run the steps of the module docstring; returns a :class:`MutationResult`.
+    """Run the steps of the module docstring for one mutation; returns a :class:`MutationResult`.
 
     Never writes to ``repo`` (``reports`` may be inside it: only
-    ``mutation-<name>.md`` and the two JUnit files are written there). On
+    ``mutation-<name>.md`` and the JUnit files and logs are written there). On
     SIGINT/SIGTERM the child is stopped, the temporary copy removed, and
     :class:`_Interrupted` propagates.
     """
-    rows = [TestRow(n, "killer") for n in mutation.killers] + [TestRow(n, "control") for n in mutation.controls]
-    result = MutationResult(mutation, "cannot decide", "", rows)
-    node_ids = [r.node_id for r in rows]
-    runner = _Runner(timeout)
+    return run_mutations([mutation], repo=repo, python=python, reports=reports, timeout=timeout, echo=echo, netns=netns)[0]
+
+
+def run_mutations(
+    mutations: Sequence[Mutation],
+    *,
+    repo: Path,
+    python: str = sys.executable,
+    reports: Path | None = None,
+    timeout: float = 900.0,
+    echo: Callable[[str], None] = print,
+    netns: bool | None = None,
+) -> list[MutationResult]:
+    """Run several mutations on one copy of the tree, with one baseline run of all their tests.
+
+    ``netns``: run every pytest inside a private network namespace; ``None``
+    (default) does so when a mutation ``needs_netns`` and one is available. A
+    mutation that needs a namespace when none is available cannot decide
+    (its mutant could reach a real bus). Results are in the order given.
+    """
+    results = [
+        MutationResult(m, "cannot decide", "", [TestRow(n, "killer") for n in m.killers] + [TestRow(n, "control") for n in m.controls])
+        for m in mutations
+    ]
+    support = None
+    if netns is None:
+        support = lanes.netns_support() if any(m.needs_netns for m in mutations) else None
+        use_netns = bool(support and support.available)
+    else:
+        use_netns = netns
+    runner = _Runner(timeout, netns=use_netns)
     previous = _install_handlers()
-    tmp = Path(tempfile.mkdtemp(prefix=f"canarchy-mutant-{mutation.name}-"))
+    tmp = Path(tempfile.mkdtemp(prefix="canarchy-mutant-" + (mutations[0].name if len(mutations) == 1 else "all") + "-"))
     try:
-        copy, home, out, child_tmp = tmp / "tree", tmp / "home", tmp / "out", tmp / "tmp"
-        for d in (copy, home, out, child_tmp):
-            d.mkdir()
-        echo(f"mutation {mutation.name}: working on a copy in {copy} (the working tree is only read)")
-        started = time.monotonic()
-        n = _copy_tree(repo, repo_files(repo), copy)
-        if not (copy / "pyproject.toml").is_file():
-            raise CannotDecide(f"{repo}: no pyproject.toml in the copied tree ({n} files)")
-        target = copy / mutation.file
         try:
-            original = target.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CannotDecide(f"{mutation.file}: cannot read it in the copy ({exc})") from None
-        count = original.count(mutation.search)
-        if count != 1:
-            raise CannotDecide(
-                f"{mutation.file}: `search` occurs {count} times (exactly 1 required); "
-                f"update {mutation.source or 'the mutation file'} to the current code"
-            )
-        # TMPDIR inside our directory: whatever the tests leave behind goes with the copy.
-        env = lanes.build_env(home=home, hashseed=0, extra={"PYTHONPATH": str(copy), "TMPDIR": str(child_tmp)})
-        result.durations["copy"] = time.monotonic() - started
+            work = _Workspace(repo, tmp)
+            echo(f"mutations: working on a copy in {work.copy} (the working tree is only read)"
+                 + ("; every run in a private network namespace" if use_netns else ""))
+            started = time.monotonic()
+            work.make_copy()
+            copy_time = time.monotonic() - started
+        except CannotDecide as exc:
+            for result in results:
+                result.reason = str(exc)
+            return _finish(results, reports, tmp / "out")
 
-        # Step 3: baseline on the unmutated copy.
+        # Step 2: each search exactly once; a needed namespace exists.
+        pending: list[tuple[MutationResult, dict[str, tuple[str, str]]]] = []
+        for result in results:
+            result.durations["copy"] = copy_time
+            m = result.mutation
+            if m.needs_netns and not use_netns:
+                reason = support.reason if support is not None else "the caller turned namespaces off"
+                result.reason = (
+                    "needs a private network namespace (its mutant removes a guard, so its tests could reach a "
+                    f"real bus) and none is available: {reason}"
+                )
+                continue
+            try:
+                pending.append((result, _mutated_texts(m, work.copy)))
+            except CannotDecide as exc:
+                result.reason = str(exc)
+        if not pending:
+            return _finish(results, reports, work.out)
+
+        # Step 3: one baseline run, on the unmutated copy, of every test of every mutation.
+        node_ids = list(dict.fromkeys(n for result, _ in pending for n in result.mutation.node_ids))
         started = time.monotonic()
-        rc = runner.run(_pytest_argv(python, copy, out / "baseline.xml", node_ids), env=env, cwd=copy, log=out / "baseline.log")
-        baseline = _outcomes(out / "baseline.xml", node_ids, out / "baseline.log", "baseline (unmutated)")
-        result.durations["baseline"] = time.monotonic() - started
-        not_passing = []
-        for row in rows:
-            row.baseline = baseline[row.node_id].outcome  # type: ignore[attr-defined]
-            if row.baseline != "passed":
-                not_passing.append(f"{row.node_id} ({row.baseline})")
-        if not_passing or rc != 0:
-            raise CannotDecide(
-                "baseline: these must pass on the unmutated code first: " + (", ".join(not_passing) or f"pytest exit code {rc}")
-            )
+        baseline_xml, baseline_log = work.out / "baseline.xml", work.out / "baseline.log"
+        try:
+            rc = runner.run(_pytest_argv(python, work.copy, baseline_xml, node_ids), env=work.env(), cwd=work.copy, log=baseline_log)
+            report = _load(baseline_xml, baseline_log, "baseline (unmutated)")
+        except CannotDecide as exc:
+            for result, _ in pending:
+                result.reason = str(exc)
+            return _finish(results, reports, work.out)
+        baseline_time = time.monotonic() - started
+        from canarchy.testing.junit_compare import case_key
 
-        # Step 4: mutate and prove the copy is what gets imported.
-        mutated = original.replace(mutation.search, mutation.replace, 1)
-        target.write_text(mutated, encoding="utf-8")
-        probe = subprocess.run(
-            [python, "-c", f"import {mutation.module} as m; print(m.__file__)"],
-            env=env, cwd=copy, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        imported = probe.stdout.strip().splitlines()[-1] if probe.stdout.strip() else ""
-        if probe.returncode != 0 or not imported:
-            raise CannotDecide(f"import proof: `import {mutation.module}` failed in the copy: {probe.stderr.strip()[-500:]}")
-        result.imported_file = imported
-        imported_path = Path(imported).resolve()
-        if imported_path != target.resolve():
-            raise CannotDecide(
-                f"import proof: {mutation.module} was imported from {imported}, not from the copy's "
-                f"{target} (an installed or cached copy would be tested instead of the mutant)"
-            )
-        if imported_path.read_text(encoding="utf-8") != mutated:
-            raise CannotDecide(f"import proof: {imported} does not hold the mutated text")
-        echo(f"mutation {mutation.name}: mutant applied; {mutation.module} imports from {imported}")
-
-        # Step 5: the killers and controls on the mutant.
-        started = time.monotonic()
-        runner.run(_pytest_argv(python, copy, out / "mutant.xml", node_ids), env=env, cwd=copy, log=out / "mutant.log")
-        mutant = _outcomes(out / "mutant.xml", node_ids, out / "mutant.log", "mutant")
-        result.durations["mutant"] = time.monotonic() - started
-        broken_controls = []
-        for row in rows:
-            case = mutant[row.node_id]
-            row.mutant = case.outcome  # type: ignore[attr-defined]
-            if row.role == "control":
-                row.verdict = "passes (ok)" if row.mutant == "passed" else "BROKEN"
-                if row.mutant != "passed":
-                    broken_controls.append(row.node_id)
-            elif row.mutant.split("+")[0] == "failed":
-                wrong = _wrong_reason(case, mutation.excluded_exceptions)
-                row.verdict = f"not killed: failed with {wrong}" if wrong else "killed"
-            elif row.mutant.startswith("error"):
-                row.verdict = "not killed: error outside the test phase"
+        ready = []
+        any_listed_failing = False
+        for result, texts in pending:
+            result.durations["baseline"] = baseline_time
+            missing, not_passing = [], []
+            for row in result.rows:
+                case = report.cases.get(case_key(row.node_id))
+                if case is None:
+                    missing.append(row.node_id)
+                    continue
+                row.baseline = case.outcome
+                if row.baseline != "passed":
+                    not_passing.append(f"{row.node_id} ({row.baseline})")
+            any_listed_failing = any_listed_failing or bool(not_passing or missing)
+            if missing:
+                result.reason = f"baseline (unmutated): not run (no such test?): {', '.join(missing)}"
+            elif not_passing:
+                result.reason = "baseline: these must pass on the unmutated code first: " + ", ".join(not_passing)
             else:
-                row.verdict = "SURVIVED"
-        if broken_controls:
-            result.status, result.reason = "cannot decide", (
-                "controls failed on the mutant, so it is broken beyond the defect: " + ", ".join(broken_controls)
-            )
-        elif len(result.killed) == len(mutation.killers):
-            result.status, result.reason = "killed", "every killer failed on the mutant and every control passed"
-        else:
-            result.status, result.reason = "survived", "the mutant was not caught by every killer"
-        if reports is not None:
-            _write_reports(result, reports, out)
-        return result
-    except CannotDecide as exc:
-        result.status, result.reason = "cannot decide", str(exc)
-        if reports is not None:
-            _write_reports(result, reports, tmp / "out")
-        return result
+                ready.append((result, texts))
+        if rc != 0 and not any_listed_failing:
+            # Every listed test passed, yet pytest failed: the run itself is broken (e.g. the sentinel).
+            for result, _ in ready:
+                result.reason = f"baseline: these must pass on the unmutated code first: pytest exit code {rc}"
+            ready = []
+        if work.changes():
+            echo("mutations: the baseline run changed the copy; making a fresh one")
+            work.make_copy()
+
+        # Steps 4-5, one mutation at a time on the same copy.
+        for result, texts in ready:
+            m = result.mutation
+            try:
+                for file, (_original, mutated) in texts.items():
+                    (work.copy / file).write_text(mutated, encoding="utf-8")
+                imported = _import_proof(m, python, work, texts)
+                result.imported_files = imported
+                result.imported_file = imported[0]
+                echo(f"mutation {m.name}: mutant applied; {', '.join(mod for _f, mod in m.modules)} imported from the copy")
+                started = time.monotonic()
+                xml, log = work.out / f"{m.name}-mutant.xml", work.out / f"{m.name}-mutant.log"
+                runner.run(_pytest_argv(python, work.copy, xml, m.node_ids), env=work.env(), cwd=work.copy, log=log)
+                mutant = _outcomes(xml, m.node_ids, log, "mutant")
+                result.durations["mutant"] = time.monotonic() - started
+                _judge(result, mutant)
+            except CannotDecide as exc:
+                result.status, result.reason = "cannot decide", str(exc)
+            finally:
+                for file, (original, _mutated) in texts.items():
+                    (work.copy / file).write_text(original, encoding="utf-8")
+                changes = work.changes()
+                if changes:
+                    echo(f"mutation {m.name}: its tests changed the copy ({'; '.join(changes[:5])}); making a fresh one")
+                    work.make_copy()
+            echo(f"mutation {m.name}: {result.status.upper()} ({len(result.killed)}/{len(m.killers)} killers failed)")
+        return _finish(results, reports, work.out)
     finally:
         runner.stop()
         shutil.rmtree(tmp, ignore_errors=True)
         _restore_handlers(previous)
 
 
+def _finish(results: list[MutationResult], reports: Path | None, out: Path) -> list[MutationResult]:
+    if reports is not None:
+        for result in results:
+            _write_reports(result, reports, out)
+    return results
+
+
 def _short(node_id: str) -> str:
     return node_id.rsplit("::", 1)[-1]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
 
 
 def render(result: MutationResult) -> str:
@@ -477,27 +707,25 @@ def render(result: MutationResult) -> str:
         f"killed by {len(killed)}/{len(m.killers)}: {', '.join(_short(r.node_id) for r in killed) or '-'}",
         f"reason: {result.reason}",
     ]
-    if result.imported_file:
-        lines.append(f"imported mutant: {result.imported_file} (in the temporary copy, now removed)")
-    headers = ["test", "role", "unmutated", "mutant", "verdict"]
+    for imported in result.imported_files or ([result.imported_file] if result.imported_file else []):
+        lines.append(f"imported mutant: {imported} (in the temporary copy, now removed)")
     table = [[r.node_id, r.role, r.baseline, r.mutant, r.verdict] for r in result.rows]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    lines += ["", fmt(headers), fmt(["-" * w for w in widths])] + [fmt(row) for row in table]
+    lines += ["", *_table(["test", "role", "unmutated", "mutant", "verdict"], table)]
     return "\n".join(lines)
 
 
 def render_markdown(result: MutationResult) -> str:
     """Markdown summary for ``reports/mutation-<name>.md``."""
     m = result.mutation
+    files = ", ".join(f"`{f}` (module `{mod}`)" for f, mod in m.modules) or f"`{m.file}` (module `{m.module}`)"
     out = [
         f"# Mutation {m.name} (issue {m.issue}): {result.status}",
         "",
         m.description,
         "",
-        f"- file: `{m.file}` (module `{m.module}`)",
+        f"- files: {files}",
         f"- killed by {len(result.killed)}/{len(m.killers)}",
-        f"- reason: {result.reason}",
+        f"- reason: {_md(result.reason)}",
         "- durations (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.durations.items()),
         "",
         "| test | role | unmutated | mutant | verdict |",
@@ -508,21 +736,69 @@ def render_markdown(result: MutationResult) -> str:
     return "\n".join(out)
 
 
-def _write_reports(result: MutationResult, reports: Path, out: Path) -> None:
-    reports.mkdir(parents=True, exist_ok=True)
-    name = result.mutation.name
-    for phase in ("baseline", "mutant"):
-        for ext in ("xml", "log"):
-            src = out / f"{phase}.{ext}"
-            if src.exists():
-                shutil.copyfile(src, reports / f"mutation-{name}-{phase}.{ext}")
-    dest = reports / f"mutation-{name}.md"
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _summary_rows(results: Sequence[MutationResult]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        killers = [row for row in r.rows if row.role == "killer"]
+        not_failed = [_short(row.node_id) for row in killers if row.verdict != "killed"]
+        if r.status == "cannot decide":
+            detail = r.reason.splitlines()[0] if r.reason else "-"
+        else:
+            detail = ("not failed: " + ", ".join(not_failed)) if not_failed else "-"
+        rows.append([r.mutation.name, str(len(killers)), str(len(r.killed)), r.status.upper(), detail])
+    return rows
+
+
+def render_summary(results: Sequence[MutationResult], seconds: float | None = None) -> str:
+    """The ``run-all`` table: mutation, killers expected, killers that failed, verdict (and why not killed)."""
+    killed = sum(1 for r in results if r.status == "killed")
+    head = f"mutations: {killed}/{len(results)} killed by every named killer"
+    if seconds is not None:
+        head += f" ({seconds:.0f} s)"
+    lines = [head, ""]
+    lines += _table(["mutation", "killers expected", "killers that failed", "verdict", "details"], _summary_rows(results))
+    return "\n".join(lines)
+
+
+def render_summary_markdown(results: Sequence[MutationResult], seconds: float | None = None) -> str:
+    """``reports/mutations.md``: the summary table, each mutation linked to its own report."""
+    killed = sum(1 for r in results if r.status == "killed")
+    status = "PASSED" if killed == len(results) else "FAILED"
+    out = [f"# Mutations: {status} ({killed}/{len(results)} killed)", ""]
+    if seconds is not None:
+        out += [f"Wall time: {seconds:.0f} s.", ""]
+    out += ["| mutation | issue | killers expected | killers that failed | verdict | details |", "|---|---|---|---|---|---|"]
+    for r, row in zip(results, _summary_rows(results)):
+        out.append(f"| [{row[0]}](mutation-{row[0]}.md) | {r.mutation.issue} | {row[1]} | {row[2]} | {row[3]} | {_md(row[4])} |")
+    out.append("")
+    return "\n".join(out)
+
+
+def _write_atomically(dest: Path, text: str) -> None:
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(render_markdown(result), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_reports(result: MutationResult, reports: Path, out: Path) -> None:
+    reports.mkdir(parents=True, exist_ok=True)
+    name = result.mutation.name
+    for phase, stem in (("baseline", "baseline"), ("mutant", f"{name}-mutant")):
+        for ext in ("xml", "log"):
+            src = out / f"{stem}.{ext}"
+            dest = reports / f"mutation-{name}-{phase}.{ext}"
+            if src.exists():
+                shutil.copyfile(src, dest)
+            else:
+                dest.unlink(missing_ok=True)  # never leave an older run's file next to this run's report
+    _write_atomically(reports / f"mutation-{name}.md", render_markdown(result))
 
 
 def _repo_root(given: str | None) -> Path:
@@ -552,6 +828,50 @@ def _run_one(path: Path, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _broken_definition(path: Path, reason: str) -> MutationResult:
+    stub = Mutation(path.stem, "-", "", "-", "-", "-", "-", (), (), source=str(path))
+    return MutationResult(stub, "cannot decide", f"{path.name}: {reason}")
+
+
+def _run_all(folder: Path, args: argparse.Namespace) -> int:
+    paths = sorted(folder.glob("*.toml"))
+    if not paths:
+        print(f"run-all: CANNOT DECIDE - no *.toml mutation in {folder}")
+        return EXIT_CANNOT_DECIDE
+    started = time.monotonic()
+    loaded: list[Mutation] = []
+    broken: dict[Path, MutationResult] = {}
+    names: dict[str, Path] = {}
+    for path in paths:
+        try:
+            m = load_mutation(path)
+        except CannotDecide as exc:
+            broken[path] = _broken_definition(path, str(exc))
+            continue
+        if m.name in names:
+            broken[path] = _broken_definition(path, f"`name` {m.name!r} is also used by {names[m.name].name}")
+            continue
+        names[m.name] = path
+        loaded.append(m)
+    reports = Path(args.reports) if args.reports else None
+    ran = iter(
+        run_mutations(loaded, repo=_repo_root(args.repo), python=args.python, reports=reports, timeout=args.timeout)
+        if loaded else []
+    )
+    results = [broken[p] if p in broken else next(ran) for p in paths]
+    seconds = time.monotonic() - started
+    for result in results:
+        if result.rows:
+            print(render(result))
+            print()
+    print(render_summary(results, seconds))
+    if reports is not None:
+        reports.mkdir(parents=True, exist_ok=True)
+        _write_atomically(reports / "mutations.md", render_summary_markdown(results, seconds))
+    codes = [r.exit_code for r in results]
+    return max(codes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m canarchy.testing.mutation")
@@ -561,23 +881,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("target", type=Path, help=target_help)
         p.add_argument("--python", default=sys.executable, help="interpreter that runs pytest (default: this one)")
         p.add_argument("--repo", help="git work tree to copy (default: the one around the current directory)")
-        p.add_argument("--reports", help="directory for mutation-<name>.md and the JUnit reports")
+        p.add_argument("--reports", help="directory for mutation-<name>.md, mutations.md and the JUnit reports")
         p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per pytest run")
     args = parser.parse_args(argv)
     try:
         if args.action == "run":
             return _run_one(args.target, args)
-        paths = sorted(args.target.glob("*.toml"))
-        if not paths:
-            print(f"run-all: CANNOT DECIDE - no *.toml mutation in {args.target}")
+        try:
+            return _run_all(args.target, args)
+        except CannotDecide as exc:
+            print(f"run-all: CANNOT DECIDE - {exc}")
             return EXIT_CANNOT_DECIDE
-        codes = {}
-        for path in paths:
-            codes[path.name] = _run_one(path, args)
-            print()
-        for name, code in codes.items():
-            print(f"  {name}: {['killed', 'SURVIVED', 'CANNOT DECIDE'][code] if code in (0, 1, 2) else code}")
-        return max(codes.values()) if all(c in (0, 1, 2) for c in codes.values()) else EXIT_CANNOT_DECIDE
     except _Interrupted as exc:
         name = "SIGINT" if exc.signum == signal.SIGINT else "SIGTERM"
         print(f"mutation: interrupted by {name}; the temporary copy was removed, the working tree was never written")
