@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "canarchy.commands.session",
     "canarchy.commands.mcp",
     "canarchy.commands.decode",
+    "canarchy.commands.plugins",
 )
 
 OUTPUT_FORMATS = ("text", "json", "jsonl")
