@@ -69,6 +69,13 @@ def mutation_530(session: nox.Session) -> None:
     _mutation(session, definition="fixtures/mutations/issue-530.toml")
 
 
+@nox.session(tags=["safety", "harness"])
+def mutations(session: nox.Session) -> None:
+    """Remove every registered safety guard in turn (fixtures/mutations/); pass only if each is killed by all its killers."""
+    _install(session)
+    _mutation(session, definition="fixtures/mutations", action="run-all")
+
+
 def _install(session: nox.Session, *, multicast: bool = False) -> None:
     """Install canarchy with its `test` extra (pyproject.toml is the one list of dependencies).
 
@@ -126,12 +133,13 @@ def _pytest(
     session.run("python", "-m", "canarchy.testing.lanes", *wrapper, "--", *pytest_args, env=env, include_outer_env=False)
 
 
-def _mutation(session: nox.Session, *, definition: str) -> None:
-    """Run one mutation definition with the session's interpreter; reports in reports/."""
+def _mutation(session: nox.Session, *, definition: str, action: str = "run") -> None:
+    """Run one mutation definition (``run``) or a folder of them (``run-all``) with the
+    session's interpreter; reports in reports/."""
     home = Path(session.virtualenv.location) / "lane-home"
     home.mkdir(exist_ok=True)
     env = lanes.build_env(home=home)
     session.run(
-        "python", "-m", "canarchy.testing.mutation", "run", definition, "--reports", REPORTS,
+        "python", "-m", "canarchy.testing.mutation", action, definition, "--reports", REPORTS,
         env=env, include_outer_env=False,
     )  # fmt: skip

@@ -568,3 +568,55 @@ def test_each_test_gets_an_empty_home_and_cwd_after_one_that_wrote(tmp_path):
     """})
     for name in ("test_a_writes", "test_b_is_clean", "test_c_is_clean_and_private"):
         assert run.outcomes(name) == {"passed"}, run.output
+
+
+# -- issue #4: tests that kill the isolation mutants (fixtures/mutations/iso-*.toml) ----------
+
+def test_python_can_environment_does_not_reach_a_virtual_bus(tmp_path):
+    """REQ-TISO-12, behaviour and not only the variable listing: with the operator's CAN_CHANNEL,
+    CAN_CONFIG and CAN_INTERFACE exported, an explicit virtual bus keeps python-can's defaults
+    and a bus without an interface is not given the operator's."""
+    run = run_child(tmp_path, {"test_can_env.py": """
+        import can
+        import pytest
+        def test_virtual_bus_keeps_its_defaults():
+            with can.Bus(interface="virtual") as bus:
+                assert (bus.channel_id, bus.receive_own_messages) == ("channel-0", False)
+        def test_no_interface_is_inherited():
+            with pytest.raises(can.CanInterfaceNotImplementedError):
+                can.Bus(channel="canarchy-probe")
+    """})
+    for name in ("test_virtual_bus_keeps_its_defaults", "test_no_interface_is_inherited"):
+        assert run.outcomes(name) == {"passed"}, run.output
+
+
+def test_import_time_paths_bound_at_collection_follow_each_test(tmp_path):
+    """REQ-TISO-03: the import-time constants of modules imported at collection (in the session
+    home) are re-pointed into each test's own home, whatever the import order."""
+    run = run_child(tmp_path, {"test_constants.py": """
+        import importlib
+        from pathlib import Path
+        from canarchy.testing.sandbox import KNOWN_IMPORT_TIME_PATHS
+        MODULES = {name: importlib.import_module(name) for name, _ in KNOWN_IMPORT_TIME_PATHS}
+        def check():
+            for name, attribute in KNOWN_IMPORT_TIME_PATHS:
+                value = Path(getattr(MODULES[name], attribute))
+                assert value.is_relative_to(Path.home()), f"{name}.{attribute} = {value}"
+        def test_first():
+            check()
+        def test_second():
+            (Path.home() / "used").write_text("")  # the next test gets a home of its own
+            check()
+        def test_third():
+            check()
+    """})
+    for name in ("test_first", "test_second", "test_third"):
+        assert run.outcomes(name) == {"passed"}, run.output
+
+
+def test_each_test_has_a_home_of_its_own(canarchy_sandbox):
+    """REQ-TISO-01: the per-test layer moves HOME into this test's own home, not the session's."""
+    home = Path.home()
+    assert home != canarchy_sandbox.session_home
+    assert home.relative_to(canarchy_sandbox.root).parts[0] == "tests" and home.name == "home"
+    assert Path(os.environ["XDG_CONFIG_HOME"]).is_relative_to(home)
