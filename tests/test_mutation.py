@@ -398,3 +398,35 @@ def test_a_mutation_that_needs_a_namespace_runs_in_one(project, temp_root, tmp_p
                           extra="needs_netns = true\n")
     [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
     assert result.status == "killed", result.reason
+
+
+REGISTRY = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "mutations").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", REGISTRY, ids=[p.stem for p in REGISTRY])
+def test_every_registered_mutation_matches_the_current_code(path):
+    """Each definition in fixtures/mutations/ loads, applies exactly once (edit by edit) and names
+    tests that exist, so `nox -s mutations` can decide; the names are unique."""
+    root = path.parents[2]
+    definition = mutation.load_mutation(path)
+    assert definition.name == path.stem
+    texts = {}
+    for edit in definition.edits:
+        text = texts.get(edit.file) or (root / edit.file).read_text(encoding="utf-8")
+        assert text.count(edit.search) == 1, f"{path.name}: {edit.search!r}"
+        assert "MUTANT" in edit.replace, f"{path.name}: mark the mutant so the import proof can recognise it"
+        texts[edit.file] = text.replace(edit.search, edit.replace, 1)
+    for node_id in definition.killers + definition.controls:
+        file, name = node_id.split("::", 1)
+        assert f"def {name.split('[')[0]}(" in (root / file).read_text(encoding="utf-8"), node_id
+
+
+def test_the_registry_covers_every_protection():
+    """The guards issue #4 names each have a mutation."""
+    names = {p.stem for p in REGISTRY}
+    assert {
+        "issue-530", "reference-no-transport", "active-ack-gate", "iso-home-redirect", "iso-test-home",
+        "iso-canarchy-scrub", "iso-can-scrub", "iso-import-time-redirect", "iso-session-layer",
+        "iso-guard-by-name", "iso-guard-class", "iso-unswallowable-refusal", "iso-child-guard",
+        "iso-sentinel", "iso-test-cwd", "iso-env-restore",
+    } <= names
