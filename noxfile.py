@@ -69,11 +69,48 @@ def mutation_530(session: nox.Session) -> None:
     _mutation(session, definition="fixtures/mutations/issue-530.toml")
 
 
-@nox.session(tags=["safety", "harness"])
+@nox.session(tags=["harness"])
 def mutations(session: nox.Session) -> None:
     """Remove every registered safety guard in turn (fixtures/mutations/); pass only if each is killed by all its killers."""
     _install(session)
     _mutation(session, definition="fixtures/mutations", action="run-all")
+
+
+@nox.session(tags=["harness"])
+def order(session: nox.Session) -> None:
+    """Run the unit suite reversed and in seeded shuffles; fail on any difference, naming the polluter.
+
+    ``nox -s order -- --seeds 5`` for seeds 1..5 (default 1..2), ``-- --seed 42`` for one seed;
+    other posargs choose tests as in the unit lane.
+    """
+    _install(session)
+    own, rest = _order_options(session)
+    pytest_args = [*SAFETY_FLAGS, f"--junitxml={REPORTS}/order.xml", *_selection(session, markexpr=None, posargs=rest)]
+    home = Path(session.virtualenv.location) / "lane-home"
+    home.mkdir(exist_ok=True)
+    session.run(
+        "python", "-m", "canarchy.testing.order", "run", *own, "--", *pytest_args,
+        env=lanes.build_env(home=home), include_outer_env=False,
+    )  # fmt: skip
+
+
+def _order_options(session: nox.Session) -> tuple[list[str], list[str]]:
+    """Split the order lane's own ``--seeds N`` / ``--seed S`` from the test selection."""
+    own, rest, args = [], [], list(session.posargs)
+    while args:
+        token = args.pop(0)
+        name, has_value, value = token.partition("=")
+        if name in ("--seeds", "--seed"):
+            if not has_value:
+                if not args:
+                    session.error(f"{name} needs a value")
+                value = args.pop(0)
+            if not value.isdigit():
+                session.error(f"{name} takes a whole number, not {value!r}")
+            own += [name, value]
+        else:
+            rest.append(token)
+    return own, rest
 
 
 def _install(session: nox.Session, *, multicast: bool = False) -> None:
@@ -92,10 +129,10 @@ def _install(session: nox.Session, *, multicast: bool = False) -> None:
     session.install("-e", f".[{','.join(wanted)}]")
 
 
-def _selection(session: nox.Session, *, markexpr: str | None) -> list[str]:
+def _selection(session: nox.Session, *, markexpr: str | None, posargs: list[str] | None = None) -> list[str]:
     """posargs, checked to only choose tests (paths, node ids, -k, -m, --deselect); default ``tests``."""
     try:
-        return lanes.choose_tests(session.posargs, fixed_markexpr=markexpr)
+        return lanes.choose_tests(session.posargs if posargs is None else posargs, fixed_markexpr=markexpr)
     except ValueError as exc:
         session.error(str(exc))
 
