@@ -1,0 +1,194 @@
+"""The Markdown report: ``reports/bench.md`` and the results block of ``docs/benchmarks.md``.
+
+Pure functions from the sections' results to text; :func:`replace_block`
+puts the text between :data:`BEGIN` and :data:`END` in a document (appended
+when the markers are missing), so the prose around the table stays as written.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Sequence
+
+from benchmarks import measure
+
+BEGIN = "<!-- bench:results:begin (written by `nox -s bench`; edits here are replaced) -->"
+END = "<!-- bench:results:end -->"
+ISOLATION_TARGET_MS = 0.10
+PARITY_RATIO_TARGET = 1.3
+MUTATION_TARGET_S = 20.0
+COLD_UNIT_TARGET_S = 60.0
+
+_ISOLATION_LABELS = {
+    "bare": "bare pytest (reference)",
+    "floor": "two empty autouse fixtures (pytest's floor)",
+    "canarchy": "canarchy's plugin",
+    "naive": "naive fixture (mktemp home + monkeypatch)",
+}
+_CAPTURE_LABELS = {
+    "canarchy-read": "canarchy `open_capture` (parse)",
+    "python-can-read": "python-can `CanutilsLogReader` (parse)",
+    "canarchy-decode": "canarchy `decode --summary` (parse + decode + summaries)",
+    "cantools-decode": "python-can reader + cantools `decode` (parse + decode)",
+}
+
+
+def _num(value: float, digits: int = 2) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table (header, separator, rows); cells are used as given."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def machine_lines(info: dict[str, Any], started: str, seconds: float, commit: str) -> list[str]:
+    """The "measured on" paragraph."""
+    load = info.get("loadavg_start"), info.get("loadavg")
+    return [
+        f"Measured {started} on {info['cores']} cores, {info['implementation']} {info['python']}, "
+        f"{info['platform']}; canarchy {commit}; the whole run took {seconds / 60:.1f} min. "
+        f"Load average (1/5/15 min) {load[0]} at the start, {load[1]} at the end: the machine is shared, "
+        "so figures are medians of repeated, interleaved runs, and CPU times (steadier than wall "
+        "times under load) are given beside wall times.",
+    ]
+
+
+def isolation_lines(result: Any) -> list[str]:
+    """Section 1: ms per test over bare pytest, per variant."""
+    summary = result.summary()
+    out = [f"### 1. Isolation overhead per test ({result.tests:,} trivial tests, "
+           f"median of {len(result.runs['bare'].loop_wall)} rounds)", ""]
+    rows = []
+    for variant, row in summary.items():
+        label = _ISOLATION_LABELS.get(variant, variant)
+        if variant == "bare":
+            rows.append([label, "0", "0", "0", _num(row["loop_wall_per_test"], 3), ""])
+            continue
+        target = ""
+        if variant == "canarchy":
+            naive = summary.get("naive", {}).get("loop_cpu", float("nan"))
+            cpu = row["loop_cpu"]
+            target = (f"<= {ISOLATION_TARGET_MS} ms: {_verdict(cpu <= ISOLATION_TARGET_MS)}; "
+                      f"below naive: {_verdict(cpu < naive if not math.isnan(naive) else None)}")
+        rows.append([label, _num(row["loop_cpu"], 3), _num(row["loop_wall"], 3), _num(row["proc_wall"], 3),
+                     _num(row["loop_wall_per_test"], 3), target])
+    out += table(["isolation", "ms/test over bare (CPU)", "ms/test over bare (wall)",
+                  "ms/test over bare (whole run, wall)", "ms/test total (wall)", "target"], rows)
+    out += ["", "Per test: the test loop only (`pytest_runtestloop`); \"whole run\" adds interpreter start, "
+            "collection and session set-up, spread over the tests. Overheads are paired within a round."]
+    if result.problems:
+        out += ["", "Problems: " + "; ".join(result.problems)]
+    return out
+
+
+def _status(row: Any) -> str:
+    if not row.exit_codes:
+        return "not run"
+    texts = []
+    for code, verdict in zip(row.exit_codes, row.verdicts):
+        word = re.match(r"^[^:]+: ([A-Z][A-Z ]*[A-Z])", verdict)
+        texts.append(word.group(1) if word else f"exit {code}")
+    distinct = sorted(set(texts))
+    return ", ".join(distinct)
+
+
+def lanes_lines(rows: Sequence[Any], problems: Sequence[str]) -> list[str]:
+    """Section 2: lane wall times and the ratio targets."""
+    out = ["### 2. Lanes (wall time)", ""]
+    warm = {r.lane: r for r in rows if not r.cold}
+    unit = measure.median(warm["unit"].wall) if "unit" in warm and warm["unit"].wall else float("nan")
+    table_rows = []
+    for row in rows:
+        med = measure.median(row.wall)
+        low, high = measure.spread(row.wall)
+        target = ""
+        if row.cold:
+            target = f"< {COLD_UNIT_TARGET_S:.0f} s: {_verdict(med < COLD_UNIT_TARGET_S if row.wall else None)}"
+        elif row.lane == "parity":
+            ratio = med / unit if unit == unit and unit > 0 else float("nan")
+            target = (f"{_num(ratio)} x unit; <= {PARITY_RATIO_TARGET} x: "
+                      f"{_verdict(None if math.isnan(ratio) else ratio <= PARITY_RATIO_TARGET)}")
+        elif row.lane.startswith("mutation"):
+            target = f"< {MUTATION_TARGET_S:.0f} s: {_verdict(med < MUTATION_TARGET_S if row.wall else None)}"
+        label = f"`nox -s {row.lane}` in a fresh clone (cold)" if row.cold else f"`nox -R -s {row.lane}` (warm)"
+        table_rows.append([label, str(len(row.wall)), _num(med, 1), f"{_num(low, 1)}-{_num(high, 1)}",
+                           _status(row), target])
+    out += table(["lane", "runs", "median s", "range s", "verdict", "target"], table_rows)
+    if problems:
+        out += ["", "Problems: " + "; ".join(problems)]
+    return out
+
+
+def captures_lines(result: Any) -> list[str]:
+    """Section 3: frames per second and memory."""
+    logs = result.logs
+    out = ["### 3. Reading and decoding a large candump log", "",
+           f"`mixed.log`: {logs['mixed']['frames']:,} frames, {logs['mixed']['bytes'] / 2**20:.1f} MiB (all three "
+           f"captures); `j1939.log`: {logs['j1939']['frames']:,} frames, {logs['j1939']['bytes'] / 2**20:.1f} MiB "
+           "(the J1939 truck capture), decoded against `css_j1939_demo.dbc`.", ""]
+    rows = []
+    rates = {}
+    for kind, runs in result.kinds.items():
+        if not runs.results:
+            rows.append([_CAPTURE_LABELS.get(kind, kind), runs.log, "failed", "", "", "", "", ""])
+            continue
+        rate = measure.median(runs.rates())
+        rates[kind] = rate
+        last = runs.results[-1]
+        peak = max(r["peak_kib"] for r in runs.results) / 1024
+        before = measure.median([r["rss_before_kib"] for r in runs.results]) / 1024
+        rows.append([_CAPTURE_LABELS.get(kind, kind), f"`{runs.log}.log`", f"{rate / 1000:,.0f}k",
+                     f"{measure.median(runs.cpu_rates()) / 1000:,.0f}k", f"{last['frames']:,}",
+                     f"{last['decoded']:,}" if kind.endswith("decode") else "-",
+                     f"{before:.1f}", f"{peak:.1f}"])
+    out += table(["reader", "log", "frames/s (wall)", "frames/s (CPU)", "frames", "decoded", "RSS before, MiB",
+                  "peak RSS, MiB"], rows)
+    if "canarchy-read" in rates and "python-can-read" in rates:
+        ratio = rates["canarchy-read"] / rates["python-can-read"]
+        out += ["", f"Parsing: canarchy reads at {ratio:.2f} x python-can's rate; target no slower: "
+                    f"{_verdict(ratio >= 1.0)}."]
+    if "canarchy-decode" in rates and "cantools-decode" in rates:
+        ratio = rates["canarchy-decode"] / rates["cantools-decode"]
+        out += [f"Decoding: canarchy's `decode` runs at {ratio:.2f} x the plain python-can + cantools loop."]
+    out += ["Memory: the peak is the process's high-water mark (VmHWM) over the whole run; \"before\" is its "
+            "resident set after imports and the DBC load, before the first frame. Equal figures for a file of "
+            "tens of MiB mean the reader streams."]
+    failures = [f"{k}: {f}" for k, r in result.kinds.items() for f in r.failures]
+    if failures:
+        out += ["", "Problems: " + "; ".join(failures)]
+    return out
+
+
+def startup_lines(rows: Sequence[Any], target_s: float) -> list[str]:
+    """Section 4: start-up wall times."""
+    runs = max((len(r.wall) for r in rows), default=0)
+    out = [f"### 4. Command start-up (process start to exit, median of {runs} runs)", ""]
+    table_rows = []
+    for row in rows:
+        med = measure.median(row.wall)
+        target = f"<= {target_s} s: {_verdict(med <= target_s if row.wall else None)}" if row.offline else ""
+        peak = f"{row.peak_kib / 1024:.1f}" if row.peak_kib else "n/a"
+        table_rows.append([f"`{row.label}`", _num(med, 3), _num(measure.median(row.cpu), 3), peak, target])
+    out += table(["command", "wall s", "CPU s", "peak RSS, MiB", "target"], table_rows)
+    failures = [f"{r.label}: {f}" for r in rows for f in r.failures]
+    if failures:
+        out += ["", "Problems: " + "; ".join(failures[:10])]
+    return out
+
+
+def replace_block(document: str, block: str) -> str:
+    """``document`` with the text between :data:`BEGIN` and :data:`END` replaced by ``block``
+    (both markers kept); the markers and block are appended when missing."""
+    body = f"{BEGIN}\n{block.rstrip()}\n{END}"
+    start, end = document.find(BEGIN), document.find(END)
+    if start == -1 or end == -1 or end < start:
+        return document.rstrip("\n") + "\n\n" + body + "\n"
+    return document[:start] + body + document[end + len(END):]
