@@ -180,3 +180,13 @@ def _mutation(session: nox.Session, *, definition: str, action: str = "run") -> 
         "python", "-m", "canarchy.testing.mutation", action, definition, "--reports", REPORTS,
         env=env, include_outer_env=False,
     )  # fmt: skip
+
+
+@nox.session(tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """Measure isolation, lanes, capture reading, start-up (reports/bench.md, docs/benchmarks.md); not pass/fail.
+
+    ``nox -s bench -- --sections startup --startup-runs 30``: options of ``python -m benchmarks``.
+    """
+    _install(session)
+    session.run("python", "-m", "benchmarks", "--nox-python", sys.executable, "--reports", REPORTS, *session.posargs)

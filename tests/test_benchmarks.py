@@ -1,0 +1,311 @@
+"""The benchmarks' code (benchmarks/, issue #6) and the import hygiene of offline commands.
+
+Nothing here asserts a timing: benchmarks run in ``nox -s bench``, never in
+the suite. What is checked is that each benchmark measures what it says
+(generated suites and logs, like-for-like decoding, the report's targets)
+and that offline commands do not import python-can, cantools or the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import captures, isolation, lane_times, measure, report, startup
+from benchmarks import __main__ as bench_main
+from canarchy.capture_file import parse_candump_line
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURES = ROOT / "fixtures" / "captures"
+HEAVY = ("can", "cantools", "mcp")
+
+
+# --------------------------------------------------------------------------- import hygiene
+
+OFFLINE_COMMANDS = [
+    ["config", "show", "--json"],
+    ["uds", "services", "--json"],
+    ["j1939", "pgn", "61444", "--json"],
+    ["j1587", "pid", "84", "--json"],
+    ["dbc", "cache", "list", "--json"],
+    ["session", "show", "--json"],
+]
+
+_IMPORT_PROBE = """\
+import io, json, sys
+from canarchy.cli import main
+code = main(sys.argv[1:], stdout=io.StringIO())
+heavy = sorted(n for n in sys.modules if n.split(".")[0] in ("can", "cantools", "mcp"))
+print(json.dumps({"exit": code, "heavy": heavy}))
+"""
+
+
+def _heavy_imports(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
+    """Run ``canarchy.cli.main(argv)`` in a fresh interpreter; return its exit code and
+    the python-can / cantools / mcp modules it ended up with."""
+    env = {**os.environ, **(extra_env or {})}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *argv], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", OFFLINE_COMMANDS, ids=lambda a: " ".join(a[:-1]))
+def test_offline_command_imports_no_python_can_cantools_or_mcp(argv):
+    result = _heavy_imports(argv)
+    assert result["exit"] == 0
+    assert result["heavy"] == [], f"`canarchy {' '.join(argv)}` imported {result['heavy']}"
+
+
+def test_uds_services_with_a_configured_default_interface_still_imports_no_python_can():
+    # The #530 guard keeps it a reference lookup; it must not even import python-can.
+    result = _heavy_imports(["uds", "services", "--json"], {"CANARCHY_DEFAULT_INTERFACE": "vcan0"})
+    assert result["exit"] == 0
+    assert result["heavy"] == []
+
+
+def test_import_probe_sees_a_heavy_import():
+    # Control: the probe reports cantools for `decode`, which needs it.
+    result = _heavy_imports(["decode", "--file", str(CAPTURES / "j1939_truck_idle.log"),
+                             "--dbc", str(CAPTURES / "css_j1939_demo.dbc"), "--summary", "--json"])
+    assert result["exit"] == 0
+    assert "cantools" in result["heavy"]
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def test_run_reports_exit_code_output_and_usage():
+    proc = measure.run([sys.executable, "-c", "import sys; print('hello'); sys.exit(3)"])
+    assert proc.returncode == 3 and not proc.ok
+    assert proc.output.strip() == "hello"
+    assert proc.wall > 0 and proc.cpu >= 0 and proc.maxrss_kib > 0
+    assert not proc.timed_out
+
+
+def test_run_kills_a_child_after_its_timeout():
+    proc = measure.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert proc.timed_out and not proc.ok
+    assert proc.wall < 20
+
+
+def test_child_env_is_allow_listed_with_its_own_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("CANARCHY_DEFAULT_INTERFACE", "can0")
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    env = measure.child_env(tmp_path, bytecode_prefix=tmp_path / "pyc")
+    assert env["HOME"] == str(tmp_path)
+    assert "CANARCHY_DEFAULT_INTERFACE" not in env and "PYTHONPATH" not in env
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pyc")
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert measure.child_env(tmp_path)["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_median_and_spread():
+    assert measure.median([3.0, 1.0, 2.0]) == 2.0
+    assert measure.spread([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert measure.median([]) != measure.median([])  # NaN
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+def _test_functions(suite: Path) -> list[str]:
+    names = []
+    for module in sorted(suite.glob("test_*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        names += [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    return names
+
+
+@pytest.mark.parametrize("variant", isolation.VARIANTS)
+def test_write_suite_generates_the_asked_number_of_distinct_trivial_tests(tmp_path, variant):
+    suite = isolation.write_suite(tmp_path, variant, tests=25, modules=4)
+    names = _test_functions(suite)
+    assert len(names) == 25 and len(set(names)) == 25
+    assert len(list(suite.glob("test_*.py"))) == 4
+    assert (suite / "pytest.ini").exists()
+    conftest = (suite / "conftest.py").read_text(encoding="utf-8")
+    assert "pytest_runtestloop" in conftest
+    assert ('pytest_plugins = ["canarchy.testing.plugin"]' in conftest) == (variant == "canarchy")
+    assert ("tmp_path_factory.mktemp" in conftest and "monkeypatch.delenv" in conftest) == (variant == "naive")
+
+
+def test_write_suite_rejects_unknown_variants_and_empty_suites(tmp_path):
+    with pytest.raises(KeyError):
+        isolation.write_suite(tmp_path, "nonesuch")
+    with pytest.raises(ValueError):
+        isolation.write_suite(tmp_path, "bare", tests=0)
+
+
+def test_isolation_runs_every_variant_and_pairs_overheads_by_round():
+    result = isolation.run_isolation(tests=3, rounds=1, variants=("bare", "canarchy", "naive"), log=lambda _: None)
+    assert result.problems == []
+    for variant in ("bare", "canarchy", "naive"):
+        runs = result.runs[variant]
+        assert len(runs.loop_wall) == len(runs.loop_cpu) == len(runs.proc_wall) == 1
+        assert runs.loop_wall[0] > 0
+    summary = result.summary()
+    assert summary["bare"]["loop_wall"] == 0.0
+    assert set(summary) == {"bare", "canarchy", "naive"}
+
+
+def test_isolation_requires_the_bare_reference():
+    with pytest.raises(ValueError):
+        isolation.run_isolation(tests=3, rounds=1, variants=("canarchy",))
+
+
+def test_overhead_is_variant_minus_bare_per_test_in_ms():
+    result = isolation.IsolationResult(tests=1000, rounds=2, runs={
+        "bare": isolation.VariantRuns(loop_wall=[1.0, 2.0], loop_cpu=[1.0, 1.0], proc_wall=[2.0, 3.0]),
+        "canarchy": isolation.VariantRuns(loop_wall=[1.1, 2.3], loop_cpu=[1.05, 1.15], proc_wall=[2.5, 3.5]),
+    })
+    assert result.overhead_ms("canarchy", "loop_wall") == pytest.approx([0.1, 0.3])
+    assert result.summary()["canarchy"]["loop_cpu"] == pytest.approx(0.1)
+
+
+# --------------------------------------------------------------------------- captures
+
+
+@pytest.fixture(scope="module")
+def generated_log(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "mixed.log"
+    written = captures.generate_log(path, [CAPTURES / s for s in captures.MIXED_SOURCES], 9000)
+    assert written == 9000
+    return path
+
+
+def test_generated_log_has_exact_frames_in_time_order_and_parses(generated_log):
+    lines = generated_log.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 9000  # more than one copy of the 7,657 source frames
+    frames = [parse_candump_line(line) for line in lines]
+    assert all(f is not None for f in frames)
+    stamps = [f.timestamp for f in frames]
+    assert stamps == sorted(stamps)
+    # the first lines are the truck capture's, with its own gaps
+    source = captures._capture_lines(CAPTURES / "j1939_truck_idle.log")
+    assert lines[0].split(" ", 1)[1] == source[0][1]
+    assert stamps[1] - stamps[0] == pytest.approx(source[1][0] - source[0][0], abs=2e-6)
+
+
+def test_generate_log_rejects_nothing_to_write(tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError):
+        captures.generate_log(tmp_path / "out.log", [empty], 10)
+    with pytest.raises(ValueError):
+        captures.generate_log(tmp_path / "out.log", [CAPTURES / "j1939_truck_idle.log"], 0)
+
+
+def test_both_readers_count_every_frame_of_the_generated_log(generated_log):
+    ours = captures.worker("canarchy-read", str(generated_log))
+    theirs = captures.worker("python-can-read", str(generated_log))
+    assert ours["frames"] == theirs["frames"] == 9000
+    assert ours["peak_kib"] >= ours["rss_before_kib"] > 0
+
+
+def test_both_decoders_decode_the_same_frames(tmp_path):
+    log = tmp_path / "j1939.log"
+    captures.generate_log(log, [CAPTURES / "j1939_truck_idle.log"], 5000)
+    dbc = str(CAPTURES / captures.J1939_DBC)
+    ours = captures.worker("canarchy-decode", str(log), dbc)
+    theirs = captures.worker("cantools-decode", str(log), dbc)
+    assert ours["frames"] == theirs["frames"] == 5000
+    assert ours["decoded"] == theirs["decoded"] > 1000  # EEC1 and CCVS1 from every source address
+
+
+def test_capture_worker_command_line(generated_log):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.captures", "worker", "canarchy-read",
+                           str(generated_log)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["frames"] == 9000
+    assert captures.main(["nonsense"]) == 2
+
+
+# --------------------------------------------------------------------------- start-up
+
+
+def test_startup_measures_the_offline_commands_beside_the_references():
+    rows = startup.commands()
+    offline = [r for r in rows if r.offline]
+    assert [r.label for r in offline] == [label for label, _ in startup.CANARCHY_COMMANDS]
+    assert all(r.argv[-1] == "--json" for r in offline)
+    assert {r.label for r in rows if not r.offline} == {"python -c pass", 'python -c "import can"', "cantools --help"}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the probe reads /proc (Linux)")
+def test_memory_probe_reports_the_commands_own_peak(tmp_path):
+    out = tmp_path / "hwm"
+    code = "x = bytearray(64 * 1024 * 1024)"
+    proc = subprocess.run([sys.executable, "-c", startup.PROBE, "code", code], capture_output=True, text=True,
+                          env={**os.environ, "BENCH_VMHWM_FILE": str(out)}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert int(out.read_text()) > 64 * 1024  # KiB
+
+
+# --------------------------------------------------------------------------- lanes
+
+
+def test_verdict_line_finds_the_lane_verdict():
+    output = "nox > Running session unit\n...\nunit: PASSED - 536 passed in 46.0s\nnox > Session unit was successful"
+    assert lane_times.verdict_line(output) == "unit: PASSED - 536 passed in 46.0s"
+    assert lane_times.verdict_line("mutation issue-530 (issue 530): KILLED\n") == "mutation issue-530 (issue 530): KILLED"
+    assert lane_times.verdict_line("nothing here\n") == ""
+
+
+def test_nested_nox_runs_without_the_bench_virtualenv():
+    source = {"VIRTUAL_ENV": "/v/bench", "PATH": os.pathsep.join(["/v/bench/bin", "/usr/bin"]), "HOME": "/h",
+              "PYTHONPYCACHEPREFIX": "/p"}
+    env = lane_times.nox_env(source)
+    assert "VIRTUAL_ENV" not in env and "PYTHONPYCACHEPREFIX" not in env
+    assert env["PATH"] == "/usr/bin" and env["HOME"] == "/h"
+    assert lane_times.nox_command("/py", Path("/r/noxfile.py"), "-R", "-s", "unit") == [
+        "/py", "-m", "nox", "-f", "/r/noxfile.py", "-R", "-s", "unit"]
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_replace_block_keeps_the_prose_and_is_idempotent():
+    doc = f"# Benchmarks\n\nprose\n\n{report.BEGIN}\nold\n{report.END}\n\nmore prose\n"
+    once = report.replace_block(doc, "new table")
+    assert "old" not in once and "new table" in once
+    assert once.startswith("# Benchmarks\n\nprose\n") and once.endswith("\n\nmore prose\n")
+    assert report.replace_block(once, "new table") == once
+    appended = report.replace_block("# Benchmarks\n", "t")
+    assert appended == f"# Benchmarks\n\n{report.BEGIN}\nt\n{report.END}\n"
+
+
+def test_isolation_report_checks_both_targets():
+    def result(canarchy_cpu: float, naive_cpu: float) -> isolation.IsolationResult:
+        runs = {"bare": isolation.VariantRuns([1.0], [1.0], [2.0], [2.0]),
+                "canarchy": isolation.VariantRuns([1.0], [1.0 + canarchy_cpu], [2.0], [2.0]),
+                "naive": isolation.VariantRuns([1.0], [1.0 + naive_cpu], [2.0], [2.0])}
+        return isolation.IsolationResult(tests=1000, rounds=1, runs=runs)
+
+    good = "\n".join(report.isolation_lines(result(0.05, 0.4)))  # 0.05 and 0.4 ms per test
+    assert "<= 0.1 ms: met; below naive: met" in good
+    bad = "\n".join(report.isolation_lines(result(0.5, 0.4)))
+    assert "<= 0.1 ms: **missed**; below naive: **missed**" in bad
+
+
+def test_lanes_report_gives_the_parity_ratio_and_the_cold_target():
+    rows = [lane_times.LaneRuns("unit", wall=[40.0, 50.0, 60.0], exit_codes=[0, 0, 0],
+                                verdicts=["unit: PASSED - 5 passed"] * 3),
+            lane_times.LaneRuns("parity", wall=[70.0], exit_codes=[0], verdicts=["parity: PASSED - same"]),
+            lane_times.LaneRuns("mutation-530", wall=[25.0], exit_codes=[1], verdicts=[""]),
+            lane_times.LaneRuns("unit", cold=True, wall=[55.0], exit_codes=[0], verdicts=["unit: PASSED - x"])]
+    text = "\n".join(report.lanes_lines(rows, []))
+    assert "1.40 x unit; <= 1.3 x: **missed**" in text
+    assert "< 20 s: **missed**" in text and "exit 1" in text
+    assert "fresh clone (cold) | 1 | 55.0" in text and "< 60 s: met" in text
+
+
+def test_main_rejects_unknown_sections(capsys):
+    assert bench_main.main(["--sections", "nonesuch", "--no-docs"]) == 2
+    assert "unknown section" in capsys.readouterr().err
