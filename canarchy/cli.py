@@ -45,6 +45,8 @@ COMMAND_MODULES = (
     "canarchy.commands.mcp",
     "canarchy.commands.decode",
     "canarchy.commands.plugins",
+    "canarchy.commands.generate",
+    "canarchy.commands.simulate",
 )
 
 OUTPUT_FORMATS = ("text", "json", "jsonl")

@@ -1,0 +1,310 @@
+"""``generate [CHANNEL]``: send generated frames, in the manner of can-utils' ``cangen``.
+
+Each of arbitration ID, DLC and data is fixed, random (``r``) or incrementing
+(``i``); the defaults are random, as in ``cangen``. Frames go out ``--gap``
+milliseconds apart (default 200, ``cangen``'s), ``--count`` of them (default
+10) or, with ``--forever``, until Ctrl+C. Random choices come from one
+``random.Random(--seed)``: the same seed and options give the same frames, and
+the seed of a run without ``--seed`` is reported so that it can be repeated.
+``--dry-run`` lists exactly the frames a run with the same seed sends, and
+needs no channel.
+
+Active: the active-transmit gate runs before the bus is opened (see
+:mod:`canarchy.active`). One bus is opened for the whole run. See
+``docs/generate-and-simulate.md``.
+
+Modes, per frame ``n`` (0, 1, 2 ...):
+
+- ID: fixed (hex, ``0x`` optional, like ``cangen -I``; above 0x7FF a 29-bit
+  ID); ``r`` uniform over 0..0x7FF (0..0x1FFFFFFF with ``--extended``); ``i``
+  ``n`` modulo the ID space.
+- DLC: the DLC code (ISO 11898-1): 0..8 classic, 0..15 CAN FD (9..15 = 12, 16,
+  20, 24, 32, 48, 64 bytes); ``r`` uniform; ``i`` ``n`` modulo 9 (16 with
+  ``--fd``). Without ``--dlc``, fixed data fixes the length; else random.
+- data: fixed hex (truncated or zero-padded to the DLC); ``r`` random bytes;
+  ``i`` the frame number ``n`` as a little-endian counter (``cangen -D i``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from canarchy.active import active_gate, add_active_arguments
+from canarchy.cli import CommandResult, make_event
+from canarchy.commands._common import parse_hex_data, parse_int
+from canarchy.errors import UserInputError
+
+DEFAULT_COUNT = 10
+DEFAULT_GAP_MS = 200.0
+#: Frames shown by a dry run of ``--forever``.
+PREVIEW_FRAMES = 10
+RANDOM, INCREMENT, FIXED = "random", "increment", "fixed"
+_MODE_WORDS = {"r": RANDOM, "i": INCREMENT}
+# ISO 11898-1: CAN FD data length per DLC code 0..15 (0..8 are the same as classic CAN).
+FD_LENGTHS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 48, 64)
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    """Register ``generate``."""
+    p = subparsers.add_parser("generate", parents=[parent],
+                              help="send generated frames (cangen-style: fixed, random or incrementing; active)")
+    p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
+    p.add_argument("--id", default="r", metavar="ID|r|i",
+                   help="arbitration ID: hex (0x optional), r random, i incrementing (default r)")
+    p.add_argument("--dlc", default=None, metavar="DLC|r|i",
+                   help="DLC code: 0-8 (0-15 with --fd), r random, i incrementing "
+                        "(default: the length of fixed --data, else r)")
+    p.add_argument("--data", default="r", metavar="HEX|r|i",
+                   help="payload: hex, r random, i incrementing counter (default r)")
+    p.add_argument("--extended", action="store_true", help="29-bit arbitration IDs")
+    p.add_argument("--fd", action="store_true", help="CAN FD frames (DLC codes up to 15 = 64 bytes)")
+    p.add_argument("--count", default=None, help=f"frames to send (default {DEFAULT_COUNT})")
+    p.add_argument("--forever", action="store_true", help="send until Ctrl+C instead of --count frames")
+    p.add_argument("--gap", default=None, metavar="MS",
+                   help=f"milliseconds between frames (default {DEFAULT_GAP_MS:g}, like cangen)")
+    p.add_argument("--seed", default=None, help="seed of the random choices (default: random, reported)")
+    add_active_arguments(p)
+    p.set_defaults(command="generate", handler=_generate, takes_channel=True,
+                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text)
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    """What to generate: a mode and a fixed value for each of ID, DLC and data.
+
+    ``id_mode``/``dlc_mode``/``data_mode``: ``"fixed"``, ``"random"`` or
+    ``"increment"``; ``dlc_mode`` may also be ``"data"`` (the length of the
+    fixed data). ``fixed_id`` (int), ``fixed_dlc`` (DLC code), ``fixed_data``
+    (bytes) hold the fixed values. ``extended``: 29-bit IDs; ``fd``: CAN FD.
+    """
+
+    id_mode: str
+    fixed_id: int
+    dlc_mode: str
+    fixed_dlc: int
+    data_mode: str
+    fixed_data: bytes
+    extended: bool
+    fd: bool
+
+    def frames(self, seed: int) -> Iterator[tuple[int, bytes]]:
+        """Yield ``(arbitration_id, data)`` forever, deterministically for ``seed``.
+
+        Per frame the random draws are made in the order ID, DLC, data.
+        """
+        rng = random.Random(seed)
+        id_space = 0x20000000 if self.extended else 0x800
+        dlc_space = 16 if self.fd else 9
+        index = 0
+        while True:
+            if self.id_mode == RANDOM:
+                can_id = rng.randrange(id_space)
+            elif self.id_mode == INCREMENT:
+                can_id = index % id_space
+            else:
+                can_id = self.fixed_id
+            if self.dlc_mode == RANDOM:
+                dlc = rng.randrange(dlc_space)
+            elif self.dlc_mode == INCREMENT:
+                dlc = index % dlc_space
+            else:
+                dlc = self.fixed_dlc
+            length = FD_LENGTHS[dlc]
+            if self.data_mode == RANDOM:
+                data = rng.randbytes(length)
+            elif self.data_mode == INCREMENT:
+                data = (index % (1 << (8 * length))).to_bytes(length, "little") if length else b""
+            else:
+                data = self.fixed_data[:length].ljust(length, b"\x00")
+            yield can_id, data
+            index += 1
+
+
+def _mode(text: str) -> str | None:
+    return _MODE_WORDS.get(text.strip().lower())
+
+
+def parse_spec(id_text: str, dlc_text: str | None, data_text: str, extended: bool, fd: bool) -> GeneratorSpec:
+    """Build a :class:`GeneratorSpec` from the option strings.
+
+    Raises ``UserInputError``: ``INVALID_FRAME`` (an ID that is not hex or does
+    not fit), ``INVALID_DLC`` (a DLC code out of range), ``INVALID_FRAME_DATA``
+    (data that is not hex, too long, or not a CAN FD length).
+    """
+    id_mode = _mode(id_text) or FIXED
+    fixed_id = 0
+    if id_mode == FIXED:
+        raw = id_text.strip()
+        digits = raw[2:] if raw.lower().startswith("0x") else raw
+        hint = "Give --id in hex like cangen -I (0x optional): 123, 0x7E0, 18FEF100; or r, i."
+        try:
+            fixed_id = int(digits, 16)
+        except ValueError:
+            raise UserInputError("INVALID_FRAME", f"--id {id_text!r} is not hex, r or i.", hint) from None
+        if not 0 <= fixed_id <= 0x1FFFFFFF:
+            raise UserInputError("INVALID_FRAME", f"--id {id_text!r} exceeds 0x1FFFFFFF.", hint)
+        extended = extended or fixed_id > 0x7FF
+    max_dlc = 15 if fd else 8
+    data_mode = _mode(data_text) or FIXED
+    fixed_data = b""
+    if data_mode == FIXED:
+        fixed_data = parse_hex_data(data_text, max_bytes=64 if fd else 8)
+    fixed_dlc = 0
+    if dlc_text is None:
+        dlc_mode = "data" if data_mode == FIXED else RANDOM
+        if data_mode == FIXED:
+            if len(fixed_data) not in FD_LENGTHS[:max_dlc + 1]:
+                raise UserInputError("INVALID_FRAME_DATA",
+                                     f"--data has {len(fixed_data)} bytes, not a CAN FD length {FD_LENGTHS}.",
+                                     "Pad the data to a CAN FD length, or give --dlc.")
+            fixed_dlc = FD_LENGTHS.index(len(fixed_data))
+    else:
+        dlc_mode = _mode(dlc_text) or FIXED
+        if dlc_mode == FIXED:
+            fixed_dlc = parse_int(dlc_text, "INVALID_DLC", "--dlc", 0, max_dlc,
+                                  f"Give the DLC code 0-{max_dlc}" + (" (15 = 64 bytes)" if fd else "")
+                                  + ", or r, i.")
+    return GeneratorSpec(id_mode, fixed_id, dlc_mode, fixed_dlc, data_mode, fixed_data, extended, fd)
+
+
+@dataclass(frozen=True)
+class _Run:
+    spec: GeneratorSpec
+    count: int | None  # None: --forever
+    gap_ms: float
+    seed: int
+
+
+def _parse_run(args: argparse.Namespace) -> _Run:
+    spec = parse_spec(args.id, args.dlc, args.data, args.extended, args.fd)
+    if args.forever and args.count is not None:
+        raise UserInputError("INVALID_ARGUMENTS", "--count and --forever exclude each other.",
+                             "Give --count N for N frames, or --forever to send until Ctrl+C.")
+    count = None
+    if not args.forever:
+        count = DEFAULT_COUNT if args.count is None else parse_int(
+            args.count, "INVALID_COUNT", "--count", 1, 10**9, "Give --count as a whole number >= 1 (or --forever).")
+    gap_ms = DEFAULT_GAP_MS
+    if args.gap is not None:
+        try:
+            gap_ms = float(args.gap)
+        except ValueError:
+            gap_ms = -1.0
+        if not 0 <= gap_ms <= 3_600_000:
+            raise UserInputError("INVALID_GAP", f"--gap {args.gap!r} is not a number of milliseconds 0..3600000.",
+                                 "Give the gap between frames in milliseconds, e.g. --gap 10 (0: back to back).")
+    seed = secrets.randbits(32) if args.seed is None else parse_int(
+        args.seed, "INVALID_ARGUMENTS", "--seed", 0, 2**64 - 1, "Give --seed as a whole number >= 0.")
+    return _Run(spec, count, gap_ms, seed)
+
+
+def _frame_payload(can_id: int, data: bytes, spec: GeneratorSpec, index: int) -> dict[str, Any]:
+    return {"index": index, "arbitration_id": can_id, "data": data.hex(), "dlc": len(data),
+            "is_extended_id": spec.extended, "is_fd": spec.fd}
+
+
+def _common(args: argparse.Namespace, run: _Run) -> dict[str, Any]:
+    spec = run.spec
+    return {
+        "interface": args.interface,
+        "count": run.count,
+        "forever": run.count is None,
+        "gap_ms": run.gap_ms,
+        "seed": run.seed,
+        "id_mode": spec.id_mode,
+        "dlc_mode": spec.dlc_mode,
+        "data_mode": spec.data_mode,
+        "extended": spec.extended,
+        "fd": spec.fd,
+    }
+
+
+def _generate(args: argparse.Namespace) -> CommandResult:
+    run = _parse_run(args)
+    common = _common(args, run)
+    if args.dry_run:
+        shown = PREVIEW_FRAMES if run.count is None else run.count
+        frames = []
+        for index, (can_id, data) in zip(range(shown), run.spec.frames(run.seed)):
+            frames.append(_frame_payload(can_id, data, run.spec, index))
+        return CommandResult(data=dict(common, mode="dry_run", planned_frames=run.count, frames=frames))
+    action = (f"send {run.count} generated frames" if run.count is not None
+              else "send generated frames until Ctrl+C") + f" ({run.gap_ms:g} ms apart)"
+    warning = active_gate("generate", args.interface, action, args.ack_active)
+    return _transmit(args, run, common, warning)
+
+
+def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warning: str) -> CommandResult:
+    from canarchy.transport import CanFrame, build_backend
+
+    backend = build_backend()
+    streaming = getattr(args, "output", "text") == "jsonl"
+    keep = not streaming and run.count is not None  # an unbounded run keeps no events in memory
+    events: list[dict[str, Any]] = []
+    sent = 0
+    stopped_by = "count"
+    source = f"generate:{args.interface}"
+    gap = run.gap_ms / 1000.0
+    started = time.monotonic()
+    with _sender(backend, args.interface) as send:
+        try:
+            for index, (can_id, data) in enumerate(run.spec.frames(run.seed)):
+                if run.count is not None and index >= run.count:
+                    break
+                if index:
+                    delay = started + index * gap - time.monotonic()  # a schedule, so gaps do not drift
+                    if delay > 0:
+                        time.sleep(delay)
+                frame = CanFrame(can_id, data, is_extended_id=run.spec.extended, is_fd=run.spec.fd,
+                                 timestamp=time.time(), channel=args.interface)
+                send(frame)
+                sent += 1
+                event = make_event("frame_sent", dict(frame.to_payload(), index=index), source, frame.timestamp)
+                if streaming:
+                    args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+                    args.stdout.flush()
+                elif keep:
+                    events.append(event)
+        except KeyboardInterrupt:
+            stopped_by = "interrupt"  # Ctrl+C ends the run; the frames sent stand
+    data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=sent,
+                stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6))
+    return CommandResult(data=data, warnings=[warning], events=events if keep else None)
+
+
+@contextmanager
+def _sender(backend: Any, channel: str) -> Iterator[Callable[[Any], None]]:
+    """A ``send(frame)`` for the whole run: one bus opened through the backend's single
+    opening point (``PythonCanBackend._open_bus``), shut down at the end."""
+    from canarchy.transport import PythonCanBackend
+
+    if isinstance(backend, PythonCanBackend):
+        with backend._open_bus(channel) as bus:
+            yield lambda frame: backend._send_on(bus, channel, frame)
+    else:
+        yield lambda frame: backend.send(channel, frame)
+
+
+def _render_text(result: CommandResult) -> str:
+    d = result.data
+    if d["mode"] == "dry_run":
+        planned = "frames" if d["forever"] else f"{d['planned_frames']} frames"
+        until = " until Ctrl+C" if d["forever"] else ""
+        lines = [f"dry run: would send {planned} {d['gap_ms']:g} ms apart{until} on {d['interface'] or '(no channel)'}, "
+                 f"seed {d['seed']}; nothing sent" + (f" (first {len(d['frames'])} shown)" if d["forever"] else "")]
+        frames = d["frames"]
+    else:
+        lines = [f"generate on {d['interface']}: {d['frames_sent']} frames sent in {d['elapsed_s']:.3f} s, "
+                 f"seed {d['seed']} ({'stopped by Ctrl+C' if d['stopped_by'] == 'interrupt' else 'done'})"]
+        frames = [e["payload"] for e in (result.events or [])]
+    for f in frames:
+        width = 8 if f["is_extended_id"] else 3
+        lines.append(f"  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}".rstrip())
+    return "\n".join(lines)

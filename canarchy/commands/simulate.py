@@ -1,0 +1,467 @@
+"""``simulate ecu [CHANNEL]``: the simulated UDS ECU (:class:`canarchy.simulator.SimulatedEcu`)
+as a command, so that ``uds services`` and ``fuzz guided`` can be tried without hardware.
+
+The ECU answers UDS requests (ISO 14229-1 over ISO 15765-2) on ``--request-id``
+with responses on ``--response-id``, on the configured python-can bus type
+(``[transport].interface``; ``virtual`` works in one process, ``vcan0`` on
+socketcan across processes). A profile file (TOML or JSON, see
+:func:`load_profile` and ``docs/generate-and-simulate.md``) sets the supported
+services, forced NRCs, DIDs (e.g. the VIN, 0xF190) and the SecurityAccess
+seed and key.
+
+It runs until SIGINT (Ctrl+C) or SIGTERM, ``--duration`` seconds, or
+``--max-requests`` UDS requests have been answered, and then reports how many
+requests it answered (exit 0). A ready line goes to stderr once the bus is
+open (with ``--jsonl`` also a ``simulator_ready`` event on stdout, then one
+``uds_request`` event per request).
+
+It is **active**: it transmits (its answers). The active-transmit gate runs
+before the bus is opened (:mod:`canarchy.active`); ``--dry-run`` shows the
+resolved profile and opens nothing.
+
+Errors: ``SIMULATOR_PROFILE_INVALID`` (exit 1) for a profile that is missing,
+does not parse, or has an unknown key or a bad value; ``SIMULATOR_TRANSPORT_UNSUPPORTED``
+(exit 1) with the scaffold backend; ``TRANSPORT_UNAVAILABLE`` (exit 2) when
+the bus cannot be opened; ``SIMULATOR_BUS_FAILED`` (exit 2) when the bus
+fails while the ECU runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from canarchy.active import active_gate, add_active_arguments
+from canarchy.cli import CommandResult, make_event
+from canarchy.commands._common import parse_hex_data, parse_int
+from canarchy.errors import TransportError, UserInputError
+
+DEFAULT_REQUEST_ID = 0x7E0
+#: Seconds between checks of the stop conditions while the ECU runs.
+_POLL = 0.02
+#: Keys a profile may have (anything else is a typo, reported as such).
+PROFILE_KEYS = ("request_id", "response_id", "services", "nrc", "dids", "writable_dids", "security",
+                "pending", "delays", "padding")
+_SECURITY_KEYS = ("seed", "key", "max_attempts", "lockout")
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    """Register the ``simulate`` group and ``simulate ecu``."""
+    group = subparsers.add_parser("simulate", parents=[parent], help="simulated ECUs to test against (active)")
+    sub = group.add_subparsers(dest="simulate_command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("ecu", parents=[parent],
+                       help="answer UDS requests as a simulated ECU until Ctrl+C, SIGTERM or --duration (active)")
+    p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
+    p.add_argument("--profile", metavar="FILE", help="ECU profile, .toml or .json (default: the built-in ECU)")
+    p.add_argument("--request-id", help="request arbitration ID (default: the profile's, else 0x7E0)")
+    p.add_argument("--response-id", help="response arbitration ID (default: the profile's, else request ID + 8)")
+    p.add_argument("--duration", metavar="S", help="stop after this many seconds (default: run until stopped)")
+    p.add_argument("--max-requests", metavar="N", help="stop once N UDS requests have been answered")
+    add_active_arguments(p)
+    p.set_defaults(command="simulate ecu", handler=_ecu, takes_channel=True,
+                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text)
+
+
+# --- the profile ------------------------------------------------------------------------------
+
+
+def _invalid(path: str, message: str, hint: str | None = None) -> UserInputError:
+    return UserInputError("SIMULATOR_PROFILE_INVALID", f"Profile {path}: {message}",
+                          hint or "See docs/generate-and-simulate.md for the profile keys and their values.")
+
+
+def _int(path: str, where: str, raw: Any, lo: int, hi: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise _invalid(path, f"{where} must be an integer or a \"0x..\" string, got {raw!r}.")
+    if isinstance(raw, int):
+        if not lo <= raw <= hi:
+            raise _invalid(path, f"{where} = {raw} is outside 0x{lo:X}..0x{hi:X}.")
+        return raw
+    try:
+        return parse_int(raw, "SIMULATOR_PROFILE_INVALID", where, lo, hi, "-")
+    except UserInputError as exc:
+        raise _invalid(path, exc.message) from None
+
+
+def _seconds(path: str, where: str, raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 60:
+        raise _invalid(path, f"{where} must be a number of seconds 0..60, got {raw!r}.")
+    return float(raw)
+
+
+def _hex(path: str, where: str, raw: Any, max_bytes: int) -> bytes:
+    if not isinstance(raw, str):
+        raise _invalid(path, f"{where} must be a hex string, got {raw!r}.")
+    try:
+        value = parse_hex_data(raw, max_bytes=max_bytes)
+    except UserInputError as exc:
+        raise _invalid(path, f"{where}: {exc.message}") from None
+    if not value:
+        raise _invalid(path, f"{where} is empty.")
+    return value
+
+
+def _table(path: str, document: dict[str, Any], key: str) -> dict[str, Any]:
+    value = document.get(key, {})
+    if not isinstance(value, dict):
+        raise _invalid(path, f"`{key}` must be a table (TOML) or an object (JSON), got {value!r}.")
+    return value
+
+
+def _sid_list(path: str, key: str, raw: Any, lo: int, hi: int) -> frozenset[int]:
+    if not isinstance(raw, list):
+        raise _invalid(path, f"`{key}` must be a list, got {raw!r}.")
+    return frozenset(_int(path, f"{key}[{i}]", item, lo, hi) for i, item in enumerate(raw))
+
+
+def read_profile_document(path: str) -> dict[str, Any]:
+    """Read a profile file as a dict: ``.toml`` with tomllib, ``.json`` with json.
+
+    Raises ``UserInputError`` ``SIMULATOR_PROFILE_INVALID`` when it is missing,
+    unreadable, of another suffix, does not parse, or is not a table/object.
+    """
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise _invalid(path, f"suffix {suffix or '(none)'!r} is neither .toml nor .json.",
+                       "Write the profile as TOML (.toml) or JSON (.json).")
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _invalid(path, "the file does not exist.", "Check the path given to --profile.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _invalid(path, f"the file cannot be read: {getattr(exc, 'strerror', None) or exc}.",
+                       "Check the file's permissions and that it is UTF-8 text.") from None
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            document = tomllib.loads(text)
+        else:
+            document = json.loads(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError and json.JSONDecodeError are ValueErrors
+        raise _invalid(path, f"it does not parse as {suffix[1:].upper()}: {exc}.",
+                       f"Fix the {suffix[1:].upper()} syntax at the place named.") from None
+    if not isinstance(document, dict):
+        raise _invalid(path, "the top level must be a table/object.")
+    return document
+
+
+def load_profile(path: str | None) -> tuple[Any, int | None, int | None]:
+    """Build the ECU's :class:`~canarchy.simulator.EcuProfile` from a profile file.
+
+    Returns ``(profile, request_id, response_id)`` (the IDs None when the file
+    does not give them). Without a file: the built-in profile. A key the file
+    gives replaces that default; keys it omits keep the default.
+
+    Keys (integers as TOML integers or ``"0x.."`` strings; JSON object keys are
+    strings): ``request_id``, ``response_id`` (arbitration IDs);
+    ``services`` (list of supported SIDs; others get NRC 0x11); ``nrc`` (SID ->
+    NRC returned for every request of that SID); ``dids`` (DID -> value: a text
+    string, stored as its UTF-8 bytes, or ``{hex = "..."}``); ``writable_dids``
+    (DIDs 0x2E may write); ``security`` (``seed``, ``key``: hex;
+    ``max_attempts``; ``lockout``: seconds); ``pending`` (SID -> seconds
+    before the settled reply, after 0x78); ``delays`` (SID -> seconds before
+    the reply); ``padding`` (byte, or false for unpadded frames). ISO 14229-1
+    names the services and NRCs.
+
+    Raises ``UserInputError`` ``SIMULATOR_PROFILE_INVALID`` naming the file and the key.
+    """
+    from dataclasses import replace
+
+    from canarchy.simulator import EcuProfile
+
+    profile = EcuProfile()
+    if path is None:
+        return profile, None, None
+    document = read_profile_document(path)
+    unknown = sorted(set(document) - set(PROFILE_KEYS))
+    if unknown:
+        raise _invalid(path, f"unknown key(s) {', '.join(unknown)}; expected {', '.join(PROFILE_KEYS)}.")
+    changes: dict[str, Any] = {}
+    request_id = response_id = None
+    if "request_id" in document:
+        request_id = _int(path, "request_id", document["request_id"], 0, 0x1FFFFFFF)
+    if "response_id" in document:
+        response_id = _int(path, "response_id", document["response_id"], 0, 0x1FFFFFFF)
+    if "services" in document:
+        changes["supported_sids"] = _sid_list(path, "services", document["services"], 0x00, 0xFF)
+        if 0x7F in changes["supported_sids"]:
+            raise _invalid(path, "services lists 0x7F, the negative response SID (ISO 14229-1).")
+    if "nrc" in document:
+        changes["forced_nrcs"] = {_int(path, f"nrc key {sid!r}", sid, 0, 0xFF): _int(path, f"nrc.{sid}", nrc, 1, 0xFF)
+                                  for sid, nrc in _table(path, document, "nrc").items()}
+    if "dids" in document:
+        dids = {}
+        for did, value in _table(path, document, "dids").items():
+            number = _int(path, f"dids key {did!r}", did, 0, 0xFFFF)
+            if isinstance(value, str):
+                data = value.encode("utf-8")
+            elif isinstance(value, dict) and set(value) == {"hex"}:
+                data = _hex(path, f"dids.{did}.hex", value["hex"], 4000)
+            else:
+                raise _invalid(path, f"dids.{did} must be a text string or {{hex = \"..\"}}, got {value!r}.")
+            if not data or len(data) > 4000:
+                raise _invalid(path, f"dids.{did} must hold 1..4000 bytes (one ISO-TP message), has {len(data)}.")
+            dids[number] = data
+        changes["dids"] = dids
+    if "writable_dids" in document:
+        changes["writable_dids"] = _sid_list(path, "writable_dids", document["writable_dids"], 0, 0xFFFF)
+    if "security" in document:
+        security = _table(path, document, "security")
+        unknown = sorted(set(security) - set(_SECURITY_KEYS))
+        if unknown:
+            raise _invalid(path, f"unknown key(s) security.{', security.'.join(unknown)}; "
+                                 f"expected {', '.join(_SECURITY_KEYS)}.")
+        if "seed" in security:
+            changes["security_seed"] = _hex(path, "security.seed", security["seed"], 32)
+        if "key" in security:
+            changes["security_key"] = _hex(path, "security.key", security["key"], 32)
+        if "max_attempts" in security:
+            changes["security_max_attempts"] = _int(path, "security.max_attempts", security["max_attempts"], 1, 255)
+        if "lockout" in security:
+            changes["security_lockout"] = _seconds(path, "security.lockout", security["lockout"])
+    for key, field_name in (("pending", "pending"), ("delays", "response_delays")):
+        if key in document:
+            changes[field_name] = {_int(path, f"{key} key {sid!r}", sid, 0, 0xFF): _seconds(path, f"{key}.{sid}", s)
+                                   for sid, s in _table(path, document, key).items()}
+    if "padding" in document:
+        padding = document["padding"]
+        changes["padding"] = None if padding is False else _int(path, "padding", padding, 0, 0xFF)
+    return replace(profile, **changes), request_id, response_id
+
+
+def describe_profile(profile: Any) -> dict[str, Any]:
+    """The profile as JSON: hex strings for SIDs, NRCs and DIDs, DID values as hex and (when printable) text."""
+    def text(value: bytes) -> str | None:
+        try:
+            decoded = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        return decoded if decoded.isprintable() else None
+
+    return {
+        "services": [f"0x{sid:02X}" for sid in sorted(profile.supported_sids)],
+        "nrc": {f"0x{sid:02X}": f"0x{nrc:02X}" for sid, nrc in sorted(profile.forced_nrcs.items())},
+        "dids": {f"0x{did:04X}": {"hex": value.hex(), "text": text(value)}
+                 for did, value in sorted(profile.dids.items())},
+        "writable_dids": [f"0x{did:04X}" for did in sorted(profile.writable_dids)],
+        "security": {"seed": profile.security_seed.hex(), "key": profile.security_key.hex(),
+                     "max_attempts": profile.security_max_attempts, "lockout": profile.security_lockout},
+        "pending": {f"0x{sid:02X}": s for sid, s in sorted(profile.pending.items())},
+        "delays": {f"0x{sid:02X}": s for sid, s in sorted(profile.response_delays.items())},
+        "padding": profile.padding,
+    }
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+class _StopSignals:
+    """Within the block, SIGINT and SIGTERM set ``event`` (and ``name``) instead of
+    interrupting; the previous handlers come back afterwards. Only the main thread can
+    install signal handlers: elsewhere (an in-process test) this does nothing."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.name: str | None = None
+        self._saved: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.name = signal.Signals(signum).name
+        self.event.set()
+
+    def __enter__(self) -> "_StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._saved[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+
+
+def _ids(args: argparse.Namespace, from_profile: tuple[int | None, int | None]) -> tuple[int, int]:
+    hint = "Use an 11-bit ID (0x000-0x7FF) or a 29-bit ID up to 0x1FFFFFFF."
+    request_id = from_profile[0] if from_profile[0] is not None else DEFAULT_REQUEST_ID
+    if args.request_id is not None:
+        request_id = parse_int(args.request_id, "INVALID_FRAME", "--request-id", 0, 0x1FFFFFFF, hint)
+    response_id = from_profile[1]
+    if args.response_id is not None:
+        response_id = parse_int(args.response_id, "INVALID_FRAME", "--response-id", 0, 0x1FFFFFFF, hint)
+    if response_id is None:
+        response_id = _default_response_id(request_id)
+    if response_id == request_id:
+        raise UserInputError("INVALID_ARGUMENTS", f"Request and response ID are both 0x{request_id:X}.",
+                             "Give the ECU different request and response IDs (e.g. 0x7E0 and 0x7E8).")
+    return request_id, response_id
+
+
+def _default_response_id(request_id: int) -> int:
+    """11-bit: request + 8 (ISO 15765-4: 0x7E0 -> 0x7E8); 29-bit normal fixed addressing
+    0x18DA<TA><SA>: target and source swapped (ISO 15765-2). Else ``INVALID_ARGUMENTS``."""
+    if request_id + 8 <= 0x7FF:
+        return request_id + 8
+    if request_id > 0x7FF and request_id & 0x1FFF0000 == 0x18DA0000:
+        target, source = (request_id >> 8) & 0xFF, request_id & 0xFF
+        return 0x18DA0000 | (source << 8) | target
+    raise UserInputError("INVALID_ARGUMENTS", f"There is no default response ID for request ID 0x{request_id:X}.",
+                         "Give --response-id (or response_id in the profile).")
+
+
+def _limits(args: argparse.Namespace) -> tuple[float | None, int | None]:
+    duration = None
+    if args.duration is not None:
+        try:
+            duration = float(args.duration)
+        except ValueError:
+            duration = -1.0
+        if not 0 < duration < float("inf"):
+            raise UserInputError("INVALID_ARGUMENTS", f"--duration {args.duration!r} is not a number of seconds > 0.",
+                                 "Give --duration in seconds, e.g. 30, or leave it out to run until Ctrl+C.")
+    max_requests = None
+    if args.max_requests is not None:
+        max_requests = parse_int(args.max_requests, "INVALID_ARGUMENTS", "--max-requests", 1, 10**9,
+                                 "Give --max-requests as a whole number >= 1.")
+    return duration, max_requests
+
+
+def _ecu(args: argparse.Namespace) -> CommandResult:
+    profile, *profile_ids = load_profile(args.profile)
+    request_id, response_id = _ids(args, (profile_ids[0], profile_ids[1]))
+    duration, max_requests = _limits(args)
+    common = {"interface": args.interface, "profile": args.profile, "request_id": request_id,
+              "response_id": response_id, **describe_profile(profile)}
+    if args.dry_run:
+        return CommandResult(data=dict(common, mode="dry_run", duration_s=duration, max_requests=max_requests))
+    from canarchy.transport import transport_backend_config
+
+    settings = transport_backend_config()
+    if settings.backend != "python-can":
+        raise UserInputError("SIMULATOR_TRANSPORT_UNSUPPORTED",
+                             f"The {settings.backend} backend cannot host a simulated ECU: it has no bus to answer on.",
+                             "Use the python-can backend ([transport].backend) with a bus type such as socketcan "
+                             "(vcan0) or virtual.")
+    warning = active_gate("simulate ecu", args.interface,
+                          f"answer UDS requests on 0x{request_id:X} with responses on 0x{response_id:X}",
+                          args.ack_active)
+    return _run(args, profile, settings.bus_type, request_id, response_id, duration, max_requests, common, warning)
+
+
+def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int, response_id: int,
+         duration: float | None, max_requests: int | None, common: dict[str, Any], warning: str) -> CommandResult:
+    from canarchy import uds
+    from canarchy.simulator import SimulatedEcu
+
+    streaming = getattr(args, "output", "text") == "jsonl"
+    source = f"simulate.ecu:{args.interface}"
+    ecu = SimulatedEcu(bus_type=bus_type, channel=args.interface, request_id=request_id, response_id=response_id,
+                       profile=profile)
+
+    def emit(event_type: str, payload: dict[str, Any]) -> None:
+        if streaming:
+            args.stdout.write(json.dumps(make_event(event_type, payload, source), sort_keys=True) + "\n")
+            args.stdout.flush()
+
+    by_sid: dict[str, int] = {}
+    seen = 0
+
+    def note_requests() -> None:
+        nonlocal seen
+        messages = ecu.messages
+        while seen < len(messages):
+            request = messages[seen]
+            seen += 1
+            sid = f"0x{request[0]:02X}" if request else "-"
+            by_sid[sid] = by_sid.get(sid, 0) + 1
+            emit("uds_request", {"index": seen, "data": request.hex(), "service": sid,
+                                 "service_name": uds.service_name(request[0]) if request else None})
+
+    started = time.monotonic()
+    with _StopSignals() as stop:
+        try:
+            ecu.start()
+        except Exception as exc:  # python-can raises many types; the user gets one code
+            raise TransportError(
+                "TRANSPORT_UNAVAILABLE",
+                f"Cannot open channel {args.interface!r} on bus type {bus_type!r}: {exc}",
+                "Check that the interface exists and is up (e.g. `ip link show vcan0`), "
+                "or choose another bus type with [transport].interface.",
+            ) from None
+        try:
+            ready = (f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: requests 0x{request_id:X}, "
+                     f"responses 0x{response_id:X}, services {' '.join(common['services']) or 'none'} "
+                     f"(Ctrl+C to stop)")
+            sys.stderr.write(ready + "\n")
+            sys.stderr.flush()
+            emit("simulator_ready", {"interface": args.interface, "bus_type": bus_type, "request_id": request_id,
+                                     "response_id": response_id, "services": common["services"]})
+            stopped_by = _wait(ecu, stop, started, duration, max_requests, note_requests)
+        finally:
+            ecu.stop()
+    note_requests()
+    if ecu.error is not None:
+        raise TransportError("SIMULATOR_BUS_FAILED",
+                             f"The simulated ECU on {args.interface!r} stopped: {ecu.error.__class__.__name__}: "
+                             f"{ecu.error}",
+                             "Check that the interface is still up and the bus is not in bus-off.")
+    data = dict(common, mode="active", interface_source=args.interface_source, bus_type=bus_type,
+                stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6), requests=len(ecu.messages),
+                requests_by_service=dict(sorted(by_sid.items())), frames_received=len(ecu.requests),
+                frames_sent=len(ecu.responses), duration_s=duration, max_requests=max_requests)
+    return CommandResult(data=data, warnings=[warning])
+
+
+def _wait(ecu: Any, stop: _StopSignals, started: float, duration: float | None, max_requests: int | None,
+          on_tick: Callable[[], None]) -> str:
+    """Block until a stop condition; return which: a signal name, ``duration``,
+    ``max_requests`` or ``bus_failed``."""
+    deadline = None if duration is None else started + duration
+    answered_at = None
+    while True:
+        on_tick()
+        if stop.event.is_set():
+            return stop.name or "signal"
+        if not ecu.running:
+            return "bus_failed"
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return "duration"
+        if max_requests is not None and len(ecu.messages) >= max_requests:
+            # Let the last answer go out: delayed replies, and a segmented one that
+            # waits for the tester's flow control (bounded by N_Bs).
+            answered_at = answered_at or now
+            busy = bool(ecu._timers) or ecu._tx is not None
+            if not busy or now - answered_at > ecu.profile.n_timeout:
+                return "max_requests"
+        wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - now))
+        stop.event.wait(wait)
+
+
+def _render_text(result: CommandResult) -> str:
+    d = result.data
+    services = " ".join(d["services"]) or "none"
+    if d["mode"] == "dry_run":
+        lines = [f"dry run: would answer UDS requests on 0x{d['request_id']:X} with responses on "
+                 f"0x{d['response_id']:X}" + (f" on {d['interface']}" if d["interface"] else "") + "; nothing opened",
+                 f"  services: {services}"]
+    else:
+        lines = [f"simulated ECU on {d['interface']} ({d['bus_type']}) stopped by {d['stopped_by']} after "
+                 f"{d['elapsed_s']:.1f} s: {d['requests']} UDS requests answered, {d['frames_received']} frames in, "
+                 f"{d['frames_sent']} frames out",
+                 f"  services: {services}"]
+        if d["requests_by_service"]:
+            lines.append("  requests: " + ", ".join(f"{sid} x{n}" for sid, n in d["requests_by_service"].items()))
+    if d["nrc"]:
+        lines.append("  forced NRCs: " + ", ".join(f"{sid} -> {nrc}" for sid, nrc in d["nrc"].items()))
+    for did, value in d["dids"].items():
+        lines.append(f"  DID {did}: {value['text'] if value['text'] is not None else value['hex']}")
+    return "\n".join(lines)
