@@ -94,6 +94,18 @@ def order(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+@nox.session(tags=["harness"])
+def selftest(session: nox.Session) -> None:
+    """Feed the harness the seeded defects of fixtures/leaks/; pass only if each is caught by its detector."""
+    _install(session)
+    home = Path(session.virtualenv.location) / "lane-home"
+    home.mkdir(exist_ok=True)
+    session.run(
+        "python", "-m", "canarchy.testing.selftest", "run", "fixtures/leaks", "--reports", REPORTS,
+        env=lanes.build_env(home=home), include_outer_env=False,
+    )  # fmt: skip
+
+
 def _order_options(session: nox.Session) -> tuple[list[str], list[str]]:
     """Split the order lane's own ``--seeds N`` / ``--seed S`` from the test selection."""
     own, rest, args = [], [], list(session.posargs)

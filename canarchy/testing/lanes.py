@@ -691,10 +691,12 @@ def run_parity(
     source_env: Mapping[str, str],
     hashseeds: tuple[int, int] | None = None,
     use_netns: bool | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> ParityResult:
     """Run the suite twice at once - clean twin (empty home, clean shell) and
     configured twin (a copy of ``operator_home`` and :data:`HOSTILE_ENV`, in a
-    private network namespace where available) - then compare the reports,
+    private network namespace where available; ``extra_env`` is set in both,
+    e.g. a ``PYTHONPATH``) - then compare the reports,
     scan both logs for "was not properly shut down", and check that the home
     copy and the checkout are byte-for-byte unchanged.
     """
@@ -723,12 +725,16 @@ def run_parity(
         hostile = {k: v.replace("{home}", str(op_home)) for k, v in HOSTILE_ENV.items()}
         twins = {
             "clean": (
-                build_env(home=clean_home, hashseed=seeds[0], source=source_env, extra={"TMPDIR": str(tmpdirs["clean"])}),
+                build_env(
+                    home=clean_home, hashseed=seeds[0], source=source_env,
+                    extra={**(extra_env or {}), "TMPDIR": str(tmpdirs["clean"])},
+                ),
                 False,
             ),
             "operator": (
                 build_env(
-                    home=op_home, hashseed=seeds[1], source=source_env, extra={**hostile, "TMPDIR": str(tmpdirs["operator"])}
+                    home=op_home, hashseed=seeds[1], source=source_env,
+                    extra={**(extra_env or {}), **hostile, "TMPDIR": str(tmpdirs["operator"])},
                 ),
                 netns,
             ),

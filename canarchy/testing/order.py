@@ -300,8 +300,14 @@ def run_order_lane(
     jobs: int = 2,
     max_bisections: int = 3,
     echo: Callable[[str], None] = print,
+    extra_env: dict[str, str] | None = None,
 ) -> OrderResult:
-    """Run the suite normally, reversed and once per seed; compare; bisect each victim."""
+    """Run the suite normally, reversed and once per seed; compare; bisect each victim.
+
+    The runs' environment is built from the allow-list of ``source_env``
+    (default ``os.environ``) plus ``extra_env``; each run gets a fresh home
+    and TMPDIR.
+    """
     from canarchy.testing import junit_compare
 
     started = time.monotonic()
@@ -312,7 +318,7 @@ def run_order_lane(
     with tempfile.TemporaryDirectory(prefix="canarchy-order-") as tmp:
         work = Path(tmp)
         # HOME and TMPDIR are set per run (fresh, empty); the rest from the allow-list only.
-        env = lanes.build_env(home=work, source=os.environ if source_env is None else source_env)
+        env = lanes.build_env(home=work, source=os.environ if source_env is None else source_env, extra=extra_env)
         runner = _Runs(python, pytest_args, env, work, cwd)
 
         def full_run(entry: OrderRun) -> None:

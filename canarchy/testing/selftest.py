@@ -1,0 +1,408 @@
+"""The harness's self-test: a corpus of seeded defects, each of which must be caught.
+
+``fixtures/leaks/`` holds small test modules, each embodying one way a test
+can break isolation, and ``manifest.toml`` naming, for each, the detector that
+must catch it::
+
+    [[defect]]
+    name = "thread-safe-udp-multicast"          # [A-Za-z0-9._-]+
+    file = "leak_thread_safe_udp_multicast.py"  # in the corpus folder; never named test_*.py
+    detector = "guard"                          # see DETECTORS
+    test = "test_opens_udp_multicast"           # the test the detector must name (not for "sentinel")
+    expect = "interface='udp_multicast'"        # text the detector's report must hold
+    description = "..."
+
+    [[control]]                                 # modules every detector must stay silent on
+    name = "control-clean"
+    file = "control_clean.py"
+    description = "..."
+
+Each entry is copied, as ``test_<name>.py``, into a fresh temporary project
+(``conftest.py`` loading ``canarchy.testing.plugin``, an empty ``pytest.ini``)
+and run by this checkout's plugin in a hostile operator environment: a copy of
+``fixtures/operator-home`` as HOME and :data:`canarchy.testing.lanes.HOSTILE_ENV`
+exported (``CANARCHY_*``, ``CAN_*``), inside a private network namespace when
+one is available. Detectors:
+
+``guard``
+    the plugin's bus guard and teardown checks: the named test fails or
+    errors, and its report holds ``expect`` (e.g. the refused interface,
+    "in child process", "left 1 python-can bus(es) open").
+``isolation``
+    the isolation layers expose a hidden dependency on the operator's machine:
+    the named test fails in the hostile environment, its report holding
+    ``expect`` (the value it wanted from the operator, or the error it gets
+    without it).
+``sentinel``
+    the run fails with the "canarchy isolation sentinel" section listing
+    ``expect`` (a path changed in the checkout or the operator's home).
+``parity``
+    the parity lane's twins (:func:`canarchy.testing.lanes.run_parity`) give
+    the named test different outcomes; ``expect`` is ``"<clean> -> <configured>"``.
+``order``
+    the order lane (:func:`canarchy.testing.order.run_order_lane`, reverse and
+    seed 1) finds the named test's outcome changing and bisects to the
+    polluter named in ``expect``.
+
+A control must pass under the plugin with exit code 0 and no sentinel
+section, give identical parity twins with the operator home unchanged, and
+give the same result in every order.
+
+CLI::
+
+    python -m canarchy.testing.selftest run fixtures/leaks [--reports reports] [--only NAME ...]
+
+Exit codes: 0 every defect caught by its detector and every control clean;
+1 otherwise; 2 the corpus could not be read.
+
+Public surface: :func:`load_corpus`, :func:`run_entry`, :func:`run_corpus`,
+:class:`Entry`, :class:`Outcome`, :data:`DETECTORS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from canarchy.testing import lanes
+
+EXIT_CAUGHT = 0
+EXIT_MISSED = 1
+EXIT_CANNOT_DECIDE = 2
+
+DETECTORS = ("guard", "isolation", "sentinel", "parity", "order")
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_SENTINEL_SECTION = "canarchy isolation sentinel"
+_GUARD_TEXT = "tried to open a real CAN bus"
+
+
+class CorpusError(Exception):
+    """The corpus or its manifest cannot be used."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One corpus module: a defect (``detector`` set) or a control (``detector`` is None)."""
+
+    name: str
+    file: Path
+    detector: str | None
+    test: str | None
+    expect: str | None
+    description: str
+
+    @property
+    def is_control(self) -> bool:
+        return self.detector is None
+
+
+@dataclass
+class Outcome:
+    """What running one entry showed: ``caught`` (defects) or ``clean`` (controls); ``evidence`` says why."""
+
+    entry: Entry
+    ok: bool
+    evidence: str
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        if self.entry.is_control:
+            return "clean" if self.ok else "NOT CLEAN"
+        return "caught" if self.ok else "MISSED"
+
+
+def load_corpus(folder: str | os.PathLike[str]) -> list[Entry]:
+    """Read ``folder/manifest.toml``; raises :class:`CorpusError` naming the problem."""
+    base = Path(folder)
+    path = base / "manifest.toml"
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot read the manifest ({exc})") from None
+    if set(doc) - {"defect", "control"}:
+        raise CorpusError(f"{path}: unknown tables {sorted(set(doc) - {'defect', 'control'})}")
+    entries: list[Entry] = []
+    for kind in ("defect", "control"):
+        for index, raw in enumerate(doc.get(kind, []), 1):
+            where = f"{path}: {kind} {index}"
+            allowed = {"name", "file", "description"} | ({"detector", "test", "expect"} if kind == "defect" else set())
+            if not isinstance(raw, dict) or set(raw) - allowed:
+                raise CorpusError(f"{where}: only {sorted(allowed)} are allowed")
+            for key in ("name", "file", "description") + (("detector", "expect") if kind == "defect" else ()):
+                if not isinstance(raw.get(key), str) or not raw[key].strip():
+                    raise CorpusError(f"{where}: `{key}` must be a non-empty string")
+            if not re.fullmatch(r"[A-Za-z0-9._-]+", raw["name"]):
+                raise CorpusError(f"{where}: `name` may hold letters, digits, '.', '_' and '-' only")
+            file = base / raw["file"]
+            if Path(raw["file"]).name != raw["file"] or not file.is_file():
+                raise CorpusError(f"{where}: `file` {raw['file']!r} is not a file in {base}")
+            if file.name.startswith("test_") or file.name.endswith("_test.py"):
+                raise CorpusError(f"{where}: {file.name} would be collected by a plain pytest run; do not name it test_*")
+            detector = raw.get("detector")
+            if kind == "defect" and detector not in DETECTORS:
+                raise CorpusError(f"{where}: `detector` must be one of {', '.join(DETECTORS)}")
+            if kind == "defect" and detector != "sentinel" and not raw.get("test"):
+                raise CorpusError(f"{where}: the {detector} detector needs `test` (the test it must name)")
+            entries.append(Entry(raw["name"], file, detector, raw.get("test"), raw.get("expect"), raw["description"]))
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise CorpusError(f"{path}: a name is used twice")
+    if not any(e.is_control for e in entries):
+        raise CorpusError(f"{path}: no [[control]]: a corpus needs a module every detector passes")
+    return entries
+
+
+# --------------------------------------------------------------------------- running one entry
+
+
+def _project(base: Path, entry: Entry) -> Path:
+    project = base / "project"
+    project.mkdir(parents=True)
+    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.plugin"]\n', encoding="utf-8")
+    (project / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n", encoding="utf-8")
+    shutil.copyfile(entry.file, project / f"test_{entry.name.replace('-', '_')}.py")
+    return project
+
+
+def _pytest_args(project: Path, junit: str = "reports/selftest.xml") -> list[str]:
+    return [
+        "-p", "no:cacheprovider", "-c", str(project / "pytest.ini"), "--rootdir", str(project),
+        "--strict-markers", f"--junitxml={junit}", "-o", "log_cli=true", "--log-cli-level=WARNING", ".",
+    ]  # fmt: skip
+
+
+def _source_env() -> dict[str, str]:
+    """The caller's environment, reduced to the lanes' allow-list."""
+    return lanes.build_env(home=os.devnull)
+
+
+# This checkout's plugin is what the corpus tests, whatever is installed.
+_EXTRA = {"PYTHONPATH": _PACKAGE_PARENT}
+
+
+def _hostile_run(project: Path, base: Path, operator_home: Path) -> tuple[lanes.PytestRun, Path]:
+    """Run the project under the plugin as an operator with a full home and a hostile shell."""
+    home = base / "operator-home"
+    shutil.copytree(operator_home, home, symlinks=True)
+    tmp = base / "tmp"
+    tmp.mkdir()
+    hostile = {k: v.replace("{home}", str(home)) for k, v in lanes.HOSTILE_ENV.items()}
+    env = lanes.build_env(home=home, source=_source_env(), extra={**hostile, "TMPDIR": str(tmp), **_EXTRA})
+    netns = lanes.netns_support().available
+    run = lanes.run_pytest(sys.executable, _pytest_args(project), env=env, log=base / "selftest.log", netns=netns,
+                           echo=False, cwd=project)
+    return run, home
+
+
+def _case(run: lanes.PytestRun, test: str):  # type: ignore[no-untyped-def]
+    from canarchy.testing.junit_compare import CannotDecide, load_report
+
+    try:
+        report = load_report(run.junit)
+    except CannotDecide:
+        return None
+    for key, case in report.cases.items():
+        if key.rsplit("::", 1)[-1] == test:
+            return case
+    return None
+
+
+def _case_text(case) -> str:  # type: ignore[no-untyped-def]
+    return "\n".join(f"{r.message}\n{r.text}" for r in case.results)
+
+
+def _check_test_failure(entry: Entry, run: lanes.PytestRun, *, guard: bool) -> tuple[bool, str]:
+    case = _case(run, entry.test or "")
+    if case is None:
+        return False, f"{entry.test} not in the report (exit code {run.returncode})"
+    if not case.is_failing:
+        return False, f"{entry.test} {case.outcome}: nothing caught it"
+    text = _case_text(case)
+    if guard and entry.expect != "left 1 python-can bus(es) open" and _GUARD_TEXT not in text:
+        return False, f"{entry.test} {case.outcome}, but not by the guard"
+    if entry.expect and entry.expect not in text:
+        return False, f"{entry.test} {case.outcome}, but its report lacks {entry.expect!r}"
+    return True, f"{entry.test} {case.outcome}: report holds {entry.expect!r}"
+
+
+def _check_sentinel(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
+    if _SENTINEL_SECTION not in run.output:
+        return False, f"no sentinel section (exit code {run.returncode})"
+    section = run.output[run.output.index(_SENTINEL_SECTION):]
+    if entry.expect and entry.expect not in section:
+        return False, f"sentinel section lacks {entry.expect!r}"
+    if run.returncode == 0:
+        return False, "sentinel section printed but the run passed"
+    return True, f"run failed (exit code {run.returncode}); sentinel lists {entry.expect}"
+
+
+def _parity(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
+    return lanes.run_parity(
+        sys.executable, _pytest_args(project, "reports/parity.xml"), operator_home=operator_home, checkout=project,
+        allowlist=None, source_env=_source_env(), hashseeds=(1, 2), extra_env=_EXTRA,
+    )  # fmt: skip
+
+
+def _order(project: Path):  # type: ignore[no-untyped-def]
+    from canarchy.testing import order
+
+    return order.run_order_lane(sys.executable, _pytest_args(project, "reports/order.xml"), seeds=[1],
+                                source_env=_source_env(), cwd=project, echo=lambda line: None, extra_env=_EXTRA)
+
+
+def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
+    """Run one corpus entry against the harness and judge it (see the module docstring)."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"canarchy-selftest-{entry.name}-") as tmp:
+        base = Path(tmp)
+        project = _project(base, entry)
+        if entry.detector == "parity":
+            result = _parity(project, operator_home)
+            rows = {r.id.rsplit("::", 1)[-1]: f"{r.outcome_a} -> {r.outcome_b}" for r in result.comparison.differences}
+            seen = rows.get(entry.test or "")
+            ok = seen is not None and (not entry.expect or seen == entry.expect)
+            evidence = f"{entry.test}: {seen} (without -> with config)" if seen else f"twins {result.comparison.verdict}"
+        elif entry.detector == "order":
+            result = _order(project)
+            found = [b for b in result.bisections if b.victim.rsplit("::", 1)[-1] == entry.test]
+            polluter = found[0].polluter if found else None
+            ok = polluter is not None and polluter.rsplit("::", 1)[-1] == entry.expect
+            evidence = (f"{entry.test} polluted by {polluter.rsplit('::', 1)[-1]} ({found[0].run_label} run)"
+                        if polluter else (found[0].note if found else f"order lane {result.status}: no victim named"))
+        else:
+            run, home = _hostile_run(project, base, operator_home)
+            if entry.is_control:
+                ok, evidence = _check_control(entry, run, project, operator_home, home)
+            elif entry.detector == "sentinel":
+                ok, evidence = _check_sentinel(entry, run)
+            else:
+                ok, evidence = _check_test_failure(entry, run, guard=entry.detector == "guard")
+    return Outcome(entry, ok, evidence, time.monotonic() - started)
+
+
+def _check_control(entry: Entry, run: lanes.PytestRun, project: Path, operator_home: Path, home: Path) -> tuple[bool, str]:
+    problems = []
+    if run.returncode != 0 or _SENTINEL_SECTION in run.output:
+        problems.append(f"hostile run exit code {run.returncode}")
+    changed = lanes.diff_manifests(lanes.manifest(operator_home), lanes.manifest(home))
+    if changed:
+        problems.append("operator home changed: " + "; ".join(changed[:3]))
+    parity = _parity(project, operator_home)
+    if parity.exit_code != 0:
+        problems.append(f"parity {parity.comparison.verdict} (exit code {parity.exit_code})")
+    ordered = _order(project)
+    if ordered.exit_code != 0:
+        problems.append(f"order lane {ordered.status}")
+    if problems:
+        return False, "; ".join(problems)
+    summary = lanes._summary_text(run.summary) if run.summary else "?"
+    return True, f"{summary} under the plugin; parity identical; every order identical"
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def run_corpus(
+    entries: Sequence[Entry],
+    *,
+    operator_home: Path,
+    echo: Callable[[str], None] = print,
+) -> list[Outcome]:
+    """Run every entry, one after the other (each already starts a few pytest processes)."""
+    outcomes = []
+    for entry in entries:
+        outcome = run_entry(entry, operator_home=operator_home)
+        echo(f"selftest: {entry.name}: {outcome.verdict} ({outcome.seconds:.0f} s) - {outcome.evidence}")
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+
+
+def passed(outcomes: Sequence[Outcome]) -> bool:
+    """True when every defect was caught and every control stayed clean."""
+    return bool(outcomes) and all(o.ok for o in outcomes)
+
+
+def render(outcomes: Sequence[Outcome], seconds: float | None = None) -> str:
+    """The terminal view: ``caught k/n``, controls, one row per entry."""
+    defects = [o for o in outcomes if not o.entry.is_control]
+    controls = [o for o in outcomes if o.entry.is_control]
+    caught = sum(o.ok for o in defects)
+    head = f"selftest: {'PASSED' if passed(outcomes) else 'FAILED'} - caught {caught}/{len(defects)}"
+    head += f", controls clean {sum(o.ok for o in controls)}/{len(controls)}"
+    if seconds is not None:
+        head += f" ({seconds:.0f} s)"
+    rows = [[o.entry.name, o.entry.detector or "(control)", o.verdict, o.evidence] for o in outcomes]
+    return "\n".join([head, "", *_table(["entry", "detector", "verdict", "evidence"], rows)])
+
+
+def render_markdown(outcomes: Sequence[Outcome], seconds: float | None = None) -> str:
+    """``reports/selftest.md``."""
+    defects = [o for o in outcomes if not o.entry.is_control]
+    out = [f"# Selftest: {'PASSED' if passed(outcomes) else 'FAILED'} - caught {sum(o.ok for o in defects)}/{len(defects)}", ""]
+    if seconds is not None:
+        out += [f"Wall time: {seconds:.0f} s.", ""]
+    out += ["| entry | what it does | detector | verdict | evidence |", "|---|---|---|---|---|"]
+    for o in outcomes:
+        evidence = o.evidence.replace("|", "\\|").replace("\n", " ")
+        out.append(f"| `{o.entry.name}` | {o.entry.description} | {o.entry.detector or '(control)'} | {o.verdict} | {evidence} |")
+    out.append("")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.selftest")
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("run", help="run every corpus entry against the harness")
+    p.add_argument("corpus", type=Path, help="folder holding manifest.toml (fixtures/leaks)")
+    p.add_argument("--operator-home", type=Path, default=None,
+                   help="the operator home to copy (default: fixtures/operator-home next to the corpus)")
+    p.add_argument("--reports", type=Path, help="write selftest.md here")
+    p.add_argument("--only", action="append", default=[], help="run only this entry (repeatable)")
+    args = parser.parse_args(argv)
+    operator_home = (args.operator_home or args.corpus.resolve().parent / "operator-home").resolve()
+    try:
+        entries = load_corpus(args.corpus)
+        if not operator_home.is_dir():
+            raise CorpusError(f"{operator_home}: no operator home to copy")
+        if args.only:
+            unknown = set(args.only) - {e.name for e in entries}
+            if unknown:
+                raise CorpusError(f"no such entry: {', '.join(sorted(unknown))}")
+            entries = [e for e in entries if e.name in args.only]
+    except CorpusError as exc:
+        print(f"selftest: CANNOT DECIDE - {exc}")
+        return EXIT_CANNOT_DECIDE
+    lanes._raise_on_sigterm()
+    started = time.monotonic()
+    try:
+        outcomes = run_corpus(entries, operator_home=operator_home)
+    except lanes._Terminated:
+        print("selftest: terminated", file=sys.stderr)
+        return 128 + 15
+    seconds = time.monotonic() - started
+    print()
+    print(render(outcomes, seconds))
+    if args.reports:
+        lanes._write_atomically(args.reports / "selftest.md", render_markdown(outcomes, seconds))
+    return EXIT_CAUGHT if passed(outcomes) else EXIT_MISSED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""canarchy.testing.selftest: the seeded-defect corpus (fixtures/leaks) and its runner.
+
+The whole corpus runs in `nox -s selftest`; here: the manifest is complete and
+valid, the corpus is never collected by the normal suite, one defect is caught
+end to end, and a detector that stays silent is reported as a miss.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from canarchy.testing import selftest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "fixtures" / "leaks"
+OPERATOR_HOME = ROOT / "fixtures" / "operator-home"
+
+
+def test_the_corpus_covers_every_required_defect_and_detector():
+    entries = {e.name: e for e in selftest.load_corpus(CORPUS)}
+    required = {
+        "module-scope-config", "session-fixture-findings", "thread-safe-udp-multicast", "relies-on-can-interface",
+        "subprocess-bus", "swallowed-guard-error", "checkout-write", "virtual-bus-left-open",
+        "canarchy-variable-left-set", "order-pair",
+    }
+    assert required <= set(entries)
+    assert {e.detector for e in entries.values() if not e.is_control} == set(selftest.DETECTORS)
+    assert [e.name for e in entries.values() if e.is_control] == ["control-clean"]
+    listed = {e.file.name for e in entries.values()}
+    assert listed == {p.name for p in CORPUS.glob("*.py")} - {"conftest.py"}, "every module is in the manifest"
+
+
+def test_the_corpus_is_never_collected_by_the_suite(tmp_path):
+    """Neither `pytest` (testpaths) nor `pytest fixtures/` collects a corpus module."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "fixtures/leaks"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "leak_" not in proc.stdout and "control_clean" not in proc.stdout, proc.stdout
+    assert "no tests collected" in proc.stdout or "no tests ran" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    "manifest, message",
+    [
+        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "luck"\ntest = "t"\nexpect = "e"\ndescription = "d"\n', "`detector` must be one of"),
+        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "guard"\nexpect = "e"\ndescription = "d"\n', "needs `test`"),
+        ('[[defect]]\nname = "x"\nfile = "nope.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "is not a file"),
+        ('[[defect]]\nname = "x"\nfile = "test_m.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "would be collected"),
+        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "no [[control]]"),
+        ('[[control]]\nname = "x"\nfile = "m.py"\ndescription = "d"\nsurprise = 1\n', "only"),
+    ],
+)
+def test_invalid_manifests_are_refused(tmp_path, manifest, message):
+    (tmp_path / "m.py").write_text("def test_x(): pass\n")
+    (tmp_path / "test_m.py").write_text("def test_x(): pass\n")
+    (tmp_path / "manifest.toml").write_text(manifest)
+    with pytest.raises(selftest.CorpusError, match=message.replace("[", r"\[")):
+        selftest.load_corpus(tmp_path)
+
+
+def test_a_guard_defect_is_caught_end_to_end():
+    [entry] = [e for e in selftest.load_corpus(CORPUS) if e.name == "swallowed-guard-error"]
+    outcome = selftest.run_entry(entry, operator_home=OPERATOR_HOME)
+    assert outcome.ok and outcome.verdict == "caught", outcome.evidence
+    assert "the error may have been caught" in outcome.evidence
+
+
+def test_a_silent_detector_is_a_miss(tmp_path):
+    """A clean module declared as a guard defect: nothing fires, so the selftest must say MISSED."""
+    (tmp_path / "quiet.py").write_text("def test_quiet():\n    pass\n")
+    (tmp_path / "manifest.toml").write_text(
+        '[[defect]]\nname = "quiet"\nfile = "quiet.py"\ndetector = "guard"\ntest = "test_quiet"\n'
+        'expect = "tried to open a real CAN bus"\ndescription = "not a defect at all"\n'
+        '[[control]]\nname = "c"\nfile = "quiet.py"\ndescription = "d"\n'
+    )
+    entry = selftest.load_corpus(tmp_path)[0]
+    outcome = selftest.run_entry(entry, operator_home=OPERATOR_HOME)
+    assert not outcome.ok and outcome.verdict == "MISSED"
+    assert outcome.evidence == "test_quiet passed: nothing caught it"
+    text = selftest.render([outcome])
+    assert text.startswith("selftest: FAILED - caught 0/1") and "MISSED" in text
+    assert "| `quiet` | not a defect at all | guard | MISSED |" in selftest.render_markdown([outcome])
