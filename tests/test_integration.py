@@ -102,3 +102,80 @@ def test_uds_services_finds_a_simulated_ecu_in_another_process():
     assert data["mode"] == "active" and data["probe_count"] == 17
     assert "0x10" in data["supported_services"] and "0x3E" in data["supported_services"]
     assert data["supported_count"] < 17  # the simulated ECU answers 0x11 to some services
+
+
+# -- issue #4 §5: cross-process on the real bus ------------------------------------------------
+
+def _canarchy(*argv: str, timeout: float = 60, **popen) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CANARCHY_MCP_NONINTERACTIVE_ACK="1")  # --ack-active without a typed YES
+    return subprocess.run([sys.executable, "-m", "canarchy", *argv], capture_output=True, text=True, env=env,
+                          timeout=timeout, **popen)
+
+
+def _operator_state() -> dict:
+    from canarchy.testing.sandbox import OPERATOR_STATE, manifest
+
+    return manifest(Path.home(), OPERATOR_STATE)
+
+
+def test_send_and_capture_round_trip_between_two_processes():
+    """`capture CHANNEL --count 1` in one process receives what `send CHANNEL --ack-active` sends from another."""
+    _bus_type, channel = _real_bus()
+    capture = subprocess.Popen([sys.executable, "-m", "canarchy", "capture", channel, "--count", "1",
+                                "--timeout", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sends = []
+    try:
+        # The capture process has no "ready" line: send until it has its frame (or give up).
+        for _attempt in range(10):
+            sends.append(_canarchy("send", channel, "0x18FEF100", "F7000004000000FF", "--ack-active", "--json"))
+            assert sends[-1].returncode == 0, sends[-1].stdout + sends[-1].stderr
+            try:
+                out, err = capture.communicate(timeout=1.5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            pytest.fail(f"capture received nothing after {len(sends)} sends")
+    finally:
+        if capture.poll() is None:
+            capture.kill()
+            capture.wait(10)
+    assert capture.returncode == 0, out + err
+    sent = json.loads(sends[-1].stdout)["data"]
+    assert sent["mode"] == "active" and sent["interface"] == channel
+    data = json.loads(out)["data"]
+    assert data["frame_count"] == 1 and data["interface"] == channel
+    [event] = data["events"]
+    frame = event["payload"]
+    assert (frame["arbitration_id"], frame["is_extended_id"], frame["data"]) == (0x18FEF100, True, "f7000004000000ff")
+
+
+def test_fuzz_guided_campaign_against_a_simulated_ecu_in_another_process(tmp_path):
+    """A short `fuzz guided --ack-active` campaign against `python -m canarchy.simulator` on the real bus:
+    findings are written under --findings-dir, the operator's ~/.canarchy is left as it was."""
+    bus_type, channel = _real_bus()
+    before = _operator_state()
+    findings = tmp_path / "findings"
+    simulator = subprocess.Popen(
+        [sys.executable, "-m", "canarchy.simulator", "--bus-type", bus_type, "--channel", channel, "--duration", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = json.loads(simulator.stdout.readline() or "{}")
+        assert ready.get("event") == "ready", ready
+        proc = _canarchy("fuzz", "guided", channel, "--id", "0x7E0", "--ack-active", "--max-iterations", "20",
+                         "--rate", "50", "--timeout", "0.3", "--seed", "5", "--findings-dir", str(findings), "--json",
+                         timeout=120)
+    finally:
+        simulator.terminate()
+        simulator.wait(10)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["mode"] == "active" and data["interface"] == channel
+    assert data["frames_sent"] == 20 and data["findings_count"] >= 1
+    assert any(marker.startswith(("positive:", "nrc:")) for marker in data["markers"]), data["markers"]
+    campaign = findings / data["campaign_id"]
+    assert data["findings_dir"] == str(campaign)
+    written = sorted(p.name for p in campaign.iterdir())
+    assert written[0] == "campaign.json" and len(written) == 1 + data["findings_count"]
+    assert json.loads((campaign / "campaign.json").read_text())["status"] == "finished"
+    assert _operator_state() == before, "the campaign touched the operator's ~/.canarchy"
