@@ -12,29 +12,45 @@ A mutation is data, a TOML file (``fixtures/mutations/*.toml``, described in
     replace = '''mutant code'''   # non-empty, so the mutant can be recognised in the imported file
     killers = ["tests/test_x.py::test_a", ...]   # each must FAIL on the mutant
     controls = ["tests/test_x.py::test_c"]      # each must PASS on the mutant too
+    needs_netns = false           # true: the mutant removes a guard (fails open); run only in a private namespace
     [kill]
     requires = "failure"          # a test-phase <failure> in the JUnit report
     excluded_exceptions = ["ImportError", "ModuleNotFoundError", "SyntaxError"]
 
-Steps (:func:`run_mutation`); any step that cannot be completed means
+or, for several search/replace pairs (applied in order, each exactly once;
+``file`` defaults to the top-level one)::
+
+    [[edits]]
+    file = "canarchy/testing/plugin.py"
+    search = '''...'''
+    replace = '''...'''
+
+Steps (:func:`run_mutations`); any step that cannot be completed means
 *cannot decide* (exit 2), never "killed":
 
 1. copy ``git ls-files -co --exclude-standard`` (tracked plus untracked,
-   non-ignored files) into a fresh temporary directory; the working tree is
-   only read;
-2. ``search`` must occur exactly once in the copy's ``file``;
-3. baseline: killers and controls run on the *unmutated* copy and must all
-   pass;
-4. apply the mutation, then prove the copy is what gets imported: the copy's
-   interpreter with ``PYTHONPATH=<copy>`` run from the copy imports the module,
-   whose ``__file__`` must be the copy's file and must hold the mutated text;
-5. killers and controls run on the mutant (``python -m pytest -p
+   non-ignored files) into a fresh temporary directory, once for all the
+   mutations of a run; the working tree is only read;
+2. each ``search`` must occur exactly once in the copy's file; a mutation
+   that ``needs_netns`` needs a private network namespace
+   (:func:`canarchy.testing.lanes.netns_support`) - then every pytest of the
+   run executes inside one;
+3. baseline: one pytest run of the killers and controls of every mutation,
+   on the *unmutated* copy; each must pass (a mutation whose tests do not
+   cannot decide);
+4. for each mutation in turn: apply it, then prove the copy is what gets
+   imported: the interpreter with ``PYTHONPATH=<copy>`` run from the copy
+   imports each mutated module, whose ``__file__`` must be the copy's file and
+   must hold the mutated text;
+5. its killers and controls run on the mutant (``python -m pytest -p
    no:cacheprovider -c <copy>/pyproject.toml --junitxml=... <node ids>`` from
    the copy, ``PYTHONPATH=<copy>``, an allow-listed environment and an empty
    home); each killer must be *killed* - a ``<failure>`` in the test phase
    whose text names none of ``excluded_exceptions`` (an error at setup or
    collection, an import or syntax error is the mutant being broken, not the
-   defect being caught) - and each control must pass.
+   defect being caught) - and each control must pass. The original text is
+   then written back; a copy the tests changed (a leak into the tree) is
+   replaced by a fresh one before the next mutation.
 
 The temporary directory is removed in ``finally`` and on SIGINT/SIGTERM
 (the running pytest, started in its own session, is terminated first).
@@ -44,13 +60,16 @@ CLI::
     python -m canarchy.testing.mutation run fixtures/mutations/issue-530.toml [--python PY] [--repo DIR] [--reports DIR]
     python -m canarchy.testing.mutation run-all fixtures/mutations/ [same options]
 
-Exit codes: 0 every killer killed and every control passed; 1 a killer
-survived (or failed for the wrong reason); 2 cannot decide; 130/143
-interrupted.
+``run-all`` prints each mutation's table, then the summary (mutation,
+killers expected, killers that failed, verdict) and writes
+``reports/mutations.md``. Exit codes: 0 every killer killed and every control
+passed; 1 a killer survived (or failed for the wrong reason); 2 cannot decide;
+130/143 interrupted.
 
 Public surface: :func:`load_mutation`, :func:`run_mutation`,
-:func:`repo_files`, :class:`Mutation`, :class:`MutationResult`,
-:class:`CannotDecide`.
+:func:`run_mutations`, :func:`repo_files`, :func:`render`,
+:func:`render_summary`, :class:`Mutation`, :class:`Edit`,
+:class:`MutationResult`, :class:`CannotDecide`.
 """
 
 from __future__ import annotations
