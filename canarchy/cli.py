@@ -47,6 +47,7 @@ COMMAND_MODULES = (
     "canarchy.commands.plugins",
     "canarchy.commands.generate",
     "canarchy.commands.simulate",
+    "canarchy.commands.web",
 )
 
 OUTPUT_FORMATS = ("text", "json", "jsonl")
