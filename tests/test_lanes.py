@@ -368,3 +368,48 @@ def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
     assert not result.comparison.differences  # they agree ...
     assert result.exit_code == 2  # ... but an interrupted collection has no results to compare
     assert any("pytest exit code 2" in reason for reason in result.comparison.undecided)
+
+
+MEET = """
+import os, time
+from pathlib import Path
+
+MEETING = Path({meeting!r})
+
+def test_twins_meet():
+    (MEETING / os.environ["PYTHONHASHSEED"]).write_text("")
+    deadline = time.monotonic() + 60
+    while len(list(MEETING.iterdir())) < 2:
+        assert time.monotonic() < deadline, "the other twin never ran at the same time"
+        time.sleep(0.05)
+    assert "LEAKY_CALLER_VARIABLE" not in os.environ and "CANARCHY_CALLER" not in os.environ
+"""
+
+
+def test_parity_twins_run_concurrently_with_their_own_hash_seeds_and_a_built_environment(tmp_path):
+    """Each twin waits for the other (so they overlap in time), under its own PYTHONHASHSEED,
+    and sees nothing of the caller's shell but the allow-list."""
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    root = _project(tmp_path / "p", MEET.format(meeting=str(meeting)))
+    home = tmp_path / "operator-home"
+    home.mkdir()
+    caller = dict(os.environ, LEAKY_CALLER_VARIABLE="1", CANARCHY_CALLER="x")
+    result = lanes.run_parity(
+        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
+        allowlist=None, source_env=caller, hashseeds=(11, 22), use_netns=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, lanes.parity_markdown(result)
+    assert sorted(p.name for p in meeting.iterdir()) == ["11", "22"]
+    assert result.hashseeds == {"clean": 11, "operator": 22}
+
+
+def test_parity_draws_two_different_hash_seeds(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(lanes, "run_pytest", lambda *a, **k: drawn.append(k["env"]["PYTHONHASHSEED"]) or (_ for _ in ()).throw(RuntimeError("stop")))
+    root = _project(tmp_path / "p", "def test_a(): pass\n")
+    (tmp_path / "h").mkdir()
+    with pytest.raises(RuntimeError, match="could not be run"):
+        lanes.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "h",
+                         checkout=root, allowlist=None, source_env=os.environ, use_netns=False)
+    assert len(drawn) == 2 and drawn[0] != drawn[1]

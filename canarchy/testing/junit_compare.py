@@ -1,7 +1,9 @@
 """Compare two pytest JUnit XML reports test case by test case (the parity verdict).
 
-Used by the ``parity`` lane (harness.md §3-§4, TEST-TISO-16) and by the
-mutation runner to read outcomes. Reading is done with ``junitparser``.
+Used by the ``parity`` and ``order`` lanes (harness.md §3-§4, TEST-TISO-16)
+and by the mutation runner to read outcomes. Reading is done with
+``junitparser``; tested with 3.1.0, 3.2.0, 4.0.2, 5.0.0 and 5.0.3
+(``tests/test_junit_compare.py``), so the range is ``junitparser>=3.1,<6``.
 
 Identity
     A test case is keyed by ``classname::name`` as pytest writes them, e.g.
@@ -314,10 +316,14 @@ def load_report(path: str | os.PathLike[str]) -> Report:
 
 
 def _iter_suites(xml):  # type: ignore[no-untyped-def]
-    """Every ``<testsuite>``, including suites nested in suites."""
+    """Every ``<testsuite>``, including suites nested in suites.
+
+    junitparser 3.x returns a bare ``<testsuite>`` root as a ``TestSuite``
+    (iterating it yields test cases); 4.x and later wrap it in ``JUnitXml``.
+    """
     from junitparser import TestSuite
 
-    stack = list(xml)
+    stack = [xml] if isinstance(xml, TestSuite) else list(xml)
     while stack:
         suite = stack.pop(0)
         if not isinstance(suite, TestSuite):
