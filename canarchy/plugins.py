@@ -56,6 +56,9 @@ from canarchy.errors import ConfigError
 #: Entry point groups canarchy discovers, in listing order.
 GROUPS = ("canarchy.processors", "canarchy.decoders", "canarchy.transports")
 
+# The installed distributions, in sys.path order (a name tests may confine to their own directory).
+_distributions = metadata.distributions
+
 
 @dataclass(frozen=True)
 class PluginEntryPoint:
@@ -118,7 +121,7 @@ def discover() -> tuple[dict[str, list[PluginEntryPoint]], list[str]]:
     found: dict[str, list[PluginEntryPoint]] = {}
     warnings: list[str] = []
     seen: set[str] = set()
-    for dist in metadata.distributions():
+    for dist in _distributions():
         name = dist.metadata["Name"] if dist.metadata is not None else None
         key = _normalized(name) if name else None
         if key is not None:

@@ -55,6 +55,11 @@ def site(tmp_path, monkeypatch) -> Path:
         "[console_scripts]\ndemo-tool = demo_canarchy_plugin:main\n"))
     (root / "demo_canarchy_plugin.py").write_text("raise RuntimeError('a plugin module was imported')\n")
     monkeypatch.syspath_prepend(str(root))
+    # Listings see only this directory's distributions, so a canarchy plugin installed on the
+    # machine cannot change a result (test_discovery_walks_sys_path runs unconfined).
+    everything = plugins._distributions
+    monkeypatch.setattr(plugins, "_distributions",
+                        lambda: (d for d in everything() if Path(str(d.locate_file(""))) == root))
     return root
 
 
@@ -82,6 +87,18 @@ def test_list_discovers_entry_points_without_importing_them(site):
     assert result.data["groups"] == ["canarchy.processors", "canarchy.decoders", "canarchy.transports"]
     assert "demo_canarchy_plugin" not in sys.modules
     assert not config_file().exists()  # listing writes nothing
+
+
+def test_discovery_walks_sys_path(tmp_path, monkeypatch):
+    """Unconfined: a distribution in a directory put on sys.path is found by the real lookup."""
+    root = tmp_path / "elsewhere"
+    make_dist(root, "walk-plugin", "0.3", "[canarchy.transports]\nwalker = walk_pkg:Bus\n")
+    monkeypatch.syspath_prepend(str(root))
+    result = run_cli("plugins", "list", "--json")
+    assert result.code == 0, result.out
+    [walker] = [p for p in result.data["plugins"] if p["name"] == "walker"]
+    assert walker["entry_points"] == [{"group": "canarchy.transports", "value": "walk_pkg:Bus",
+                                       "distribution": "walk-plugin", "version": "0.3"}]
 
 
 def test_list_shows_configured_plugins_that_are_not_installed(site):
