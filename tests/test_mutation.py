@@ -189,7 +189,8 @@ def test_untracked_files_are_copied_and_ignored_ones_are_not(project):
     assert "ignored.txt" not in files
 
 
-def test_sigint_midway_removes_the_copy_and_leaves_the_tree_untouched(project, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(project, tmp_path, signum):
     """Start the runner in a subprocess, interrupt it while a slow killer sleeps."""
     temp_root = tmp_path / "tmproot"
     temp_root.mkdir()
@@ -208,20 +209,36 @@ def test_sigint_midway_removes_the_copy_and_leaves_the_tree_untouched(project, t
             time.sleep(0.05)
         assert marker.exists(), "the slow killer never started"
         assert any(temp_root.iterdir()), "the runner should be working in the temporary root"
-        runner.send_signal(signal.SIGINT)
+        runner.send_signal(signum)
         output, _ = runner.communicate(timeout=30)
     finally:
         if runner.poll() is None:
             runner.kill()
             runner.wait()
-    assert runner.returncode == 128 + signal.SIGINT, output
-    assert "interrupted by SIGINT; the temporary copy was removed" in output
+    assert runner.returncode == 128 + signum, output
+    assert f"interrupted by {signal.Signals(signum).name}; the temporary copy was removed" in output
     assert_tree_untouched(project, before, temp_root)
     child = int(marker.read_text())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child), "the interrupted pytest run was left running"
+
+
+def test_a_timeout_cannot_decide_and_cleans_up(project, temp_root, tmp_path):
+    """A killer that outlives the per-run timeout: cannot decide, child stopped, copy removed, tree untouched."""
+    marker = tmp_path / "slow.marker"
+    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
+    before = lanes.manifest(project)
+    result = mutation.run_mutation(mutation.load_mutation(path), repo=project, echo=lambda line: None, timeout=5)
+    assert result.status == "cannot decide" and "timed out after 5 s" in result.reason
+    assert_tree_untouched(project, before, temp_root)
+    if marker.exists():  # on a loaded machine pytest may not even have reached the test in 5 s
+        child = int(marker.read_text())
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the timed-out pytest run was left running"
 
 
 def _alive(pid: int) -> bool:
