@@ -20,12 +20,16 @@ NRC_RESPONSE_PENDING = 0x78
 @dataclass(frozen=True)
 class UdsService:
     """One diagnostic service: ``sid`` (request SID), ``name``, ``category``,
-    ``requires_subfunction`` (the request carries a sub-function byte)."""
+    ``requires_subfunction`` (the request carries a sub-function byte) and
+    ``probe_subfunction``, the sub-function a discovery probe sends (ISO
+    14229-1: e.g. 0x01 defaultSession for 0x10, 0x01 requestSeed for 0x27,
+    0x00 zeroSubFunction for 0x3E TesterPresent, the only one it defines)."""
 
     sid: int
     name: str
     category: str
     requires_subfunction: bool
+    probe_subfunction: int | None = None
 
     @property
     def positive_response_sid(self) -> int:
@@ -46,23 +50,23 @@ class UdsService:
 
 # ISO 14229-1 services, in SID order.
 SERVICES: tuple[UdsService, ...] = (
-    UdsService(0x10, "DiagnosticSessionControl", "session", True),
-    UdsService(0x11, "ECUReset", "session", True),
+    UdsService(0x10, "DiagnosticSessionControl", "session", True, 0x01),
+    UdsService(0x11, "ECUReset", "session", True, 0x01),
     UdsService(0x14, "ClearDiagnosticInformation", "diagnostics", False),
-    UdsService(0x19, "ReadDTCInformation", "diagnostics", True),
+    UdsService(0x19, "ReadDTCInformation", "diagnostics", True, 0x01),
     UdsService(0x22, "ReadDataByIdentifier", "data", False),
     UdsService(0x23, "ReadMemoryByAddress", "data", False),
-    UdsService(0x27, "SecurityAccess", "security", True),
-    UdsService(0x28, "CommunicationControl", "communication", True),
+    UdsService(0x27, "SecurityAccess", "security", True, 0x01),
+    UdsService(0x28, "CommunicationControl", "communication", True, 0x00),
     UdsService(0x2E, "WriteDataByIdentifier", "data", False),
     UdsService(0x2F, "InputOutputControlByIdentifier", "control", False),
-    UdsService(0x31, "RoutineControl", "control", True),
+    UdsService(0x31, "RoutineControl", "control", True, 0x01),
     UdsService(0x34, "RequestDownload", "transfer", False),
     UdsService(0x35, "RequestUpload", "transfer", False),
     UdsService(0x36, "TransferData", "transfer", False),
     UdsService(0x37, "RequestTransferExit", "transfer", False),
-    UdsService(0x3E, "TesterPresent", "session", True),
-    UdsService(0x85, "ControlDTCSetting", "diagnostics", True),
+    UdsService(0x3E, "TesterPresent", "session", True, 0x00),
+    UdsService(0x85, "ControlDTCSetting", "diagnostics", True, 0x01),
 )
 SERVICES_BY_SID = {service.sid: service for service in SERVICES}
 
@@ -112,8 +116,10 @@ def single_frame_request(sid: int, subfunction: int | None = None, padding: int 
     """
     service = SERVICES_BY_SID.get(sid)
     payload = bytes([sid])
-    if subfunction is not None or (service is not None and service.requires_subfunction):
-        payload += bytes([0x01 if subfunction is None else subfunction])
+    if subfunction is None and service is not None and service.requires_subfunction:
+        subfunction = service.probe_subfunction
+    if subfunction is not None:
+        payload += bytes([subfunction])
     frame = bytes([len(payload)]) + payload
     return frame + bytes([padding]) * (8 - len(frame))
 

@@ -181,3 +181,12 @@ def test_parse_single_frame_reply():
     assert (negative.positive, negative.sid, negative.nrc) == (False, 0x27, 0x11)
     assert uds.parse_single_frame_reply(bytes.fromhex("1014490201544D42")) is None  # ISO-TP first frame
     assert uds.parse_single_frame_reply(b"") is None
+
+
+def test_probe_requests_use_each_service_sub_function():
+    """ISO 14229-1: TesterPresent defines only sub-function 0x00; CommunicationControl 0x00 enableRxAndTx."""
+    requests = {r["service"]: r["data"] for r in run_cli("uds", "services", "--dry-run", "--json").data["requests"]}
+    assert requests["0x3E"] == "023e000000000000"
+    assert requests["0x28"] == "0228000000000000"
+    assert requests["0x27"] == "0227010000000000"
+    assert requests["0x22"] == "0122000000000000"
