@@ -2,7 +2,41 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from typing import Any
+
 from canarchy.errors import UserInputError
+
+
+class StopSignals:
+    """A context manager for long-running commands (``web serve``, ``simulate ecu``).
+
+    Within the block, SIGINT and SIGTERM set ``event`` (and ``name``, e.g.
+    ``"SIGTERM"``) instead of interrupting, so the command can stop cleanly and
+    still report; the previous handlers come back afterwards. Only the main
+    thread can install signal handlers: elsewhere (an in-process test) it
+    installs nothing.
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.name: str | None = None
+        self._saved: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.name = signal.Signals(signum).name
+        self.event.set()
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._saved[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
 
 
 def parse_int(text: str, code: str, what: str, lo: int, hi: int, hint: str) -> int:

@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.cli import CommandResult, make_event
-from canarchy.commands._common import parse_hex_data, parse_int
+from canarchy.commands._common import StopSignals, parse_hex_data, parse_int
 from canarchy.errors import TransportError, UserInputError
 
 DEFAULT_REQUEST_ID = 0x7E0
@@ -264,31 +262,6 @@ def describe_profile(profile: Any) -> dict[str, Any]:
 # --- running ----------------------------------------------------------------------------------
 
 
-class _StopSignals:
-    """Within the block, SIGINT and SIGTERM set ``event`` (and ``name``) instead of
-    interrupting; the previous handlers come back afterwards. Only the main thread can
-    install signal handlers: elsewhere (an in-process test) this does nothing."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.name: str | None = None
-        self._saved: dict[int, Any] = {}
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.name = signal.Signals(signum).name
-        self.event.set()
-
-    def __enter__(self) -> "_StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._saved[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
-
-
 def _ids(args: argparse.Namespace, from_profile: tuple[int | None, int | None]) -> tuple[int, int]:
     hint = "Use an 11-bit ID (0x000-0x7FF) or a 29-bit ID up to 0x1FFFFFFF."
     request_id = from_profile[0] if from_profile[0] is not None else DEFAULT_REQUEST_ID
@@ -386,7 +359,7 @@ def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int,
                                  "service_name": uds.service_name(request[0]) if request else None})
 
     started = time.monotonic()
-    with _StopSignals() as stop:
+    with StopSignals() as stop:
         try:
             ecu.start()
         except Exception as exc:  # python-can raises many types; the user gets one code
@@ -420,7 +393,7 @@ def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int,
     return CommandResult(data=data, warnings=[warning])
 
 
-def _wait(ecu: Any, stop: _StopSignals, started: float, duration: float | None, max_requests: int | None,
+def _wait(ecu: Any, stop: StopSignals, started: float, duration: float | None, max_requests: int | None,
           on_tick: Callable[[], None]) -> str:
     """Block until a stop condition; return which: a signal name, ``duration``,
     ``max_requests`` or ``bus_failed``."""

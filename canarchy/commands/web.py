@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 import time
 from typing import Any
 
 from canarchy.cli import CommandResult, make_event
+from canarchy.commands._common import StopSignals
 from canarchy.errors import UserInputError
 
 
@@ -53,31 +52,6 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(command="web serve", handler=_serve, render_text=_render_text)
 
 
-class _StopSignals:
-    """Within the block, SIGINT and SIGTERM set ``event`` (and ``name``) instead of
-    interrupting; the previous handlers come back afterwards. Only the main thread can
-    install signal handlers: elsewhere (an in-process test) this does nothing."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.name: str | None = None
-        self._saved: dict[int, Any] = {}
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.name = signal.Signals(signum).name
-        self.event.set()
-
-    def __enter__(self) -> "_StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._saved[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
-
-
 def _number(text: str, option: str, lo: float, hi: float, integer: bool) -> float:
     try:
         value = int(text) if integer else float(text)
@@ -103,7 +77,7 @@ def _serve(args: argparse.Namespace) -> CommandResult:
     if not bind.loopback:
         warnings.append(f"the dashboard listens on {bind.host}, beyond this machine, without authentication")
     server = web.DashboardServer(bind, dashboard, speed=speed, event_limit=limit)
-    with _StopSignals() as stop:
+    with StopSignals() as stop:
         try:
             server.start()
             sys.stderr.write(f"canarchy: web serve: {args.file} on {server.url} (read-only; Ctrl+C to stop)\n")
