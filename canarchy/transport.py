@@ -17,6 +17,7 @@ Errors: :class:`canarchy.errors.TransportError` (CLI exit 2) with codes
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -151,6 +152,15 @@ class Backend:
         """Transmit one frame; return it as sent (timestamp set)."""
         raise NotImplementedError
 
+    @contextmanager
+    def sender(self, channel: str) -> Iterator[Callable[[CanFrame], None]]:
+        """A ``send(frame)`` function for many frames in a row (``generate``).
+
+        The python-can backend opens one bus for the whole block; others send
+        frame by frame. Raises what :meth:`send` raises.
+        """
+        yield lambda frame: self.send(channel, frame)
+
     def transaction(self, channel: str, request: CanFrame, accept: Callable[[CanFrame], bool],
                     timeout: float, settle: Callable[[CanFrame], bool] | None = None) -> list[CanFrame]:
         """Send ``request`` and collect replies for which ``accept`` is true, on
@@ -231,6 +241,11 @@ class PythonCanBackend(Backend):
         with self._open_bus(channel) as bus:
             self._send_on(bus, channel, frame)
         return frame
+
+    @contextmanager
+    def sender(self, channel: str) -> Iterator[Callable[[CanFrame], None]]:
+        with self._open_bus(channel) as bus:
+            yield lambda frame: self._send_on(bus, channel, frame)
 
     def _send_on(self, bus: Any, channel: str, frame: CanFrame) -> None:
         try:

@@ -32,9 +32,8 @@ import json
 import random
 import secrets
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.cli import CommandResult, make_event
@@ -253,7 +252,7 @@ def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warni
     source = f"generate:{args.interface}"
     gap = run.gap_ms / 1000.0
     started = time.monotonic()
-    with _sender(backend, args.interface) as send:
+    with backend.sender(args.interface) as send:
         try:
             for index, (can_id, data) in enumerate(run.spec.frames(run.seed)):
                 if run.count is not None and index >= run.count:
@@ -277,19 +276,6 @@ def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warni
     data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=sent,
                 stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6))
     return CommandResult(data=data, warnings=[warning], events=events if keep else None)
-
-
-@contextmanager
-def _sender(backend: Any, channel: str) -> Iterator[Callable[[Any], None]]:
-    """A ``send(frame)`` for the whole run: one bus opened through the backend's single
-    opening point (``PythonCanBackend._open_bus``), shut down at the end."""
-    from canarchy.transport import PythonCanBackend
-
-    if isinstance(backend, PythonCanBackend):
-        with backend._open_bus(channel) as bus:
-            yield lambda frame: backend._send_on(bus, channel, frame)
-    else:
-        yield lambda frame: backend.send(channel, frame)
 
 
 def _render_text(result: CommandResult) -> str:
