@@ -513,6 +513,12 @@ class SimulatedEcu:
         """True while the answering thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def busy(self) -> bool:
+        """True while an answer is still to go out: a delayed or pending reply,
+        or a segmented response waiting for the tester's flow control."""
+        return bool(self._timers) or self._tx is not None
+
     # -- the loop --
 
     def _run(self) -> None:

@@ -412,8 +412,7 @@ def _wait(ecu: Any, stop: StopSignals, started: float, duration: float | None, m
             # Let the last answer go out: delayed replies, and a segmented one that
             # waits for the tester's flow control (bounded by N_Bs).
             answered_at = answered_at or now
-            busy = bool(ecu._timers) or ecu._tx is not None
-            if not busy or now - answered_at > ecu.profile.n_timeout:
+            if not ecu.busy or now - answered_at > ecu.profile.n_timeout:
                 return "max_requests"
         wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - now))
         stop.event.wait(wait)
