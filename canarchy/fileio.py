@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` atomically. The directory must exist.
 
+    ``mode``: permission bits for the new file (default: those of mkstemp, 0o600).
     Raises ``OSError`` (the target is then unchanged and no temp file is left).
     """
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -27,6 +28,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp_name, mode)
         os.replace(tmp_name, path)
     except BaseException:
         try:
@@ -37,9 +40,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     _fsync_directory(path.parent)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """:func:`write_bytes_atomic` for UTF-8 text."""
-    write_bytes_atomic(path, text.encode("utf-8"))
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """:func:`write_bytes_atomic` for UTF-8 text (newlines written as given)."""
+    write_bytes_atomic(path, text.encode("utf-8"), mode)
 
 
 def write_json_atomic(path: Path, document: Any) -> None:

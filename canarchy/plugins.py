@@ -43,7 +43,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -52,6 +51,7 @@ from typing import Any
 
 from canarchy import config
 from canarchy.errors import ConfigError
+from canarchy.fileio import write_text_atomic
 
 #: Entry point groups canarchy discovers, in listing order.
 GROUPS = ("canarchy.processors", "canarchy.decoders", "canarchy.transports")
@@ -297,7 +297,7 @@ def _write_failed(path: Path, name: str, enabled: bool, why: str) -> ConfigError
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``: a temporary file in the same directory, fsync, ``os.replace``.
+    """Replace ``path`` with ``text`` atomically (:mod:`canarchy.fileio`).
 
     A symlinked config file stays a symlink (its target is replaced), and the
     file keeps its permission bits. Raises ``ConfigError`` ``CONFIG_WRITE_FAILED``;
@@ -307,31 +307,7 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         mode = target.stat().st_mode & 0o7777 if target.exists() else 0o600
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        write_text_atomic(target, text, mode)
     except OSError as exc:
-        raise ConfigError("CONFIG_WRITE_FAILED", f"Cannot write {path}: {exc.strerror or exc}.",
-                          f"Check that {target.parent} exists and is writable.") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, target)
-    except OSError as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
         raise ConfigError("CONFIG_WRITE_FAILED", f"Cannot write {path}: {exc.strerror or exc}; it was not changed.",
-                          f"Check the free space and permissions of {target.parent}.") from None
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)  # the rename itself reaches the disk
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+                          f"Check that {target.parent} exists and is writable, and its free space.") from None
