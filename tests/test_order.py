@@ -172,6 +172,7 @@ def test_order_lane_finds_and_names_the_polluter(tmp_path):
     assert (bisection.victim, bisection.run_label) == ("tests/test_a_victim.py::test_victim", "reverse")
     assert bisection.polluter == "tests/test_c_polluter.py::test_polluter"
     text = order.render(result)
+    assert text.splitlines()[0].endswith("- 1 differing test(s): 1 polluter(s) named, 0 flaky (not reproduced)")
     assert "polluted by tests/test_c_polluter.py::test_polluter" in text
     assert "--canarchy-order=shuffle --canarchy-order-seed=1" in text
     md = order.render_markdown(result)

@@ -388,11 +388,27 @@ def run_order_lane(
     return result
 
 
+def _classification(result: OrderResult) -> str:
+    """`` - N differing test(s): k polluter(s) named, f flaky (not reproduced), ...`` or ''."""
+    differing = {r.id for c in result.comparisons.values() for r in c.differences}  # type: ignore[attr-defined]
+    if not differing:
+        return ""
+    named = sum(1 for b in result.bisections if b.polluter)
+    flaky = sum(1 for b in result.bisections if "flaky" in b.note)
+    other = len(result.bisections) - named - flaky
+    parts = [f"{named} polluter(s) named", f"{flaky} flaky (not reproduced)"]
+    if other:
+        parts.append(f"{other} other (see below)")
+    if len(differing) > len(result.bisections):
+        parts.append(f"{len(differing) - len(result.bisections)} not bisected")
+    return f" - {len(differing)} differing test(s): " + ", ".join(parts)
+
+
 def render(result: OrderResult) -> str:
     """The terminal view: verdict, one line per run, differing tests, polluters."""
     from canarchy.testing.junit_compare import render_table
 
-    lines = [f"order: {result.status} ({result.seconds:.0f} s)"]
+    lines = [f"order: {result.status} ({result.seconds:.0f} s){_classification(result)}"]
     for entry in result.runs:
         run = entry.run
         summary = lanes._summary_text(run.summary) if run and run.summary is not None else "(no summary)"
@@ -412,7 +428,7 @@ def render(result: OrderResult) -> str:
 
 def render_markdown(result: OrderResult) -> str:
     """``reports/order.md``."""
-    out = [f"# Order lane: {result.status}", "", f"Wall time: {result.seconds:.0f} s.", ""]
+    out = [f"# Order lane: {result.status}", "", f"Wall time: {result.seconds:.0f} s.{_classification(result)}", ""]
     out += ["| run | order | seed | pytest summary | seconds | reproduce |", "|---|---|---|---|---|---|"]
     for entry in result.runs:
         run = entry.run
