@@ -126,7 +126,7 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
     """Parse the TOML config file; a missing file reads as ``{}``.
 
     Raises ``ConfigError`` (``CONFIG_INVALID``) naming the file when it does
-    not parse or cannot be read.
+    not parse, is not UTF-8, or cannot be read.
     """
     path = config_path() if path is None else path
     try:
@@ -139,6 +139,12 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
             "CONFIG_INVALID",
             f"{path} is not valid TOML: {exc}",
             f"Fix the syntax of {path} or move it aside.",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "CONFIG_INVALID",
+            f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02X} at offset {exc.start}).",
+            f"TOML files are UTF-8: re-save {path} as UTF-8.",
         ) from None
     except OSError as exc:
         raise ConfigError(

@@ -21,9 +21,12 @@ NRC_RESPONSE_PENDING = 0x78
 class UdsService:
     """One diagnostic service: ``sid`` (request SID), ``name``, ``category``,
     ``requires_subfunction`` (the request carries a sub-function byte) and
-    ``probe_subfunction``, the sub-function a discovery probe sends (ISO
-    14229-1: e.g. 0x01 defaultSession for 0x10, 0x01 requestSeed for 0x27,
-    0x00 zeroSubFunction for 0x3E TesterPresent, the only one it defines)."""
+    ``probe_subfunction``: the sub-function a discovery probe sends, set only
+    where the request has no side effect (0x10 0x01 defaultSession, 0x27 0x01
+    requestSeed, 0x3E 0x00 zeroSubFunction; ISO 14229-1). Every other service
+    is probed with its SID alone, which a server that supports it rejects by
+    length (NRC 0x13) without executing anything: discovery never resets an
+    ECU, disables communication or DTC setting, starts a routine or writes."""
 
     sid: int
     name: str
@@ -51,22 +54,22 @@ class UdsService:
 # ISO 14229-1 services, in SID order.
 SERVICES: tuple[UdsService, ...] = (
     UdsService(0x10, "DiagnosticSessionControl", "session", True, 0x01),
-    UdsService(0x11, "ECUReset", "session", True, 0x01),
+    UdsService(0x11, "ECUReset", "session", True),
     UdsService(0x14, "ClearDiagnosticInformation", "diagnostics", False),
-    UdsService(0x19, "ReadDTCInformation", "diagnostics", True, 0x01),
+    UdsService(0x19, "ReadDTCInformation", "diagnostics", True),
     UdsService(0x22, "ReadDataByIdentifier", "data", False),
     UdsService(0x23, "ReadMemoryByAddress", "data", False),
     UdsService(0x27, "SecurityAccess", "security", True, 0x01),
-    UdsService(0x28, "CommunicationControl", "communication", True, 0x00),
+    UdsService(0x28, "CommunicationControl", "communication", True),
     UdsService(0x2E, "WriteDataByIdentifier", "data", False),
     UdsService(0x2F, "InputOutputControlByIdentifier", "control", False),
-    UdsService(0x31, "RoutineControl", "control", True, 0x01),
+    UdsService(0x31, "RoutineControl", "control", True),
     UdsService(0x34, "RequestDownload", "transfer", False),
     UdsService(0x35, "RequestUpload", "transfer", False),
     UdsService(0x36, "TransferData", "transfer", False),
     UdsService(0x37, "RequestTransferExit", "transfer", False),
     UdsService(0x3E, "TesterPresent", "session", True, 0x00),
-    UdsService(0x85, "ControlDTCSetting", "diagnostics", True, 0x01),
+    UdsService(0x85, "ControlDTCSetting", "diagnostics", True),
 )
 SERVICES_BY_SID = {service.sid: service for service in SERVICES}
 
@@ -116,7 +119,7 @@ def single_frame_request(sid: int, subfunction: int | None = None, padding: int 
     """
     service = SERVICES_BY_SID.get(sid)
     payload = bytes([sid])
-    if subfunction is None and service is not None and service.requires_subfunction:
+    if subfunction is None and service is not None:
         subfunction = service.probe_subfunction
     if subfunction is not None:
         payload += bytes([subfunction])

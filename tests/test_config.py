@@ -7,6 +7,7 @@ test's disposable home, ``monkeypatch.setenv``): REQ-TISO-08.
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from canarchy import config, transport
 from canarchy.errors import ConfigError
@@ -116,3 +117,13 @@ def test_config_show_text_without_file():
     assert result.code == 0
     assert "(not found)" in result.out.splitlines()[0]
     assert "transport.backend" in result.out
+
+
+def test_config_that_is_not_utf8_is_a_structured_error():
+    path = Path.home() / ".canarchy" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'[transport]\ninterface = "x"\n# caf\xe9\n')
+    for argv in (["config", "show", "--json"], ["capture", "--json"]):
+        result = run_cli(*argv)
+        assert (result.code, result.error_codes) == (1, ["CONFIG_INVALID"]), argv
+        assert "not UTF-8" in result.envelope["errors"][0]["message"]

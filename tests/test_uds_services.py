@@ -183,10 +183,12 @@ def test_parse_single_frame_reply():
     assert uds.parse_single_frame_reply(b"") is None
 
 
-def test_probe_requests_use_each_service_sub_function():
-    """ISO 14229-1: TesterPresent defines only sub-function 0x00; CommunicationControl 0x00 enableRxAndTx."""
+def test_probes_never_request_a_side_effect():
+    """Only side-effect-free requests go out whole (0x10 01, 0x27 01, 0x3E 00: ISO 14229-1);
+    every other service is probed with its SID alone."""
     requests = {r["service"]: r["data"] for r in run_cli("uds", "services", "--dry-run", "--json").data["requests"]}
-    assert requests["0x3E"] == "023e000000000000"
-    assert requests["0x28"] == "0228000000000000"
+    assert requests["0x10"] == "0210010000000000"
     assert requests["0x27"] == "0227010000000000"
-    assert requests["0x22"] == "0122000000000000"
+    assert requests["0x3E"] == "023e000000000000"
+    for sid in ("0x11", "0x14", "0x19", "0x28", "0x2E", "0x2F", "0x31", "0x34", "0x85"):
+        assert requests[sid] == f"01{sid[2:].lower()}000000000000", sid

@@ -67,9 +67,12 @@ def _capture(args: argparse.Namespace) -> CommandResult:
         raise UserInputError("INVALID_TIMEOUT", f"--timeout {args.timeout} must be >= 0.", "Give seconds, e.g. 0.5.")
     backend = build_backend(settings)
     events = []
-    streaming = limit is None and getattr(args, "output", "text") == "jsonl"
+    count = 0
+    # --jsonl streams each frame as it arrives, then closes with the envelope (as capture --file does).
+    streaming = getattr(args, "output", "text") == "jsonl"
     try:
         for frame in backend.capture(args.interface, limit=limit, timeout=args.timeout):
+            count += 1
             event = make_event("frame", frame.to_payload(), source=f"capture:{args.interface}", timestamp=frame.timestamp)
             if streaming:
                 args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
@@ -79,7 +82,7 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     except KeyboardInterrupt:
         pass  # Ctrl+C ends an unbounded capture; the frames so far stand
     return CommandResult(data={"interface": args.interface, "interface_source": args.interface_source,
-                               "frame_count": len(events)}, events=events)
+                               "frame_count": count}, events=None if streaming else events)
 
 
 def _capture_file(args: argparse.Namespace) -> CommandResult:
