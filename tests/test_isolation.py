@@ -620,3 +620,31 @@ def test_each_test_has_a_home_of_its_own(canarchy_sandbox):
     assert home != canarchy_sandbox.session_home
     assert home.relative_to(canarchy_sandbox.root).parts[0] == "tests" and home.name == "home"
     assert Path(os.environ["XDG_CONFIG_HOME"]).is_relative_to(home)
+
+
+def test_refusals_outside_tests_name_their_module_or_fixture(tmp_path):
+    run = run_child(tmp_path, {"test_module_level.py": """
+        import can
+        try:
+            can.Bus(channel="can0", interface="socketcan")
+        except Exception:
+            pass
+        def test_never_runs():
+            pass
+    """, "test_fixture.py": """
+        import can
+        import pytest
+        @pytest.fixture(scope="session")
+        def session_bus():
+            try:
+                can.Bus(channel="can0", interface="socketcan")
+            except Exception:
+                pass
+        def test_uses_it(session_bus):
+            pass
+    """}, "--continue-on-collection-errors")
+    assert run.returncode != 0
+    assert "ERROR collecting test_module_level.py" in run.output, run.output
+    assert "<collection of test_module_level.py> tried to open a real CAN bus" in run.output
+    assert ("session-scoped fixture 'session_bus', set up for test_fixture.py::test_uses_it "
+            "tried to open a real CAN bus") in run.messages("test_uses_it"), run.output

@@ -136,6 +136,21 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
     _guard.GUARD.owner = f"<collection of {collector.nodeid or 'the session'}>"
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A bus opened while a module is collected (module-level code) makes that
+    module's collection fail with the guard's message, instead of surfacing
+    later on whichever test runs first."""
+    owner = f"<collection of {collector.nodeid or 'the session'}>"
+    _guard.GUARD.owner = owner
+    report = yield
+    refusals = _guard.GUARD.take_refusals(owner)
+    if refusals and report.outcome != "failed":
+        report.outcome = "failed"
+        report.longrepr = "\n".join(r.message() for r in refusals)
+    return report
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect ``integration`` tests unless the ``-m`` expression names the marker
     (``-m uds`` keeps them out; ``-m integration`` or ``-m "integration or uds"`` selects)."""
@@ -155,7 +170,9 @@ def pytest_fixture_setup(fixturedef, request):
     """Name the fixture in a refusal made while a wider-scoped fixture is set up."""
     if fixturedef.scope != "function":
         previous = _guard.GUARD.owner
-        _guard.GUARD.owner = f"{request.node.nodeid} (in {fixturedef.scope}-scoped fixture {fixturedef.argname!r})"
+        item = getattr(request, "_pyfuncitem", None)  # the test that needed the fixture
+        needed_by = f", set up for {item.nodeid}" if item is not None else ""
+        _guard.GUARD.owner = f"{fixturedef.scope}-scoped fixture {fixturedef.argname!r}{needed_by}"
         try:
             return (yield)
         finally:
