@@ -1,7 +1,8 @@
 """canarchy's command-line interface: one parser, one error boundary, one printer.
 
 Every command module in ``COMMAND_MODULES`` exposes ``add_parser(subparsers,
-parent)``; each leaf parser it adds sets these defaults:
+parent)`` (and has its top-level commands in ``COMMAND_GROUPS``); each leaf
+parser it adds sets these defaults:
 
 - ``command``: the envelope's command name, e.g. ``"uds services"``;
 - ``handler``: ``handler(args) -> CommandResult``; raises ``CanarchyError``;
@@ -49,6 +50,31 @@ COMMAND_MODULES = (
     "canarchy.commands.simulate",
     "canarchy.commands.web",
 )
+
+#: Top-level command -> the module in ``COMMAND_MODULES`` that registers it. A
+#: command line naming one of these imports and builds that module's parser
+#: only (start-up time: ``docs/benchmarks.md``); anything else (``--help``, no
+#: command, an unknown or unlisted one) gets the full parser.
+COMMAND_GROUPS = {
+    "config": "canarchy.commands.config_cmd",
+    "capture": "canarchy.commands.bus",
+    "send": "canarchy.commands.bus",
+    "uds": "canarchy.commands.uds",
+    "fuzz": "canarchy.commands.fuzz",
+    "dbc": "canarchy.commands.caches",
+    "skills": "canarchy.commands.caches",
+    "j1939": "canarchy.commands.reference",
+    "j1587": "canarchy.commands.reference",
+    "j2497": "canarchy.commands.reference",
+    "session": "canarchy.commands.session",
+    "mcp": "canarchy.commands.mcp",
+    "decode": "canarchy.commands.decode",
+    "isotp": "canarchy.commands.decode",
+    "plugins": "canarchy.commands.plugins",
+    "generate": "canarchy.commands.generate",
+    "simulate": "canarchy.commands.simulate",
+    "web": "canarchy.commands.web",
+}
 
 OUTPUT_FORMATS = ("text", "json", "jsonl")
 
@@ -111,15 +137,33 @@ def _output_parent() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the full argument parser (every command module registered)."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser: the full one (every command module registered),
+    or, when ``argv`` names a command of ``COMMAND_GROUPS``, one with only the
+    module that registers it (the same parse for that command line)."""
     parent = _output_parent()
     parser = _ArgumentParser(prog="canarchy", description="CAN / CAN FD toolkit with typed output.", parents=[parent])
     subparsers = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_ArgumentParser)
     subparsers.required = True
-    for module_name in COMMAND_MODULES:
+    for module_name in _modules_for(argv):
         importlib.import_module(module_name).add_parser(subparsers, parent)
     return parser
+
+
+def _modules_for(argv: Sequence[str] | None) -> Sequence[str]:
+    """The command modules a parse of ``argv`` needs: the one registering the
+    first positional token, when ``COMMAND_GROUPS`` knows it and no ``-h``/``--help``
+    comes before it; else all of ``COMMAND_MODULES``."""
+    for token in argv or ():
+        if token in ("-h", "--help", "--"):
+            break
+        if token.startswith("-"):  # the top-level parser has flags only (--json, --jsonl, --text)
+            continue
+        module = COMMAND_GROUPS.get(token)
+        if module in COMMAND_MODULES:
+            return (module,)
+        break
+    return COMMAND_MODULES
 
 
 def _requested_format(argv: Sequence[str]) -> str:
@@ -244,7 +288,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     result: CommandResult | None = None
     error: CanarchyError | None = None
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         args.stdout = out
         fmt = getattr(args, "output", fmt)
         command = args.command

@@ -8,7 +8,9 @@ and that offline commands do not import python-can, cantools or the MCP SDK.
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib
 import json
 import os
 import subprocess
@@ -19,7 +21,9 @@ import pytest
 
 from benchmarks import captures, isolation, lane_times, measure, report, startup
 from benchmarks import __main__ as bench_main
+from canarchy import cli
 from canarchy.capture_file import parse_candump_line
+from canarchy.errors import CanarchyError
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "fixtures" / "captures"
@@ -42,13 +46,14 @@ import io, json, sys
 from canarchy.cli import main
 code = main(sys.argv[1:], stdout=io.StringIO())
 heavy = sorted(n for n in sys.modules if n.split(".")[0] in ("can", "cantools", "mcp"))
-print(json.dumps({"exit": code, "heavy": heavy}))
+commands = sorted(n for n in sys.modules if n.startswith("canarchy.commands."))
+print(json.dumps({"exit": code, "heavy": heavy, "commands": commands}))
 """
 
 
 def _heavy_imports(argv: list[str], extra_env: dict[str, str] | None = None) -> dict:
-    """Run ``canarchy.cli.main(argv)`` in a fresh interpreter; return its exit code and
-    the python-can / cantools / mcp modules it ended up with."""
+    """Run ``canarchy.cli.main(argv)`` in a fresh interpreter; return its exit code,
+    the python-can / cantools / mcp modules and the command modules it ended up with."""
     env = {**os.environ, **(extra_env or {})}
     proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *argv], capture_output=True, text=True,
                           timeout=120, env=env)
@@ -61,6 +66,18 @@ def test_offline_command_imports_no_python_can_cantools_or_mcp(argv):
     result = _heavy_imports(argv)
     assert result["exit"] == 0
     assert result["heavy"] == [], f"`canarchy {' '.join(argv)}` imported {result['heavy']}"
+
+
+@pytest.mark.parametrize("argv", OFFLINE_COMMANDS, ids=lambda a: " ".join(a[:-1]))
+def test_offline_command_imports_only_its_own_command_module(argv):
+    imported = set(_heavy_imports(argv)["commands"])
+    own = cli.COMMAND_GROUPS[argv[0]]
+    assert own in imported
+    # reference.py borrows `j1939 decode` from decode.py; _common is shared helpers
+    allowed = {own, "canarchy.commands._common"}
+    if own == "canarchy.commands.reference":
+        allowed.add("canarchy.commands.decode")
+    assert imported <= allowed, f"`canarchy {' '.join(argv)}` also imported {sorted(imported - allowed)}"
 
 
 def test_uds_services_with_a_configured_default_interface_still_imports_no_python_can():
@@ -76,6 +93,71 @@ def test_import_probe_sees_a_heavy_import():
                              "--dbc", str(CAPTURES / "css_j1939_demo.dbc"), "--summary", "--json"])
     assert result["exit"] == 0
     assert "cantools" in result["heavy"]
+
+
+# --------------------------------------------------------------------------- one command module per command line
+
+
+def _registered_by(module_name: str) -> list[str]:
+    """The top-level commands ``module_name``'s ``add_parser`` registers."""
+    parser = cli._ArgumentParser(prog="canarchy")
+    subparsers = parser.add_subparsers(dest="group", parser_class=cli._ArgumentParser)
+    importlib.import_module(module_name).add_parser(subparsers, cli._output_parent())
+    return list(subparsers.choices)
+
+
+def test_command_groups_name_the_module_that_registers_each_command():
+    registered = {name: module for module in cli.COMMAND_MODULES for name in _registered_by(module)}
+    assert cli.COMMAND_GROUPS == registered, (
+        "cli.COMMAND_GROUPS must map every top-level command to the module that registers it "
+        "(a command missing there still works, but builds every parser: slower start-up)")
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["uds", "services", "--json"], ("canarchy.commands.uds",)),
+    (["--json", "j1939", "pgn", "61444"], ("canarchy.commands.reference",)),
+    (["dbc", "--help"], ("canarchy.commands.caches",)),
+    ([], cli.COMMAND_MODULES),
+    (["--help"], cli.COMMAND_MODULES),
+    (["-h", "uds"], cli.COMMAND_MODULES),
+    (["--json"], cli.COMMAND_MODULES),
+    (["nonesuch", "uds"], cli.COMMAND_MODULES),
+    (["--", "uds"], cli.COMMAND_MODULES),
+])
+def test_a_command_line_needs_only_the_module_of_its_command(argv, expected):
+    assert tuple(cli._modules_for(argv)) == tuple(expected)
+
+
+def _leaf_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                paths += _leaf_paths(sub, prefix + (name,)) or [prefix + (name,)]
+    return paths
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]):
+    try:
+        namespace = parser.parse_args(argv)
+    except CanarchyError as exc:
+        return ("error", exc.code, exc.message)
+    # handlers built per add_parser call (lambdas, closures) compare by their code
+    return {k: (v.__module__, v.__qualname__) if callable(v) else v for k, v in vars(namespace).items()}
+
+
+_PARSE_SUFFIXES = (["--json"], ["can0", "--json"], ["--bogus"], ["0x100", "--jsonl"], ["--file", "x.log", "--text"])
+
+
+def test_the_smaller_parser_parses_every_command_line_as_the_full_one():
+    full = cli.build_parser()
+    paths = _leaf_paths(full)
+    assert len(paths) > 20 and ("uds", "services") in paths
+    for path in paths:
+        for suffix in _PARSE_SUFFIXES:
+            argv = [*path, *suffix]
+            assert cli._modules_for(argv) == (cli.COMMAND_GROUPS[path[0]],)
+            assert _parse(cli.build_parser(argv), argv) == _parse(full, argv), argv
 
 
 # --------------------------------------------------------------------------- measure
