@@ -22,7 +22,6 @@ file key                                variable                         default
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -128,6 +127,8 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
     Raises ``ConfigError`` (``CONFIG_INVALID``) naming the file when it does
     not parse, is not UTF-8, or cannot be read.
     """
+    import tomllib  # here, not at import: commands that never read the file skip its ~10 ms
+
     path = config_path() if path is None else path
     try:
         with open(path, "rb") as handle:

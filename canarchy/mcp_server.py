@@ -176,8 +176,8 @@ _TOOL_LIST = (
     ToolSpec("session_show", "reference", ("session", "show"),
              "Show the active session and the saved ones of the server's working directory."),
     ToolSpec("capture", "bus", ("capture",),
-             f"Capture at most `count` frames from a CAN channel (listen only; nothing is sent). Stops after "
-             f"`count` frames or `timeout` seconds without a frame (default: [transport].capture_timeout).",
+             "Capture at most `count` frames from a CAN channel (listen only; nothing is sent). Stops after "
+             "`count` frames or `timeout` seconds without a frame (default: [transport].capture_timeout).",
              {"channel": {"type": "string", "pattern": _CHANNEL_PATTERN, "description": "CAN channel, e.g. can0"},
               "count": {"type": "integer", "minimum": 1, "maximum": CAPTURE_MAX_COUNT,
                         "description": f"frames to capture at most (1..{CAPTURE_MAX_COUNT})"},

@@ -28,7 +28,6 @@ Public surface: :func:`save_session`, :func:`load_session`,
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path

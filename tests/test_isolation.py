@@ -442,9 +442,12 @@ def test_a_bus_left_open_fails_its_test(tmp_path):
     assert run.outcomes("test_after") == {"passed"}
 
 
-def test_virtual_channel_names_are_unique(virtual_channel, request):
-    second = request.getfixturevalue("virtual_channel")
-    assert virtual_channel.startswith("canarchy-test-")
+def test_virtual_channel_names_are_unique(virtual_channel):
+    from canarchy.testing.plugin import new_virtual_channel
+
+    names = {virtual_channel, *(new_virtual_channel() for _ in range(100))}
+    assert len(names) == 101
+    assert all(name.startswith(f"canarchy-test-{os.getpid()}-") for name in names)
 
 
 # -- issue #3 item 8: the checkout ----------------------------------------------------------------

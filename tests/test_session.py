@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from canarchy import session
 from canarchy.cli import main
 
 
@@ -132,7 +131,7 @@ def test_failed_save_leaves_no_temp_file_and_keeps_the_old_record(project, monke
     def failing_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(session.os, "replace", failing_replace)
+    monkeypatch.setattr(os, "replace", failing_replace)
     code, env = run("session", "save", "lab", "--interface", "can9")
     assert code == 1
     (error,) = env["errors"]
@@ -148,7 +147,7 @@ def test_failed_first_save_leaves_nothing_behind(project, monkeypatch):
     def failing_fsync(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(session.os, "fsync", failing_fsync)
+    monkeypatch.setattr(os, "fsync", failing_fsync)
     code, env = run("session", "save", "new")
     assert code == 1 and env["errors"][0]["code"] == "SESSION_WRITE_FAILED"
     assert [p for p in state_files(project) if p.endswith(".json") or p.endswith(".tmp")] == []

@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
 
 from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import StopSignals

@@ -27,6 +27,7 @@ Layers (``docs/design/test-isolation.md``):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -282,15 +283,19 @@ def bus_guard():
     return _guard.GUARD
 
 
-_virtual_counter = 0
+_virtual_channels = itertools.count(1)
+
+
+def new_virtual_channel() -> str:
+    """A python-can ``virtual`` channel name not handed out before in this run
+    (the pid keeps xdist workers apart)."""
+    return f"canarchy-test-{os.getpid()}-{next(_virtual_channels)}"
 
 
 @pytest.fixture
-def virtual_channel(request: pytest.FixtureRequest) -> str:
+def virtual_channel() -> str:
     """A python-can ``virtual`` channel name no other test uses (str)."""
-    global _virtual_counter
-    _virtual_counter += 1
-    return f"canarchy-test-{os.getpid()}-{_virtual_counter}"
+    return new_virtual_channel()
 
 
 @pytest.fixture(scope="session")
