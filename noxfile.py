@@ -50,9 +50,11 @@ def unit(session: nox.Session) -> None:
 
 @nox.session(tags=["tests", "bus"])
 def integration(session: nox.Session) -> None:
-    """Run the integration tests on a bus they may use (a private one where possible), or skip them."""
+    """Run the integration tests on a private loopback bus (or, with `-- --operator-bus`, the exported one)."""
     _install(session, multicast=True)
-    _pytest(session, lane="integration", markexpr="integration", bus="auto")
+    operator = "--operator-bus" in session.posargs
+    _pytest(session, lane="integration", markexpr="integration", bus="operator" if operator else "private",
+            posargs=[a for a in session.posargs if a != "--operator-bus"])
 
 
 @nox.session(tags=["safety"])
@@ -156,12 +158,15 @@ def _pytest(
     markexpr: str | None = None,
     bus: str = "none",
     twins: bool = False,
+    posargs: list[str] | None = None,
 ) -> None:
     """The one place the pytest command is built; runs it through canarchy.testing.lanes for the verdict.
 
-    ``markexpr``: the lane's fixed ``-m``; ``bus="auto"``: the integration
-    lane's bus rules (operator's exported bus, else a private namespace, else
-    skip); ``twins``: the parity lane (clean and configured run, compared).
+    ``markexpr``: the lane's fixed ``-m``; ``bus``: ``"private"`` (a
+    loopback-only namespace where possible, else none; an exported operator
+    bus is ignored) or ``"operator"`` (the exported bus, explicitly chosen);
+    ``twins``: the parity lane (clean and configured run, compared);
+    ``posargs``: the selection (default: the session's posargs).
     """
     pytest_args = [
         *SAFETY_FLAGS,
@@ -169,11 +174,11 @@ def _pytest(
         *(["-m", markexpr] if markexpr else []),
         # parity reads python-can's "was not properly shut down" log records from the output
         *(["-o", "log_cli=true", "--log-cli-level=WARNING"] if twins else []),
-        *_selection(session, markexpr=markexpr),
+        *_selection(session, markexpr=markexpr, posargs=posargs),
     ]
     home = Path(session.virtualenv.location) / "lane-home"
     home.mkdir(exist_ok=True)
-    passthrough = lanes.OPERATOR_BUS_VARIABLES if bus == "auto" else ()
+    passthrough = lanes.OPERATOR_BUS_VARIABLES if bus in ("private", "operator") else ()
     env = lanes.build_env(home=home, passthrough=passthrough)
     if twins:
         wrapper = ["parity", "--operator-home", "fixtures/operator-home", "--allowlist", "fixtures/parity-allowlist.toml"]

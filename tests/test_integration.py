@@ -10,6 +10,7 @@ bus tests skip and say why.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -34,7 +35,22 @@ def _real_bus() -> tuple[str, str]:
         pytest.skip("no real bus configured: set [transport].interface and default_interface "
                     "(or CANARCHY_PYTHON_CAN_INTERFACE / CANARCHY_DEFAULT_INTERFACE), or run `nox -s integration` "
                     "as root on Linux for a private loopback bus")
+    if settings.bus_type == "udp_multicast" and importlib.util.find_spec("msgpack") is None:
+        pytest.skip("python-can's udp_multicast bus needs msgpack: pip install -e '.[integration]'")
     return settings.bus_type, channel
+
+
+def _transmit_bus() -> tuple[str, str]:
+    """The bus for a test that TRANSMITS (frames, UDS probes, a fuzz campaign): only a
+    private bus the lane provided, or one the operator explicitly opened to transmission."""
+    bus_type, channel = _real_bus()
+    if os.environ.get("CANARCHY_TEST_PRIVATE_BUS") != "1" and os.environ.get(
+            "CANARCHY_INTEGRATION_ALLOW_TRANSMIT") != "1":
+        pytest.skip(f"would transmit on {bus_type} {channel}, which is not a private test bus: "
+                    "run `nox -s integration` (a private loopback bus), or set "
+                    "CANARCHY_INTEGRATION_ALLOW_TRANSMIT=1 if this bus may take test traffic "
+                    "(frames, UDS probes, a short fuzz campaign)")
+    return bus_type, channel
 
 
 def test_the_real_home_is_seen():
@@ -56,7 +72,7 @@ def test_config_show_reports_the_real_configuration():
 
 
 def test_round_trip_through_the_python_can_backend():
-    bus_type, channel = _real_bus()
+    bus_type, channel = _transmit_bus()
     receiver = transport.PythonCanBackend(bus_type=bus_type, capture_timeout=2.0)
     sender = transport.PythonCanBackend(bus_type=bus_type)
     frame = transport.CanFrame(0x18FEF100, bytes.fromhex("F7000004000000FF"), is_extended_id=True)
@@ -83,7 +99,7 @@ def test_round_trip_through_the_python_can_backend():
 
 
 def test_uds_services_finds_a_simulated_ecu_in_another_process():
-    bus_type, channel = _real_bus()
+    bus_type, channel = _transmit_bus()
     simulator = subprocess.Popen(
         [sys.executable, "-m", "canarchy.simulator", "--bus-type", bus_type, "--channel", channel,
          "--duration", "20"],
@@ -120,7 +136,7 @@ def _operator_state() -> dict:
 
 def test_send_and_capture_round_trip_between_two_processes():
     """`capture CHANNEL --count 1` in one process receives what `send CHANNEL --ack-active` sends from another."""
-    _bus_type, channel = _real_bus()
+    _bus_type, channel = _transmit_bus()
     capture = subprocess.Popen([sys.executable, "-m", "canarchy", "capture", channel, "--count", "1",
                                 "--timeout", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sends = []
@@ -153,7 +169,7 @@ def test_send_and_capture_round_trip_between_two_processes():
 def test_fuzz_guided_campaign_against_a_simulated_ecu_in_another_process(tmp_path):
     """A short `fuzz guided --ack-active` campaign against `python -m canarchy.simulator` on the real bus:
     findings are written under --findings-dir, the operator's ~/.canarchy is left as it was."""
-    bus_type, channel = _real_bus()
+    bus_type, channel = _transmit_bus()
     before = _operator_state()
     findings = tmp_path / "findings"
     simulator = subprocess.Popen(

@@ -413,3 +413,23 @@ def test_parity_draws_two_different_hash_seeds(tmp_path, monkeypatch):
         lanes.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "h",
                          checkout=root, allowlist=None, source_env=os.environ, use_netns=False)
     assert len(drawn) == 2 and drawn[0] != drawn[1]
+
+
+def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
+    """The default integration lane never transmits on the operator's bus: only
+    `-- --operator-bus` uses it (and only then are transmitting tests allowed)."""
+    monkeypatch.setattr(lanes, "netns_support", lambda: lanes.NetnsSupport(False, "not root"))
+    env = {"PATH": "/bin", "CANARCHY_PYTHON_CAN_INTERFACE": "socketcan", "CANARCHY_DEFAULT_INTERFACE": "can0"}
+    netns, notes, error = lanes._integration_bus(env, sys.executable, operator=False)
+    assert (netns, error) == (False, None)
+    assert "CANARCHY_DEFAULT_INTERFACE" not in env and "CANARCHY_PYTHON_CAN_INTERFACE" not in env
+    assert lanes.ALLOW_TRANSMIT_VARIABLE not in env
+    assert any("ignored the exported operator bus" in note for note in notes)
+
+    env = {"PATH": "/bin", "CANARCHY_PYTHON_CAN_INTERFACE": "socketcan", "CANARCHY_DEFAULT_INTERFACE": "can0"}
+    netns, notes, error = lanes._integration_bus(env, sys.executable, operator=True)
+    assert (netns, error) == (False, None)
+    assert env["CANARCHY_DEFAULT_INTERFACE"] == "can0" and env[lanes.ALLOW_TRANSMIT_VARIABLE] == "1"
+
+    netns, notes, error = lanes._integration_bus({"PATH": "/bin"}, sys.executable, operator=True)
+    assert error and "--operator-bus needs" in error

@@ -33,7 +33,7 @@ Private network namespace (Linux, root)
 
 CLI (called by the noxfile inside a lane's virtualenv)::
 
-    python -m canarchy.testing.lanes run --lane NAME [--bus auto] -- PYTEST_ARGS
+    python -m canarchy.testing.lanes run --lane NAME [--bus none|private|operator] -- PYTEST_ARGS
     python -m canarchy.testing.lanes parity --operator-home DIR [--allowlist F] -- PYTEST_ARGS
     python -m canarchy.testing.lanes netns-check
 
@@ -321,7 +321,7 @@ def _probe_netns() -> NetnsSupport:
     if not sys.platform.startswith("linux"):
         return NetnsSupport(False, f"network namespaces are Linux-only (this is {sys.platform})")
     if os.geteuid() != 0:
-        return NetnsSupport(False, "creating a network namespace needs root (run the lane as root, or export a bus)")
+        return NetnsSupport(False, "creating a network namespace needs root (run the lane as root, or use --operator-bus)")
     search = os.pathsep.join(filter(None, [os.environ.get("PATH"), _SBIN_PATH]))
     unshare, ip = shutil.which("unshare", path=search), shutil.which("ip", path=search)
     if unshare is None or ip is None:
@@ -604,26 +604,53 @@ def _raise_on_sigterm() -> None:
 # --------------------------------------------------------------------------- lanes
 
 
-def _integration_bus(env: dict[str, str], python: str) -> tuple[bool, list[str], str | None]:
-    """Decide the integration lane's bus. Returns (use netns, notes, error)."""
-    if any(env.get(name) for name in OPERATOR_BUS_VARIABLES):
-        shown = ", ".join(f"{n}={env[n]}" for n in OPERATOR_BUS_VARIABLES if env.get(n))
-        return False, [f"bus: the operator's ({shown}), on this machine's network"], None
+PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
+ALLOW_TRANSMIT_VARIABLE = "CANARCHY_INTEGRATION_ALLOW_TRANSMIT"
+
+
+def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[bool, list[str], str | None]:
+    """Decide the integration lane's bus. Returns (use netns, notes, error).
+
+    ``operator`` false (the default, and what ``nox`` runs): a private
+    loopback-only namespace where the machine allows it, else no bus; an
+    exported operator bus is *ignored* (its variables are removed) because
+    the integration tests transmit. ``operator`` true (``nox -s integration
+    -- --operator-bus``): the bus the operator exported, with transmitting
+    tests allowed; an error if none is exported.
+    """
+    exported = {n: env[n] for n in OPERATOR_BUS_VARIABLES if env.get(n)}
+    if operator:
+        if not exported:
+            return False, [], (f"--operator-bus needs {' and '.join(OPERATOR_BUS_VARIABLES)} exported "
+                               "(the operator's bus type and channel)")
+        shown = ", ".join(f"{n}={v}" for n, v in exported.items())
+        env[ALLOW_TRANSMIT_VARIABLE] = "1"
+        return False, [f"bus: the operator's ({shown}), on this machine's network, "
+                       "chosen with --operator-bus: the integration tests transmit on it"], None
+    notes = []
+    for name in exported:
+        del env[name]
+    if exported:
+        notes.append(f"ignored the exported operator bus ({', '.join(exported)}): the integration tests transmit; "
+                     "run `nox -s integration -- --operator-bus` to use it")
     support = netns_support()
     if support.available:
         env["CANARCHY_PYTHON_CAN_INTERFACE"] = "udp_multicast"
         env["CANARCHY_DEFAULT_INTERFACE"] = NETNS_GROUP
+        env[PRIVATE_BUS_VARIABLE] = "1"
         ok, output = netns_roundtrip(python, env=env)
         if not ok:
-            return True, [], f"the provided udp_multicast bus does not work in the namespace: {output}"
+            return True, notes, f"the provided udp_multicast bus does not work in the namespace: {output}"
         return True, [
+            *notes,
             f"bus: provided - python-can udp_multicast on {NETNS_GROUP} inside a private network namespace "
             "(loopback only; nothing leaves it)",
             "preflight: two buses exchanged a frame in the namespace (round trip ok)",
         ], None
     return False, [
-        f"bus: none - {support.reason}; export {' and '.join(OPERATOR_BUS_VARIABLES)} to use a real bus. "
-        "The integration tests skip with a reason."
+        *notes,
+        f"bus: none - {support.reason}; run `nox -s integration -- --operator-bus` with "
+        f"{' and '.join(OPERATOR_BUS_VARIABLES)} exported to use a real bus. The bus tests skip with a reason."
     ], None
 
 
@@ -635,8 +662,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     log = junit.with_suffix(".log")
     notes: list[str] = []
     netns = False
-    if args.bus == "auto":
-        netns, notes, error = _integration_bus(env, sys.executable)
+    if args.bus in ("private", "operator"):
+        netns, notes, error = _integration_bus(env, sys.executable, operator=args.bus == "operator")
         if error:
             verdict = Verdict(args.lane, "CANNOT DECIDE", error, notes=notes)
             print(verdict.line())
@@ -891,7 +918,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     p_run = sub.add_parser("run", help="run pytest once and print the lane's verdict")
     p_run.add_argument("--lane", required=True)
-    p_run.add_argument("--bus", choices=("none", "auto"), default="none", help="auto: the integration lane's bus rules")
+    p_run.add_argument("--bus", choices=("none", "private", "operator"), default="none",
+                       help="private: a loopback-only namespace where possible, else none; "
+                            "operator: the bus the operator exported (the tests transmit on it)")
     p_run.set_defaults(func=cmd_run)
     p_par = sub.add_parser("parity", help="run the clean and the configured twin and compare")
     p_par.add_argument("--operator-home", required=True)
