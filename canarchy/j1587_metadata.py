@@ -72,8 +72,7 @@ def list_pids() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _merged() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
-    overrides, warnings = reference_data.read_overrides(pid_overrides_path(), what="J1587 PID", max_id=PID_MAX)
-    return reference_data.merged_catalog(reference_data.load_bundled(_PID_FILE, "pids"), overrides), warnings
+    return reference_data.merged_with_overrides(_PID_FILE, "pids", pid_overrides_path(), what="J1587 PID", max_id=PID_MAX)
 
 
 def _view(pid: int, entry: dict[str, Any], source: str) -> dict[str, Any]:

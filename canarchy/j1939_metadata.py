@@ -23,7 +23,7 @@ Imports neither python-can nor cantools.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from canarchy import reference_data
 from canarchy.errors import UserInputError
@@ -188,9 +188,25 @@ def _pgns() -> reference_data.Catalog:
     return reference_data.load_bundled(_PGN_FILE, "pgns")
 
 
+def _spn_problems(entry: Mapping[str, Any]) -> list[str]:
+    """Where an SPN sits must fit a classic 8-byte J1939 frame (SAE J1939-71), and its scale be usable."""
+    problems = []
+    start, length = entry.get("start_bit"), entry.get("bit_length")
+    if isinstance(start, int) and not 0 <= start <= 63:
+        problems.append(f"start_bit {start} is outside 0..63")
+    if isinstance(length, int) and not 1 <= length <= 64:
+        problems.append(f"bit_length {length} is outside 1..64")
+    if isinstance(start, int) and isinstance(length, int) and not problems and start + length > 64:
+        problems.append(f"start_bit {start} + bit_length {length} runs past the 8-byte frame")
+    resolution = entry.get("resolution")
+    if isinstance(resolution, (int, float)) and not isinstance(resolution, bool) and resolution <= 0:
+        problems.append(f"resolution {resolution} is not > 0")
+    return problems
+
+
 def _merged_spns() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
-    overrides, warnings = reference_data.read_overrides(spn_overrides_path(), what="J1939 SPN", max_id=SPN_MAX)
-    return reference_data.merged_catalog(reference_data.load_bundled(_SPN_FILE, "spns"), overrides), warnings
+    return reference_data.merged_with_overrides(_SPN_FILE, "spns", spn_overrides_path(), what="J1939 SPN",
+                                                max_id=SPN_MAX, check=_spn_problems)
 
 
 def _pgn_view(pgn: int, bundled: Any, carried: list[dict[str, Any]]) -> dict[str, Any]:

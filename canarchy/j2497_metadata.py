@@ -63,8 +63,7 @@ def list_mids() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _merged() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
-    overrides, warnings = reference_data.read_overrides(mid_overrides_path(), what="J2497 MID", max_id=MID_MAX)
-    return reference_data.merged_catalog(reference_data.load_bundled(_MID_FILE, "mids"), overrides), warnings
+    return reference_data.merged_with_overrides(_MID_FILE, "mids", mid_overrides_path(), what="J2497 MID", max_id=MID_MAX)
 
 
 def _view(mid: int, entry: dict[str, Any], source: str) -> dict[str, Any]:

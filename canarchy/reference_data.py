@@ -19,7 +19,9 @@ Each override entry is shallow-merged over the bundled entry with the same id
 
 A missing override file is silent. A file that cannot be used (unreadable, not
 JSON, not an object, a key that is not a decimal id in range, an entry that is
-not an object) is ignored as a whole, never half-applied: the lookup answers
+not an object, a field whose JSON type differs from the bundled catalog's for
+that field, a value the catalog's own check refuses — e.g. a J1939 SPN bit
+position outside its 8-byte frame) is ignored as a whole, never half-applied: the lookup answers
 from the bundled catalog and gets one warning string naming the file and every
 problem found. This module imports neither python-can nor anything that
 resolves a home path.
@@ -34,7 +36,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from canarchy.errors import DecodeError
 
@@ -95,11 +97,39 @@ def override_path(env_var: str, default: Path) -> Path:
     return Path(value).expanduser() if value else Path(default)
 
 
-def read_overrides(path: Path, *, what: str, max_id: int) -> tuple[dict[int, dict[str, Any]], list[str]]:
+def field_kinds(catalog: Catalog) -> dict[str, set[str]]:
+    """For each field of the bundled entries, the JSON kinds it takes
+    (``"a number"``, ``"a string"``, ``"null"``, ...)."""
+    kinds: dict[str, set[str]] = {}
+    for entry in catalog.entries.values():
+        for name, value in entry.items():
+            kinds.setdefault(name, set()).add(_json_type(value))
+    return kinds
+
+
+def merged_with_overrides(filename: str, section: str, path: Path, *, what: str, max_id: int,
+                          check: Callable[[Mapping[str, Any]], list[str]] | None = None,
+                          ) -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
+    """The bundled catalog merged with the override file at ``path``: ``({id: (entry, source)}, warnings)``.
+
+    Override fields are checked against the bundled catalog's field types, and
+    each merged entry against ``check`` (a list of problems, empty when fine);
+    see :func:`read_overrides`.
+    """
+    catalog = load_bundled(filename, section)
+    overrides, warnings = read_overrides(path, what=what, max_id=max_id, catalog=catalog, check=check)
+    return merged_catalog(catalog, overrides), warnings
+
+
+def read_overrides(path: Path, *, what: str, max_id: int, catalog: Catalog | None = None,
+                   check: Callable[[Mapping[str, Any]], list[str]] | None = None,
+                   ) -> tuple[dict[int, dict[str, Any]], list[str]]:
     """Read an override file; return ``({id: entry}, warnings)``.
 
     ``what`` names the catalog in warnings (e.g. ``"J1939 SPN"``); ids must be
-    decimal strings within ``0..max_id``. Missing file: ``({}, [])``. Unusable
+    decimal strings within ``0..max_id``. With ``catalog``, a field the bundled
+    entries have must keep one of its JSON kinds, and ``check`` is run on each
+    entry as merged over the bundled one. Missing file: ``({}, [])``. Unusable
     file: ``({}, [one warning naming the file and each problem])``.
     Never raises for anything in the file.
     """
@@ -130,6 +160,7 @@ def read_overrides(path: Path, *, what: str, max_id: int) -> tuple[dict[int, dic
             problems.append(f"key {key!r} names {number} a second time")
         else:
             entries[number] = value
+            problems.extend(_entry_problems(key, value, catalog, check))
     if problems:
         return {}, [_ignored(what, path, "; ".join(problems))]
     return entries, []
@@ -159,6 +190,23 @@ def merged_catalog(catalog: Catalog, overrides: Mapping[int, Mapping[str, Any]])
         assert result is not None
         out[number] = result
     return out
+
+
+def _entry_problems(key: str, value: Mapping[str, Any], catalog: Catalog | None,
+                    check: Callable[[Mapping[str, Any]], list[str]] | None) -> list[str]:
+    if catalog is None:
+        return []
+    problems = []
+    kinds = field_kinds(catalog)
+    for name, field_value in value.items():
+        expected = kinds.get(name)
+        if expected and _json_type(field_value) not in expected:
+            problems.append(f"entry {key!r} field {name!r} is {_json_type(field_value)}, "
+                            f"expected {' or '.join(sorted(expected))}")
+    if not problems and check is not None:
+        merged = merge_entry(catalog.entries.get(int(key)), value)
+        problems.extend(f"entry {key!r}: {problem}" for problem in check(merged[0]))  # type: ignore[index]
+    return problems
 
 
 def _ignored(what: str, path: Path, reason: str) -> str:

@@ -21,6 +21,7 @@ import pytest
 from canarchy import j1587_metadata, j1939_metadata, j2497_metadata
 from canarchy.cli import main
 from canarchy.errors import UserInputError
+from tests.helpers import run_cli
 
 J1939_SPN_ENV = "CANARCHY_J1939_SPN_OVERRIDES"
 J1587_PID_ENV = "CANARCHY_J1587_PID_OVERRIDES"
@@ -630,3 +631,25 @@ def test_reference_modules_do_not_import_python_can():
     env = {k: v for k, v in os.environ.items() if not k.startswith("CANARCHY_")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("entry,problem", [
+    ({"resolution": "fast"}, "field 'resolution' is a string, expected a number"),
+    ({"start_bit": 900}, "start_bit 900 is outside 0..63"),
+    ({"start_bit": 56, "bit_length": 16}, "runs past the 8-byte frame"),
+    ({"resolution": 0}, "resolution 0 is not > 0"),
+    ({"name": 5}, "field 'name' is a number, expected a string"),
+])
+def test_badly_typed_spn_override_is_ignored_with_a_warning(entry, problem):
+    """A value that would crash or silently break decoding is refused like a malformed file."""
+    path = Path.home() / ".canarchy" / "j1939_spns.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"190": entry}))
+    result = run_cli("j1939", "spn", "190", "--json")
+    assert result.code == 0
+    assert result.data["source"] == "bundled" and result.data["resolution"] == 0.125
+    assert len(result.envelope["warnings"]) == 1 and problem in result.envelope["warnings"][0]
+    assert str(path) in result.envelope["warnings"][0]
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "j1939_truck_idle.log"
+    decoded = run_cli("j1939", "decode", "--file", str(log), "--summary", "--json")
+    assert decoded.code == 0, decoded.out
