@@ -28,8 +28,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from canarchy import cli, mcp_server, transport, uds
-from canarchy.errors import TransportError, UserInputError
+from canarchy import cli, mcp_server, uds
+from canarchy.errors import UserInputError
 from tests.helpers import run_cli, write_user_config
 
 CATALOG_SIDS = [f"0x{s.sid:02X}" for s in uds.SERVICES]
@@ -38,20 +38,6 @@ NONINTERACTIVE = "CANARCHY_MCP_NONINTERACTIVE_ACK"
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def rigged_transport(monkeypatch):
-    """Make building any transport fail loudly, and record each attempt."""
-    attempts = []
-
-    def rigged(*args, **kwargs):
-        attempts.append((args, kwargs))
-        raise TransportError("RIGGED_TRANSPORT", "a transport was built", "this path must not build one")
-
-    monkeypatch.setattr(transport, "build_backend", rigged)
-    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", rigged)
-    return attempts
 
 
 @pytest.fixture

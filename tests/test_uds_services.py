@@ -13,8 +13,7 @@ import json
 
 import pytest
 
-from canarchy import transport, uds
-from canarchy.errors import TransportError
+from canarchy import uds
 from tests.helpers import run_cli, write_user_config
 
 CATALOG_SIDS = [f"0x{s.sid:02X}" for s in uds.SERVICES]
@@ -24,20 +23,6 @@ CATALOG_SIDS = [f"0x{s.sid:02X}" for s in uds.SERVICES]
 def file_default_interface():
     """A user config file whose default interface is vcan7."""
     return write_user_config('[transport]\ndefault_interface = "vcan7"\n')
-
-
-@pytest.fixture
-def rigged_transport(monkeypatch):
-    """Make building any transport fail loudly, and record each attempt."""
-    attempts = []
-
-    def rigged(*args, **kwargs):
-        attempts.append((args, kwargs))
-        raise TransportError("RIGGED_TRANSPORT", "a transport was built", "the reference path must not build one")
-
-    monkeypatch.setattr(transport, "build_backend", rigged)
-    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", rigged)
-    return attempts
 
 
 def assert_reference(result, capsys) -> None:
