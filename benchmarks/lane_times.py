@@ -35,11 +35,13 @@ _VERDICT = re.compile(r"^(unit|parity|integration|mutation[\w .()-]*): [A-Z][A-Z
 
 @dataclass
 class LaneRuns:
-    """One lane's timed runs: wall seconds, exit codes and the verdict line each printed."""
+    """One lane's timed runs: wall seconds, CPU seconds (nox and every process it
+    waited for), exit codes and the verdict line each printed."""
 
     lane: str
     cold: bool = False
     wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     exit_codes: list[int] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
 
@@ -98,6 +100,7 @@ def run_lanes(root: Path, nox_python: str, *, runs: int = 3, lanes: Sequence[str
                                timeout=timeout)
             row = results[lane]
             row.wall.append(proc.wall)
+            row.cpu.append(proc.cpu)
             row.exit_codes.append(proc.returncode)
             row.verdicts.append(verdict_line(proc.output) or ("timed out" if proc.timed_out else ""))
             log(f"lane {lane} (warm) {round_no + 1}/{runs}: {proc.wall:.1f}s, exit {proc.returncode}"
@@ -122,6 +125,7 @@ def _cold_unit(root: Path, nox_python: str, env: dict[str, str], timeout: float,
         proc = measure.run(nox_command(nox_python, clone / "noxfile.py", "-s", "unit"), env=env, cwd=clone,
                            timeout=timeout)
         row.wall.append(proc.wall)
+        row.cpu.append(proc.cpu)
         row.exit_codes.append(proc.returncode)
         row.verdicts.append(verdict_line(proc.output) or ("timed out" if proc.timed_out else ""))
         log(f"lane unit (cold, fresh clone): {proc.wall:.1f}s, exit {proc.returncode} {row.verdicts[-1]}")

@@ -120,8 +120,10 @@ def lanes_lines(rows: Sequence[Any], problems: Sequence[str]) -> list[str]:
             target = f"< {MUTATION_TARGET_S:.0f} s: {_verdict(med < MUTATION_TARGET_S if row.wall else None)}"
         label = f"`nox -s {row.lane}` in a fresh clone (cold)" if row.cold else f"`nox -R -s {row.lane}` (warm)"
         table_rows.append([label, str(len(row.wall)), _num(med, 1), f"{_num(low, 1)}-{_num(high, 1)}",
-                           _status(row), target])
-    out += table(["lane", "runs", "median s", "range s", "verdict", "target"], table_rows)
+                           _num(measure.median(row.cpu), 1), _status(row), target])
+    out += table(["lane", "runs", "median s", "range s", "CPU s (all processes)", "verdict", "target"], table_rows)
+    out += ["", "CPU: nox and every process it waited for (pytest, its children), summed over cores. A lane whose "
+            "CPU time is more than the machine's cores times another lane's wall time cannot be faster than that."]
     if problems:
         out += ["", "Problems: " + "; ".join(problems)]
     return out

@@ -336,7 +336,8 @@ def test_memory_probe_reports_the_commands_own_peak(tmp_path):
 def test_verdict_line_finds_the_lane_verdict():
     output = "nox > Running session unit\n...\nunit: PASSED - 536 passed in 46.0s\nnox > Session unit was successful"
     assert lane_times.verdict_line(output) == "unit: PASSED - 536 passed in 46.0s"
-    assert lane_times.verdict_line("mutation issue-530 (issue 530): KILLED\n") == "mutation issue-530 (issue 530): KILLED"
+    mutation = "mutation issue-530 (issue 530): KILLED"
+    assert lane_times.verdict_line(mutation + "\n") == mutation
     assert lane_times.verdict_line("nothing here\n") == ""
 
 
@@ -381,11 +382,12 @@ def test_lanes_report_gives_the_parity_ratio_and_the_cold_target():
                                 verdicts=["unit: PASSED - 5 passed"] * 3),
             lane_times.LaneRuns("parity", wall=[70.0], exit_codes=[0], verdicts=["parity: PASSED - same"]),
             lane_times.LaneRuns("mutation-530", wall=[25.0], exit_codes=[1], verdicts=[""]),
-            lane_times.LaneRuns("unit", cold=True, wall=[55.0], exit_codes=[0], verdicts=["unit: PASSED - x"])]
+            lane_times.LaneRuns("unit", cold=True, wall=[55.0], cpu=[80.0], exit_codes=[0],
+                                verdicts=["unit: PASSED - x"])]
     text = "\n".join(report.lanes_lines(rows, []))
     assert "1.40 x unit; <= 1.3 x: **missed**" in text
     assert "< 20 s: **missed**" in text and "exit 1" in text
-    assert "fresh clone (cold) | 1 | 55.0" in text and "< 60 s: met" in text
+    assert "fresh clone (cold) | 1 | 55.0" in text and "CPU s (all processes)" in text and "< 60 s: met" in text
 
 
 def test_main_rejects_unknown_sections(capsys):
