@@ -51,8 +51,9 @@ def test_needs_reference_mode_in_setup(reference_mode):
 def test_slow(tmp_path):
     import os, time
     marker = os.environ.get("MARKER_FILE") or MARKER
-    with open(marker, "w") as fh:
+    with open(marker + ".tmp", "w") as fh:  # renamed into place: a reader never sees it empty
         fh.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
     time.sleep(60)
 
 MARKER = {marker!r}
