@@ -1,7 +1,7 @@
 """``python -m benchmarks``: run the sections and write the report (``nox -s bench`` calls this).
 
 Options: ``--sections isolation,lanes,captures,startup`` (default all);
-``--rounds N`` (isolation rounds, default 5), ``--tests N`` (default 2000),
+``--rounds N`` (isolation rounds, default 9), ``--tests N`` (default 2000),
 ``--lane-runs N`` (default 3), ``--no-cold``, ``--capture-runs N`` (default
 3), ``--frames N`` (default 1,000,000), ``--startup-runs N`` (default 15);
 ``--nox-python PATH`` (the interpreter that runs nox; without it the lanes
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description="canarchy's benchmarks (issue #6)")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
-    p.add_argument("--rounds", type=int, default=5, help="isolation rounds (default 5)")
+    p.add_argument("--rounds", type=int, default=9, help="isolation rounds (default 9)")
     p.add_argument("--tests", type=int, default=2000, help="generated trivial tests (default 2000)")
     p.add_argument("--lane-runs", type=int, default=3, help="timed runs per warm lane (default 3)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold `nox -s unit` in a fresh clone")

@@ -150,10 +150,11 @@ class IsolationResult:
         return out
 
 
-def run_isolation(*, tests: int = 2000, rounds: int = 5, variants: tuple[str, ...] = VARIANTS,
-                  timeout: float = 600.0, log: Callable[[str], None] = print) -> IsolationResult:
+def run_isolation(*, tests: int = 2000, rounds: int = 9, variants: tuple[str, ...] = VARIANTS,
+                  timeout: float = 600.0, warmup: bool = True,
+                  log: Callable[[str], None] = print) -> IsolationResult:
     """Generate the suites in a temporary directory and run them ``rounds`` times
-    (plus one warm-up round that is not counted). Requires ``"bare"`` in ``variants``."""
+    (plus, with ``warmup``, one round first that is not counted). Requires ``"bare"`` in ``variants``."""
     if "bare" not in variants:
         raise ValueError("the 'bare' variant is the reference and must be measured")
     result = IsolationResult(tests=tests, rounds=rounds, runs={v: VariantRuns() for v in variants})
@@ -161,7 +162,7 @@ def run_isolation(*, tests: int = 2000, rounds: int = 5, variants: tuple[str, ..
         root = Path(tmp)
         suites = {v: write_suite(root / "suites", v, tests=tests) for v in variants}
         prefix = root / "pycache"
-        for round_no in range(-1, rounds):  # round -1: warm-up (byte code, file cache)
+        for round_no in range(-1 if warmup else 0, rounds):  # round -1: warm-up (byte code, file cache)
             order = list(variants)
             if round_no > 0:
                 shift = round_no % len(order)

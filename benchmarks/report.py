@@ -145,14 +145,14 @@ def captures_lines(result: Any) -> list[str]:
         rate = measure.median(runs.rates())
         rates[kind] = rate
         last = runs.results[-1]
-        peak = max(r["peak_kib"] for r in runs.results) / 1024
+        peak = measure.median([r["peak_kib"] for r in runs.results]) / 1024
         before = measure.median([r["rss_before_kib"] for r in runs.results]) / 1024
         rows.append([_CAPTURE_LABELS.get(kind, kind), f"`{runs.log}.log`", f"{rate / 1000:,.0f}k",
                      f"{measure.median(runs.cpu_rates()) / 1000:,.0f}k", f"{last['frames']:,}",
                      f"{last['decoded']:,}" if kind.endswith("decode") else "-",
                      f"{before:.1f}", f"{peak:.1f}"])
     out += table(["reader", "log", "frames/s (wall)", "frames/s (CPU)", "frames", "decoded", "RSS before, MiB",
-                  "peak RSS, MiB"], rows)
+                  "peak RSS in the loop, MiB"], rows)
     if "canarchy-read" in rates and "python-can-read" in rates:
         ratio = rates["canarchy-read"] / rates["python-can-read"]
         out += ["", f"Parsing: canarchy reads at {ratio:.2f} x python-can's rate; target no slower: "
@@ -160,9 +160,9 @@ def captures_lines(result: Any) -> list[str]:
     if "canarchy-decode" in rates and "cantools-decode" in rates:
         ratio = rates["canarchy-decode"] / rates["cantools-decode"]
         out += [f"Decoding: canarchy's `decode` runs at {ratio:.2f} x the plain python-can + cantools loop."]
-    out += ["Memory: the peak is the process's high-water mark (VmHWM) over the whole run; \"before\" is its "
-            "resident set after imports and the DBC load, before the first frame. Equal figures for a file of "
-            "tens of MiB mean the reader streams."]
+    out += ["Memory (medians): \"before\" is the process's resident set after imports and the DBC load, before "
+            "the first frame; the peak is its high-water mark (VmHWM) while reading, reset before the first frame. "
+            "A peak equal to \"before\" for a file of tens of MiB means the reader streams."]
     failures = [f"{k}: {f}" for k, r in result.kinds.items() for f in r.failures]
     if failures:
         out += ["", "Problems: " + "; ".join(failures)]

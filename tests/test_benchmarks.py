@@ -226,15 +226,17 @@ def test_write_suite_rejects_unknown_variants_and_empty_suites(tmp_path):
 
 
 def test_isolation_runs_every_variant_and_pairs_overheads_by_round():
-    result = isolation.run_isolation(tests=3, rounds=1, variants=("bare", "canarchy", "naive"), log=lambda _: None)
+    # canarchy's plugin scrubs the environment: the timer must still find its output file
+    result = isolation.run_isolation(tests=3, rounds=1, variants=("bare", "canarchy"), warmup=False,
+                                     log=lambda _: None)
     assert result.problems == []
-    for variant in ("bare", "canarchy", "naive"):
+    for variant in ("bare", "canarchy"):
         runs = result.runs[variant]
         assert len(runs.loop_wall) == len(runs.loop_cpu) == len(runs.proc_wall) == 1
         assert runs.loop_wall[0] > 0
     summary = result.summary()
     assert summary["bare"]["loop_wall"] == 0.0
-    assert set(summary) == {"bare", "canarchy", "naive"}
+    assert set(summary) == {"bare", "canarchy"}
 
 
 def test_isolation_requires_the_bare_reference():
