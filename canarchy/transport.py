@@ -138,6 +138,16 @@ def transport_backend_config() -> TransportConfig:
     )
 
 
+def bus_unavailable(channel: str, bus_type: str, exc: BaseException) -> TransportError:
+    """The ``TRANSPORT_UNAVAILABLE`` error (exit 2) for a bus python-can could not open."""
+    return TransportError(
+        "TRANSPORT_UNAVAILABLE",
+        f"Cannot open channel {channel!r} on bus type {bus_type!r}: {exc}",
+        "Check that the interface exists and is up (e.g. `ip link show can0`), "
+        "or choose another bus type with [transport].interface.",
+    )
+
+
 class Backend:
     """The operations every backend offers. Channels are strings (``can0``, ``vcan0``)."""
 
@@ -193,12 +203,7 @@ class PythonCanBackend(Backend):
 
             return can.Bus(channel=channel, interface=self.bus_type, ignore_config=True, **self.bus_options)
         except Exception as exc:  # python-can raises many types; the user gets one code
-            raise TransportError(
-                "TRANSPORT_UNAVAILABLE",
-                f"Cannot open channel {channel!r} on bus type {self.bus_type!r}: {exc}",
-                "Check that the interface exists and is up (e.g. `ip link show can0`), "
-                "or choose another bus type with [transport].interface.",
-            ) from exc
+            raise bus_unavailable(channel, self.bus_type, exc) from exc
 
     @staticmethod
     def _to_frame(message: Any, channel: str) -> CanFrame:

@@ -363,12 +363,9 @@ def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int,
         try:
             ecu.start()
         except Exception as exc:  # python-can raises many types; the user gets one code
-            raise TransportError(
-                "TRANSPORT_UNAVAILABLE",
-                f"Cannot open channel {args.interface!r} on bus type {bus_type!r}: {exc}",
-                "Check that the interface exists and is up (e.g. `ip link show vcan0`), "
-                "or choose another bus type with [transport].interface.",
-            ) from None
+            from canarchy.transport import bus_unavailable
+
+            raise bus_unavailable(args.interface, bus_type, exc) from None
         try:
             ready = (f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: requests 0x{request_id:X}, "
                      f"responses 0x{response_id:X}, services {' '.join(common['services']) or 'none'} "
