@@ -485,6 +485,33 @@ def test_sentinel_fails_a_run_that_writes_operator_state(tmp_path):
     assert "added:   stray.txt" in run.output
 
 
+def test_sentinel_blames_the_tests_not_an_installed_plugins_start_up_files(tmp_path):
+    # An operator's pytest-benchmark makes .benchmarks/ in the working directory
+    # from its pytest_configure (CI found this). A plugin doing the same at
+    # start-up is the operator's tooling; a test writing there still fails the run.
+    files = {"tool_plugin.py": """
+        from pathlib import Path
+        def pytest_configure(config):
+            (Path.cwd() / ".tool-cache").mkdir(exist_ok=True)
+    """, "test_write.py": """
+        from pathlib import Path
+        def test_quiet():
+            pass
+    """}
+    run = run_child(tmp_path / "quiet", files, "-p", "tool_plugin")
+    assert (tmp_path / "quiet" / "project" / ".tool-cache").is_dir(), "the plugin never ran"
+    assert run.returncode == 0 and run.outcomes("test_quiet") == {"passed"}, run.output
+    assert "canarchy isolation sentinel" not in run.output
+    files["test_write.py"] = """
+        from pathlib import Path
+        def test_writes(request):
+            (Path(request.config.rootpath) / "stray.txt").write_text("x")
+    """
+    run = run_child(tmp_path / "writes", files, "-p", "tool_plugin")
+    assert run.returncode == 1, run.output
+    assert "added:   stray.txt" in run.output and ".tool-cache" not in run.output, run.output
+
+
 # -- issue #3 item 10: opt-outs -----------------------------------------------------------------------
 
 def test_opt_out_markers(tmp_path):

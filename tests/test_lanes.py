@@ -43,6 +43,7 @@ def test_build_env_keeps_only_the_allow_list(tmp_path):
         "PYTHONHASHSEED": "7",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
 
 
@@ -61,6 +62,40 @@ def test_build_env_passthrough_and_extra(tmp_path):
     assert env["CANARCHY_PYTHON_CAN_INTERFACE"] == "udp_multicast"  # passed through
     assert env["CANARCHY_DEFAULT_INTERFACE"] == "239.74.163.2"  # extra wins
     assert env["TMPDIR"] == "/x" and "CAN_INTERFACE" not in env
+
+
+def _installed_plugin(site: Path) -> None:
+    """A ``pytest11`` entry point, as ``pip install`` of a pytest plugin leaves
+    one, that drops ``.installed-plugin-was-here`` in the working directory."""
+    dist = site / "planted_plugin-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nplanted = planted_plugin\n")
+    (site / "planted_plugin.py").write_text(
+        "from pathlib import Path\n"
+        "def pytest_configure(config):\n"
+        "    (Path.cwd() / '.installed-plugin-was-here').touch()\n"
+    )
+
+
+def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path):
+    site = tmp_path / "site"
+    _installed_plugin(site)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_a.py").write_text("def test_a(): pass\n")
+    args = ["-p", "no:cacheprovider", "--junitxml=reports/a.xml", "test_a.py"]
+    # control: with autoload as a bare shell has it, the planted plugin runs
+    control = {**os.environ, "PYTHONPATH": str(site)}
+    control.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    subprocess.run([sys.executable, "-m", "pytest", *args], cwd=project, env=control, capture_output=True, check=True)
+    assert (project / ".installed-plugin-was-here").exists()
+    (project / ".installed-plugin-was-here").unlink()
+    env = lanes.build_env(home=tmp_path / "home", source={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": ""},
+                          extra={"PYTHONPATH": str(site)})
+    run = lanes.run_pytest(sys.executable, args, env=env, log=tmp_path / "a.log", echo=False, cwd=project)
+    assert run.returncode == 0, run.output
+    assert not (project / ".installed-plugin-was-here").exists()
 
 
 @pytest.mark.parametrize(

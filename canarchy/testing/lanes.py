@@ -146,6 +146,13 @@ def build_env(
     ``source`` (default ``os.environ``) supplies only :data:`ALLOWED_VARIABLES`,
     ``LC_*`` and the names in ``passthrough`` (copied when set); ``home``
     becomes ``HOME`` and ``USERPROFILE``; ``extra`` is applied last and wins.
+
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``: a lane's pytest loads the plugins the
+    project names (``pytest_plugins`` in a conftest, ``-p``) and none of the
+    ``pytest11`` entry points that happen to be installed in the interpreter
+    (an operator's pytest-benchmark makes ``.benchmarks/`` in the checkout,
+    pytest-randomly reorders tests), so a verdict does not depend on them.
+    Children a test starts with its own environment decide for themselves.
     """
     source = os.environ if source is None else source
     env = {
@@ -161,6 +168,7 @@ def build_env(
     env["PYTHONHASHSEED"] = str(hashseed)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONNOUSERSITE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.update(extra or {})
     return env
 

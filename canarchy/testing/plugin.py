@@ -21,8 +21,9 @@ Layers (``docs/design/test-isolation.md``):
 4. Markers: ``integration`` (real environment and real bus; deselected unless
    the ``-m`` expression names it), ``real_bus`` (guard off, home isolated),
    ``real_home`` (the operator's home and environment, guard on).
-5. Sentinel: the operator's canarchy/python-can state and the checkout are
-   hashed before the run and compared after it; any change fails the run.
+5. Sentinel: the operator's canarchy/python-can state (from the first
+   configure hook) and the checkout (from session start, after every plugin
+   has set up) are hashed and compared after the run; any change fails it.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
     sandbox = Sandbox(operator_env)
     config.stash[_SANDBOX] = sandbox
     if not _is_worker(config):
-        config.stash[_SENTINEL] = _take_sentinel(config, sandbox)
+        config.stash[_SENTINEL] = {"home": manifest(sandbox.real_home, OPERATOR_STATE)}
     pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
     if sandbox.operator_env.get("PYTHONPATH"):
         pythonpath.append(sandbox.operator_env["PYTHONPATH"])
@@ -314,6 +315,18 @@ def _take_sentinel(config: pytest.Config, sandbox: Sandbox) -> dict:
 
 
 @pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The checkout's baseline, once pytest and every installed plugin have
+    set up: a third-party plugin's own working files made at start-up (e.g.
+    pytest-benchmark's ``.benchmarks/`` in the working directory) are the
+    operator's tooling, not the run's. Collection, fixtures and tests all come
+    after this point, so everything they write is still compared."""
+    before = session.config.stash.get(_SENTINEL, None)
+    if before is not None:
+        before["checkout"] = manifest(session.config.rootpath, None, CHECKOUT_IGNORED)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After every fixture (session scope included) is torn down: fail the run
     if the operator's state or the checkout changed, or a refusal is pending."""
@@ -329,6 +342,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         after = _take_sentinel(config, sandbox)
         for label, where in (("home", f"the operator's home ({sandbox.real_home})"),
                              ("checkout", f"the checkout ({config.rootpath})")):
+            if label not in before:  # the session never started
+                continue
             diff = manifest_diff(before[label], after[label])
             if diff:
                 lines.append(f"the test run changed {where}:")
