@@ -337,6 +337,47 @@ def test_run_lane_end_to_end(tmp_path, monkeypatch, capsys):
     assert (root / "reports" / "unit.log").exists()
 
 
+# A test whose child escapes the bus guard the documented way (``python -I``
+# drops the PYTHONPATH hook) and reports the network interfaces it can see.
+UNGUARDED_CHILD = """
+import subprocess, sys
+
+def test_an_unguarded_child_sees_only_loopback():
+    probe = "import socket; print(sorted(name for _, name in socket.if_nameindex()))"
+    seen = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert seen.strip() == "['lo']", seen
+"""
+
+
+def _needs_a_namespace_and_a_host_interface() -> None:
+    import socket
+
+    if not lanes.netns_support().available:
+        pytest.skip(lanes.netns_support().reason)
+    if [name for _, name in socket.if_nameindex()] == ["lo"]:
+        pytest.skip("this host has only loopback: inside and outside a namespace look the same")
+
+
+def test_unit_lane_contains_a_child_the_guard_cannot_reach(tmp_path, monkeypatch, capsys):
+    _needs_a_namespace_and_a_host_interface()
+    root = _project(tmp_path / "p", UNGUARDED_CHILD)
+    monkeypatch.chdir(root)
+    code = lanes.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "unit: network: a private namespace (loopback only)" in out
+
+
+def test_both_parity_twins_are_contained(tmp_path):
+    _needs_a_namespace_and_a_host_interface()
+    root = _project(tmp_path / "p", UNGUARDED_CHILD)
+    (tmp_path / "home").mkdir()
+    result = lanes.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "home",
+                              checkout=root, allowlist=None, source_env=os.environ, hashseeds=(11, 22))
+    assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 1}, "operator": {"passed": 1}}
+    assert result.exit_code == 0 and "both twins" in result.netns_note
+
+
 LEAKY_TESTS = """
 import logging, os
 from pathlib import Path

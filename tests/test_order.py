@@ -202,3 +202,16 @@ def test_cli_prints_the_table_and_writes_markdown(tmp_path, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert "order: FAILED" in out and "normal vs reverse: DIFFERENT" in out
     assert (root / "reports" / "order.md").read_text().startswith("# Order lane: FAILED")
+
+
+def test_every_order_run_is_contained(tmp_path):
+    from canarchy.testing import lanes
+
+    from tests.test_lanes import UNGUARDED_CHILD, _needs_a_namespace_and_a_host_interface
+
+    _needs_a_namespace_and_a_host_interface()
+    root = _project(tmp_path / "p", {"test_c.py": UNGUARDED_CHILD})
+    lines = []
+    result = order.run_order_lane(sys.executable, _lane_args(root), seeds=[1], cwd=root, echo=lines.append)
+    assert [entry.run.summary for entry in result.runs] == [{"passed": 1}] * 3, lines
+    assert any("network: a private namespace" in line for line in lines) and lanes.netns_support().available

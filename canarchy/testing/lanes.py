@@ -42,7 +42,7 @@ exactly one ``--junitxml=PATH``. Exit codes: 0 passed / identical,
 1 failed / different, 2 cannot decide.
 
 Public surface: :func:`build_env`, :func:`manifest`, :func:`diff_manifests`,
-:func:`tree_manifest`, :func:`choose_tests`, :func:`netns_support`, :func:`netns_command`,
+:func:`tree_manifest`, :func:`choose_tests`, :func:`netns_support`, :func:`containment`, :func:`netns_command`,
 :func:`netns_roundtrip`, :func:`run_pytest`, :func:`lane_verdict`,
 :func:`run_parity`, :data:`HOSTILE_ENV`, :data:`OPERATOR_BUS_VARIABLES`.
 """
@@ -349,6 +349,24 @@ def _probe_netns() -> NetnsSupport:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         return NetnsSupport(False, f"`unshare --net` failed: {detail[-1] if detail else proc.returncode}")
     return NetnsSupport(True, "private network namespace (loopback only, IPv4 multicast routed to lo)", unshare, ip)
+
+
+def containment() -> tuple[bool, str]:
+    """Whether a lane that runs a test suite runs it in a private network namespace, and a note saying so.
+
+    Every lane that runs canarchy's suite does, where the machine allows it
+    (:func:`netns_support`). The suite's self-tests start child pytests under
+    a hostile operator shell that names ``socketcan``/``can0`` and
+    ``udp_multicast``; the bus guard refuses them. The namespace is the
+    second wall, for a guard regression or a child the guard cannot reach
+    (``python -I``, ``env={}``): a fresh network namespace has no CAN
+    interface and no route off the machine, only ``lo``.
+    Returns ``(True, note)`` or ``(False, note with the reason)``.
+    """
+    support = netns_support()
+    if support.available:
+        return True, "network: a private namespace (loopback only): no CAN interface, no route off the machine"
+    return False, f"network: the host's ({support.reason}); the bus guard is the only wall"
 
 
 def netns_command(argv: Sequence[str], support: NetnsSupport | None = None) -> list[str]:
@@ -677,6 +695,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(verdict.line())
             _write_atomically(junit.with_suffix(".md"), verdict.markdown())
             return verdict.exit_code
+    else:
+        netns, note = containment()
+        notes.append(note)
     for note in notes:
         print(f"{args.lane}: {note}")
     with tempfile.TemporaryDirectory(prefix=f"canarchy-{args.lane}-") as tmp:
@@ -729,8 +750,9 @@ def run_parity(
     extra_env: Mapping[str, str] | None = None,
 ) -> ParityResult:
     """Run the suite twice at once - clean twin (empty home, clean shell) and
-    configured twin (a copy of ``operator_home`` and :data:`HOSTILE_ENV`, in a
-    private network namespace where available; ``extra_env`` is set in both,
+    configured twin (a copy of ``operator_home`` and :data:`HOSTILE_ENV`), each
+    in its own private network namespace where available (:func:`containment`;
+    ``use_netns`` False/True forces it); ``extra_env`` is set in both,
     e.g. a ``PYTHONPATH``) - then compare the reports,
     scan both logs for "was not properly shut down", and check that the home
     copy and the checkout are byte-for-byte unchanged.
@@ -742,7 +764,8 @@ def run_parity(
     support = netns_support()
     netns = support.available if use_netns is None else use_netns
     netns_note = (
-        "configured twin ran in a private network namespace" if netns else f"no private network namespace ({support.reason})"
+        "both twins ran in private network namespaces (loopback only)" if netns
+        else f"no private network namespace ({support.reason})"
     )
     fixture_manifest = manifest(operator_home)
     checkout_before = tree_manifest(checkout)
@@ -764,7 +787,7 @@ def run_parity(
                     home=clean_home, hashseed=seeds[0], source=source_env,
                     extra={**(extra_env or {}), "TMPDIR": str(tmpdirs["clean"])},
                 ),
-                False,
+                netns,
             ),
             "operator": (
                 build_env(

@@ -218,8 +218,10 @@ def _node_id_of(key: str, executed: Sequence[str]) -> str | None:
 class _Runs:
     """Runs pytest for the lane: fresh home and TMPDIR per run, the lane's environment."""
 
-    def __init__(self, python: str, pytest_args: Sequence[str], env: dict[str, str], workdir: Path, cwd: Path) -> None:
+    def __init__(self, python: str, pytest_args: Sequence[str], env: dict[str, str], workdir: Path, cwd: Path,
+                 netns: bool = False) -> None:
         self.python, self.pytest_args, self.env, self.workdir, self.cwd = python, list(pytest_args), env, workdir, cwd
+        self.netns = netns
         self._n = 0
         self._lock = threading.Lock()
 
@@ -235,7 +237,8 @@ class _Runs:
         junit = base.with_name(f"{base.stem}-{name}{base.suffix}")
         args = lanes.with_junit(self.pytest_args, junit)
         argv = ["-p", "canarchy.testing.order", *extra, *args]
-        return lanes.run_pytest(self.python, argv, env=env, log=junit.with_suffix(".log"), echo=False, cwd=self.cwd)
+        return lanes.run_pytest(self.python, argv, env=env, log=junit.with_suffix(".log"), echo=False, cwd=self.cwd,
+                                netns=self.netns)
 
 
 def _outcome(run: lanes.PytestRun, key: str) -> str:
@@ -306,7 +309,8 @@ def run_order_lane(
 
     The runs' environment is built from the allow-list of ``source_env``
     (default ``os.environ``) plus ``extra_env``; each run gets a fresh home
-    and TMPDIR.
+    and TMPDIR, and its own private network namespace where the machine
+    allows it (:func:`canarchy.testing.lanes.containment`).
     """
     from canarchy.testing import junit_compare
 
@@ -319,7 +323,9 @@ def run_order_lane(
         work = Path(tmp)
         # HOME and TMPDIR are set per run (fresh, empty); the rest from the allow-list only.
         env = lanes.build_env(home=work, source=os.environ if source_env is None else source_env, extra=extra_env)
-        runner = _Runs(python, pytest_args, env, work, cwd)
+        netns, note = lanes.containment()
+        echo(f"order: {note}")
+        runner = _Runs(python, pytest_args, env, work, cwd, netns=netns)
 
         def full_run(entry: OrderRun) -> None:
             name = entry.label.replace(" ", "-")
