@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -414,6 +415,19 @@ def test_a_mutation_that_needs_a_namespace_runs_in_one(project, temp_root, tmp_p
     (project / "tests" / "test_ns.py").write_text(NS_TEST)
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",), controls=(),
                           extra="needs_netns = true\n")
+    [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
+    assert result.status == "killed", result.reason
+
+
+def test_every_mutation_runs_in_a_namespace_where_one_exists(project, temp_root, tmp_path):
+    """Not only those marked needs_netns: the baseline of the killer (which needs to see
+    only `lo`) passes only inside a namespace."""
+    if not lanes.netns_support().available:
+        pytest.skip(lanes.netns_support().reason)
+    if [name for _index, name in socket.if_nameindex()] == ["lo"]:
+        pytest.skip("this host has only loopback: inside and outside a namespace look the same")
+    (project / "tests" / "test_ns.py").write_text(NS_TEST)
+    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",), controls=())
     [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
     assert result.status == "killed", result.reason
 

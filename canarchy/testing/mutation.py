@@ -31,10 +31,10 @@ Steps (:func:`run_mutations`); any step that cannot be completed means
 1. copy ``git ls-files -co --exclude-standard`` (tracked plus untracked,
    non-ignored files) into a fresh temporary directory, once for all the
    mutations of a run; the working tree is only read;
-2. each ``search`` must occur exactly once in the copy's file; a mutation
-   that ``needs_netns`` needs a private network namespace
-   (:func:`canarchy.testing.lanes.netns_support`) - then every pytest of the
-   run executes inside one;
+2. each ``search`` must occur exactly once in the copy's file; every pytest
+   of the run executes inside a private network namespace where one is
+   available (:func:`canarchy.testing.lanes.netns_support`), and a mutation
+   that ``needs_netns`` cannot decide without one;
 3. baseline: one pytest run of the killers and controls of every mutation,
    on the *unmutated* copy; each must pass (a mutation whose tests do not
    cannot decide);
@@ -575,9 +575,10 @@ def run_mutations(
     """Run several mutations on one copy of the tree, with one baseline run of all their tests.
 
     ``netns``: run every pytest inside a private network namespace; ``None``
-    (default) does so when a mutation ``needs_netns`` and one is available. A
-    mutation that needs a namespace when none is available cannot decide
-    (its mutant could reach a real bus). Results are in the order given.
+    (default) does so wherever one is available, like every lane that runs
+    the suite (:func:`canarchy.testing.lanes.containment`). A mutation that
+    ``needs_netns`` when none is available cannot decide (its mutant could
+    reach a real bus). Results are in the order given.
     """
     results = [
         MutationResult(m, "cannot decide", "", [TestRow(n, "killer") for n in m.killers] + [TestRow(n, "control") for n in m.controls])
@@ -585,8 +586,8 @@ def run_mutations(
     ]
     support = None
     if netns is None:
-        support = lanes.netns_support() if any(m.needs_netns for m in mutations) else None
-        use_netns = bool(support and support.available)
+        support = lanes.netns_support()
+        use_netns = support.available
     else:
         use_netns = netns
     runner = _Runner(timeout, netns=use_netns)
