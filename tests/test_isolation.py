@@ -341,15 +341,50 @@ def test_swallowed_refusal_fails_its_test_at_teardown(tmp_path):
 
 def test_environment_set_by_a_test_does_not_reach_the_next(tmp_path):
     run = run_child(tmp_path, {"test_env.py": """
-        import os
+        import os, subprocess, sys
         def test_a_sets():
             os.environ["CANARCHY_MCP_NONINTERACTIVE_ACK"] = "1"
             os.environ["SOME_OTHER_SETTING"] = "x"
+            os.environ["LEFT_BY_THE_OPERATOR"] = "changed"
+            del os.environ["ALSO_LEFT_BY_THE_OPERATOR"]
+            os.environb[b"NOT_UTF8"] = b"\\xff\\xfe"
         def test_b_sees_nothing():
             assert "CANARCHY_MCP_NONINTERACTIVE_ACK" not in os.environ
-            assert "SOME_OTHER_SETTING" not in os.environ
-    """}, "-p", "no:randomly")
+            assert "SOME_OTHER_SETTING" not in os.environ and b"NOT_UTF8" not in os.environb
+            assert (os.environ["LEFT_BY_THE_OPERATOR"], os.environ["ALSO_LEFT_BY_THE_OPERATOR"]) == ("kept", "kept")
+            # and the C environment a child inherits says the same
+            probe = ("import os; print(sorted(k for k in os.environ if k.startswith(('SOME_', 'NOT_UTF8', 'LEFT_', "
+                     "'ALSO_'))), os.environ['LEFT_BY_THE_OPERATOR'])")
+            out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+            assert out.split(" ", 1) == ["['ALSO_LEFT_BY_THE_OPERATOR',", "'LEFT_BY_THE_OPERATOR'] kept\\n"], out
+    """}, "-p", "no:randomly", env={"LEFT_BY_THE_OPERATOR": "kept", "ALSO_LEFT_BY_THE_OPERATOR": "kept"})
+    assert run.outcomes("test_a_sets") == {"passed"}, run.output
     assert run.outcomes("test_b_sees_nothing") == {"passed"}, run.output
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["bytes-mapping", "fallback"])
+def test_environment_snapshot_restores_exactly(raw, monkeypatch):
+    """EnvironmentSnapshot, both ways (CPython's bytes mapping, and the os.environ.copy()
+    fallback used where that mapping is missing): added, changed, removed, non-UTF-8 and
+    scrubbed variables all come back as they were."""
+    from canarchy.testing.sandbox import EnvironmentSnapshot
+
+    if not raw:
+        monkeypatch.setattr(os, "supports_bytes_environ", False)
+    os.environ["SNAP_KEPT"], os.environ["SNAP_CHANGED"], os.environ["SNAP_REMOVED"] = "k", "c", "r"
+    os.environb[b"SNAP_RAW"] = b"\xff"
+    os.environ["CANARCHY_SNAP"], os.environ["CAN_SNAP"] = "1", "2"
+    expected = dict(os.environb)
+    snapshot = EnvironmentSnapshot()
+    snapshot.scrub()
+    assert "CANARCHY_SNAP" not in os.environ and "CAN_SNAP" not in os.environ and os.environ["SNAP_KEPT"] == "k"
+    os.environ["SNAP_CHANGED"], os.environ["SNAP_ADDED"] = "changed", "a"
+    del os.environ["SNAP_REMOVED"]
+    os.environb[b"SNAP_RAW"] = b"\xfe"
+    snapshot.restore()
+    assert dict(os.environb) == expected
+    snapshot.restore()  # nothing differs: nothing to do, nothing breaks
+    assert dict(os.environb) == expected
 
 
 # -- issue #3 item 4: import-time paths found by scanning ---------------------------------

@@ -116,11 +116,19 @@ class BusGuard:
     def take_refusals(self, nodeid: str | None = None) -> list[Refusal]:
         """Return and forget the recorded refusals (those of ``nodeid`` only,
         when given), including those written to ``report_dir`` by child processes."""
-        with self._lock:
-            taken = [r for r in self.refusals if nodeid is None or r.nodeid == nodeid]
-            self.refusals = [r for r in self.refusals if r not in taken]
-        if self.report_dir is not None and self.report_dir.is_dir():
-            for entry in os.scandir(self.report_dir):
+        taken: list[Refusal] = []
+        if self.refusals:  # called twice per test: skip the lock when there is nothing
+            with self._lock:
+                taken = [r for r in self.refusals if nodeid is None or r.nodeid == nodeid]
+                self.refusals = [r for r in self.refusals if r not in taken]
+        if self.report_dir is None:
+            return taken
+        try:
+            entries = os.scandir(self.report_dir)
+        except OSError:  # not there (yet, or any more): nothing written
+            return taken
+        with entries:
+            for entry in entries:
                 try:
                     refusal = Refusal(**json.loads(Path(entry.path).read_text(encoding="utf-8")))
                 except (OSError, ValueError, TypeError):

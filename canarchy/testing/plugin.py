@@ -39,10 +39,9 @@ from canarchy.testing import guard as _guard
 from canarchy.testing.sandbox import (
     CHECKOUT_IGNORED,
     OPERATOR_STATE,
+    EnvironmentSnapshot,
     Sandbox,
     apply_environment,
-    home_environment,
-    is_scrubbed,
     manifest,
     manifest_diff,
 )
@@ -184,8 +183,16 @@ def pytest_fixture_setup(fixturedef, request):
 
 # -- per-test layers ----------------------------------------------------------------
 
+_OPT_OUTS = pytest.StashKey[frozenset]()
+
+
 def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
-    return any(request.node.get_closest_marker(m) is not None for m in markers)
+    """Whether the test carries any of the opt-out ``markers`` (looked up once per test)."""
+    node = request.node
+    found = node.stash.get(_OPT_OUTS, None)
+    if found is None:
+        found = node.stash[_OPT_OUTS] = frozenset(m.name for m in node.iter_markers() if m.name in MARKERS)
+    return not found.isdisjoint(markers)
 
 
 @pytest.fixture(autouse=True)
@@ -199,22 +206,21 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     ``real_home`` tests. Yields the test's home directory.
     """
     sandbox = _sandbox(request.config)
-    before = os.environ.copy()
+    before = EnvironmentSnapshot()
     cwd_before = os.getcwd()
     dirs = None
     if _opts_out(request, "integration", "real_home"):
         env = dict(sandbox.operator_env)
         if not _opts_out(request, "integration"):
-            env.update({k: v for k, v in before.items() if k.startswith("PYTEST_CANARCHY_") or k == "PYTHONPATH"})
+            env.update({k: v for k, v in os.environ.items() if k.startswith("PYTEST_CANARCHY_") or k == "PYTHONPATH"})
         apply_environment(env)
         sandbox.rebase(sandbox.real_home)
         sandbox.restore_python_can()
         home = sandbox.real_home
     else:
         home, cwd = dirs = sandbox.new_test_dirs()
-        for name in [k for k in before if is_scrubbed(k)]:
-            del os.environ[name]
-        os.environ.update(home_environment(home))
+        before.scrub()
+        os.environ.update(sandbox.home_environment(home))
         sandbox.rebase(home)
         sandbox.scrub_python_can()
         os.chdir(cwd)
@@ -222,7 +228,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         yield home
     finally:
         os.chdir(cwd_before)
-        apply_environment(before)
+        before.restore()
         sandbox.rebase(sandbox.session_home)
         sandbox.scrub_python_can()
         if dirs is not None:

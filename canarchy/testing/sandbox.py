@@ -98,6 +98,56 @@ def apply_environment(target: Mapping[str, str], environ: os._Environ | dict = o
             environ[name] = value
 
 
+class EnvironmentSnapshot:
+    """``os.environ`` as it was at one moment, to be put back later.
+
+    Per test this is taken once and restored once, so it is built for speed
+    (``docs/benchmarks.md``, isolation): on POSIX CPython it copies the
+    interpreter's own bytes mapping behind ``os.environ`` (one C-level dict
+    copy, where ``os.environ.copy()`` decodes every key and value), compares
+    it in one C-level ``==`` and writes back only the keys that differ through
+    ``os.environb``, which shares that mapping and calls ``putenv``/``unsetenv``.
+    Where that mapping is not there (Windows, another interpreter) it falls
+    back to ``os.environ.copy()`` and :func:`apply_environment`. Either way
+    the result is the same: ``os.environ`` (and the C environment children
+    inherit) equal to the snapshot.
+    """
+
+    __slots__ = ("_saved", "_raw")
+
+    def __init__(self) -> None:
+        raw = getattr(os.environ, "_data", None) if os.supports_bytes_environ else None
+        self._raw = raw if isinstance(raw, dict) else None
+        self._saved: dict = self._raw.copy() if self._raw is not None else os.environ.copy()
+
+    def scrub(self) -> None:
+        """Remove every ``CANARCHY_*``/``CAN_*`` variable that was set when the snapshot was taken."""
+        if self._raw is not None:
+            for key in [k for k in self._saved if k.startswith(_SCRUBBED_PREFIXES_BYTES)]:
+                os.environb.pop(key, None)
+        else:
+            for name in [k for k in self._saved if is_scrubbed(k)]:
+                os.environ.pop(name, None)
+
+    def restore(self) -> None:
+        """Make ``os.environ`` equal to the snapshot again, touching only what differs."""
+        if self._raw is None or os.environ._data is not self._raw:  # type: ignore[attr-defined]
+            apply_environment({os.fsdecode(k): os.fsdecode(v) for k, v in self._saved.items()}
+                              if self._raw is not None else self._saved)
+            return
+        raw, saved = self._raw, self._saved
+        if raw == saved:
+            return
+        for key in raw.keys() - saved.keys():
+            os.environb.pop(key, None)
+        for key, value in saved.items():
+            if raw.get(key) != value:
+                os.environb[key] = value
+
+
+_SCRUBBED_PREFIXES_BYTES = tuple(prefix.encode() for prefix in SCRUBBED_PREFIXES)
+
+
 @dataclass
 class PathTarget:
     """An import-time path found in a module: ``module.attribute`` (or a
@@ -134,12 +184,21 @@ class Sandbox:
         self._modules_seen = -1
         self._python_can_files: list[str] | None = None
         self._spare: tuple[Path, Path] | None = None
+        self._home_envs: dict[Path, dict[str, str]] = {}
 
     # -- environments ------------------------------------------------------
     def isolated_environment(self, home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: the operator's) without scrubbed variables, homes moved to ``home``."""
         env = {k: v for k, v in (self.operator_env if base is None else base).items() if not is_scrubbed(k)}
         env.update(home_environment(home))
+        return env
+
+    def home_environment(self, home: Path) -> dict[str, str]:
+        """:func:`home_environment` of ``home``, remembered: test homes are reused
+        while tests leave them empty, so the same few are asked for again."""
+        env = self._home_envs.get(home)
+        if env is None:
+            env = self._home_envs[home] = home_environment(home)
         return env
 
     def enter_session(self, extra: Mapping[str, str] | None = None) -> None:
