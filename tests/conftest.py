@@ -7,6 +7,19 @@ moves the process into its disposable home.
 import pytest
 
 pytest_plugins = ["canarchy.testing.plugin"]
+_PLUGIN = "canarchy.testing.plugin"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to run canarchy's suite with its isolation switched off
+    (``-p no:canarchy.testing.plugin``): many tests write under the home and
+    the working directory, which only the plugin makes disposable."""
+    if not config.pluginmanager.has_plugin(_PLUGIN):
+        raise pytest.UsageError(
+            f"canarchy's tests run only under its isolation plugin ({_PLUGIN}), which this run disabled: "
+            "without it they would write into your ~/.canarchy and this checkout. "
+            f"Remove `-p no:{_PLUGIN}` (from the command line or PYTEST_ADDOPTS)."
+        )
 
 
 @pytest.fixture

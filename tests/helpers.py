@@ -31,8 +31,37 @@ class CliRun:
         return [e["code"] for e in self.envelope["errors"]]
 
 
+def require_isolation() -> None:
+    """RuntimeError unless canarchy's isolation is active in this process."""
+    from canarchy.testing.plugin import active_sandbox
+
+    if active_sandbox() is None:
+        raise RuntimeError("canarchy's isolation (canarchy.testing.plugin) is not active in this run: "
+                           "these helpers write under the home and the working directory")
+
+
+def disposable_home() -> Path:
+    """``Path.home()``, after checking that it is a home canarchy's isolation
+    made for this run. Raises RuntimeError when the isolation is not active
+    (the suite run with its plugin disabled) or the home is the operator's
+    (a ``real_home``/``integration`` test): the helpers below write there."""
+    from canarchy.testing.plugin import active_sandbox
+
+    sandbox = active_sandbox()
+    home = Path.home().resolve()
+    if sandbox is None or sandbox.root not in home.parents:
+        raise RuntimeError(
+            f"refusing to write under {home}: it is not a disposable home of canarchy's isolation "
+            "(is canarchy.testing.plugin active, and is this test not marked real_home/integration?)"
+        )
+    return home
+
+
 def run_cli(*argv: str) -> CliRun:
-    """Run ``canarchy *argv`` in this process."""
+    """Run ``canarchy *argv`` in this process. It may write under the home and
+    the working directory, so the isolation must be active (integration tests
+    run it against the operator's environment on purpose)."""
+    require_isolation()
     out = io.StringIO()
     code = main(list(argv), stdout=out)
     return CliRun(code, out.getvalue())
@@ -40,7 +69,7 @@ def run_cli(*argv: str) -> CliRun:
 
 def write_user_config(text: str) -> Path:
     """Write ``~/.canarchy/config.toml`` in the (disposable) home of the running test."""
-    path = Path.home() / ".canarchy" / "config.toml"
+    path = disposable_home() / ".canarchy" / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path

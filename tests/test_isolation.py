@@ -180,6 +180,60 @@ def test_tiso15_integration_runs_when_selected(tmp_path):
     assert "test_marked PASSED" in proc.stdout and "1 passed, 1 deselected" in proc.stdout
 
 
+# -- the isolation cannot be switched off by accident ----------------------------------------
+
+WRITES_HOME = """
+from pathlib import Path
+def test_writes_home():
+    (Path.home() / ".canarchy").mkdir(exist_ok=True)
+    (Path.home() / ".canarchy" / "config.toml").write_text("overwritten")
+"""
+
+
+def _operator_run(tmp_path, *args):
+    """pytest with the repository's configuration on a project holding this suite's own
+    conftest.py, as an operator whose ~/.canarchy/config.toml must survive."""
+    project, home = tmp_path / "project", tmp_path / "operator-home"
+    project.mkdir()
+    (home / ".canarchy").mkdir(parents=True)
+    (home / ".canarchy" / "config.toml").write_text("[transport]\ndefault_interface = \"can0\"\n")
+    (project / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (project / "test_w.py").write_text(WRITES_HOME)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONPATH=str(REPO), HOME=str(home))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(project),
+         "-p", "no:cacheprovider", str(project), *args],
+        capture_output=True, text=True, cwd=project, env=env, timeout=120,
+    )  # fmt: skip
+    return proc, (home / ".canarchy" / "config.toml").read_text()
+
+
+def test_noconftest_still_runs_isolated(tmp_path):
+    proc, config = _operator_run(tmp_path, "--noconftest")
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert config == '[transport]\ndefault_interface = "can0"\n'
+
+
+def test_a_run_with_the_plugin_disabled_is_refused(tmp_path):
+    proc, config = _operator_run(tmp_path, "-p", "no:canarchy.testing.plugin")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "canarchy's tests run only under its isolation plugin (canarchy.testing.plugin)" in proc.stderr
+    assert config == '[transport]\ndefault_interface = "can0"\n'
+
+
+def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, monkeypatch):
+    from tests import helpers
+
+    assert helpers.disposable_home() == Path.home().resolve()
+    monkeypatch.setenv("HOME", str(canarchy_sandbox.real_home))  # as in a real_home test
+    with pytest.raises(RuntimeError, match="not a disposable home"):
+        helpers.disposable_home()
+    monkeypatch.setattr("canarchy.testing.plugin._ACTIVE", [])  # as with the plugin disabled
+    with pytest.raises(RuntimeError, match="is not active"):
+        helpers.require_isolation()
+
+
 # -- seed 004: wider-scoped fixtures see the disposable home ---------------------------
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,17 @@ class _ShutdownRecords(logging.Handler):
 _SHUTDOWN_RECORDS = _ShutdownRecords()
 
 
+_ACTIVE: list[Sandbox] = []
+
+
+def active_sandbox() -> Sandbox | None:
+    """The :class:`Sandbox` of the pytest run configured in this process, or
+    None when the plugin is not active here (not loaded, disabled with
+    ``-p no:``, or the run is over). For helpers that must refuse to write
+    anywhere but a disposable home."""
+    return _ACTIVE[0] if _ACTIVE else None
+
+
 def _sandbox(config: pytest.Config) -> Sandbox:
     return config.stash[_SANDBOX]
 
@@ -95,6 +106,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     operator_env = config.workerinput.get("canarchy_operator_env") if _is_worker(config) else None
     sandbox = Sandbox(operator_env)
+    _ACTIVE[:] = [sandbox]
     config.stash[_SANDBOX] = sandbox
     if not _is_worker(config):
         config.stash[_SENTINEL] = {"home": manifest(sandbox.real_home, OPERATOR_STATE)}
@@ -131,6 +143,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     apply_environment(sandbox.operator_env)
     sandbox.restore_python_can()
     sandbox.cleanup()
+    _ACTIVE.clear()
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:
