@@ -148,6 +148,12 @@ INTEGRATION_FILE = """
     @pytest.mark.integration
     def test_marked():
         pass
+    @pytest.mark.real_bus
+    def test_on_a_real_bus():
+        pass
+    @pytest.mark.real_home
+    def test_in_the_real_home():
+        pass
 """
 
 
@@ -164,20 +170,28 @@ def _pytest_with_repo_config(tmp_path, *args):
 
 
 def test_tiso13_integration_deselected_by_default(tmp_path):
+    """And the narrower opt-outs with it: a plain run touches nothing of the operator's."""
     proc = _pytest_with_repo_config(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 passed, 1 deselected" in proc.stdout
+    assert "1 passed, 3 deselected" in proc.stdout
 
 
 def test_tiso13_other_marker_expressions_keep_integration_out(tmp_path):
     proc = _pytest_with_repo_config(tmp_path, "-m", "not real_bus")
-    assert "1 passed, 1 deselected" in proc.stdout, proc.stdout
+    assert "1 passed, 3 deselected" in proc.stdout, proc.stdout
 
 
 def test_tiso15_integration_runs_when_selected(tmp_path):
     proc = _pytest_with_repo_config(tmp_path, "-m", "integration", "-v")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "test_marked PASSED" in proc.stdout and "1 passed, 1 deselected" in proc.stdout
+    assert "test_marked PASSED" in proc.stdout and "1 passed, 3 deselected" in proc.stdout
+
+
+def test_each_opt_out_runs_only_when_named(tmp_path):
+    proc = _pytest_with_repo_config(tmp_path, "-m", "real_bus or not integration", "-v")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "test_on_a_real_bus PASSED" in proc.stdout and "test_ordinary PASSED" in proc.stdout
+    assert "2 passed, 2 deselected" in proc.stdout, proc.stdout
 
 
 # -- the isolation cannot be switched off by accident ----------------------------------------

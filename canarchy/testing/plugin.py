@@ -18,9 +18,10 @@ Layers (``docs/design/test-isolation.md``):
 3. Bus guard (``forbid_real_can_bus``, autouse): only python-can's
    ``virtual`` interface; a refusal fails the test even if it was caught; a
    bus left open fails the test.
-4. Markers: ``integration`` (real environment and real bus; deselected unless
-   the ``-m`` expression names it), ``real_bus`` (guard off, home isolated),
-   ``real_home`` (the operator's home and environment, guard on).
+4. Markers: ``integration`` (real environment and real bus), ``real_bus``
+   (guard off, home isolated), ``real_home`` (the operator's home and
+   environment, guard on); each deselected unless the ``-m`` expression
+   names it, so a plain ``pytest`` touches nothing of the operator's.
 5. Sentinel: the operator's canarchy/python-can state (from the first
    configure hook) and the checkout (from session start, after every plugin
    has set up) are hashed and compared after the run; any change fails it.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -48,8 +50,10 @@ from canarchy.testing.sandbox import (
 
 MARKERS = {
     "integration": "uses the real environment and a real CAN bus; deselected unless -m names it",
-    "real_bus": "may open a real CAN bus (the guard stands down); the home stays isolated",
-    "real_home": "sees the operator's real home and environment; the bus guard stays on",
+    "real_bus": "may open a real CAN bus (the guard stands down); the home stays isolated; "
+                "deselected unless -m names it",
+    "real_home": "sees the operator's real home and environment; the bus guard stays on; "
+                 "deselected unless -m names it",
 }
 _CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -166,14 +170,19 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``integration`` tests unless the ``-m`` expression names the marker
-    (``-m uds`` keeps them out; ``-m integration`` or ``-m "integration or uds"`` selects)."""
+    """Deselect every test carrying an opt-out marker (``integration``,
+    ``real_bus``, ``real_home``: each reaches the operator's bus or home)
+    unless the ``-m`` expression names one of its opt-out markers: ``-m uds``
+    keeps them all out; ``-m integration`` or ``-m "real_bus or uds"`` lets
+    those in (pytest's own ``-m`` filtering then applies as usual). A plain
+    ``pytest`` therefore runs only tests that touch nothing of the operator's."""
     _guard.GUARD.owner = _BETWEEN_TESTS
-    if "integration" in (config.getoption("markexpr", "") or ""):
-        return
+    markexpr = config.getoption("markexpr", "") or ""
+    named = {name for name in MARKERS if re.search(rf"(?<![\w.]){name}(?![\w.])", markexpr)}
     kept, dropped = [], []
     for item in items:
-        (dropped if item.get_closest_marker("integration") else kept).append(item)
+        opt_outs = {name for name in MARKERS if item.get_closest_marker(name) is not None}
+        (dropped if opt_outs and not (opt_outs & named) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

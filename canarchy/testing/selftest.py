@@ -43,6 +43,10 @@ one is available. Detectors:
     the order lane (:func:`canarchy.testing.order.run_order_lane`, reverse and
     seed 1) finds the named test's outcome changing and bisects to the
     polluter named in ``expect``.
+``deselect``
+    the plugin keeps the named test out of a plain run (an opt-out marker the
+    ``-m`` expression does not name): it is not in the report and pytest
+    counts it deselected; ``expect`` is ``"deselected"``.
 
 A control must pass under the plugin with exit code 0 and no sentinel
 section, give identical parity twins with the operator home unchanged, and
@@ -79,7 +83,7 @@ EXIT_CAUGHT = 0
 EXIT_MISSED = 1
 EXIT_CANNOT_DECIDE = 2
 
-DETECTORS = ("guard", "isolation", "sentinel", "parity", "order")
+DETECTORS = ("guard", "isolation", "sentinel", "parity", "order", "deselect")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 _SENTINEL_SECTION = "canarchy isolation sentinel"
 _GUARD_TEXT = "tried to open a real CAN bus"
@@ -235,6 +239,17 @@ def _check_test_failure(entry: Entry, run: lanes.PytestRun, *, guard: bool) -> t
     return True, f"{entry.test} {case.outcome}: report holds {entry.expect!r}"
 
 
+def _check_deselected(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
+    if not run.junit.exists():
+        return False, f"no report (exit code {run.returncode})"
+    if _case(run, entry.test or "") is not None:
+        return False, f"{entry.test} ran in a plain run"
+    deselected = (run.summary or {}).get("deselected", 0)
+    if not deselected:
+        return False, f"{entry.test} neither ran nor was deselected (exit code {run.returncode})"
+    return True, f"{entry.test} kept out of a plain run ({deselected} deselected)"
+
+
 def _check_sentinel(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
     if _SENTINEL_SECTION not in run.output:
         return False, f"no sentinel section (exit code {run.returncode})"
@@ -285,6 +300,8 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
                 ok, evidence = _check_control(entry, run, project, operator_home, home)
             elif entry.detector == "sentinel":
                 ok, evidence = _check_sentinel(entry, run)
+            elif entry.detector == "deselect":
+                ok, evidence = _check_deselected(entry, run)
             else:
                 ok, evidence = _check_test_failure(entry, run, guard=entry.detector == "guard")
     return Outcome(entry, ok, evidence, time.monotonic() - started)
