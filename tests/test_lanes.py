@@ -128,6 +128,19 @@ def test_choose_tests_refuses_everything_else(posargs, fixed, message):
         lanes.choose_tests(posargs, fixed_markexpr=fixed)
 
 
+@pytest.mark.parametrize("path", ["/tmp/elsewhere/test_evil.py", "../other-checkout/tests", "tests/../../x/test_a.py::t"])
+def test_choose_tests_keeps_to_the_checkout(tmp_path, path):
+    """A test file outside the checkout would run without its conftest, i.e. unisolated."""
+    checkout = tmp_path / "checkout"
+    (checkout / "tests").mkdir(parents=True)
+    assert lanes.choose_tests(["tests/test_a.py::t", "tests"], root=checkout) == ["tests/test_a.py::t", "tests"]
+    with pytest.raises(ValueError, match="is outside it"):
+        lanes.choose_tests([path], root=checkout)
+    (checkout / "tests" / "escape").symlink_to(tmp_path)
+    with pytest.raises(ValueError, match="is outside it"):
+        lanes.choose_tests(["tests/escape/test_x.py"], root=checkout)
+
+
 # --------------------------------------------------------------------------- manifests
 
 

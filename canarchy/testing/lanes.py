@@ -177,19 +177,32 @@ def build_env(
 SELECTION_OPTIONS = ("-k", "-m", "--deselect")
 
 
-def choose_tests(posargs: Sequence[str], *, fixed_markexpr: str | None = None, default: str = "tests") -> list[str]:
+def choose_tests(
+    posargs: Sequence[str],
+    *,
+    fixed_markexpr: str | None = None,
+    default: str = "tests",
+    root: str | os.PathLike[str] | None = None,
+) -> list[str]:
     """Check a lane's posargs and return pytest's test selection.
 
-    Accepted: paths and node ids, ``-k EXPR``, ``-m EXPR`` (not when the lane
-    fixes ``-m`` itself, and never naming ``integration`` outside that lane),
-    ``--deselect ID``, each with a separate or ``=`` value. Without a path the
-    selection is ``default``. Raises ``ValueError`` naming the refused token,
-    so posargs can never switch a safety flag off or move the JUnit report.
+    Accepted: paths and node ids inside the checkout ``root`` (default: the
+    working directory; a test file elsewhere would run without this
+    project's conftest and so without its isolation), ``-k EXPR``, ``-m
+    EXPR`` (not when the lane fixes ``-m`` itself, and never naming
+    ``integration`` outside that lane), ``--deselect ID``, each with a
+    separate or ``=`` value. Without a path the selection is ``default``.
+    Raises ``ValueError`` naming the refused token, so posargs can never
+    switch a safety flag off, move the JUnit report or leave the checkout.
     """
+    base = Path(os.getcwd() if root is None else root).resolve()
     args, options, paths = list(posargs), [], []
     while args:
         token = args.pop(0)
         if not token.startswith("-"):
+            target = (base / token.split("::", 1)[0]).resolve()
+            if target != base and base not in target.parents:
+                raise ValueError(f"posargs choose tests of this checkout ({base}); {token!r} is outside it")
             paths.append(token)
             continue
         option, has_value, value = token.partition("=")
