@@ -350,30 +350,32 @@ def test_run_lane_end_to_end(tmp_path, monkeypatch, capsys):
     assert (root / "reports" / "unit.log").exists()
 
 
-# A test whose child escapes the bus guard the documented way (``python -I``
-# drops the PYTHONPATH hook) and reports the network interfaces it can see.
-UNGUARDED_CHILD = """
+def unguarded_child() -> str:
+    """A test module whose child escapes the bus guard the documented way
+    (``python -I`` drops the PYTHONPATH hook) and must find itself in a network
+    namespace other than the caller's (this test's), holding only ``lo``.
+    Works wherever the caller runs, a lane's namespace included."""
+    outer = os.readlink("/proc/self/ns/net")
+    return f"""
 import subprocess, sys
 
-def test_an_unguarded_child_sees_only_loopback():
-    probe = "import socket; print(sorted(name for _, name in socket.if_nameindex()))"
+def test_an_unguarded_child_is_contained():
+    probe = "import os, socket; print(os.readlink('/proc/self/ns/net'), sorted(n for _, n in socket.if_nameindex()))"
     seen = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert seen.strip() == "['lo']", seen
+    namespace, interfaces = seen.split(" ", 1)
+    assert namespace != {outer!r}, "the child shares the caller's network namespace"
+    assert interfaces.strip() == "['lo']", seen
 """
 
 
-def _needs_a_namespace_and_a_host_interface() -> None:
-    import socket
-
+def _needs_a_namespace() -> None:
     if not lanes.netns_support().available:
         pytest.skip(lanes.netns_support().reason)
-    if [name for _, name in socket.if_nameindex()] == ["lo"]:
-        pytest.skip("this host has only loopback: inside and outside a namespace look the same")
 
 
 def test_unit_lane_contains_a_child_the_guard_cannot_reach(tmp_path, monkeypatch, capsys):
-    _needs_a_namespace_and_a_host_interface()
-    root = _project(tmp_path / "p", UNGUARDED_CHILD)
+    _needs_a_namespace()
+    root = _project(tmp_path / "p", unguarded_child())
     monkeypatch.chdir(root)
     code = lanes.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
     out = capsys.readouterr().out
@@ -382,8 +384,8 @@ def test_unit_lane_contains_a_child_the_guard_cannot_reach(tmp_path, monkeypatch
 
 
 def test_both_parity_twins_are_contained(tmp_path):
-    _needs_a_namespace_and_a_host_interface()
-    root = _project(tmp_path / "p", UNGUARDED_CHILD)
+    _needs_a_namespace()
+    root = _project(tmp_path / "p", unguarded_child())
     (tmp_path / "home").mkdir()
     result = lanes.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "home",
                               checkout=root, allowlist=None, source_env=os.environ, hashseeds=(11, 22))

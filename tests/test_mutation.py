@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -424,10 +423,12 @@ def test_every_mutation_runs_in_a_namespace_where_one_exists(project, temp_root,
     only `lo`) passes only inside a namespace."""
     if not lanes.netns_support().available:
         pytest.skip(lanes.netns_support().reason)
-    if [name for _index, name in socket.if_nameindex()] == ["lo"]:
-        pytest.skip("this host has only loopback: inside and outside a namespace look the same")
-    (project / "tests" / "test_ns.py").write_text(NS_TEST)
-    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",), controls=())
+    outer = os.readlink("/proc/self/ns/net")
+    (project / "tests" / "test_ns.py").write_text(
+        NS_TEST + f"\nimport os\n\ndef test_not_in_the_callers_namespace():\n    assert os.readlink('/proc/self/ns/net') != {outer!r}\n"
+    )
+    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",),
+                          controls=("tests/test_ns.py::test_not_in_the_callers_namespace",))
     [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
     assert result.status == "killed", result.reason
 

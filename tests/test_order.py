@@ -207,10 +207,10 @@ def test_cli_prints_the_table_and_writes_markdown(tmp_path, monkeypatch, capsys)
 def test_every_order_run_is_contained(tmp_path):
     from canarchy.testing import lanes
 
-    from tests.test_lanes import UNGUARDED_CHILD, _needs_a_namespace_and_a_host_interface
+    from tests.test_lanes import _needs_a_namespace, unguarded_child
 
-    _needs_a_namespace_and_a_host_interface()
-    root = _project(tmp_path / "p", {"test_c.py": UNGUARDED_CHILD})
+    _needs_a_namespace()
+    root = _project(tmp_path / "p", {"test_c.py": unguarded_child()})
     lines = []
     result = order.run_order_lane(sys.executable, _lane_args(root), seeds=[1], cwd=root, echo=lines.append)
     assert [entry.run.summary for entry in result.runs] == [{"passed": 1}] * 3, lines
