@@ -524,3 +524,47 @@ def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypa
 
     netns, notes, error = lanes._integration_bus({"PATH": "/bin"}, sys.executable, operator=True)
     assert error and "--operator-bus needs" in error
+
+
+WAITS = """
+import os, time
+from pathlib import Path
+
+def test_waits():
+    Path({started!r}, str(os.getpid())).write_text("")
+    time.sleep(120)
+"""
+
+
+def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path):
+    import signal
+    import time
+
+    started, tmp = tmp_path / "started", tmp_path / "tmp"
+    started.mkdir()
+    tmp.mkdir()
+    root = _project(tmp_path / "p", WAITS.format(started=str(started)))
+    (tmp_path / "home").mkdir()
+    env = lanes.build_env(home=tmp_path / "lane-home", source=os.environ,
+                          extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    lane = subprocess.Popen(
+        [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
+         "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < 2:
+            assert lane.poll() is None and time.monotonic() < deadline, "the twins never started"
+            time.sleep(0.05)
+        lane.send_signal(signal.SIGINT)
+        out, err = lane.communicate(timeout=60)
+    finally:
+        if lane.poll() is None:
+            os.killpg(lane.pid, signal.SIGKILL)
+    assert lane.returncode == 130, out + err
+    assert "parity: interrupted by SIGINT" in err and "Traceback" not in err, err
+    for pid in (int(p.name) for p in started.iterdir()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert list(tmp.iterdir()) == []

@@ -983,8 +983,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except _Terminated:
-        print(f"{args.action}: terminated", file=sys.stderr)
+        print(f"{args.action}: terminated; the lane's temporary directories were removed", file=sys.stderr)
         return 128 + signal.SIGTERM
+    except KeyboardInterrupt:
+        print(f"{args.action}: interrupted by SIGINT; the lane's temporary directories were removed", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":  # pragma: no cover
