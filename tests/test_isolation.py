@@ -17,6 +17,7 @@ import pytest
 
 from canarchy import transport
 from canarchy.errors import TransportError
+from canarchy.testing import lanes
 from canarchy.testing.guard import RealCanBusRefused
 from canarchy.testing.sandbox import KNOWN_IMPORT_TIME_PATHS
 from tests.isolation_child import run_child
@@ -246,6 +247,55 @@ def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, 
     monkeypatch.setattr("canarchy.testing.plugin._ACTIVE", [])  # as with the plugin disabled
     with pytest.raises(RuntimeError, match="is not active"):
         helpers.require_isolation()
+
+
+# -- the kernel's wall: a private network namespace for the whole run ----------------------
+
+ESCAPING_CHILD = """
+    import subprocess, sys
+    def test_child_without_the_guard():
+        probe = "import os, socket; print(os.readlink('/proc/self/ns/net'), sorted(n for _, n in socket.if_nameindex()))"
+        print("CHILD-SEES", subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True).stdout)
+"""
+
+
+def _child_sees(run) -> tuple[str, str]:
+    line = next(line for line in run.output.splitlines() if line.startswith("CHILD-SEES"))
+    namespace, interfaces = line.split(" ", 2)[1:]
+    return namespace, interfaces.strip()
+
+
+@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
+    """With canarchy_network_namespace on, even a child the guard cannot reach (python -I)
+    is in a namespace other than the caller's, with only lo; off, or when -m selects tests
+    that use a real bus, it is not."""
+    outer = os.readlink("/proc/self/ns/net")
+    on = "[pytest]\ncanarchy_network_namespace = true\n"
+    run = run_child(tmp_path / "on", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s")
+    assert run.returncode == 0, run.output
+    namespace, interfaces = _child_sees(run)
+    assert namespace != outer and interfaces == "['lo']", run.output
+    run = run_child(tmp_path / "off", {"test_c.py": ESCAPING_CHILD}, "-s")
+    assert _child_sees(run)[0] == outer, run.output
+    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not real_bus")
+    assert _child_sees(run)[0] == outer, run.output
+
+
+def test_without_the_right_to_unshare_the_run_says_why(monkeypatch):
+    import errno
+
+    from canarchy.testing import network
+
+    def refused():
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(network, "_unshare_network", refused)
+    before = network.current_namespace()
+    assert network.enter_private_network() == (False, "the host's (unshare(CLONE_NEWNET): not root)")
+    assert network.current_namespace() == before
+    monkeypatch.setattr(network.sys, "platform", "darwin")
+    assert network.enter_private_network()[1] == "the host's (network namespaces are Linux-only; this is darwin)"
 
 
 # -- seed 004: wider-scoped fixtures see the disposable home ---------------------------

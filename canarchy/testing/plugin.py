@@ -22,7 +22,11 @@ Layers (``docs/design/test-isolation.md``):
    (guard off, home isolated), ``real_home`` (the operator's home and
    environment, guard on); each deselected unless the ``-m`` expression
    names it, so a plain ``pytest`` touches nothing of the operator's.
-5. Sentinel: the operator's canarchy/python-can state (from the first
+5. Network (``canarchy_network_namespace = true`` in the ini file; Linux,
+   root): the session moves into a private network namespace holding only
+   ``lo`` before anything else runs, so even a child process the guard
+   cannot reach finds no CAN interface (``canarchy.testing.network``).
+6. Sentinel: the operator's canarchy/python-can state (from the first
    configure hook) and the checkout (from session start, after every plugin
    has set up) are hashed and compared after the run; any change fails it.
 """
@@ -38,6 +42,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing import guard as _guard
+from canarchy.testing import network as _network
 from canarchy.testing.sandbox import (
     CHECKOUT_IGNORED,
     OPERATOR_STATE,
@@ -104,10 +109,41 @@ def _is_worker(config: pytest.Config) -> bool:
 
 # -- session layer ------------------------------------------------------------------
 
+NETWORK_INI = "canarchy_network_namespace"
+_NETWORK_NOTE = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        NETWORK_INI, type="bool", default=False,
+        help="canarchy: run the session in a private network namespace holding only loopback "
+             "(Linux, root; skipped when -m names integration or real_bus)",
+    )  # fmt: skip
+
+
+def _named_in(markexpr: str, markers) -> list[str]:
+    """The ``markers`` that occur as a word in the ``-m`` expression."""
+    return [name for name in markers if re.search(rf"(?<![\w.]){name}(?![\w.])", markexpr)]
+
+
+def _private_network(config: pytest.Config) -> str:
+    """Enter a private network namespace if the ini option asks for it and the
+    run does not select tests that use a real bus; return the header note."""
+    if not config.getini(NETWORK_INI):
+        return f"the host's ({NETWORK_INI} is off)"
+    markexpr = config.getoption("markexpr", "") or ""
+    named = _named_in(markexpr, ("integration", "real_bus"))
+    if named:
+        return f"the host's (-m names {' and '.join(named)}: those tests use a real bus)"
+    return _network.enter_private_network()[1]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    if not _is_worker(config):  # xdist workers start later, inside it
+        config.stash[_NETWORK_NOTE] = _private_network(config)
     operator_env = config.workerinput.get("canarchy_operator_env") if _is_worker(config) else None
     sandbox = Sandbox(operator_env)
     _ACTIVE[:] = [sandbox]
@@ -150,6 +186,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _ACTIVE.clear()
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    note = config.stash.get(_NETWORK_NOTE, None)
+    return f"canarchy isolation: network: {note}" if note is not None else None
+
+
 def pytest_collectstart(collector: pytest.Collector) -> None:
     _guard.GUARD.owner = f"<collection of {collector.nodeid or 'the session'}>"
 
@@ -178,7 +219,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``pytest`` therefore runs only tests that touch nothing of the operator's."""
     _guard.GUARD.owner = _BETWEEN_TESTS
     markexpr = config.getoption("markexpr", "") or ""
-    named = {name for name in MARKERS if re.search(rf"(?<![\w.]){name}(?![\w.])", markexpr)}
+    named = set(_named_in(markexpr, MARKERS))
     kept, dropped = [], []
     for item in items:
         opt_outs = {name for name in MARKERS if item.get_closest_marker(name) is not None}
