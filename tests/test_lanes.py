@@ -547,9 +547,13 @@ def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path)
     (tmp_path / "home").mkdir()
     env = lanes.build_env(home=tmp_path / "lane-home", source=os.environ,
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    argv = [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
+            "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")]
+    # As from a terminal: SIGINT at its default, even when this suite was started in the
+    # background by a shell, which sets it to "ignore" (and exec keeps that).
+    as_in_a_terminal = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
     lane = subprocess.Popen(
-        [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
-         "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")],
+        [sys.executable, "-c", as_in_a_terminal, *argv],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
