@@ -8,6 +8,8 @@ and that offline commands do not import python-can, cantools or the MCP SDK.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import argparse
 import ast
 import importlib

@@ -7,6 +7,8 @@ per-test home. Tests about a custom root re-point them with monkeypatch.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import hashlib
 import io
 import json

@@ -6,6 +6,8 @@ test's disposable home, ``monkeypatch.setenv``): REQ-TISO-08.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import pytest
 from pathlib import Path
 

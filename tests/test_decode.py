@@ -6,6 +6,8 @@ Expected values are computed in the tests themselves from the candump text
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import json
 import subprocess
 import sys

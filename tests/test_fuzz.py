@@ -8,6 +8,8 @@ Active tests run a :class:`canarchy.simulator.SimulatedEcu` on python-can's
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import json
 import re
 from pathlib import Path

@@ -7,6 +7,8 @@ The peer is a python-can ``virtual`` bus on the test's own channel
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import io
 import json
 

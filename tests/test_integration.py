@@ -10,6 +10,8 @@ bus tests skip and say why.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import importlib.util
 import json
 import os

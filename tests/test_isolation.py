@@ -8,6 +8,8 @@ the expected message: those tests fail if the protection they cover is removed.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import os
 import subprocess
 import sys
@@ -198,6 +200,7 @@ def test_each_opt_out_runs_only_when_named(tmp_path):
 # -- the isolation cannot be switched off by accident ----------------------------------------
 
 WRITES_HOME = """
+import canarchy.testing.required
 from pathlib import Path
 def test_writes_home():
     (Path.home() / ".canarchy").mkdir(exist_ok=True)
@@ -235,6 +238,23 @@ def test_a_run_with_the_plugin_disabled_is_refused(tmp_path):
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "canarchy's tests run only under its isolation plugin (canarchy.testing.plugin)" in proc.stderr
     assert config == '[transport]\ndefault_interface = "can0"\n'
+
+
+@pytest.mark.parametrize("opt_out", [("--noconftest", "-o", "addopts="), ("--noconftest", "-c", os.devnull)],
+                         ids=["noconftest-no-addopts", "noconftest-other-config"])
+def test_a_module_importing_required_never_runs_unisolated(tmp_path, opt_out):
+    """Both ways the plugin is loaded dropped at once: nothing would refuse the run, but each
+    test module that imports canarchy.testing.required is a collection error instead."""
+    proc, config = _operator_run(tmp_path, *opt_out)
+    assert proc.returncode == 2 and "0 passed" not in proc.stdout, proc.stdout + proc.stderr
+    assert "canarchy's isolation (canarchy.testing.plugin) is not active" in proc.stdout, proc.stdout
+    assert config == '[transport]\ndefault_interface = "can0"\n'
+
+
+def test_every_test_module_imports_required():
+    line = "import canarchy.testing.required  # noqa: F401"
+    missing = [p.name for p in sorted((REPO / "tests").glob("test_*.py")) if line not in p.read_text()]
+    assert missing == [], f"add `{line}` to these test modules"
 
 
 def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, monkeypatch):

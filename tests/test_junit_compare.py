@@ -7,6 +7,8 @@ pytest would not write (a broken file, a repeated id, a bare <testsuite>).
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import subprocess
 import sys
 import textwrap

@@ -14,6 +14,8 @@ lists them as killers of the guard's removal.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import io
 import json
 import logging

@@ -7,6 +7,8 @@ never write to that tree and must leave no temporary copy behind.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import json
 import os
 import signal

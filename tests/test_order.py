@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import subprocess
 import sys
 from pathlib import Path

@@ -8,6 +8,8 @@ is pip-installed. The config file is the test's own ``~/.canarchy/config.toml``
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import os
 import sys
 from pathlib import Path

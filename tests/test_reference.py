@@ -8,6 +8,8 @@ Electronics sample data, see fixtures provenance): a diesel truck idling at
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import io
 import json
 import os

@@ -7,6 +7,8 @@ end to end, and a detector that stays silent is reported as a miss.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import subprocess
 import sys
 from pathlib import Path

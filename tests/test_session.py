@@ -6,6 +6,8 @@ checks the files that appear under ``tmp_path/.canarchy``.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import io
 import json
 import os

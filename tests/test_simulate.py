@@ -9,6 +9,8 @@ needs a process: signals, ``--duration`` and the exit status.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import io
 import json
 import os

@@ -6,6 +6,8 @@ Every test talks to a real :class:`SimulatedEcu` over python-can's in-process
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import gc
 import json
 import logging

@@ -9,6 +9,8 @@ the guard from ``prepare_args`` and requires these tests to fail.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import json
 
 import pytest

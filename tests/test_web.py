@@ -9,6 +9,8 @@ Only loopback traffic.
 
 from __future__ import annotations
 
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
 import base64
 import hashlib
 import http.client
