@@ -190,6 +190,32 @@ def test_tiso15_integration_runs_when_selected(tmp_path):
     assert "test_marked PASSED" in proc.stdout and "1 passed, 3 deselected" in proc.stdout
 
 
+@pytest.mark.parametrize("markexpr, marker, asked", [
+    ("", "integration", False), ("integration", "integration", True), ("not integration", "integration", False),
+    ("uds or integration", "integration", True), ("uds and not integration", "integration", False),
+    ("uds", "real_bus", False), ("real_busy", "real_bus", False), ("real_bus or not real_bus", "real_bus", False),
+    ("(uds or real_home) and not slow", "real_home", True), ("real_bus or not integration", "integration", False),
+])
+def test_an_expression_asks_for_a_marker_only_if_it_can_turn_on_it(markexpr, marker, asked):
+    from canarchy.testing.plugin import asks_for
+
+    assert asks_for(markexpr, marker) is asked
+
+
+def test_a_test_with_two_opt_outs_runs_only_when_both_are_asked_for(tmp_path):
+    files = {"test_two.py": """
+        import pytest
+        @pytest.mark.real_home
+        @pytest.mark.real_bus
+        def test_home_and_bus():
+            pass
+    """}
+    run = run_child(tmp_path / "one", files, "-m", "real_home")
+    assert run.outcomes("test_home_and_bus") == set(), run.output  # the guard would be off: not asked
+    run = run_child(tmp_path / "both", files, "-m", "real_home and real_bus")
+    assert run.outcomes("test_home_and_bus") == {"passed"}, run.output
+
+
 def test_each_opt_out_runs_only_when_named(tmp_path):
     proc = _pytest_with_repo_config(tmp_path, "-m", "real_bus or not integration", "-v")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -298,8 +324,11 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     assert namespace != outer and interfaces == "['lo']", run.output
     run = run_child(tmp_path / "off", {"test_c.py": ESCAPING_CHILD}, "-s")
     assert _child_sees(run)[0] == outer, run.output
-    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not real_bus")
+    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not uds")
     assert _child_sees(run)[0] == outer, run.output
+    # "not integration" cannot select a test that uses a real bus: the namespace stays
+    run = run_child(tmp_path / "not", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "not integration")
+    assert _child_sees(run)[0] != outer, run.output
 
 
 def test_without_the_right_to_unshare_the_run_says_why(monkeypatch):

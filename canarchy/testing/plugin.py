@@ -121,9 +121,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
-def _named_in(markexpr: str, markers) -> list[str]:
-    """The ``markers`` that occur as a word in the ``-m`` expression."""
-    return [name for name in markers if re.search(rf"(?<![\w.]){name}(?![\w.])", markexpr)]
+def asks_for(markexpr: str, marker: str) -> bool:
+    """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: for some
+    truth values of its other names, making ``marker`` true turns it from
+    false to true. ``"integration"`` and ``"real_bus or uds"`` ask for theirs;
+    ``"uds"``, ``"not integration"``, ``"real_bus or not real_bus"`` and ``""``
+    do not. Uses pytest's own expression parser (``_pytest.mark.expression``);
+    if that is missing or the expression does not parse (pytest reports that
+    itself), falls back to "the marker occurs in it as a word".
+    """
+    if not markexpr.strip():
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(markexpr)
+    except Exception:  # a private API that moved, or a syntax error pytest will report
+        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+    others = sorted(set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - {"and", "or", "not", "True", "False", marker})
+    if len(others) > 12:  # 4,096 assignments is plenty; beyond, fall back to the word
+        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+    for values in itertools.product((False, True), repeat=len(others)):
+        truth = dict(zip(others, values))
+        with_it = expression.evaluate(lambda name, /, **kwargs: truth.get(name, False) or name == marker)
+        without = expression.evaluate(lambda name, /, **kwargs: truth.get(name, False))
+        if with_it and not without:
+            return True
+    return False
 
 
 def _private_network(config: pytest.Config) -> str:
@@ -132,9 +156,9 @@ def _private_network(config: pytest.Config) -> str:
     if not config.getini(NETWORK_INI):
         return f"the host's ({NETWORK_INI} is off)"
     markexpr = config.getoption("markexpr", "") or ""
-    named = _named_in(markexpr, ("integration", "real_bus"))
+    named = [n for n in ("integration", "real_bus") if asks_for(markexpr, n)]
     if named:
-        return f"the host's (-m names {' and '.join(named)}: those tests use a real bus)"
+        return f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
     return _network.enter_private_network()[1]
 
 
@@ -213,17 +237,20 @@ def pytest_make_collect_report(collector: pytest.Collector):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect every test carrying an opt-out marker (``integration``,
     ``real_bus``, ``real_home``: each reaches the operator's bus or home)
-    unless the ``-m`` expression names one of its opt-out markers: ``-m uds``
-    keeps them all out; ``-m integration`` or ``-m "real_bus or uds"`` lets
-    those in (pytest's own ``-m`` filtering then applies as usual). A plain
-    ``pytest`` therefore runs only tests that touch nothing of the operator's."""
+    unless the ``-m`` expression asks for each of the opt-out markers it
+    carries (:func:`asks_for`): ``-m uds`` and ``-m "not integration"``
+    keep them all out; ``-m integration`` lets the integration tests in, and
+    a test marked both ``real_home`` and ``real_bus`` runs only when the
+    expression asks for both (pytest's own ``-m`` filtering then applies as
+    usual). A plain ``pytest`` therefore runs only tests that touch nothing of
+    the operator's."""
     _guard.GUARD.owner = _BETWEEN_TESTS
     markexpr = config.getoption("markexpr", "") or ""
-    named = set(_named_in(markexpr, MARKERS))
+    asked = {name for name in MARKERS if asks_for(markexpr, name)}
     kept, dropped = [], []
     for item in items:
         opt_outs = {name for name in MARKERS if item.get_closest_marker(name) is not None}
-        (dropped if opt_outs and not (opt_outs & named) else kept).append(item)
+        (dropped if not opt_outs <= asked else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
