@@ -122,6 +122,10 @@ def test_choose_tests_accepts_selection_only(posargs, fixed, expected):
         (["--strict-markers=false"], None, "not allowed"),
         (["-m", "uds"], "integration", "not allowed"),
         (["-m", "integration"], None, "own lane"),
+        (["-m", "real_bus"], None, "no lane runs them"),
+        (["-m", "uds or real_home"], None, "no lane runs them"),
+        (["@/tmp/args"], None, "read arguments from that file"),
+        (["-k", "@/tmp/args"], None, "read arguments from that file"),
         (["-k"], None, "needs a value"),
     ],
 )

@@ -199,6 +199,8 @@ def choose_tests(
     args, options, paths = list(posargs), [], []
     while args:
         token = args.pop(0)
+        if token.startswith("@"):
+            raise ValueError(f"{token!r}: pytest would read arguments from that file; give them on the command line")
         if not token.startswith("-"):
             target = (base / token.split("::", 1)[0]).resolve()
             if target != base and base not in target.parents:
@@ -214,8 +216,13 @@ def choose_tests(
             if not args:
                 raise ValueError(f"{token} needs a value")
             value = args.pop(0)
+        if value.startswith("@"):
+            raise ValueError(f"{value!r}: pytest would read arguments from that file; give them on the command line")
         if option == "-m" and "integration" in value:
             raise ValueError("integration tests run in their own lane: nox -s integration")
+        if option == "-m" and ("real_bus" in value or "real_home" in value):
+            raise ValueError("real_bus and real_home tests reach the operator's bus or home: no lane runs them; "
+                             "run them by hand (python -m pytest -m real_bus)")
         options += [option, value]
     return [*options, *(paths or [default])]
 
