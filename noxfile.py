@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parent
 REPORTS = "reports"
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 SAFETY_FLAGS = ("--strict-markers", "--strict-config", "-p", "no:cacheprovider")
+# On Ctrl+C nox forwards SIGINT, then sends SIGTERM after `interrupt_timeout`
+# and SIGKILL after `terminate_timeout` (0.3 s and 0.2 s by default): too short
+# for a lane to stop its pytest runs and remove its temporary directories.
+STOP_IN_TIME = {"interrupt_timeout": 30.0, "terminate_timeout": 10.0}
 
 
 def _load_lanes():
@@ -92,7 +96,7 @@ def order(session: nox.Session) -> None:
     home.mkdir(exist_ok=True)
     session.run(
         "python", "-m", "canarchy.testing.order", "run", *own, "--", *pytest_args,
-        env=lanes.build_env(home=home), include_outer_env=False,
+        env=lanes.build_env(home=home), include_outer_env=False, **STOP_IN_TIME,
     )  # fmt: skip
 
 
@@ -104,7 +108,7 @@ def selftest(session: nox.Session) -> None:
     home.mkdir(exist_ok=True)
     session.run(
         "python", "-m", "canarchy.testing.selftest", "run", "fixtures/leaks", "--reports", REPORTS,
-        env=lanes.build_env(home=home), include_outer_env=False,
+        env=lanes.build_env(home=home), include_outer_env=False, **STOP_IN_TIME,
     )  # fmt: skip
 
 
@@ -184,7 +188,8 @@ def _pytest(
         wrapper = ["parity", "--operator-home", "fixtures/operator-home", "--allowlist", "fixtures/parity-allowlist.toml"]
     else:
         wrapper = ["run", "--lane", lane, "--bus", bus]
-    session.run("python", "-m", "canarchy.testing.lanes", *wrapper, "--", *pytest_args, env=env, include_outer_env=False)
+    session.run("python", "-m", "canarchy.testing.lanes", *wrapper, "--", *pytest_args, env=env, include_outer_env=False,
+                **STOP_IN_TIME)
 
 
 def _mutation(session: nox.Session, *, definition: str, action: str = "run") -> None:
@@ -195,7 +200,7 @@ def _mutation(session: nox.Session, *, definition: str, action: str = "run") -> 
     env = lanes.build_env(home=home)
     session.run(
         "python", "-m", "canarchy.testing.mutation", action, definition, "--reports", REPORTS,
-        env=env, include_outer_env=False,
+        env=env, include_outer_env=False, **STOP_IN_TIME,
     )  # fmt: skip
 
 
@@ -206,4 +211,5 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench -- --sections startup --startup-runs 30``: options of ``python -m benchmarks``.
     """
     _install(session)
-    session.run("python", "-m", "benchmarks", "--nox-python", sys.executable, "--reports", REPORTS, *session.posargs)
+    session.run("python", "-m", "benchmarks", "--nox-python", sys.executable, "--reports", REPORTS, *session.posargs,
+                **STOP_IN_TIME)

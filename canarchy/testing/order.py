@@ -337,12 +337,15 @@ def run_order_lane(
             entry.run = runner.run(name, extra)
             echo(f"order: {entry.label} done in {entry.run.duration:.0f} s, exit code {entry.run.returncode}")
 
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
         try:
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                for future in [pool.submit(full_run, entry) for entry in runs]:
-                    future.result()
+            for future in [pool.submit(full_run, entry) for entry in runs]:
+                future.result()
         finally:
+            # On an interrupt: no queued run may start, and the running ones stop now.
+            pool.shutdown(wait=False, cancel_futures=True)
             lanes._stop_all()
+            pool.shutdown(wait=True)
         normal = runs[0]
         for entry in runs:
             assert entry.run is not None
@@ -484,8 +487,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_order_lane(sys.executable, pytest_args, seeds=seeds, jobs=args.jobs,
                                 max_bisections=args.max_bisections)
     except lanes._Terminated:
-        print("order: terminated", file=sys.stderr)
+        print("order: terminated; its runs were stopped and its temporary directories removed", file=sys.stderr)
         return 128 + 15
+    except KeyboardInterrupt:
+        print("order: interrupted by SIGINT; its runs were stopped and its temporary directories removed",
+              file=sys.stderr)
+        return 128 + 2
     print(render(result))
     md = junit.with_suffix(".md")
     lanes._write_atomically(md, render_markdown(result))
