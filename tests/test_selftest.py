@@ -36,6 +36,22 @@ def test_the_corpus_covers_every_required_defect_and_detector():
     assert listed == {p.name for p in CORPUS.glob("*.py")} - {"conftest.py"}, "every module is in the manifest"
 
 
+def test_a_corpus_module_named_explicitly_is_refused_before_it_runs(tmp_path):
+    """On a copy of the corpus: `pytest <corpus>/leak_checkout_write.py` would write into the rootdir."""
+    import shutil
+
+    corpus = tmp_path / "leaks"
+    shutil.copytree(CORPUS, corpus)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+         str(corpus / "leak_checkout_write.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "runs only through `nox -s selftest`" in proc.stdout + proc.stderr
+    assert not (tmp_path / ".canarchy").exists()
+
+
 def test_the_corpus_is_never_collected_by_the_suite(tmp_path):
     """Neither `pytest` (testpaths) nor `pytest fixtures/` collects a corpus module."""
     proc = subprocess.run(
