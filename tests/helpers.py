@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,15 @@ class CliRun:
     @property
     def error_codes(self) -> list[str]:
         return [e["code"] for e in self.envelope["errors"]]
+
+
+# Prefix for a command a test interrupts "from the keyboard": SIGINT back at its
+# default, as in a terminal, even when this suite was started in the background
+# by a shell (which sets it to "ignore", and exec keeps that).
+AS_IN_A_TERMINAL = [
+    sys.executable, "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
 
 
 def require_isolation() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing import lanes
+from tests.helpers import AS_IN_A_TERMINAL
 
 HOSTILE_SHELL = {
     "PATH": "/usr/bin:/bin",
@@ -555,11 +556,8 @@ def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path)
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
             "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")]
-    # As from a terminal: SIGINT at its default, even when this suite was started in the
-    # background by a shell, which sets it to "ignore" (and exec keeps that).
-    as_in_a_terminal = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
     lane = subprocess.Popen(
-        [sys.executable, "-c", as_in_a_terminal, *argv],
+        [*AS_IN_A_TERMINAL, *argv],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:

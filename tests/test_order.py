@@ -235,9 +235,10 @@ def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
     root = _project(tmp_path / "p", {"test_w.py": waits})
     env = lanes.build_env(home=tmp_path / "home", source=os.environ,
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    as_in_a_terminal = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    from tests.helpers import AS_IN_A_TERMINAL
+
     lane = subprocess.Popen(
-        [sys.executable, "-c", as_in_a_terminal, sys.executable, "-m", "canarchy.testing.order", "run", "--seeds", "2",
+        [*AS_IN_A_TERMINAL, sys.executable, "-m", "canarchy.testing.order", "run", "--seeds", "2",
          "--jobs", "2", "--", *_lane_args(root)],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
