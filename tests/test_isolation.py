@@ -324,7 +324,7 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     assert namespace != outer and interfaces == "['lo']", run.output
     run = run_child(tmp_path / "off", {"test_c.py": ESCAPING_CHILD}, "-s")
     assert _child_sees(run)[0] == outer, run.output
-    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not uds")
+    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not integration")
     assert _child_sees(run)[0] == outer, run.output
     # "not integration" cannot select a test that uses a real bus: the namespace stays
     run = run_child(tmp_path / "not", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "not integration")
