@@ -331,6 +331,26 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     assert _child_sees(run)[0] != outer, run.output
 
 
+@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
+    """`-c /dev/null` loses pyproject's canarchy_network_namespace; tests/conftest.py asks again."""
+    outer = os.readlink("/proc/self/ns/net")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (project / "test_c.py").write_text(__import__("textwrap").dedent(ESCAPING_CHILD))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(project), "-p", "no:cacheprovider",
+         "-s", str(project)],
+        capture_output=True, text=True, cwd=project, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if "CHILD-SEES" in line)
+    assert line.split("CHILD-SEES ", 1)[1].split(" ", 1)[0] != outer, proc.stdout
+
+
 def test_without_the_right_to_unshare_the_run_says_why(monkeypatch):
     import errno
 

@@ -110,7 +110,7 @@ def _is_worker(config: pytest.Config) -> bool:
 # -- session layer ------------------------------------------------------------------
 
 NETWORK_INI = "canarchy_network_namespace"
-_NETWORK_NOTE = pytest.StashKey[str]()
+_NETWORK = pytest.StashKey[tuple]()  # (entered, header note)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -150,16 +150,17 @@ def asks_for(markexpr: str, marker: str) -> bool:
     return False
 
 
-def _private_network(config: pytest.Config) -> str:
-    """Enter a private network namespace if the ini option asks for it and the
-    run does not select tests that use a real bus; return the header note."""
-    if not config.getini(NETWORK_INI):
-        return f"the host's ({NETWORK_INI} is off)"
-    markexpr = config.getoption("markexpr", "") or ""
-    named = [n for n in ("integration", "real_bus") if asks_for(markexpr, n)]
-    if named:
-        return f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
-    return _network.enter_private_network()[1]
+def _private_network(config: pytest.Config, wanted: bool | None = None) -> None:
+    """Enter a private network namespace if ``wanted`` (default: the ini
+    option) and the run does not select tests that use a real bus; keep the
+    header note (and whether it was entered) in the config's stash."""
+    if not (config.getini(NETWORK_INI) if wanted is None else wanted):
+        entered, note = False, f"the host's ({NETWORK_INI} is off)"
+    elif named := [n for n in ("integration", "real_bus") if asks_for(config.getoption("markexpr", "") or "", n)]:
+        entered, note = False, f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
+    else:
+        entered, note = _network.enter_private_network()
+    config.stash[_NETWORK] = (entered, note)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -167,7 +168,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     if not _is_worker(config):  # xdist workers start later, inside it
-        config.stash[_NETWORK_NOTE] = _private_network(config)
+        _private_network(config)
     operator_env = config.workerinput.get("canarchy_operator_env") if _is_worker(config) else None
     sandbox = Sandbox(operator_env)
     _ACTIVE[:] = [sandbox]
@@ -210,9 +211,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _ACTIVE.clear()
 
 
+def require_private_network(config: pytest.Config) -> None:
+    """For a project's conftest.py (``pytest_configure``): enter the private
+    network namespace even when the ini option was lost (``-c`` naming another
+    configuration file). A no-op when the run is already in one, when ``-m``
+    asks for tests that use a real bus, in xdist workers (they inherit it), and
+    where the machine does not allow it (the header says why)."""
+    if _is_worker(config) or config.stash.get(_NETWORK, (False, ""))[0]:
+        return
+    _private_network(config, wanted=True)
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
-    note = config.stash.get(_NETWORK_NOTE, None)
-    return f"canarchy isolation: network: {note}" if note is not None else None
+    network = config.stash.get(_NETWORK, None)
+    return f"canarchy isolation: network: {network[1]}" if network is not None else None
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:
