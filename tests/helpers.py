@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,50 @@ AS_IN_A_TERMINAL = [
     sys.executable, "-c",
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
 ]
+
+
+# A test that records its pid in STARTED and then waits: what an interrupted lane must stop.
+WAITING_TEST = """
+import os, time
+from pathlib import Path
+
+def test_waits():
+    Path({started!r}, str(os.getpid())).write_text("")
+    time.sleep(120)
+"""
+
+
+@dataclass
+class Interrupted:
+    """A lane interrupted from the keyboard: its exit code, output, and the pids its tests wrote."""
+
+    returncode: int
+    out: str
+    err: str
+    pids: list[int]
+
+
+def interrupt_once_started(argv: list[str], *, started: Path, runs: int, cwd: Path,
+                           env: dict[str, str]) -> Interrupted:
+    """Start ``argv`` as from a terminal, send SIGINT once ``runs`` waiting tests have
+    written their pids into ``started``, and collect what it did (a second later, so a
+    run that wrongly starts after the interrupt has had time to write its pid too)."""
+    lane = subprocess.Popen(
+        [*AS_IN_A_TERMINAL, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(started.iterdir())) < runs:
+            assert lane.poll() is None and time.monotonic() < deadline, f"{runs} runs never started"
+            time.sleep(0.05)
+        lane.send_signal(signal.SIGINT)
+        out, err = lane.communicate(timeout=60)
+    finally:
+        if lane.poll() is None:
+            os.killpg(lane.pid, signal.SIGKILL)
+    time.sleep(1)
+    return Interrupted(lane.returncode, out, err, [int(p.name) for p in started.iterdir()])
 
 
 def require_isolation() -> None:

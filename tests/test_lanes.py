@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing import lanes
-from tests.helpers import AS_IN_A_TERMINAL
+from tests.helpers import WAITING_TEST, interrupt_once_started
 
 HOSTILE_SHELL = {
     "PATH": "/usr/bin:/bin",
@@ -533,46 +533,20 @@ def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypa
     assert error and "--operator-bus needs" in error
 
 
-WAITS = """
-import os, time
-from pathlib import Path
-
-def test_waits():
-    Path({started!r}, str(os.getpid())).write_text("")
-    time.sleep(120)
-"""
-
-
 def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path):
-    import signal
-    import time
-
     started, tmp = tmp_path / "started", tmp_path / "tmp"
     started.mkdir()
     tmp.mkdir()
-    root = _project(tmp_path / "p", WAITS.format(started=str(started)))
+    root = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
     (tmp_path / "home").mkdir()
     env = lanes.build_env(home=tmp_path / "lane-home", source=os.environ,
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
             "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")]
-    lane = subprocess.Popen(
-        [*AS_IN_A_TERMINAL, *argv],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(started.iterdir())) < 2:
-            assert lane.poll() is None and time.monotonic() < deadline, "the twins never started"
-            time.sleep(0.05)
-        lane.send_signal(signal.SIGINT)
-        out, err = lane.communicate(timeout=60)
-    finally:
-        if lane.poll() is None:
-            os.killpg(lane.pid, signal.SIGKILL)
-    assert lane.returncode == 130, out + err
-    assert "parity: interrupted by SIGINT" in err and "Traceback" not in err, err
-    for pid in (int(p.name) for p in started.iterdir()):
+    lane = interrupt_once_started(argv, started=started, runs=2, cwd=root, env=env)
+    assert lane.returncode == 130, lane.out + lane.err
+    assert "parity: interrupted by SIGINT" in lane.err and "Traceback" not in lane.err, lane.err
+    for pid in lane.pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp.iterdir()) == []

@@ -223,41 +223,22 @@ def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
     """Two runs at a time, four queued (normal, reverse, seeds 1 and 2): SIGINT while the first
     two wait; neither of the queued ones may start afterwards."""
     import os
-    import signal
-    import time
 
     from canarchy.testing import lanes
+    from tests.helpers import WAITING_TEST, interrupt_once_started
 
     started, tmp = tmp_path / "started", tmp_path / "tmp"
     started.mkdir()
     tmp.mkdir()
-    waits = f"import os, time\nfrom pathlib import Path\ndef test_waits():\n    Path({str(started)!r}, str(os.getpid())).write_text('')\n    time.sleep(120)\n"
-    root = _project(tmp_path / "p", {"test_w.py": waits})
+    root = _project(tmp_path / "p", {"test_w.py": WAITING_TEST.format(started=str(started))})
     env = lanes.build_env(home=tmp_path / "home", source=os.environ,
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    from tests.helpers import AS_IN_A_TERMINAL
-
-    lane = subprocess.Popen(
-        [*AS_IN_A_TERMINAL, sys.executable, "-m", "canarchy.testing.order", "run", "--seeds", "2",
-         "--jobs", "2", "--", *_lane_args(root)],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(started.iterdir())) < 2:
-            assert lane.poll() is None and time.monotonic() < deadline, "the first two runs never started"
-            time.sleep(0.05)
-        lane.send_signal(signal.SIGINT)
-        out, err = lane.communicate(timeout=60)
-    finally:
-        if lane.poll() is None:
-            os.killpg(lane.pid, signal.SIGKILL)
-    assert lane.returncode == 130, out + err
-    assert "order: interrupted by SIGINT" in err and "Traceback" not in err, err
-    time.sleep(1)  # a queued run that wrongly started would have written its pid by now
-    pids = [int(p.name) for p in started.iterdir()]
-    assert len(pids) == 2, "a queued run started after the interrupt"
-    for pid in pids:
+    argv = [sys.executable, "-m", "canarchy.testing.order", "run", "--seeds", "2", "--jobs", "2", "--", *_lane_args(root)]
+    lane = interrupt_once_started(argv, started=started, runs=2, cwd=root, env=env)
+    assert lane.returncode == 130, lane.out + lane.err
+    assert "order: interrupted by SIGINT" in lane.err and "Traceback" not in lane.err, lane.err
+    assert len(lane.pids) == 2, "a queued run started after the interrupt"
+    for pid in lane.pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp.iterdir()) == []
