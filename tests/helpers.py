@@ -105,9 +105,10 @@ def disposable_home() -> Path:
     (a ``real_home``/``integration`` test): the helpers below write there."""
     from canarchy.testing.plugin import active_sandbox
 
+    require_isolation()
     sandbox = active_sandbox()
     home = Path.home().resolve()
-    if sandbox is None or sandbox.root not in home.parents:
+    if sandbox.root not in home.parents:
         raise RuntimeError(
             f"refusing to write under {home}: it is not a disposable home of canarchy's isolation "
             "(is canarchy.testing.plugin active, and is this test not marked real_home/integration?)"

@@ -305,9 +305,10 @@ ESCAPING_CHILD = """
 """
 
 
-def _child_sees(run) -> tuple[str, str]:
-    line = next(line for line in run.output.splitlines() if line.startswith("CHILD-SEES"))
-    namespace, interfaces = line.split(" ", 2)[1:]
+def _child_sees(output: str) -> tuple[str, str]:
+    """(network namespace, interfaces) the ESCAPING_CHILD probe printed in a run's output."""
+    line = next(line for line in output.splitlines() if "CHILD-SEES " in line)
+    namespace, interfaces = line.split("CHILD-SEES ", 1)[1].split(" ", 1)
     return namespace, interfaces.strip()
 
 
@@ -320,15 +321,15 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     on = "[pytest]\ncanarchy_network_namespace = true\n"
     run = run_child(tmp_path / "on", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s")
     assert run.returncode == 0, run.output
-    namespace, interfaces = _child_sees(run)
+    namespace, interfaces = _child_sees(run.output)
     assert namespace != outer and interfaces == "['lo']", run.output
     run = run_child(tmp_path / "off", {"test_c.py": ESCAPING_CHILD}, "-s")
-    assert _child_sees(run)[0] == outer, run.output
+    assert _child_sees(run.output)[0] == outer, run.output
     run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not integration")
-    assert _child_sees(run)[0] == outer, run.output
+    assert _child_sees(run.output)[0] == outer, run.output
     # "not integration" cannot select a test that uses a real bus: the namespace stays
     run = run_child(tmp_path / "not", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "not integration")
-    assert _child_sees(run)[0] != outer, run.output
+    assert _child_sees(run.output)[0] != outer, run.output
 
 
 @pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
@@ -347,8 +348,7 @@ def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
         capture_output=True, text=True, cwd=project, env=env, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    line = next(line for line in proc.stdout.splitlines() if "CHILD-SEES" in line)
-    assert line.split("CHILD-SEES ", 1)[1].split(" ", 1)[0] != outer, proc.stdout
+    assert _child_sees(proc.stdout)[0] != outer, proc.stdout
 
 
 def test_without_the_right_to_unshare_the_run_says_why(monkeypatch):

@@ -121,6 +121,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
+def _occurs_as_word(markexpr: str, marker: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+
+
 def asks_for(markexpr: str, marker: str) -> bool:
     """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: for some
     truth values of its other names, making ``marker`` true turns it from
@@ -137,10 +141,10 @@ def asks_for(markexpr: str, marker: str) -> bool:
 
         expression = Expression.compile(markexpr)
     except Exception:  # a private API that moved, or a syntax error pytest will report
-        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+        return _occurs_as_word(markexpr, marker)
     others = sorted(set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - {"and", "or", "not", "True", "False", marker})
     if len(others) > 12:  # 4,096 assignments is plenty; beyond, fall back to the word
-        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+        return _occurs_as_word(markexpr, marker)
     for values in itertools.product((False, True), repeat=len(others)):
         truth = dict(zip(others, values))
         with_it = expression.evaluate(lambda name, /, **kwargs: truth.get(name, False) or name == marker)
@@ -261,8 +265,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     asked = {name for name in MARKERS if asks_for(markexpr, name)}
     kept, dropped = [], []
     for item in items:
-        opt_outs = {name for name in MARKERS if item.get_closest_marker(name) is not None}
-        (dropped if not opt_outs <= asked else kept).append(item)
+        (dropped if not _opt_outs_of(item) <= asked else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
@@ -288,13 +291,18 @@ def pytest_fixture_setup(fixturedef, request):
 _OPT_OUTS = pytest.StashKey[frozenset]()
 
 
-def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
-    """Whether the test carries any of the opt-out ``markers`` (looked up once per test)."""
-    node = request.node
-    found = node.stash.get(_OPT_OUTS, None)
+def _opt_outs_of(item: pytest.Item) -> frozenset:
+    """The opt-out markers (:data:`MARKERS`) an item carries, looked up once
+    (at collection) and kept in its stash for the per-test fixtures."""
+    found = item.stash.get(_OPT_OUTS, None)
     if found is None:
-        found = node.stash[_OPT_OUTS] = frozenset(m.name for m in node.iter_markers() if m.name in MARKERS)
-    return not found.isdisjoint(markers)
+        found = item.stash[_OPT_OUTS] = frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
+    return found
+
+
+def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
+    """Whether the test carries any of the opt-out ``markers``."""
+    return not _opt_outs_of(request.node).isdisjoint(markers)
 
 
 @pytest.fixture(autouse=True)
