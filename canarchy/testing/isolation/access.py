@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from canarchy.testing.isolation.sandbox import OPERATOR_STATE
+
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
-# What of a home is the operator's canarchy and python-can state (the names the sentinel hashes).
-OPERATOR_STATE_NAMES = (".canarchy", ".canrc", "can.conf", ".can")
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
 # everywhere; "/etc/can.conf", "~/.can" and "~/.canrc" on Linux and macOS; "can.ini" (in the current
 # directory) and "%APPDATA%\can.ini" on Windows. All are refused on every OS.
@@ -143,7 +143,8 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     ``environ`` (the one pytest started with) and whose account database home
     is ``account_home`` (:func:`account_database_home`).
 
-    Refused: each home's :data:`OPERATOR_STATE_NAMES` and ``AppData/Roaming/can.ini``,
+    Refused: in each home the names the sentinel hashes (``sandbox.OPERATOR_STATE``) and
+    ``AppData/Roaming/can.ini``;
     ``%APPDATA%/can.ini``, ``/etc/can.conf``, ``can.ini`` in ``cwd`` (the
     operator's working directory, default the current one), and every file in
     python-can's ``CONFIG_FILES`` when it is imported. Read-only: each home
@@ -151,7 +152,7 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     sandbox (writable) and the checkout (watched).
     """
     homes = operator_homes(environ, account_home)
-    refused = [os.path.join(home, name) for home in homes for name in OPERATOR_STATE_NAMES]
+    refused = [os.path.join(home, name) for home in homes for name in OPERATOR_STATE]
     refused += [os.path.join(home, "AppData", "Roaming", PYTHON_CAN_INI) for home in homes]
     if environ.get("APPDATA"):
         refused.append(os.path.join(environ["APPDATA"], PYTHON_CAN_INI))
@@ -675,8 +676,6 @@ def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _parent_nodeid(current_test: str | None) -> str:
-    try:
-        from canarchy.testing.isolation._child import parent_nodeid
-    except ImportError:  # before the plugin's modules moved into canarchy.testing.isolation
-        from canarchy.testing._child import parent_nodeid
+    from canarchy.testing.isolation._child import parent_nodeid  # here: _child will import this module
+
     return parent_nodeid(current_test)
