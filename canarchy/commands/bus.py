@@ -62,8 +62,10 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
 
     p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
     p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
-    p.add_argument("frame_id", metavar="ID", help="arbitration ID, e.g. 0x123 or 291 (> 0x7FF: 29-bit)")
-    p.add_argument("data", metavar="DATA", nargs="?", default="", help="payload as hex, e.g. 0210")
+    p.add_argument("frame_id", metavar="FRAME|ID",
+                   help="a frame in cansend's syntax (123#DEADBEEF, 18FEF100#00FF, 123#R, 123##1DEADBEEF), or an "
+                        "arbitration ID in hex: 3 digits 11-bit, 8 digits 29-bit (7E0, 18FEF100, 0x7E0)")
+    p.add_argument("data", metavar="DATA", nargs="?", default="", help="payload as hex after an ID, e.g. 0210")
     p.add_argument("--fd", action="store_true", help="send a CAN FD frame (up to 64 bytes; the bus opens in CAN FD mode)")
     add_bus_arguments(p, fd=False)
     add_active_arguments(p)
@@ -162,22 +164,43 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data=data, warnings=capture.all_warnings(), events=events)
 
 
-def _send(args: argparse.Namespace) -> CommandResult:
+def _frame_to_send(args: argparse.Namespace):
+    """The frame ``send`` was given (cansend syntax, or ID and DATA) and warnings about its ID."""
+    from canarchy.frame_syntax import id_notes, parse_frame
     from canarchy.transport import CanFrame
 
+    if "#" in args.frame_id:
+        if args.data:
+            raise UserInputError("INVALID_ARGUMENTS", f"send: {args.frame_id!r} is a whole frame; {args.data!r} "
+                                 "is one argument too many.", "Put the data after the '#': 123#DEADBEEF.")
+        frame = parse_frame(args.frame_id, args.interface)
+        if args.fd and not frame.is_fd:
+            raise UserInputError("INVALID_ARGUMENTS", f"send: --fd with the classic frame {args.frame_id!r}.",
+                                 "Write a CAN FD frame with '##' and a flags digit (123##0DEADBEEF), or drop --fd.")
+        return frame, []
     arbitration_id, extended = parse_arbitration_id(args.frame_id)
     data = parse_hex_data(args.data)
-    frame = CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface)
+    return CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface), \
+        id_notes(args.frame_id)
+
+
+def _send(args: argparse.Namespace) -> CommandResult:
+    frame, notes = _frame_to_send(args)
+    if frame.is_fd:
+        args.fd = True  # a CAN FD frame needs the bus in CAN FD mode
     if args.dry_run:
-        return CommandResult(data={"mode": "dry_run", "interface": args.interface, "frame": frame.to_payload()})
-    warning = active_gate("send", args.interface, f"send 1 frame (0x{arbitration_id:X})", args.ack_active)
+        return CommandResult(data={"mode": "dry_run", "interface": args.interface, "frame": frame.to_payload()},
+                             warnings=notes)
+    from canarchy.frame_syntax import format_frame
+
+    warning = active_gate("send", args.interface, f"send 1 frame ({format_frame(frame)})", args.ack_active)
     from canarchy.transport import build_backend, transport_backend_config
 
     sent = build_backend(transport_backend_config(bus_flags(args))).send(args.interface, frame)
     event = make_event("frame_sent", sent.to_payload(), source=f"send:{args.interface}")
     return CommandResult(data={"mode": "active", "interface": args.interface,
                                "interface_source": args.interface_source, "frame": sent.to_payload()},
-                         warnings=[warning], events=[event])
+                         warnings=[warning, *notes], events=[event])
 
 
 def _render_frames(result: CommandResult) -> str:
