@@ -18,7 +18,7 @@ Errors: ``UserInputError`` ``INVALID_FRAME`` / ``INVALID_FRAME_DATA`` /
 from __future__ import annotations
 
 from canarchy.errors import UserInputError
-from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame, FrameFilter
+from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame, FrameFilter, can_id_text
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _CANFD_BRS = 0x1  # linux/can.h
@@ -121,7 +121,7 @@ def parse_frame(text: str, channel: str | None = None) -> CanFrame:
 
 def format_frame(frame: CanFrame) -> str:
     """``frame`` in cansend's syntax (the body of a candump ``-l`` line): ``123#DEADBEEF``."""
-    ident = f"{frame.arbitration_id:08X}" if frame.is_extended_id else f"{frame.arbitration_id:03X}"
+    ident = can_id_text(frame.arbitration_id, frame.is_extended_id)
     if frame.is_remote_frame:
         return f"{ident}#R{frame.requested_dlc or ''}"
     if frame.is_fd:

@@ -423,18 +423,22 @@ class PythonCanBackend(Backend):
             dlc=frame.requested_dlc if frame.is_remote_frame else None,
         )
 
+    def _receive_function(self, bus: Any, channel: str,
+                          filters: tuple[FrameFilter, ...] = ()) -> Callable[[float], CanFrame | None]:
+        def recv(timeout: float) -> CanFrame | None:
+            message = self._recv_on(bus, channel, max(0.0, timeout))
+            if message is None:
+                return None
+            frame = self._to_frame(message, channel)
+            return frame if frame_passes(frame, filters) else None
+
+        return recv
+
     @contextmanager
     def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         can_filters = python_can_filters(filters)
         with (self._open_bus(channel, can_filters) if can_filters else self._open_bus(channel)) as bus:
-            def recv(timeout: float) -> CanFrame | None:
-                message = self._recv_on(bus, channel, timeout)
-                if message is None:
-                    return None
-                frame = self._to_frame(message, channel)
-                return frame if frame_passes(frame, filters) else None
-
-            yield recv
+            yield self._receive_function(bus, channel, filters)
 
     def send(self, channel: str, frame: CanFrame) -> CanFrame:
         with self._open_bus(channel) as bus:
@@ -449,11 +453,7 @@ class PythonCanBackend(Backend):
     @contextmanager
     def session(self, channel: str) -> Iterator[BusSession]:
         with self._open_bus(channel) as bus:
-            def recv(timeout: float) -> CanFrame | None:
-                message = self._recv_on(bus, channel, max(0.0, timeout))
-                return None if message is None else self._to_frame(message, channel)
-
-            yield BusSession(lambda frame: self._send_on(bus, channel, frame), recv)
+            yield BusSession(lambda frame: self._send_on(bus, channel, frame), self._receive_function(bus, channel))
 
     def _send_on(self, bus: Any, channel: str, frame: CanFrame) -> None:
         try:
