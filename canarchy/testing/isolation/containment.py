@@ -135,14 +135,11 @@ class Report:
 
     def header_lines(self) -> list[str]:
         """The lines for pytest's header, each ``canarchy isolation: containment: ...``."""
-        if self.in_force:
-            lines = [f"{HEADER}: in force"]
-        else:
-            lines = [f"{HEADER}: {'partly in force' if any(p.in_force for p in self.protections) else 'not in force'}"
-                     f" ({self.reason})"]
-        lines += [f"{HEADER}: {p.name}: {p.detail if p.in_force else 'NOT in force: ' + p.detail}"
-                  for p in self.protections]
-        return lines
+        if not any(p.in_force for p in self.protections):
+            return [f"{HEADER}: not in force ({self.reason})"]
+        lines = [f"{HEADER}: in force" if self.in_force else f"{HEADER}: partly in force ({self.reason})"]
+        return lines + [f"{HEADER}: {p.name}: {p.detail if p.in_force else 'NOT in force: ' + p.detail}"
+                        for p in self.protections]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -440,8 +437,9 @@ class _View:
     def _cover_all(self) -> None:
         staging = _new_fs("tmpfs")  # detached: an empty directory and an empty file to clone
         try:
-            os.mkdir("empty-dir", 0o555, dir_fd=staging)
-            os.close(os.open("empty-file", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444, dir_fd=staging))
+            # modes that let the owner past the permission check, so a write meets EROFS
+            os.mkdir("empty-dir", 0o755, dir_fd=staging)
+            os.close(os.open("empty-file", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=staging))
             for path in self.covers:
                 self._try(path, self._cover, staging, path)
         finally:
