@@ -179,7 +179,8 @@ def network():
                 out["loopback"] = peer.recv(4).decode()
     if not private:  # never probe a network that is not this child's own
         return out
-    for name, family, address in (("tcp", socket.AF_INET, ("192.0.2.1", 9)), ("tcp6", socket.AF_INET6, ("2001:db8::1", 9))):
+    targets = (("tcp", socket.AF_INET, ("192.0.2.1", 9)), ("tcp6", socket.AF_INET6, ("2001:db8::1", 9)))
+    for name, family, address in targets:  # TEST-NET-1 and the IPv6 documentation prefix
         def connect(family=family, address=address):
             with socket.socket(family, socket.SOCK_STREAM) as sock:
                 sock.settimeout(5)
@@ -587,3 +588,18 @@ def escape_refused(escape: dict, covers: list[str]) -> bool:
     return all(escape[f"umount {p}"] != "ok" for p in covers) and escape["setattr rw home"] != "ok"
 
 
+
+
+# -- the benchmark's code (its timings are never asserted) -----------------------------
+
+def test_the_benchmark_enters_in_fresh_children_and_reports_against_the_target(possible):
+    from benchmarks import containment as bench
+
+    rows = bench.run_containment(runs=1, log=lambda _: None)
+    assert [r.network for r in rows] == [True, False]
+    assert all(len(r.ms) == 1 and len(r.cpu_ms) == 1 and r.in_force == [True] for r in rows), rows
+    lines = bench.containment_lines(rows)
+    assert lines[0].startswith("### 5. Containment")
+    assert all(f"<= {bench.TARGET_MS:.0f} ms" in line for line in lines if line.startswith("| user"))
+    rows[0].ms, rows[0].in_force = [bench.TARGET_MS + 1], [True]
+    assert "**missed**" in bench.containment_lines(rows)[4]

@@ -500,7 +500,8 @@ def enter(plan: Plan) -> Report:
         return _not_possible(plan, _why_no_user_namespace(exc), started)
     try:
         _map_ids(uid, gid)
-        results = {"user namespace": (True, f"uid {uid} and gid {gid} mapped to themselves; no other id exists")}
+        results = {"user namespace": (True, f"uid {uid} and gid {gid} mapped to themselves; "
+                                            "every other id shows as the overflow id")}
     except OSError as exc:
         results = {"user namespace": (False, f"ids not mapped ({exc.strerror}): the process runs as the overflow uid")}
     view = _View.of(plan)
