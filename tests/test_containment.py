@@ -237,6 +237,8 @@ elif mode == "network":
 else:
     report = enter()
     out = {"report": json.loads(report.to_json()), "header": report.header_lines(), "network": network()}
+    if spec.get("depth"):  # a contained process containing its own child, which does the same
+        out["nested enter"] = again("enter", depth=spec["depth"] - 1)
     if spec.get("submount"):
         out["submount"] = {"look": look(spec["submount"]),
                            "create": create(os.path.join(spec["submount"], "new"))}
@@ -248,7 +250,7 @@ else:
         out["escape"] = again("escape", covers=spec["covers"])
         out["nested escape"] = again("escape", covers=spec["covers"], nest=True)
         out["env -i network"] = again("network")
-        out["nested enter"] = again("enter")
+        out["nested enter"] = again("enter", depth=1)
     print(json.dumps(out))
 '''
 
@@ -456,8 +458,16 @@ def test_a_child_cannot_get_back_into_the_host_namespaces(contained, which):
 
 
 def test_a_contained_process_can_contain_its_own_children(contained):
-    nested = containment.Report.from_json(json.dumps(contained[1]["nested enter"]["report"]))
-    assert nested.in_force, nested.reason
+    outer, netns = contained[1], set()
+    for level in ("child", "grandchild"):  # as a contained run starts a child pytest, which starts one
+        result = outer["nested enter"]
+        nested = containment.Report.from_json(json.dumps(result["report"]))
+        assert nested.in_force, (level, nested.reason)
+        assert nested.protection("network").detail.endswith("no route off the machine"), level  # nothing short
+        assert result["network"]["interfaces"] == result["network"]["sys"] == ["lo"], level
+        netns.add(result["network"]["netns"])
+        outer = result
+    assert len(netns | {contained[1]["network"]["netns"]}) == 3
 
 
 # -- the network -----------------------------------------------------------------------

@@ -219,13 +219,14 @@ def _move_mount(tree: int, target) -> None:
              ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH))
 
 
-def _new_fs(fstype: str) -> int:
-    """A detached, new instance of ``fstype`` (``fsopen``/``fsconfig``/``fsmount``)."""
+def _new_fs(fstype: str, attributes: int = 0) -> int:
+    """A detached, new instance of ``fstype`` (``fsopen``/``fsconfig``/``fsmount``),
+    nosuid, nodev, noexec and ``attributes`` (``MOUNT_ATTR_*``)."""
     context = _syscall("fsopen", _path(fstype), ctypes.c_uint(FSOPEN_CLOEXEC))
     try:
         _syscall("fsconfig", ctypes.c_int(context), ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0))
         return _syscall("fsmount", ctypes.c_int(context), ctypes.c_uint(FSMOUNT_CLOEXEC),
-                        ctypes.c_uint(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC))
+                        ctypes.c_uint(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | attributes))
     finally:
         os.close(context)
 
@@ -304,9 +305,10 @@ def _private_sysfs() -> None:
     below = _outermost(p for p in _mount_points() if p.startswith("/sys/"))
     clones = [(path, _open_tree(path)) for path in below]
     try:
-        fresh = _new_fs("sysfs")
+        # read-only from the start: a new sysfs may not be less restricted than the one
+        # already visible (the kernel's mount_too_revealing), which is this one when nested
+        fresh = _new_fs("sysfs", MOUNT_ATTR_RDONLY)
         try:
-            mount_setattr("", MOUNT_ATTR_RDONLY, dirfd=fresh)
             _move_mount(fresh, "/sys")
         finally:
             os.close(fresh)
