@@ -84,9 +84,9 @@ def run_containment(*, runs: int = 15, timeout: float = 60.0, log: Callable[[str
 
 
 def containment_lines(rows: Sequence[Any]) -> list[str]:
-    """Section 5: what ``enter`` costs."""
+    """Section 6: what ``enter`` costs."""
     runs = max((len(r.ms) for r in rows), default=0)
-    out = [f"### 5. Containment (entering, in a fresh child process, {runs} runs)", ""]
+    out = [f"### 6. Containment (entering, in a fresh child process, {runs} runs)", ""]
     table_rows = []
     for row in rows:
         median, (low, high) = measure.median(row.ms), measure.spread(row.ms)

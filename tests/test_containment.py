@@ -609,7 +609,7 @@ def test_the_benchmark_enters_in_fresh_children_and_reports_against_the_target(p
     assert [r.network for r in rows] == [True, False]
     assert all(len(r.ms) == 1 and len(r.cpu_ms) == 1 and r.in_force == [True] for r in rows), rows
     lines = bench.containment_lines(rows)
-    assert lines[0].startswith("### 5. Containment")
+    assert lines[0].startswith("### 6. Containment")
     assert all(f"<= {bench.TARGET_MS:.0f} ms" in line for line in lines if line.startswith("| user"))
     rows[0].ms, rows[0].in_force = [bench.TARGET_MS + 1], [True]
     assert "**missed**" in bench.containment_lines(rows)[4]
