@@ -484,13 +484,16 @@ def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
 
 
 FLAKY = """
+import os
 from pathlib import Path
 
 def test_flaky():
-    counter = Path({counter!r})
-    n = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+    # Its own count in each configuration (they run at the same time): the first run fails in
+    # the clean one and passes in the operator's, and every run differs from the one before.
+    counter = Path({counter!r} + os.environ["PYTHONHASHSEED"])
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
     counter.write_text(str(n))
-    assert n % 2 == 0
+    assert (n + int(os.environ["PYTHONHASHSEED"])) % 2
 
 def test_stable():
     pass
@@ -510,7 +513,8 @@ def test_a_flaky_test_is_reported_and_fails_parity_only_when_strict(tmp_path):
     result = _parity(project)
     assert [(f.id, f.kind) for f in result.findings] == [("tests.test_p::test_flaky", "flaky")], parity.render(result)
     assert result.exit_code == 0 and "flaky" in parity.render(result)
-    (tmp_path / "counter").unlink()
+    for counter in tmp_path.glob("counter*"):
+        counter.unlink()
     assert _parity(project, strict=True).exit_code == 1
 
 

@@ -609,8 +609,21 @@ class AccessGuard:
 GUARD = AccessGuard()
 
 
+#: Other watchers of audit events, sharing the one hook (an audit hook costs on every event of
+#: the process): event -> callbacks ``callback(args)``, called whether or not the guard is enabled.
+_OBSERVERS: dict[str, list[Callable[[tuple], None]]] = {}
+_EVENTS: set[str] = set(JUDGED_EVENTS)
+
+
+def observe(event: str, callback: Callable[[tuple], None]) -> None:
+    """Call ``callback(args)`` on every ``event`` from now on (once :func:`install` has run)."""
+    _OBSERVERS.setdefault(event, []).append(callback)
+    _EVENTS.add(event)
+
+
 def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
-    events = JUDGED_EVENTS
+    events = _EVENTS
+    observers = _OBSERVERS
     relinking = _RELINKING
     local = guard._local
     audit = guard._audit
@@ -619,6 +632,12 @@ def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
     def hook(event: str, args: tuple) -> None:
         if event not in events:  # the fast path: every audited event of the process comes here
             return
+        watchers = observers.get(event)
+        if watchers is not None:
+            for watcher in watchers:
+                watcher(args)
+            if event not in JUDGED_EVENTS:
+                return
         if event in relinking:
             forget()
         if not guard.enabled or getattr(local, "busy", False):
