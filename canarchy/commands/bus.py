@@ -29,6 +29,20 @@ def add_bus_arguments(parser: argparse.ArgumentParser, fd: bool = True) -> None:
                             "over [transport.bus_kwargs])")
 
 
+def add_filter_argument(parser: argparse.ArgumentParser) -> None:
+    """``--filter ID:MASK`` / ``ID~MASK`` (candump's syntax, repeatable; see :func:`parse_filters`)."""
+    parser.add_argument("--filter", metavar="ID:MASK", action="append", default=[],
+                        help="pass frames with (ID & MASK) == (FRAME_ID & MASK), hex as in candump (7E0:7F0; "
+                             "8 ID digits: 29-bit frames); ID~MASK passes the others; repeatable: any may pass")
+
+
+def parse_filters(texts: list[str]) -> tuple:
+    """The :class:`~canarchy.transport.FrameFilter` of each ``--filter``. Raises ``INVALID_FILTER``."""
+    from canarchy.frame_syntax import parse_filter
+
+    return tuple(parse_filter(text) for text in texts)
+
+
 def bus_flags(args: argparse.Namespace) -> dict:
     """The bus flags of ``args`` by variable, for :func:`canarchy.transport.transport_backend_config`.
 
