@@ -82,8 +82,10 @@ def main(readme_path: str, workdir: str, uid: str) -> int:
     report: dict = {"setup": setup, "commands": [], "uid": os.getuid() if uid == "-" else int(uid)}
     [server_line] = terminal1
     server = subprocess.Popen(argv_of(server_line), **popen)
-    ready = server.stderr.readline()
-    report["server_ready"] = ready.strip()
+    ready = ""  # stderr up to the ready line: the preflight warning, then "...: ready on ..."
+    while server.poll() is None and ": ready on " not in ready:
+        ready += server.stderr.readline()
+    report["server_ready"] = ready.strip().splitlines()[-1] if ready.strip() else ""
     background: list[tuple[str, subprocess.Popen]] = []
 
     def finish(line: str, proc: subprocess.Popen) -> None:
