@@ -333,5 +333,5 @@ def _render_frames(result: CommandResult) -> str:
                      f"(stopped by {data['stopped_by']})"
                      + (f", written to {output['path']}" if output else ""))
     else:
-        lines.insert(0, f"capture of {data['file']}: {data['frame_count']} frames")
+        lines.append(f"capture of {data['file']}: {data['frame_count']} frames")
     return "\n".join(lines)
