@@ -198,9 +198,10 @@ def _pytest_run(checkout: Path, home: Path, variant: str, prefix: Path,
 
 
 def run_sentinel(*, files: int = 100_000, sparse_bytes: int = 2 << 30, rounds: int = 5, timeout: float = 600.0,
-                 scenarios: Sequence[str] = SCENARIOS, log: Callable[[str], None] = print) -> SentinelResult:
-    """Build the scenarios in a temporary directory and measure them ``rounds`` times (plus one
-    uncounted warm-up round), scenarios and variants interleaved in a rotating order."""
+                 scenarios: Sequence[str] = SCENARIOS, warmup: bool = True,
+                 log: Callable[[str], None] = print) -> SentinelResult:
+    """Build the scenarios in a temporary directory and measure them ``rounds`` times (plus, with
+    ``warmup``, one uncounted round first), scenarios and variants interleaved in a rotating order."""
     from benchmarks import measure
 
     result = SentinelResult(files=files, sparse_bytes=sparse_bytes, rounds=rounds,
@@ -213,7 +214,7 @@ def run_sentinel(*, files: int = 100_000, sparse_bytes: int = 2 << 30, rounds: i
         log(f"sentinel: built {len(trees)} scenarios ({files:,} files, {sparse_bytes / 2**30:.1f} GiB sparse) "
             f"in {time.monotonic() - started:.0f} s")
         prefix = root / "pycache"
-        for round_no in range(-1, rounds):
+        for round_no in range(-1 if warmup else 0, rounds):
             order = list(scenarios)
             if round_no > 0:
                 order = order[round_no % len(order):] + order[:round_no % len(order)]

@@ -267,7 +267,7 @@ def _what(old: Entry, new: Entry, metadata: bool = True) -> str:
 
 
 def changes(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str]:
-    """Sorted lines ``added: p``, ``removed: p``, ``changed: p (what)``; [] when nothing changed."""
+    """Lines ``added: p``, ``removed: p``, ``changed: p (what)`` in path order; [] when nothing changed."""
     if before == after:
         return []
     lines = []
