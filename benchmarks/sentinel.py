@@ -2,8 +2,8 @@
 
 Four scenarios are built in a temporary directory, each a git checkout holding
 the same 10-test project plus a fake home: ``empty`` (nothing more),
-``ignored`` (``files`` small files in a git-ignored directory of the checkout),
-``tracked`` (``files`` small tracked files), ``home`` (a sparse ``sparse_bytes``
+``ignored`` (``files`` empty files in a git-ignored directory of the checkout),
+``tracked`` (``files`` empty tracked files), ``home`` (a sparse ``sparse_bytes``
 file in the home's ``.canarchy``: ``truncate``, so it takes no disk).
 
 Measured per scenario, interleaved, ``rounds`` times:
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -76,7 +77,9 @@ def _many_files(where: Path, count: int) -> None:
         folder = where / f"d{index // _FILES_PER_DIR:04d}"
         if index % _FILES_PER_DIR == 0:
             folder.mkdir(parents=True)
-        (folder / f"f{index % _FILES_PER_DIR:04d}.txt").write_bytes(b"x\n")
+        # Empty: no data block to allocate, or to discard when the tree is removed (on a file
+        # system mounted with `discard` that is what building and removing would cost).
+        open(folder / f"f{index % _FILES_PER_DIR:04d}.txt", "xb").close()
 
 
 def build_scenario(root: Path, scenario: str, *, files: int = 100_000, sparse_bytes: int = 2 << 30) -> tuple[Path, Path]:
@@ -114,9 +117,9 @@ def worker(checkout: str, home: str) -> dict[str, float | int]:
     from benchmarks.captures import _peak_kib, _reset_peak, _rss_kib
     from canarchy.testing.isolation import tree
 
-    def cpu_now() -> float:  # this process and the git processes it waited for
-        times = os.times()
-        return times.user + times.system + times.children_user + times.children_system
+    def cpu_now() -> float:  # this process and the git processes it waited for (µs resolution)
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
     _reset_peak()
     before_kib = _rss_kib()

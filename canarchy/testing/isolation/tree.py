@@ -187,7 +187,7 @@ def git_paths(root: str | os.PathLike[str], only: Iterable[str] | None = None,
 def _from_git(out: dict[str, Entry], root: str, listing: _GitListing) -> bool:
     """``lstat`` each path git lists, and every directory above one; the hot loop, kept flat."""
     prefix = os.path.join(root, "")
-    lstat, new, regular = os.lstat, _new, stat.S_IFREG
+    lstat, new, file_type, regular = os.lstat, _new, stat.S_IFMT(0o177777), stat.S_IFREG
     dirs: set[str] = set()
     for names in listing.batches():
         for name in names:
@@ -199,7 +199,7 @@ def _from_git(out: dict[str, Entry], root: str, listing: _GitListing) -> bool:
                 _record(out, name, prefix + name)
                 continue
             mode = st.st_mode
-            if stat.S_IFMT(mode) == regular:
+            if mode & file_type == regular:
                 out[name] = new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", ""))
             else:  # a link, a submodule, an untracked nested repository ("name/")
                 _record(out, name.rstrip("/"), prefix + name.rstrip("/"))
