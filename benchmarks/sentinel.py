@@ -302,7 +302,7 @@ def report_lines(result: SentinelResult) -> list[str]:
                      _num(row["plugin_over_bare_cpu_seconds"] * 1000, 0),
                      _num(row["plugin_over_bare_seconds"] * 1000, 0), _num(row["plugin_peak_over_bare_mib"], 1),
                      verdict])
-    out = [f"### 5. Sentinel: the cost of what the user has (10-test run, median of {result.rounds} rounds)", ""]
+    out = [f"### 7. Sentinel: the cost of what the user has (10-test run, median of {result.rounds} rounds)", ""]
     out += table(["tree", "entries snapshotted", "snapshot + changes, ms (wall)", "(CPU)", "snapshot peak, MiB",
                   "pytest bare, s (wall)", "with the plugin, s (wall)", "plugin over bare, ms (CPU)", "(wall)",
                   "plugin's peak over bare, MiB", "target: the tree's cost over the empty checkout (CPU)"], rows)

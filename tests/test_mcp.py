@@ -79,7 +79,7 @@ def assert_reference_envelope(envelope):
     data = envelope["data"]
     assert data["mode"] == "reference"
     assert [s["service"] for s in data["services"]] == CATALOG_SIDS
-    assert data["service_count"] == 17
+    assert data["service_count"] == 27
     assert "probe_count" not in data and "interface" not in data
 
 
@@ -305,7 +305,7 @@ def test_ack_is_scoped_to_the_call_even_when_it_fails(monkeypatch):
 def test_ack_with_dry_run_still_plans(rigged_transport, cli_calls):
     outcome = mcp_server.run_tool("send", {"channel": "vcan0", "arbitration_id": 1, "ack_active": True})
     assert outcome.envelope["data"]["mode"] == "dry_run"
-    assert cli_calls == [["send", "vcan0", "1", "", "--dry-run", "--ack-active", "--json"]]
+    assert cli_calls == [["send", "vcan0", "0x1", "", "--dry-run", "--ack-active", "--json"]]
     assert rigged_transport == []
 
 
