@@ -16,7 +16,7 @@ Measured per scenario, interleaved, ``rounds`` times:
     (``VmHWM``, reset first).
 ``pytest``
     ``python -m pytest`` on the 10 tests with ``HOME`` at the fake home, bare and
-    with ``-p canarchy.testing.plugin``: wall time and the run's ``VmHWM``
+    with ``-p canarchy.testing.isolation.plugin``: wall time and the run's ``VmHWM``
     (written by the project's conftest at ``pytest_unconfigure``). Whatever the
     plugin's sentinel uses, this measures it.
 
@@ -82,9 +82,10 @@ def _many_files(where: Path, count: int) -> None:
         open(folder / f"f{index % _FILES_PER_DIR:04d}.txt", "xb").close()
 
 
-def build_scenario(root: Path, scenario: str, *, files: int = 100_000, sparse_bytes: int = 2 << 30) -> tuple[Path, Path]:
-    """Build ``root/scenario/{checkout,home}``; return ``(checkout, home)``. ``KeyError``-like
-    ``ValueError`` for an unknown scenario; ``subprocess.CalledProcessError`` if git fails."""
+def build_scenario(root: Path, scenario: str, *, files: int = 100_000,
+                   sparse_bytes: int = 2 << 30) -> tuple[Path, Path]:
+    """Build ``root/scenario/{checkout,home}``; return ``(checkout, home)``. ``ValueError`` for
+    an unknown scenario; ``subprocess.CalledProcessError`` if git fails."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
     checkout, home = root / scenario / "checkout", root / scenario / "home"
@@ -193,7 +194,7 @@ def _pytest_run(checkout: Path, home: Path, variant: str, prefix: Path,
     env = measure.child_env(home, bytecode_prefix=prefix, extra={"BENCH_VMHWM_FILE": str(peak_file)})
     argv = [measure.python(), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     if variant == "plugin":
-        argv += ["-p", "canarchy.testing.plugin"]
+        argv += ["-p", "canarchy.testing.isolation.plugin"]
     proc = measure.run(argv, env=env, cwd=checkout, timeout=timeout)
     if not proc.ok or not peak_file.exists():
         return f"{variant}: exit {proc.returncode}: {' | '.join(proc.output.strip().splitlines()[-3:])}"
@@ -309,9 +310,9 @@ def report_lines(result: SentinelResult) -> list[str]:
     out += ["", "Snapshot: `canarchy.testing.isolation.tree` in a child, the sentinel's four snapshots (checkout "
             "and operator state, before and after) and their `changes`; peak = high-water mark minus the resident "
             "set before. pytest: whole process (git and other children in its CPU time), bare and with "
-            "`-p canarchy.testing.plugin`, `HOME` at the scenario's home. A tree's cost is its figure minus the "
-            "empty checkout's (for pytest: of \"plugin over bare\"), in CPU time, steadier than wall time on a "
-            "shared machine."]
+            "`-p canarchy.testing.isolation.plugin`, `HOME` at the scenario's home. A tree's cost is its figure "
+            "minus the empty checkout's (for pytest: of \"plugin over bare\"), in CPU time, steadier than wall "
+            "time on a shared machine."]
     failures = [f"{name}: {f}" for name, runs in result.scenarios.items() for f in runs.failures]
     if failures:
         out += ["", "Problems: " + "; ".join(failures[:6])]
