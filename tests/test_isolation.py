@@ -683,8 +683,8 @@ def test_sentinel_fails_a_run_that_writes_operator_state(tmp_path):
     """})
     assert run.returncode == 1, run.output
     assert "canarchy isolation sentinel" in run.output and "changed the operator's state" in run.output
-    assert f"added:   {run.home}/.canarchy/findings/written-at-teardown" in run.output, run.output
-    assert "added:   stray.txt (written by test_write.py::test_writes_checkout)" in run.output
+    assert f"added: {run.home}/.canarchy/findings/written-at-teardown" in run.output, run.output
+    assert "added: stray.txt (written by test_write.py::test_writes_checkout)" in run.output
 
 
 def test_a_write_into_the_operator_home_is_refused_at_once_naming_the_fixture(tmp_path):
@@ -728,7 +728,7 @@ def test_sentinel_blames_the_tests_not_an_installed_plugins_start_up_files(tmp_p
     """
     run = run_child(tmp_path / "writes", files, "-p", "tool_plugin")
     assert run.returncode == 1, run.output
-    assert "added:   stray.txt" in run.output and ".tool-cache" not in run.output, run.output
+    assert "added: stray.txt" in run.output and ".tool-cache" not in run.output, run.output
 
 
 # -- issue #3 item 10: opt-outs -----------------------------------------------------------------------

@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,8 @@ from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation.procstate import STATE as _STATE
-from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox, manifest, manifest_diff
+from canarchy.testing.isolation import tree as _tree
+from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
 from canarchy.testing.isolation.settings import Settings, add_options
 
 MARKERS = {
@@ -276,7 +276,7 @@ def _guarded_manifest(run: _Run) -> dict:
     with _access.GUARD.exempt():
         for path in run.guarded:
             base, name = os.path.split(path)
-            found.update({os.path.join(base, k): v for k, v in manifest(Path(base), [name]).items()})
+            found.update({os.path.join(base, k): v for k, v in _tree.snapshot(base, only=[name]).items()})
     return found
 
 
@@ -645,20 +645,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def _checkout_manifest(root: Path) -> dict:
-    from canarchy.testing.isolation.sandbox import CHECKOUT_IGNORED
-
-    return manifest(root, None, CHECKOUT_IGNORED)
-
-
-def _ignored_by_git(root: Path, paths: list[str]) -> set[str]:
-    if not paths:
-        return set()
-    try:
-        proc = subprocess.run(["git", "-C", str(root), "check-ignore", "--stdin"], input="\n".join(paths),
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return set()
-    return set(proc.stdout.splitlines()) if proc.returncode in (0, 1) else set()
+    """The checkout as git sees it (what it ignores is never walked)."""
+    return _tree.snapshot(root)
 
 
 @pytest.hookimpl(trylast=True)
@@ -682,12 +670,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if run.home_before is not None:
             view = run.containment.protection("mount view") if run.containment is not None else None
             diff = _covers_broken(run.containment) if view is not None and view.in_force else \
-                manifest_diff(run.home_before, _guarded_manifest(run))
+                _tree.changes(run.home_before, _guarded_manifest(run))
             if diff:
                 lines.append("the test run changed the operator's state:")
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
         if run.checkout_before is not None:
-            diff = manifest_diff(run.checkout_before, _checkout_manifest(config.rootpath))
+            diff = _tree.changes(run.checkout_before, _checkout_manifest(config.rootpath))
             if diff:
                 lines.append(f"the test run changed the checkout ({config.rootpath}):")
                 lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)

@@ -18,13 +18,12 @@ No pytest import here: the plugin drives it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path, PurePath
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
 
@@ -290,56 +289,3 @@ class Sandbox:
             return None
         text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
         return found if any(text == r or text.startswith(r + os.sep) for r in self.real_homes) else None
-
-
-# -- the operator-state manifest ---------------------------------------------------
-
-# What of the operator's home the suite must never change (product.md §1).
-OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
-# What of a checkout a test run may change.
-CHECKOUT_IGNORED = (".git", ".nox", ".pytest_cache", "reports", "__pycache__", "build", "dist", ".venv")
-
-
-def manifest(base: Path, names: Iterable[str] | None = None, ignored: Iterable[str] = ()) -> dict[str, tuple]:
-    """``{relative path: (kind, size, sha256)}`` for ``names`` under ``base``
-    (everything when None), skipping any path component in ``ignored`` and
-    ``*.egg-info``. Symlinks are recorded by target, not followed."""
-    ignored = set(ignored)
-    result: dict[str, tuple] = {}
-    starts = [base / n for n in names] if names is not None else [base]
-
-    def visit(path: Path) -> None:
-        rel = str(path.relative_to(base)) if path != base else "."
-        try:
-            if path.is_symlink():
-                result[rel] = ("link", 0, os.readlink(path))
-            elif path.is_dir():
-                if path != base:
-                    result[rel] = ("dir", 0, "")
-                for child in sorted(os.listdir(path)):
-                    if child in ignored or child.endswith(".egg-info"):
-                        continue
-                    visit(path / child)
-            elif path.is_file():
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                result[rel] = ("file", path.stat().st_size, digest)
-        except FileNotFoundError:
-            pass
-
-    for start in starts:
-        if os.path.lexists(start):
-            visit(start)
-    return result
-
-
-def manifest_diff(before: Mapping[str, tuple], after: Mapping[str, tuple]) -> list[str]:
-    """Human-readable lines for every path added, removed or changed."""
-    lines = []
-    for path in sorted(set(before) | set(after)):
-        if path not in after:
-            lines.append(f"removed: {path}")
-        elif path not in before:
-            lines.append(f"added:   {path}")
-        elif before[path] != after[path]:
-            lines.append(f"changed: {path}")
-    return lines
