@@ -378,13 +378,16 @@ def module_scoped_config():
     """Loads canarchy's configuration from a module-scoped fixture (the seed-004 hazard)."""
     from canarchy import config
 
-    return {"home": Path.home(), "path": config.config_path(), "default": transport.default_can_interface()}
+    # Where it would read, and what the environment says, without reading (a read of the operator's
+    # config would be refused by the access guard at setup, before this test could say what is wrong).
+    return {"home": Path.home(), "path": config.config_path(), "variables": sorted(
+        k for k in os.environ if k.startswith(("CANARCHY_", "CAN_")))}
 
 
 def test_module_scoped_fixture_sees_the_disposable_home(module_scoped_config, canarchy_sandbox):
     assert module_scoped_config["home"] == canarchy_sandbox.session_home
     assert module_scoped_config["path"].is_relative_to(canarchy_sandbox.root)
-    assert module_scoped_config["default"] is None
+    assert module_scoped_config["variables"] == []
 
 
 def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):

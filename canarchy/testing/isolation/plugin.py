@@ -45,6 +45,7 @@ _CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
 _START_UP = "<pytest start-up, before collection>"
+_CONFTESTS = "<import of the initial conftest.py files>"
 
 
 class _ShutdownRecords(logging.Handler):
@@ -174,6 +175,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     waits for ``pytest_configure``: the controller's view of the operator arrives there)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         _start(early_config, "before the initial conftests are imported")
+        _set_owners(_CONFTESTS)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -185,6 +187,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "at pytest_configure: a conftest loaded the plugin, so the top of the initial conftests ran "
             "outside it (load it with -p canarchy.testing.isolation.plugin for the earliest start)")
         _start(config, late)
+    _set_owners(_START_UP)
     _check_configuration(config)
 
 
@@ -246,6 +249,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _access.GUARD.configure(protection)
     _access.GUARD.report_dir = sandbox.refusal_dir
     _access.GUARD.owner = _START_UP
+    _STATE.expected_python_can = sandbox.python_can_expected
     _access.observe("os.putenv", _STATE.on_putenv)
     _access.observe("os.unsetenv", _STATE.on_unsetenv)
     _access.install()

@@ -196,6 +196,12 @@ class Sandbox:
         if original is not None and self._python_can_files is None:
             self._python_can_files = original
 
+    def python_can_expected(self) -> tuple[dict, list[str]] | None:
+        """What isolated tests find in python-can's globals: ``(can.rc, CONFIG_FILES)`` contents."""
+        if self._python_can_files is None:
+            return None
+        return {}, [f for f in self._python_can_files if f not in PYTHON_CAN_ABSOLUTE_CONFIG_FILES]
+
     def restore_python_can(self) -> None:
         """Give python-can back its original config-file list (for opt-out tests)."""
         util = sys.modules.get("can.util")
