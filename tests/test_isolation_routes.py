@@ -232,7 +232,7 @@ def assert_refused(run, module: str, test: str, operation: str) -> None:
     assert "Refused" in messages
 
 
-@pytest.mark.parametrize("test, operation", [
+HOME_ROUTE_CASES = [
     ("test_deleted_home_falls_back_to_a_guarded_home", "open for reading"),
     ("test_deleted_home_cannot_write_there", "mkdir"),
     ("test_home_set_back_to_the_operator", "open for reading"),
@@ -240,7 +240,10 @@ def assert_refused(run, module: str, test: str, operation: str) -> None:
     ("test_a_symlink_out_of_the_test_home", "open for reading"),
     ("test_a_dotdot_path", "open for reading"),
     ("test_sqlite_in_the_operator_home", "sqlite3.connect"),
-])
+]
+
+
+@pytest.mark.parametrize("test, operation", HOME_ROUTE_CASES, ids=[c[0].removeprefix("test_") for c in HOME_ROUTE_CASES])
 def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, operation):
     run, _ = routes
     assert_refused(run, "test_home_routes.py", test, operation)
@@ -270,7 +273,7 @@ def test_a_child_python_s_read_is_refused_naming_the_parent_test(routes):
     ("test_python_can_config_files_extended", "can.util.CONFIG_FILES"),
     ("test_a_signal_handler_left_installed", "left a handler for SIGUSR1 installed"),
     ("test_a_umask_left_changed", "left the umask at 0000"),
-])
+], ids=["putenv", "environ", "can-config", "signal", "umask"])
 def test_process_state_left_changed_is_put_back_and_named(routes, test, words):
     run, _ = routes
     assert run.outcomes(test) == {"error"}, run.output  # the call passed; the teardown put it back, named
@@ -279,7 +282,7 @@ def test_process_state_left_changed_is_put_back_and_named(routes, test, words):
 
 @pytest.mark.parametrize("test", ["test_after_a_putenv_children_see_nothing", "test_after_environ_replaced",
                                   "test_after_the_config_files_were_extended", "test_a_chdir_is_put_back",
-                                  "test_after_a_chdir"])
+                                  "test_after_a_chdir"], ids=["putenv", "environ", "can-config", "chdir", "cwd"])
 def test_the_next_test_sees_the_state_put_back(routes, test):
     run, _ = routes
     assert run.outcomes(test) == {"passed"}, run.messages(test)
@@ -340,3 +343,24 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
                  "test_a_c_level_open_reads_nothing"):
         assert run.outcomes(test) == {"passed"}, run.output
     assert content_differences(home, run.home) == []
+
+
+def test_a_module_without_the_required_import_is_a_collection_error(tmp_path_factory):
+    files = {"test_with.py": "import canarchy.testing.required  # noqa: F401\n\ndef test_a():\n    pass\n",
+             "test_without.py": "def test_b():\n    pass\n"}
+    run, _ = _run(tmp_path_factory, "required", files, *EARLY, "-o", "canarchy_require_import=true")
+    assert run.returncode == 2 and "test_b" not in run.results, run.output  # a collection error stops the run
+    assert "test_without.py does not import canarchy.testing.required" in run.output
+
+
+def test_a_stray_configuration_that_loses_the_plugin_s_settings_is_refused(tmp_path_factory):
+    """A tests/pytest.ini shadows pyproject.toml's [tool.pytest.ini_options] for `pytest tests`."""
+    files = {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n'
+                               "canarchy_require_import = false\ncanarchy_test_cwd = \"rootdir\"\n",
+             "tests/pytest.ini": "[pytest]\nxfail_strict = true\n",
+             "tests/conftest.py": 'pytest_plugins = ["canarchy.testing.isolation.plugin"]\n',
+             "tests/test_a.py": "def test_a():\n    pass\n"}
+    run, _ = _run(tmp_path_factory, "stray", files, "tests")
+    assert run.returncode == 4, run.output
+    assert "tests/pytest.ini shadows the project's configuration in" in run.output
+    assert "canarchy_test_cwd" in run.output and "addopts (-p canarchy.testing.isolation.plugin)" in run.output

@@ -484,5 +484,8 @@ def test_the_registry_covers_every_protection():
         "issue-530", "reference-no-transport", "active-ack-gate", "iso-home-redirect", "iso-test-home",
         "iso-canarchy-scrub", "iso-can-scrub", "iso-import-time-redirect", "iso-session-layer",
         "iso-guard-by-name", "iso-guard-class", "iso-unswallowable-refusal", "iso-child-guard",
-        "iso-sentinel", "iso-test-cwd", "iso-env-restore",
+        "iso-sentinel", "iso-test-cwd", "iso-env-restore", "iso-access-guard", "iso-access-children",
+        "iso-containment", "iso-putenv", "iso-environ-replaced", "iso-python-can-globals", "iso-signal-handlers",
+        "iso-umask", "iso-stale-bus", "iso-import-time-containers", "iso-stuck", "iso-earliest-start",
+        "iso-required-import", "iso-stray-config",
     } <= names
