@@ -19,6 +19,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
                         ".csv ...); --count defaults to every frame, --timeout does not apply")
+    p.add_argument("--summary", action="store_true",
+                   help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames,
                    no_interface_ok=lambda a: a.file is not None)
 
@@ -101,6 +103,8 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
     capture = open_capture(args.file)
+    if args.summary:
+        return _capture_summary(args, capture, limit)
     source = f"file:{args.file}"
     streaming = getattr(args, "output", "text") == "jsonl"
     events = []
@@ -123,6 +127,20 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data=data, warnings=capture.all_warnings(), events=events)
 
 
+def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:
+    """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of the file."""
+    from canarchy.capture_stats import CaptureStats
+
+    stats = CaptureStats()
+    for frame in capture:
+        if limit is not None and stats.frame_count >= limit:
+            break
+        stats.feed(frame)
+    data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
+            "summary": True, **stats.to_dict()}
+    return CommandResult(data=data, warnings=capture.all_warnings())
+
+
 def _send(args: argparse.Namespace) -> CommandResult:
     from canarchy.transport import CanFrame
 
@@ -142,6 +160,10 @@ def _send(args: argparse.Namespace) -> CommandResult:
 
 
 def _render_frames(result: CommandResult) -> str:
+    if result.data.get("summary"):
+        from canarchy.capture_stats import render_ids
+
+        return render_ids(result.data)
     data = result.data
     lines = []
     frames = [e["payload"] for e in (result.events or [])] or ([data["frame"]] if "frame" in data else [])
