@@ -287,22 +287,27 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     render_text = None
     result: CommandResult | None = None
     error: CanarchyError | None = None
-    try:
-        args = build_parser(argv).parse_args(argv)
-        args.stdout = out
-        fmt = getattr(args, "output", fmt)
-        command = args.command
-        render_text = getattr(args, "render_text", None)
-        normalize = getattr(args, "normalize", None)
-        if normalize is not None:
-            normalize(args)
-        prepare_args(args)
-        result = args.handler(args)
-    except CanarchyError as exc:
-        error = exc
-    except KeyboardInterrupt:
-        # Ctrl+C ends a streaming command; what was already printed stands.
-        return EXIT_OK
+    from canarchy import config
+
+    with config.collect_warnings() as config_warnings:  # unknown keys of the config file, as it is read
+        try:
+            args = build_parser(argv).parse_args(argv)
+            args.stdout = out
+            fmt = getattr(args, "output", fmt)
+            command = args.command
+            render_text = getattr(args, "render_text", None)
+            normalize = getattr(args, "normalize", None)
+            if normalize is not None:
+                normalize(args)
+            prepare_args(args)
+            result = args.handler(args)
+        except CanarchyError as exc:
+            error = exc
+        except KeyboardInterrupt:
+            # Ctrl+C ends a streaming command; what was already printed stands.
+            return EXIT_OK
+    if result is not None and config_warnings:
+        result.warnings[:0] = config_warnings
     text = render(fmt, command, result, error, render_text)
     if text:
         out.write(text + "\n")

@@ -137,7 +137,8 @@ class ToolSpec:
     command words; ``options``: property -> flag, passed in that order (a
     boolean property is the bare flag when true); ``paths``: properties that
     are file paths (resolved and checked against the allowed directories);
-    ``flags``: fixed flags always passed (e.g. ``--summary``); ``properties``
+    ``flags``: fixed flags always passed (e.g. ``--summary``); ``hex``:
+    number properties the command reads as hex (passed in 0x form); ``properties``
     and ``required``: the JSON Schema of the input (an object; no other keys
     allowed).
     """
@@ -152,6 +153,7 @@ class ToolSpec:
     options: Mapping[str, str] = field(default_factory=dict)
     paths: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    hex: tuple[str, ...] = ()
 
     @property
     def command_name(self) -> str:
@@ -272,7 +274,7 @@ _TOOL_LIST = (
               "dry_run": {"type": "boolean", "default": True,
                           "description": "plan only, send nothing (the default)"}},
              ("channel", "arbitration_id"), ("channel", "arbitration_id", "data"),
-             {"dry_run": "--dry-run", "ack_active": "--ack-active"}),
+             {"dry_run": "--dry-run", "ack_active": "--ack-active"}, hex=("arbitration_id",)),
 )
 
 #: Every tool, by name, in listing order.
@@ -370,10 +372,18 @@ def resolve_paths(spec: ToolSpec, values: Mapping[str, Any], policy: ServerPolic
 # --- argv -----------------------------------------------------------------------------------------
 
 
-def _token(value: Any, prop: Mapping[str, Any]) -> str:
+def _token(value: Any, prop: Mapping[str, Any], hex_form: bool = False) -> str:
     if prop.get("type") == "number" and not isinstance(value, bool):
         return repr(float(value))
+    if hex_form:  # the tool's number is decimal or 0x-hex; this command line reads hex (can-utils): pass 0x form
+        return f"0x{_tool_number(value):X}"
     return str(value)
+
+
+def _tool_number(value: Any) -> int:
+    """A number property's value (an integer, or a string matching ``_NUMBER_PATTERN``) as an int."""
+    raw = str(value).strip()
+    return int(raw, 16) if raw.lower().startswith("0x") else int(raw, 10)
 
 
 def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
@@ -382,12 +392,13 @@ def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
     true boolean as its bare flag; a false or absent one not at all)."""
     spec = TOOLS[name]
     argv = list(spec.command)
-    argv += [_token(arguments.get(positional, ""), spec.properties[positional]) for positional in spec.positionals]
+    argv += [_token(arguments.get(positional, ""), spec.properties[positional], positional in spec.hex)
+             for positional in spec.positionals]
     for prop_name, flag in spec.options.items():
         value = arguments.get(prop_name)
         if value is None or value is False:
             continue
-        argv += [flag] if value is True else [flag, _token(value, spec.properties[prop_name])]
+        argv += [flag] if value is True else [flag, _token(value, spec.properties[prop_name], prop_name in spec.hex)]
     return argv + list(spec.flags) + [_OUTPUT_FLAG]
 
 
@@ -510,7 +521,7 @@ def _confirm_transmission(spec: ToolSpec, values: Mapping[str, Any],
     required, _source = config.resolve("CANARCHY_REQUIRE_ACTIVE_ACK")
     if not required:
         return
-    action = f"send frame 0x{int(str(values['arbitration_id']), 0):X} [{values.get('data') or '-'}]"
+    action = f"send frame 0x{_tool_number(values['arbitration_id']):X} [{values.get('data') or '-'}]"
     message = (preflight_warning(spec.command_name, values["channel"], action) +
                " An agent asks for it through MCP; [safety] require_active_ack asks you to confirm.")
     answer = None if confirm is None else confirm(message)
