@@ -1,9 +1,10 @@
 """``python -m benchmarks``: run the sections and write the report (``nox -s bench`` calls this).
 
-Options: ``--sections isolation,lanes,captures,startup`` (default all);
+Options: ``--sections isolation,lanes,captures,startup,access,containment`` (default all);
 ``--rounds N`` (isolation rounds, default 9), ``--tests N`` (default 2000),
 ``--lane-runs N`` (default 3), ``--no-cold``, ``--capture-runs N`` (default
-3), ``--frames N`` (default 1,000,000), ``--startup-runs N`` (default 15);
+3), ``--frames N`` (default 1,000,000), ``--startup-runs N`` (default 15),
+``--containment-runs N`` (default 15);
 ``--nox-python PATH`` (the interpreter that runs nox; without it the lanes
 section is skipped); ``--reports DIR`` (default ``reports``; writes
 ``bench.md`` and ``bench.json``); ``--docs PATH`` (default
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from benchmarks import measure, report
 
-SECTIONS = ("isolation", "lanes", "captures", "startup")
+SECTIONS = ("isolation", "lanes", "captures", "startup", "access", "containment")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-runs", type=int, default=3, help="runs per capture reader (default 3)")
     p.add_argument("--frames", type=int, default=1_000_000, help="frames per generated log (default 1,000,000)")
     p.add_argument("--startup-runs", type=int, default=15, help="runs per command (default 15)")
+    p.add_argument("--containment-runs", type=int, default=15, help="runs per containment variant (default 15)")
     p.add_argument("--nox-python", help="interpreter that runs nox (the lanes section needs it)")
     p.add_argument("--reports", default="reports", help="directory for bench.md and bench.json (default reports)")
     p.add_argument("--docs", default="docs/benchmarks.md", help="document whose results block is replaced")
@@ -116,6 +118,22 @@ def main(argv: list[str] | None = None) -> int:
         blocks.append(report.startup_lines(rows, startup.TARGET_S))
         if not all(r.wall for r in rows):
             failed.append("startup")
+    if "access" in sections:
+        from benchmarks import access
+
+        result = access.run_access(tests=args.tests, rounds=args.rounds)
+        raw["access"] = _jsonable(result)
+        blocks.append(access.report_lines(result))
+        if not result.ok:
+            failed.append("access")
+    if "containment" in sections:
+        from benchmarks import containment
+
+        rows = containment.run_containment(runs=args.containment_runs)
+        raw["containment"] = _jsonable(rows)
+        blocks.append(containment.containment_lines(rows))
+        if not all(r.ms for r in rows):
+            failed.append("containment")
     info["loadavg"] = measure.machine()["loadavg"]
     seconds = time.monotonic() - clock
     body = report.machine_lines(info, started, seconds, _commit())
