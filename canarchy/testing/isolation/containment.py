@@ -21,8 +21,8 @@ import errno
 import json
 import os
 import platform
-import shutil
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -61,7 +61,7 @@ SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 _IFREQ = "16sH22x"  # struct ifreq: the name, then ifr_flags in the 24-byte union
 # The generic syscall table (asm-generic/unistd.h); every architecture below
-# numbers these (added in 5.2-5.13) alike.
+# numbers these (Linux 5.2 to 5.12) alike.
 _SYSCALLS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
              "mount_setattr": 442}
 _GENERIC_TABLE = ("x86_64", "i386", "i486", "i586", "i686", "aarch64", "arm64", "armv6l", "armv7l", "armv8l",
@@ -131,6 +131,7 @@ class Report:
         return next((f"{p.name}: {p.detail}" for p in self.protections if not p.in_force), "")
 
     def protection(self, name: str) -> Protection | None:
+        """The protection called ``name``, None when it was not asked for."""
         return next((p for p in self.protections if p.name == name), None)
 
     def header_lines(self) -> list[str]:
@@ -302,9 +303,10 @@ def _private_sysfs() -> None:
     """A fresh sysfs (read-only) on ``/sys``, so its network entries
     (``/sys/class/net``, ``/sys/devices/.../net``) are this network namespace's;
     the mounts that were below ``/sys`` (cgroups, ...) are put back on it."""
-    below = _outermost(p for p in _mount_points() if p.startswith("/sys/"))
-    clones = [(path, _open_tree(path)) for path in below]
+    clones = []
     try:
+        for path in _outermost(p for p in _mount_points() if p.startswith("/sys/")):
+            clones.append((path, _open_tree(path)))
         # read-only from the start: a new sysfs may not be less restricted than the one
         # already visible (the kernel's mount_too_revealing), which is this one when nested
         fresh = _new_fs("sysfs", MOUNT_ATTR_RDONLY)
