@@ -51,3 +51,8 @@ def test_capture_file_summary_command():
     text = run_cli("capture", "--file", str(TRUCK), "--summary").out
     assert text.splitlines()[0].endswith("3582 frames, 45 IDs over 9.999 s")
     assert any(line.split()[:2] == ["0CF00400", "1000"] for line in text.splitlines())
+
+
+def test_summary_needs_a_file():
+    result = run_cli("capture", "vcan0", "--summary", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
