@@ -414,3 +414,26 @@ def test_a_signal_ends_a_capture_with_its_envelope(virtual_channel, signum):
     envelope = json.loads(out.splitlines()[-1])
     assert envelope["ok"] is True and envelope["data"]["stopped_by"] == signum.name
     assert "Traceback" not in err
+
+
+def test_the_mcp_capture_tool_stays_bounded_on_a_quiet_bus(monkeypatch, virtual_channel):
+    """A command-line capture runs until stopped; the MCP tool always ends (count or its idle timeout)."""
+    from canarchy import mcp_server
+
+    monkeypatch.setattr(mcp_server, "CAPTURE_MAX_TIMEOUT", 0.3)
+    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    outcome = mcp_server.run_tool("capture", {"channel": virtual_channel, "count": 5})
+    data = outcome.envelope["data"]
+    assert (outcome.exit_code, data["frame_count"], data["stopped_by"], data["idle_timeout_s"]) == (
+        0, 0, "idle_timeout", 0.3)
+
+
+@pytest.mark.parametrize("argv", [
+    ["uds", "services", "--request-id", "7E0", "--dry-run"],
+    ["simulate", "ecu", "--request-id", "7E0", "--dry-run"],
+    ["fuzz", "guided", "--id", "7E0", "--dry-run"],
+])
+def test_ids_of_the_other_commands_are_hex_too(argv):
+    result = run_cli(*argv, "--json")
+    assert result.code == 0, result.out
+    assert result.data.get("request_id", result.data.get("arbitration_id")) == 0x7E0
