@@ -245,7 +245,7 @@ _TOOL_LIST = (
               "response_id": _number("response arbitration ID (default 0x7E8)"),
               "summary": _SUMMARY, "limit": _LIMIT},
              ("file",), options={"file": "--file", "request_id": "--request-id", "response_id": "--response-id",
-                                 "summary": "--summary"}, paths=("file",)),
+                                 "summary": "--summary"}, paths=("file",), hex=("request_id", "response_id")),
     ToolSpec("j1939_decode_file", "file", ("j1939", "decode"),
              "Decode a recording's SAE J1939 traffic: PGN, source address, SPN values, transport protocol, DM1 "
              "faults, like `j1939 decode --file F`.",
@@ -254,11 +254,12 @@ _TOOL_LIST = (
              ("file",), options={"file": "--file", "pgn": "--pgn", "summary": "--summary"}, paths=("file",)),
     ToolSpec("capture", "bus", ("capture",),
              "Capture at most `count` frames from a CAN channel (listen only; nothing is sent). Stops after "
-             "`count` frames or `timeout` seconds without a frame (default: [transport].capture_timeout).",
+             f"`count` frames or `timeout` seconds without a frame (default {CAPTURE_MAX_TIMEOUT:g}).",
              {"channel": _CHANNEL,
               "count": {"type": "integer", "minimum": 1, "maximum": CAPTURE_MAX_COUNT,
                         "description": f"frames to capture at most (1..{CAPTURE_MAX_COUNT})"},
               "timeout": {"type": "number", "minimum": 0, "maximum": CAPTURE_MAX_TIMEOUT,
+                          "default": CAPTURE_MAX_TIMEOUT,
                           "description": f"seconds without a frame that end the capture (0..{CAPTURE_MAX_TIMEOUT:g})"}},
              ("channel", "count"), ("channel",), {"count": "--count", "timeout": "--timeout"}),
     ToolSpec("send", "active", ("send",),
