@@ -259,7 +259,6 @@ _TOOL_LIST = (
               "count": {"type": "integer", "minimum": 1, "maximum": CAPTURE_MAX_COUNT,
                         "description": f"frames to capture at most (1..{CAPTURE_MAX_COUNT})"},
               "timeout": {"type": "number", "minimum": 0, "maximum": CAPTURE_MAX_TIMEOUT,
-                          "default": CAPTURE_MAX_TIMEOUT,
                           "description": f"seconds without a frame that end the capture (0..{CAPTURE_MAX_TIMEOUT:g})"}},
              ("channel", "count"), ("channel",), {"count": "--count", "timeout": "--timeout"}),
     ToolSpec("send", "active", ("send",),
@@ -397,6 +396,8 @@ def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
              for positional in spec.positionals]
     for prop_name, flag in spec.options.items():
         value = arguments.get(prop_name)
+        if name == "capture" and prop_name == "timeout" and value is None:
+            value = CAPTURE_MAX_TIMEOUT  # a command-line capture runs until stopped; the tool always ends
         if value is None or value is False:
             continue
         argv += [flag] if value is True else [flag, _token(value, spec.properties[prop_name], prop_name in spec.hex)]
