@@ -475,3 +475,31 @@ def test_json_lines_that_are_no_frames_are_warnings_not_errors(tmp_path):
     assert [e["payload"]["arbitration_id"] for e in result.data["events"]] == [0x123]
     warnings = result.envelope["warnings"]
     assert len(warnings) == 2 and ":line 3:" in warnings[0] and ":line 4:" in warnings[1]
+
+
+def test_capture_file_filters_and_converts_a_recording(tmp_path):
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "obd2_skoda_7e0_7e8.log"
+    target = tmp_path / "answers.blf"
+    result = run_cli("capture", "--file", str(source), "--filter", "7E8:7FF", "--count", "20", "--output",
+                     str(target), "--json")
+    assert result.code == 0, result.out
+    originals = [m for m in can.CanutilsLogReader(str(source)) if m.arbitration_id == 0x7E8][:20]
+    converted = list(can.BLFReader(str(target)))
+    assert [(m.arbitration_id, bytes(m.data)) for m in converted] == [
+        (m.arbitration_id, bytes(m.data)) for m in originals]
+    assert [m.timestamp for m in converted] == pytest.approx([m.timestamp for m in originals], abs=1e-5)
+    assert result.data["output"]["frames_written"] == 20 == result.data["frame_count"]
+
+
+def test_capture_file_refuses_bus_only_options(tmp_path):
+    result = run_cli("capture", "--file", str(tmp_path / "x.log"), "--duration", "3", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
+
+
+def test_no_output_file_when_the_bus_never_opened(monkeypatch, tmp_path):
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    result = run_cli("capture", "missing0", "--output", str(tmp_path / "x.log"), "--json")
+    assert (result.code, result.error_codes) == (2, ["TRANSPORT_UNAVAILABLE"])
+    assert list(tmp_path.iterdir()) == []
