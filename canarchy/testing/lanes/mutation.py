@@ -444,7 +444,6 @@ def _one(work: _Workspace, result: MutationResult, texts: dict[str, tuple[str, s
     finally:
         for file, (original, _mutated) in texts.items():
             (work.tree / file).write_text(original, encoding="utf-8")
-        work.pristine.update(snapshot(work.tree, only=list(texts), walk=SKIP_LIST))  # our own rewrite
         if work.changes():
             echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
             work.make_copy()
