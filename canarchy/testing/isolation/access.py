@@ -169,16 +169,17 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
 
 # -- judging --------------------------------------------------------------------------
 
-_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD = 0, 1, 2, 4, 8
+_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD, _DIRECTORY = 0, 1, 2, 4, 8, 16
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # _NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
-# _TREE: it acts on everything below the path too (refused if a protected tree lies below it).
+# _TREE: it acts on everything below the path too (refused if a protected tree lies below it);
+# _DIRECTORY: the path names a directory (its resolution is remembered whole).
 _SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
-    "os.listdir": ((0, None, "list", _READ | _NONE_IS_CWD),),
-    "os.scandir": ((0, None, "list", _READ | _NONE_IS_CWD),),
-    "os.walk": ((0, None, "walk", _READ),),
-    "os.fwalk": ((0, 4, "walk", _READ | _TREE),),  # it lists by descriptor below the top
-    "os.chdir": ((0, None, "chdir", _READ),),
+    "os.listdir": ((0, None, "list", _READ | _NONE_IS_CWD | _DIRECTORY),),
+    "os.scandir": ((0, None, "list", _READ | _NONE_IS_CWD | _DIRECTORY),),
+    "os.walk": ((0, None, "walk", _READ | _DIRECTORY),),
+    "os.fwalk": ((0, 4, "walk", _READ | _TREE | _DIRECTORY),),  # it lists by descriptor below the top
+    "os.chdir": ((0, None, "chdir", _READ | _DIRECTORY),),
     "os.mkdir": ((0, 2, "mkdir", _WRITE | _NOFOLLOW),),
     "os.rmdir": ((0, 1, "rmdir", _WRITE | _NOFOLLOW),),
     "os.remove": ((0, 1, "remove", _WRITE | _NOFOLLOW),),
@@ -204,9 +205,9 @@ _SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "shutil.chown": ((0, None, "chown", _WRITE),),
     "shutil.make_archive": ((0, None, "make an archive at", _WRITE), (2, None, "archive", _READ)),
     "shutil.unpack_archive": ((0, None, "unpack", _READ), (1, None, "unpack into", _WRITE | _NONE_IS_CWD)),
-    "pathlib.Path.glob": ((0, None, "glob", _READ),),
-    "pathlib.Path.rglob": ((0, None, "glob", _READ),),
-    "subprocess.Popen": ((2, None, "start a process in", _READ),),
+    "pathlib.Path.glob": ((0, None, "glob", _READ | _DIRECTORY),),
+    "pathlib.Path.rglob": ((0, None, "glob", _READ | _DIRECTORY),),
+    "subprocess.Popen": ((2, None, "start a process in", _READ | _DIRECTORY),),
 }
 # Events after which a directory may resolve differently (the resolution cache is dropped).
 _RELINKING = frozenset({"os.symlink", "os.rename", "os.link", "shutil.move", "shutil.copytree",
@@ -225,7 +226,7 @@ def _glob_targets(args: tuple) -> Iterable[_Target]:
     root_dir = _text(args[2])
     if root_dir and not os.path.isabs(directory):
         directory = os.path.join(root_dir, directory)
-    return ((directory or os.curdir, args[3], "glob", _READ),)
+    return ((directory or os.curdir, args[3], "glob", _READ | _DIRECTORY),)
 
 
 def _sqlite_targets(args: tuple) -> Iterable[_Target]:
@@ -533,7 +534,10 @@ class AccessGuard:
         resolved = None if flags & _NOFOLLOW else self._dirs.get(text)  # a directory judged before
         if resolved is None:
             try:
-                resolved = self._resolve(text, not flags & _NOFOLLOW)
+                if flags & _DIRECTORY and os.path.isabs(text):
+                    resolved = self._directory(text)
+                else:
+                    resolved = self._resolve(text, not flags & _NOFOLLOW)
             except (OSError, ValueError):
                 return
         zones = self._zones
