@@ -1,11 +1,13 @@
 """What the access guard (``canarchy.testing.isolation.access``) costs.
 
 Per test: the generated trivial suite of :mod:`benchmarks.isolation` runs
-bare, under canarchy's plugin, and under the plugin with the access guard
-installed, configured (the default protection, the suite's directory
-watched) and enabled, its owner set and its records taken per test as the
-plugin does for the bus guard; interleaved rounds, the difference to the
-plugin paired within a round, the median over rounds.
+bare, under canarchy's plugin, under the plugin with an audit hook that
+returns at once (what any audit hook costs: CPython calls it for every
+audited event), and under the plugin with the access guard installed,
+configured (the default protection, the suite's directory watched) and
+enabled, its owner set and its records taken per test as the plugin does
+for the bus guard; interleaved rounds, the difference to the plugin paired
+within a round, the median over rounds.
 
 Per call, in fresh processes (the hook can never be removed, so never in
 this one): a judged ``open`` of a file and a judged ``os.listdir`` in a
@@ -24,9 +26,14 @@ from typing import Callable
 from benchmarks import isolation, measure, report
 
 TARGET_MS = 0.05
-VARIANTS = ("bare", "canarchy", "access")
+VARIANTS = ("bare", "canarchy", "hook", "access")
 CONFTESTS = {
     **isolation.CONFTESTS,
+    "hook": isolation.CONFTESTS["canarchy"] + '''
+import sys
+
+sys.addaudithook(lambda event, args: None)
+''',
     "access": isolation.CONFTESTS["canarchy"] + '''
 import dataclasses
 import tempfile
@@ -52,8 +59,8 @@ def pytest_runtest_setup(item):
 
 
 def pytest_runtest_teardown(item):
-    records = _access.GUARD.take_refusals() + _access.GUARD.take_watched()
-    assert not records, records[0].message()
+    refusals, watched = _access.GUARD.take()
+    assert not refusals + watched, (refusals + watched)[0].message()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -96,9 +103,9 @@ class AccessResult:
     per_call: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def per_test_ms(self, metric: str) -> float:
-        """Median over rounds of (access - canarchy) / tests, in ms, for ``metric`` (``loop_cpu``, ``loop_wall``)."""
-        ours, plugin = self.suite.overhead_ms("access", metric), self.suite.overhead_ms("canarchy", metric)
+    def per_test_ms(self, metric: str, variant: str = "access") -> float:
+        """Median over rounds of (``variant`` - canarchy) / tests, in ms, for ``metric`` (``loop_cpu``, ``loop_wall``)."""
+        ours, plugin = self.suite.overhead_ms(variant, metric), self.suite.overhead_ms("canarchy", metric)
         return measure.median([a - b for a, b in zip(ours, plugin)])
 
     def added_us(self, case: str) -> float:
@@ -149,7 +156,9 @@ def report_lines(result: AccessResult) -> list[str]:
     out = [f"### 5. Access guard ({result.suite.tests:,} trivial tests, median of {rounds} rounds; "
            f"per call: median of {len(result.per_call)} processes)", ""]
     rows = [["ms/test added to canarchy's plugin (CPU; wall)",
-             f"{num(cpu)}; {num(result.per_test_ms('loop_wall'))}", f"<= {TARGET_MS} ms: {verdict}"]]
+             f"{num(cpu)}; {num(result.per_test_ms('loop_wall'))}", f"<= {TARGET_MS} ms: {verdict}"],
+            ["ms/test added by a hook that returns at once, the floor of any audit hook (CPU; wall)",
+             f"{num(result.per_test_ms('loop_cpu', 'hook'))}; {num(result.per_test_ms('loop_wall', 'hook'))}", ""]]
     for case, label in CASES.items():
         without = measure.median([run["without"][case] for run in result.per_call])
         rows.append([f"µs added to {label}", f"{num(result.added_us(case), 2)} (of {num(without, 2)} without)", ""])

@@ -487,7 +487,9 @@ def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
         suite=isolation.IsolationResult(tests=1000, rounds=1, runs={
             "bare": isolation.VariantRuns([1.0], [1.0], [2.0], [2.0]),
             "canarchy": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
+            "hook": isolation.VariantRuns([1.21], [1.21], [2.0], [2.0]),
             "access": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0])}),
         per_call=[figures])
     assert result.per_test_ms("loop_cpu") == pytest.approx(0.04)
+    assert result.per_test_ms("loop_cpu", "hook") == pytest.approx(0.01)
     assert "<= 0.05 ms: met" in "\n".join(access_bench.report_lines(result))

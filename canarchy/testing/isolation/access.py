@@ -466,11 +466,13 @@ class AccessGuard:
         if self.report_dir is None:
             return
         log = os.path.join(self.report_dir, REPORT_FILE)
-        if log != self._log[0]:
-            self._log = (log, 0)
         local = self._local
         before, local.busy = getattr(local, "busy", False), True  # reading the reports is not judged
         try:
+            if log != self._log[0]:
+                self._log = (log, 0)
+                with contextlib.suppress(OSError):  # made now, so that each later look finds it (cheaper)
+                    os.close(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
             try:
                 if os.stat(log).st_size <= self._log[1]:
                     return
