@@ -482,14 +482,22 @@ def test_the_benchmarks_access_variant_refuses_the_operators_state(tmp_path):
 def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
     figures = access_bench.run_per_call(calls=200)
     assert set(figures["without"]) == set(figures["with"]) == set(access_bench.CASES)
-    assert figures["refusals"] == 0 and all(v > 0 for v in figures["with"].values())
+    assert figures["refusals"] == 0 and all(v > 0 for v in figures["with"].values()) and figures["take"] > 0
     result = access_bench.AccessResult(
         suite=isolation.IsolationResult(tests=1000, rounds=1, runs={
             "bare": isolation.VariantRuns([1.0], [1.0], [2.0], [2.0]),
             "canarchy": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
             "hook": isolation.VariantRuns([1.21], [1.21], [2.0], [2.0]),
             "access": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0])}),
-        per_call=[figures])
+        per_call=[figures], events={"open": 1.0, "judged": 6.0, "other": 50.0})
     assert result.per_test_ms("loop_cpu") == pytest.approx(0.04)
     assert result.per_test_ms("loop_cpu", "hook") == pytest.approx(0.01)
+    added = {case: figures["with"][case] - figures["without"][case] for case in access_bench.CASES}
+    assert result.modelled_ms() == pytest.approx((added["judged_open"] + 6 * added["judged_listdir"]
+                                                  + 50 * added["other_event"] + figures["take"]) / 1000)
     assert "<= 0.05 ms: met" in "\n".join(access_bench.report_lines(result))
+
+
+def test_the_benchmark_counts_the_events_of_a_test():
+    events = access_bench.count_events(tests=3)
+    assert events["judged"] >= 1 and events["other"] >= 1  # the plugin lists and changes directories per test
