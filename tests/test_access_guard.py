@@ -316,6 +316,24 @@ def test_writes_into_a_watched_tree_are_recorded_not_refused(tmp_path):
     assert report["refusals"] == []
 
 
+def test_a_checkout_inside_the_home_is_watched_not_read_only(tmp_path):
+    home, work = make_operator(tmp_path)
+    (home / "src" / "canarchy").mkdir(parents=True)
+    report = run_guarded("""
+        import dataclasses
+        access.GUARD.configure(dataclasses.replace(access.GUARD.protection, watched=(str(home / "src" / "canarchy"),)))
+        attempt("in the checkout", lambda: (home / "src" / "canarchy" / "x.txt").write_text("x"))
+        attempt("beside it", lambda: (home / "src" / "y.txt").write_text("y"))
+        access.GUARD.configure(dataclasses.replace(access.GUARD.protection, watched=(str(home),)))
+        attempt("the home itself watched", lambda: (home / "z.txt").write_text("z"))
+        attempt("its state still refused", lambda: (STATE / "config.toml").read_text())
+    """, home, work)
+    outcomes = report["outcomes"]
+    assert outcomes["in the checkout"] == "allowed" and outcomes["the home itself watched"] == "allowed"
+    assert outcomes["beside it"].startswith("refused: ") and outcomes["its state still refused"].startswith("refused: ")
+    assert [Path(r["path"]).name for r in report["watched"]] == ["x.txt", "z.txt"]
+
+
 def test_writing_a_record_does_not_recurse(tmp_path):
     home, work = make_operator(tmp_path)
     report = run_guarded("""

@@ -101,8 +101,8 @@ class Protection:
     file only itself); ``read_only``: trees where writes are refused;
     ``writable``: trees where writes are allowed; ``watched``: trees where
     writes are allowed and recorded, except under a path component named in
-    ``unwatched_names``. Where trees nest, the innermost decides; ``refused``
-    always wins. Writes of Python's byte code (``__pycache__``) are never
+    ``unwatched_names``. Where trees nest, the innermost decides (for one
+    root: watched, writable, read-only); ``refused`` always wins. Writes of Python's byte code (``__pycache__``) are never
     refused nor recorded outside ``refused``.
     """
 
@@ -327,10 +327,10 @@ class _Zones:
         self.refused_order = protection.refused
         self.refused = frozenset(protection.refused)
         self.refused_prefixes = tuple(_with_sep(r) for r in protection.refused)
-        trees = [(root, "read-only") for root in protection.read_only]
+        trees = [(root, "watched") for root in protection.watched]
         trees += [(root, "writable") for root in protection.writable]
-        trees += [(root, "watched") for root in protection.watched]
-        trees.sort(key=lambda tree: len(tree[0]), reverse=True)
+        trees += [(root, "read-only") for root in protection.read_only]
+        trees.sort(key=lambda tree: len(tree[0]), reverse=True)  # stable: for one root, watched, writable, read-only
         self.trees = tuple((root, _with_sep(root), zone) for root, zone in trees)
         self.roots = self.refused | {root for root, _ in trees}
         self.prefixes = tuple(_with_sep(root) for root in self.roots)
