@@ -302,7 +302,9 @@ def parse_candump_line(line: str) -> CanFrame | None:
         payload = data[2:]
         if not _HEX_DIGITS.issuperset(payload) or len(payload) % 2:
             raise ValueError(f"CAN FD data {payload!r} is not an even number of hex digits")
-        return CanFrame(can_id, bytes.fromhex(payload), extended, True, False, timestamp, channel)
+        flags = int(data[1], 16)
+        return CanFrame(can_id, bytes.fromhex(payload), extended, True, False, timestamp, channel,
+                        bitrate_switch=bool(flags & _CANFD_BRS), error_state_indicator=bool(flags & _CANFD_ESI))
     if head in "Rr":
         rest = data[1:]
         if rest and (len(rest) != 1 or rest not in _HEX_DIGITS):  # can-utils: one hex digit, 0..F
@@ -399,4 +401,7 @@ def _from_message(message: Any) -> CanFrame:
         return RemoteCanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
                               requested_dlc=message.dlc)
     data = bytes(message.data or b"")
-    return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel)
+    fd = bool(message.is_fd)
+    return CanFrame(message.arbitration_id, data, message.is_extended_id, fd, False, timestamp, channel,
+                    bitrate_switch=fd and bool(message.bitrate_switch),
+                    error_state_indicator=fd and bool(message.error_state_indicator))

@@ -38,6 +38,7 @@ from canarchy.errors import EXIT_OK, CanarchyError, UserInputError
 COMMAND_MODULES = (
     "canarchy.commands.config_cmd",
     "canarchy.commands.bus",
+    "canarchy.commands.replay",
     "canarchy.commands.uds",
     "canarchy.commands.fuzz",
     "canarchy.commands.caches",
@@ -59,6 +60,7 @@ COMMAND_GROUPS = {
     "config": "canarchy.commands.config_cmd",
     "capture": "canarchy.commands.bus",
     "send": "canarchy.commands.bus",
+    "replay": "canarchy.commands.replay",
     "uds": "canarchy.commands.uds",
     "fuzz": "canarchy.commands.fuzz",
     "dbc": "canarchy.commands.caches",
