@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
 
-from canarchy.errors import EXIT_OK, CanarchyError, UserInputError
+from canarchy.errors import COMMAND_WARNINGS, EXIT_OK, CanarchyError, UserInputError
 
 COMMAND_MODULES = (
     "canarchy.commands.config_cmd",
@@ -289,9 +289,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     render_text = None
     result: CommandResult | None = None
     error: CanarchyError | None = None
-    from canarchy import config
-
-    with config.collect_warnings() as config_warnings:  # unknown keys of the config file, as it is read
+    config_warnings: list[str] = []
+    token = COMMAND_WARNINGS.set(config_warnings)  # unknown keys of the config file, as it is read
+    try:
         try:
             args = build_parser(argv).parse_args(argv)
             args.stdout = out
@@ -308,6 +308,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         except KeyboardInterrupt:
             # Ctrl+C ends a streaming command; what was already printed stands.
             return EXIT_OK
+    finally:
+        COMMAND_WARNINGS.reset(token)
     if result is not None and config_warnings:
         result.warnings[:0] = config_warnings
     text = render(fmt, command, result, error, render_text)
