@@ -82,6 +82,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
                         ".csv, canarchy's .jsonl/.json ...); --count defaults to every frame")
+    p.add_argument("--summary", action="store_true",
+                   help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     add_bus_arguments(p)
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames,
                    no_interface_ok=lambda a: a.file is not None)
@@ -165,6 +167,9 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     """``capture CHANNEL``: frames as they arrive until --count, --duration, --idle-timeout, Ctrl+C or SIGTERM."""
     if args.file is not None:
         return _capture_file(args)
+    if args.summary:
+        raise UserInputError("INVALID_ARGUMENTS", "capture: --summary summarises a file; give --file PATH.",
+                             "Use `capture --file PATH --summary`, or drop --summary to capture from the channel.")
     from canarchy.capture_writer import CaptureWriter
     from canarchy.transport import CAPTURE_POLL_S, SourceEnded, build_backend, transport_backend_config
 
@@ -259,6 +264,8 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
     capture = open_capture(args.file)
+    if args.summary:
+        return _capture_summary(args, capture, limit)
     source = f"file:{args.file}"
     streaming = getattr(args, "output", "text") == "jsonl"
     events = []
@@ -279,6 +286,20 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         # Events are out; the closing line is the envelope (frame_count, warnings).
         return CommandResult(data=data, warnings=capture.all_warnings())
     return CommandResult(data=data, warnings=capture.all_warnings(), events=events)
+
+
+def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:
+    """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of the file."""
+    from canarchy.capture_stats import CaptureStats
+
+    stats = CaptureStats()
+    for frame in capture:
+        if limit is not None and stats.frame_count >= limit:
+            break
+        stats.feed(frame)
+    data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
+            "summary": True, **stats.to_dict()}
+    return CommandResult(data=data, warnings=capture.all_warnings())
 
 
 def _frame_to_send(args: argparse.Namespace):
@@ -321,6 +342,10 @@ def _send(args: argparse.Namespace) -> CommandResult:
 
 
 def _render_frames(result: CommandResult) -> str:
+    if result.data.get("summary"):
+        from canarchy.capture_stats import render_ids
+
+        return render_ids(result.data)
     from canarchy.frame_syntax import frame_line
 
     data = result.data
