@@ -482,19 +482,23 @@ def test_the_account_database_home_is_the_real_one():
 
 # -- the benchmark measures a live guard ----------------------------------------------------
 
-def test_the_benchmarks_access_variant_refuses_the_operators_state(tmp_path):
+@pytest.mark.parametrize("variant,refused", [("canarchy", True), ("unguarded", False)])
+def test_the_benchmarks_variants_run_with_and_without_the_guard(tmp_path, variant, refused):
     home = tmp_path / "operator"
     (home / ".canarchy").mkdir(parents=True)
     (home / ".canarchy" / "config.toml").write_text("x")
-    suite = isolation.write_suite(tmp_path / "suites", "access", tests=2, modules=1, conftests=access_bench.CONFTESTS)
+    suite = isolation.write_suite(tmp_path / "suites", variant, tests=2, modules=1, conftests=access_bench.CONFTESTS)
     (suite / "test_reads_state.py").write_text(
         f"def test_reads_state():\n    open({str(home / '.canarchy' / 'config.toml')!r}).close()\n")
     env = measure.child_env(home, extra={"BENCH_TIMING_FILE": str(tmp_path / "timing.json")})
     env.pop(access.ENVIRONMENT_VARIABLE, None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=suite, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert "1 failed" in proc.stdout and "2 passed" in proc.stdout, proc.stdout + proc.stderr
-    assert "test_reads_state.py::test_reads_state tried to open for reading" in proc.stdout
+    if refused:
+        assert "1 failed" in proc.stdout and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+        assert "test_reads_state.py::test_reads_state tried to open for reading" in proc.stdout
+    else:
+        assert "3 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
@@ -504,12 +508,12 @@ def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
     result = access_bench.AccessResult(
         suite=isolation.IsolationResult(tests=1000, rounds=1, runs={
             "bare": isolation.VariantRuns([1.0], [1.0], [2.0], [2.0]),
-            "canarchy": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
-            "hook": isolation.VariantRuns([1.21], [1.21], [2.0], [2.0]),
-            "access": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0])}),
+            "unguarded": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
+            "canarchy": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0]),
+            "hook": isolation.VariantRuns([1.25], [1.25], [2.0], [2.0])}),
         per_call=[figures], events={"open": 1.0, "judged": 6.0, "other": 50.0})
     assert result.per_test_ms("loop_cpu") == pytest.approx(0.04)
-    assert result.per_test_ms("loop_cpu", "hook") == pytest.approx(0.01)
+    assert result.per_test_ms("loop_cpu", "hook", "canarchy") == pytest.approx(0.01)
     added = {case: figures["with"][case] - figures["without"][case] for case in access_bench.CASES}
     assert result.modelled_ms() == pytest.approx((added["judged_open"] + 6 * added["judged_listdir"]
                                                   + 50 * added["other_event"] + figures["take"]) / 1000)
