@@ -152,7 +152,7 @@ def _loop(kind: str, log: str, dbc: str | None) -> Callable[[], tuple[int, int]]
         import io
 
         from canarchy import cli
-        from canarchy.decode import load_dbc
+        from canarchy.decode.dbc import load_dbc
 
         load_dbc(dbc)  # import cantools before the clock starts, as for the cantools loop
 

@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from canarchy import __version__, cli
+from canarchy import __version__, cli, output
 from canarchy.active import caller_acknowledged
 from canarchy.errors import CanarchyError, UserInputError
 
@@ -366,7 +366,7 @@ def _check_active_argv(arguments: Mapping[str, Any], argv: Sequence[str]) -> Non
 
 
 def _failure(command: str, error: CanarchyError) -> ToolOutcome:
-    return ToolOutcome(error.exit_code, cli.envelope(command, None, error))
+    return ToolOutcome(error.exit_code, output.envelope(command, None, error))
 
 
 def _execute(argv: list[str], acknowledged: bool) -> ToolOutcome:

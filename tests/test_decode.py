@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from canarchy.cli import main
-from canarchy.decode import decode_dm, describe_diagnostic_pdu, load_dbc, obd_dtc
+from canarchy.decode.dbc import load_dbc
+from canarchy.decode.diagnostics import describe_diagnostic_pdu, obd_dtc
+from canarchy.decode.j1939 import decode_dm
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.isotp import IsoTpPdu, IsoTpReassembler, reassemble
 from canarchy.transport import CanFrame

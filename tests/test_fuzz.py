@@ -130,8 +130,9 @@ def test_jsonl_streams_one_event_per_finding(ecu, virtual_channel, tmp_path):
     result = run_cli("fuzz", "guided", virtual_channel, "--id", "0x7E0", "--max-iterations", "10", *FAST,
                      "--findings-dir", str(tmp_path), "--jsonl")
     assert result.code == 0
-    events = [json.loads(line) for line in result.out.splitlines()]
+    *events, closing = [json.loads(line) for line in result.out.splitlines()]
     assert events and all(e["event_type"] == "fuzz_finding" for e in events)
+    assert closing["ok"] is True and closing["data"]["findings_count"] == len(events)
     assert len(events) == len(list(next(tmp_path.iterdir()).glob("finding-*.json")))
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
+from canarchy.output import CommandResult, open_stream
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import UserInputError
 
@@ -19,8 +18,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
                         ".csv ...); --count defaults to every frame, --timeout does not apply")
-    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames,
-                   no_interface_ok=lambda a: a.file is not None)
+    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_capture,
+                   render_event=_render_frame, no_interface_ok=lambda a: a.file is not None)
 
     p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
     p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
@@ -29,7 +28,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--fd", action="store_true", help="send a CAN FD frame (up to 64 bytes)")
     add_active_arguments(p)
     p.set_defaults(command="send", handler=_send, takes_channel=True, no_interface_ok=lambda a: a.dry_run,
-                   normalize=_normalize_send, render_text=_render_frames)
+                   normalize=_normalize_send, render_text=_render_send)
 
 
 def _normalize_send(args: argparse.Namespace) -> None:
@@ -66,23 +65,12 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     if args.timeout is not None and not args.timeout >= 0:
         raise UserInputError("INVALID_TIMEOUT", f"--timeout {args.timeout} must be >= 0.", "Give seconds, e.g. 0.5.")
     backend = build_backend(settings)
-    events = []
-    count = 0
-    # --jsonl streams each frame as it arrives, then closes with the envelope (as capture --file does).
-    streaming = getattr(args, "output", "text") == "jsonl"
-    try:
+    stream = open_stream(args, f"capture:{args.interface}", live=True)
+    with stream.stoppable():  # Ctrl+C ends an unbounded capture; the frames so far stand
         for frame in backend.capture(args.interface, limit=limit, timeout=args.timeout):
-            count += 1
-            event = make_event("frame", frame.to_payload(), source=f"capture:{args.interface}", timestamp=frame.timestamp)
-            if streaming:
-                args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-                args.stdout.flush()
-            else:
-                events.append(event)
-    except KeyboardInterrupt:
-        pass  # Ctrl+C ends an unbounded capture; the frames so far stand
+            stream.emit("frame", frame.to_payload(), frame.timestamp)
     return CommandResult(data={"interface": args.interface, "interface_source": args.interface_source,
-                               "frame_count": count}, events=None if streaming else events)
+                               "frame_count": stream.count})
 
 
 def _capture_file(args: argparse.Namespace) -> CommandResult:
@@ -101,26 +89,15 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
     capture = open_capture(args.file)
-    source = f"file:{args.file}"
-    streaming = getattr(args, "output", "text") == "jsonl"
-    events = []
-    count = 0
-    for frame in capture:
-        if limit is not None and count >= limit:
-            break
-        count += 1
-        event = make_event("frame", frame.to_payload(), source=source, timestamp=frame.timestamp)
-        if streaming:
-            args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-        else:
-            events.append(event)
+    stream = open_stream(args, f"file:{args.file}")
+    with stream.stoppable():
+        for frame in capture:
+            if limit is not None and stream.count >= limit:
+                break
+            stream.emit("frame", frame.to_payload(), frame.timestamp)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
-            "frame_count": count}
-    if streaming:
-        args.stdout.flush()
-        # Events are out; the closing line is the envelope (frame_count, warnings).
-        return CommandResult(data=data, warnings=capture.all_warnings())
-    return CommandResult(data=data, warnings=capture.all_warnings(), events=events)
+            "frame_count": stream.count}
+    return CommandResult(data=data, warnings=capture.all_warnings())
 
 
 def _send(args: argparse.Namespace) -> CommandResult:
@@ -135,18 +112,26 @@ def _send(args: argparse.Namespace) -> CommandResult:
     from canarchy.transport import build_backend
 
     sent = build_backend().send(args.interface, frame)
-    event = make_event("frame_sent", sent.to_payload(), source=f"send:{args.interface}")
+    open_stream(args, f"send:{args.interface}").emit("frame_sent", sent.to_payload())
     return CommandResult(data={"mode": "active", "interface": args.interface,
                                "interface_source": args.interface_source, "frame": sent.to_payload()},
-                         warnings=[warning], events=[event])
+                         warnings=[warning])
 
 
-def _render_frames(result: CommandResult) -> str:
+def _frame_line(f: dict) -> str:
+    width = 8 if f["is_extended_id"] else 3
+    return f"{f['channel'] or '-'}  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}"
+
+
+def _render_frame(event: dict) -> str:
+    return _frame_line(event["payload"])
+
+
+def _render_capture(result: CommandResult) -> str:
     data = result.data
-    lines = []
-    frames = [e["payload"] for e in (result.events or [])] or ([data["frame"]] if "frame" in data else [])
-    for f in frames:
-        width = 8 if f["is_extended_id"] else 3
-        lines.append(f"{f['channel'] or '-'}  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}")
-    header = f"{data.get('mode', 'capture')} on {data.get('interface') or data.get('file')}"
-    return "\n".join([header] + lines)
+    return f"capture on {data['interface'] or data['file']}: {data['frame_count']} frames"
+
+
+def _render_send(result: CommandResult) -> str:
+    data = result.data
+    return "\n".join([f"{data['mode']} on {data['interface']}", _frame_line(data["frame"])])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from canarchy import fuzz
-from canarchy.cli import CommandResult, make_event
+from canarchy.output import CommandResult, open_stream
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data
 from canarchy.errors import UserInputError
 from canarchy.transport import CanFrame
@@ -84,7 +84,7 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
                    help="findings root (default: <corpus>/findings, else ~/.canarchy/findings)")
     add_active_arguments(p)
     p.set_defaults(command="fuzz guided", handler=_guided, takes_channel=True,
-                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text)
+                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text, render_event=_render_finding)
 
 
 def _guided(args: argparse.Namespace) -> CommandResult:
@@ -140,14 +140,15 @@ def _guided(args: argparse.Namespace) -> CommandResult:
         corpus_dir=corpus_dir, corpus=corpus, backend_name=backend.name,
     )
     outcome = fuzz.run_campaign(settings, backend)
-    events = [make_event("fuzz_finding", finding, f"fuzz:{channel}", finding["timestamp"])
-              for finding in outcome.findings]
+    stream = open_stream(args, f"fuzz:{channel}", live=True)
+    for finding in outcome.findings:
+        stream.emit("fuzz_finding", finding, finding["timestamp"])
     data = dict(common, mode="active", campaign_id=outcome.campaign_id, findings_dir=str(outcome.campaign_dir),
                 iterations=outcome.iterations, frames_sent=outcome.frames_sent,
                 findings_count=len(outcome.findings), markers=outcome.markers,
                 stopped_reason=outcome.stopped_reason, corpus_size=outcome.corpus_size,
                 elapsed_s=round(outcome.elapsed, 6), backend=backend.name)
-    return CommandResult(data=data, warnings=warnings, events=events)
+    return CommandResult(data=data, warnings=warnings)
 
 
 def _render_text(result: CommandResult) -> str:
@@ -166,7 +167,9 @@ def _render_text(result: CommandResult) -> str:
         f"findings: {data['findings_dir']}",
         f"markers: {', '.join(data['markers']) or '-'}",
     ]
-    for event in result.events or []:
-        finding = event["payload"]
-        lines.append(f"  #{finding['iteration']:>6} {finding['data']:<16} new: {', '.join(finding['new_markers'])}")
     return "\n".join(lines)
+
+
+def _render_finding(event: dict[str, Any]) -> str:
+    finding = event["payload"]
+    return f"  #{finding['iteration']:>6} {finding['data']:<16} new: {', '.join(finding['new_markers'])}"

@@ -20,7 +20,7 @@ import argparse
 
 from canarchy import uds
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
+from canarchy.output import CommandResult, open_stream
 from canarchy.commands._common import parse_int
 from canarchy.errors import UserInputError
 
@@ -112,7 +112,8 @@ def _active(args: argparse.Namespace, sids: list[int], request_id: int, response
     def accept(frame: CanFrame) -> bool:
         return frame.arbitration_id == response_id and uds.parse_single_frame_reply(frame.data) is not None
 
-    probes, events, supported = [], [], []
+    probes, supported = [], []
+    stream = open_stream(args, f"uds.services:{args.interface}", live=True)
     for sid in sids:
         request = CanFrame(request_id, uds.single_frame_request(sid), is_extended_id=extended)
 
@@ -129,11 +130,11 @@ def _active(args: argparse.Namespace, sids: list[int], request_id: int, response
         probes.append(probe)
         if probe["supported"]:
             supported.append(probe["service"])
-        events.append(make_event("uds_transaction", {
+        stream.emit("uds_transaction", {
             "request": request.to_payload(),
             "responses": [frame.to_payload() for frame in replies],
             **probe,
-        }, source=f"uds.services:{args.interface}"))
+        })
     return CommandResult(
         data={
             "mode": "active",
@@ -147,7 +148,6 @@ def _active(args: argparse.Namespace, sids: list[int], request_id: int, response
             "probes": probes,
         },
         warnings=[warning],
-        events=events,
     )
 
 
