@@ -5,7 +5,7 @@
     nox -t safety                         # parity and mutation-530
 
 Every lane runs in an environment built from an allow-list
-(``canarchy/testing/lanes.py``), never the caller's shell, always with
+(``canarchy/testing/lanes/``), never the caller's shell, always with
 ``--strict-markers --strict-config -p no:cacheprovider`` and a JUnit report in
 ``reports/<lane>.xml``, and ends with a one-line verdict.
 """
@@ -34,8 +34,9 @@ STOP_IN_TIME = {"interrupt_timeout": 30.0, "terminate_timeout": 10.0}
 
 
 def _load_lanes():
-    """Load canarchy/testing/lanes.py by path: nox's interpreter need not have canarchy installed."""
-    spec = importlib.util.spec_from_file_location("_canarchy_lanes", ROOT / "canarchy" / "testing" / "lanes.py")
+    """Load canarchy/testing/lanes/env.py by path (standard library only): nox's
+    interpreter need not have canarchy installed."""
+    spec = importlib.util.spec_from_file_location("_canarchy_lane_env", ROOT / "canarchy" / "testing" / "lanes" / "env.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -95,7 +96,7 @@ def order(session: nox.Session) -> None:
     home = Path(session.virtualenv.location) / "lane-home"
     home.mkdir(exist_ok=True)
     session.run(
-        "python", "-m", "canarchy.testing.order", "run", *own, "--", *pytest_args,
+        "python", "-m", "canarchy.testing.lanes", "order", "run", *own, "--", *pytest_args,
         env=lanes.build_env(home=home), include_outer_env=False, **STOP_IN_TIME,
     )  # fmt: skip
 
@@ -107,7 +108,7 @@ def selftest(session: nox.Session) -> None:
     home = Path(session.virtualenv.location) / "lane-home"
     home.mkdir(exist_ok=True)
     session.run(
-        "python", "-m", "canarchy.testing.selftest", "run", "fixtures/leaks", "--reports", REPORTS,
+        "python", "-m", "canarchy.testing.lanes", "selftest", "run", "fixtures/leaks", "--reports", REPORTS,
         env=lanes.build_env(home=home), include_outer_env=False, **STOP_IN_TIME,
     )  # fmt: skip
 
@@ -199,7 +200,7 @@ def _mutation(session: nox.Session, *, definition: str, action: str = "run") -> 
     home.mkdir(exist_ok=True)
     env = lanes.build_env(home=home)
     session.run(
-        "python", "-m", "canarchy.testing.mutation", action, definition, "--reports", REPORTS,
+        "python", "-m", "canarchy.testing.lanes", "mutation", action, definition, "--reports", REPORTS,
         env=env, include_outer_env=False, **STOP_IN_TIME,
     )  # fmt: skip
 

@@ -11,7 +11,7 @@ in the same session:
     canarchy's two): what pytest charges for any two such fixtures. No
     fixture-based isolation can cost less than this.
 ``canarchy``
-    ``pytest_plugins = ["canarchy.testing.plugin"]``, as tests/conftest.py.
+    ``pytest_plugins = ["canarchy.testing.isolation.plugin"]``, as tests/conftest.py.
 ``naive``
     the seed's fixture: per test ``tmp_path_factory.mktemp("home")``, then
     ``monkeypatch.setenv`` of ``HOME``/``USERPROFILE`` and ``monkeypatch.delenv``
@@ -72,7 +72,7 @@ def _second(request):
     yield None
 ''',
     "canarchy": '''
-pytest_plugins = ["canarchy.testing.plugin"]
+pytest_plugins = ["canarchy.testing.isolation.plugin"]
 ''',
     "naive": '''
 

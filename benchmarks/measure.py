@@ -7,7 +7,7 @@ CPU time (user + system, s) and peak resident set size (KiB, Linux
 processes stretch the wall time of a run far more than its CPU time.
 
 :func:`child_env` is the environment every measured child gets: the lanes'
-allow-list (``canarchy.testing.lanes.build_env``) with a disposable home, so a
+allow-list (``canarchy.testing.lanes.env.build_env``) with a disposable home, so a
 benchmark never reads or writes the operator's home.
 """
 
@@ -94,7 +94,7 @@ def child_env(home: str | os.PathLike[str], *, bytecode_prefix: str | os.PathLik
     ``.pyc`` files): into ``bytecode_prefix`` (``PYTHONPYCACHEPREFIX``) when
     given, so the checkout gets no ``__pycache__``; without it, not at all.
     """
-    from canarchy.testing.lanes import build_env
+    from canarchy.testing.lanes.env import build_env
 
     env = build_env(home=home, extra=extra)
     if bytecode_prefix is not None:

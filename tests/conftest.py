@@ -6,13 +6,13 @@ moves the process into its disposable home.
 
 import pytest
 
-pytest_plugins = ["canarchy.testing.plugin"]
-_PLUGIN = "canarchy.testing.plugin"
+pytest_plugins = ["canarchy.testing.isolation.plugin"]
+_PLUGIN = "canarchy.testing.isolation.plugin"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Refuse to run canarchy's suite with its isolation switched off
-    (``-p no:canarchy.testing.plugin``): many tests write under the home and
+    (``-p no:canarchy.testing.isolation.plugin``): many tests write under the home and
     the working directory, which only the plugin makes disposable."""
     if not config.pluginmanager.has_plugin(_PLUGIN):
         raise pytest.UsageError(
@@ -20,7 +20,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "without it they would write into your ~/.canarchy and this checkout. "
             f"Remove `-p no:{_PLUGIN}` (from the command line or PYTEST_ADDOPTS)."
         )
-    from canarchy.testing.plugin import require_private_network
+    from canarchy.testing.isolation.plugin import require_private_network
 
     require_private_network(config)  # also when -c named another config file (pyproject's ini is lost then)
 

@@ -91,10 +91,10 @@ def interrupt_once_started(argv: list[str], *, started: Path, runs: int, cwd: Pa
 
 def require_isolation() -> None:
     """RuntimeError unless canarchy's isolation is active in this process."""
-    from canarchy.testing.plugin import active_sandbox
+    from canarchy.testing.isolation.plugin import active_sandbox
 
     if active_sandbox() is None:
-        raise RuntimeError("canarchy's isolation (canarchy.testing.plugin) is not active in this run: "
+        raise RuntimeError("canarchy's isolation (canarchy.testing.isolation.plugin) is not active in this run: "
                            "these helpers write under the home and the working directory")
 
 
@@ -103,7 +103,7 @@ def disposable_home() -> Path:
     made for this run. Raises RuntimeError when the isolation is not active
     (the suite run with its plugin disabled) or the home is the operator's
     (a ``real_home``/``integration`` test): the helpers below write there."""
-    from canarchy.testing.plugin import active_sandbox
+    from canarchy.testing.isolation.plugin import active_sandbox
 
     require_isolation()
     sandbox = active_sandbox()
@@ -111,7 +111,7 @@ def disposable_home() -> Path:
     if sandbox.root not in home.parents:
         raise RuntimeError(
             f"refusing to write under {home}: it is not a disposable home of canarchy's isolation "
-            "(is canarchy.testing.plugin active, and is this test not marked real_home/integration?)"
+            "(is canarchy.testing.isolation.plugin active, and is this test not marked real_home/integration?)"
         )
     return home
 

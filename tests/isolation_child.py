@@ -86,7 +86,7 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     and run pytest there with canarchy's plugin and an operator environment."""
     project = base / "project"
     project.mkdir(parents=True, exist_ok=True)
-    files = {"conftest.py": 'pytest_plugins = ["canarchy.testing.plugin"]\n', **files}
+    files = {"conftest.py": 'pytest_plugins = ["canarchy.testing.isolation.plugin"]\n', **files}
     for name, source in files.items():
         (project / name).write_text(textwrap.dedent(source))
     home = make_operator_home(base)

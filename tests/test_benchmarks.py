@@ -216,7 +216,7 @@ def test_write_suite_generates_the_asked_number_of_distinct_trivial_tests(tmp_pa
     assert (suite / "pytest.ini").exists()
     conftest = (suite / "conftest.py").read_text(encoding="utf-8")
     assert "pytest_runtestloop" in conftest
-    assert ('pytest_plugins = ["canarchy.testing.plugin"]' in conftest) == (variant == "canarchy")
+    assert ('pytest_plugins = ["canarchy.testing.isolation.plugin"]' in conftest) == (variant == "canarchy")
     assert ("tmp_path_factory.mktemp" in conftest and "monkeypatch.delenv" in conftest) == (variant == "naive")
 
 

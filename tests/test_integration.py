@@ -131,7 +131,7 @@ def _canarchy(*argv: str, timeout: float = 60, **popen) -> subprocess.CompletedP
 
 
 def _operator_state() -> dict:
-    from canarchy.testing.sandbox import OPERATOR_STATE, manifest
+    from canarchy.testing.isolation.sandbox import OPERATOR_STATE, manifest
 
     return manifest(Path.home(), OPERATOR_STATE)
 

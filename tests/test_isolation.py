@@ -19,9 +19,9 @@ import pytest
 
 from canarchy import transport
 from canarchy.errors import TransportError
-from canarchy.testing import lanes
-from canarchy.testing.guard import RealCanBusRefused
-from canarchy.testing.sandbox import KNOWN_IMPORT_TIME_PATHS
+from canarchy.testing.lanes import netns as lane_netns
+from canarchy.testing.isolation.guard import RealCanBusRefused
+from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
 from tests.isolation_child import run_child
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,7 +162,7 @@ INTEGRATION_FILE = """
 
 def _pytest_with_repo_config(tmp_path, *args):
     (tmp_path / "test_marker.py").write_text(__import__("textwrap").dedent(INTEGRATION_FILE))
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.plugin"]\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
@@ -197,7 +197,7 @@ def test_tiso15_integration_runs_when_selected(tmp_path):
     ("(uds or real_home) and not slow", "real_home", True), ("real_bus or not integration", "integration", False),
 ])
 def test_an_expression_asks_for_a_marker_only_if_it_can_turn_on_it(markexpr, marker, asked):
-    from canarchy.testing.plugin import asks_for
+    from canarchy.testing.isolation.plugin import asks_for
 
     assert asks_for(markexpr, marker) is asked
 
@@ -260,9 +260,9 @@ def test_noconftest_still_runs_isolated(tmp_path):
 
 
 def test_a_run_with_the_plugin_disabled_is_refused(tmp_path):
-    proc, config = _operator_run(tmp_path, "-p", "no:canarchy.testing.plugin")
+    proc, config = _operator_run(tmp_path, "-p", "no:canarchy.testing.isolation.plugin")
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "canarchy's tests run only under its isolation plugin (canarchy.testing.plugin)" in proc.stderr
+    assert "canarchy's tests run only under its isolation plugin (canarchy.testing.isolation.plugin)" in proc.stderr
     assert config == '[transport]\ndefault_interface = "can0"\n'
 
 
@@ -273,7 +273,7 @@ def test_a_module_importing_required_never_runs_unisolated(tmp_path, opt_out):
     test module that imports canarchy.testing.required is a collection error instead."""
     proc, config = _operator_run(tmp_path, *opt_out)
     assert proc.returncode == 2 and "0 passed" not in proc.stdout, proc.stdout + proc.stderr
-    assert "canarchy's isolation (canarchy.testing.plugin) is not active" in proc.stdout, proc.stdout
+    assert "canarchy's isolation (canarchy.testing.isolation.plugin) is not active" in proc.stdout, proc.stdout
     assert config == '[transport]\ndefault_interface = "can0"\n'
 
 
@@ -290,7 +290,7 @@ def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, 
     monkeypatch.setenv("HOME", str(canarchy_sandbox.real_home))  # as in a real_home test
     with pytest.raises(RuntimeError, match="not a disposable home"):
         helpers.disposable_home()
-    monkeypatch.setattr("canarchy.testing.plugin._ACTIVE", [])  # as with the plugin disabled
+    monkeypatch.setattr("canarchy.testing.isolation.plugin._ACTIVE", [])  # as with the plugin disabled
     with pytest.raises(RuntimeError, match="is not active"):
         helpers.require_isolation()
 
@@ -312,7 +312,7 @@ def _child_sees(output: str) -> tuple[str, str]:
     return namespace, interfaces.strip()
 
 
-@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+@pytest.mark.skipif(not lane_netns.netns_support().available, reason=lane_netns.netns_support().reason)
 def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     """With canarchy_network_namespace on, even a child the guard cannot reach (python -I)
     is in a namespace other than the caller's, with only lo; off, or when -m selects tests
@@ -332,7 +332,7 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     assert _child_sees(run.output)[0] != outer, run.output
 
 
-@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+@pytest.mark.skipif(not lane_netns.netns_support().available, reason=lane_netns.netns_support().reason)
 def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
     """`-c /dev/null` loses pyproject's canarchy_network_namespace; tests/conftest.py asks again."""
     outer = os.readlink("/proc/self/ns/net")
@@ -354,7 +354,7 @@ def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
 def test_without_the_right_to_unshare_the_run_says_why(monkeypatch):
     import errno
 
-    from canarchy.testing import network
+    from canarchy.testing.isolation import network
 
     def refused():
         raise PermissionError(errno.EPERM, "Operation not permitted")
@@ -385,7 +385,7 @@ def test_module_scoped_fixture_sees_the_disposable_home(module_scoped_config, ca
 
 def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):
     run = run_child(tmp_path, {"conftest.py": """
-        pytest_plugins = ["canarchy.testing.plugin"]
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
         import pytest
         from pathlib import Path
         def snapshot():
@@ -429,7 +429,7 @@ ROUTES = """
     import pytest
     from can import Bus as PreBoundBus          # bound before the guard? (at import: the guard is installed at configure)
     import can
-    from canarchy.testing.guard import RealCanBusRefused
+    from canarchy.testing.isolation.guard import RealCanBusRefused
 
     opened = []
     _real_socket = socket.socket
@@ -554,7 +554,7 @@ def test_environment_snapshot_restores_exactly(raw, monkeypatch):
     """EnvironmentSnapshot, both ways (CPython's bytes mapping, and the os.environ.copy()
     fallback used where that mapping is missing): added, changed, removed, non-UTF-8 and
     scrubbed variables all come back as they were."""
-    from canarchy.testing.sandbox import EnvironmentSnapshot
+    from canarchy.testing.isolation.sandbox import EnvironmentSnapshot
 
     if not raw:
         monkeypatch.setattr(os, "supports_bytes_environ", False)
@@ -665,7 +665,7 @@ def test_a_bus_left_open_fails_its_test(tmp_path):
 
 
 def test_virtual_channel_names_are_unique(virtual_channel):
-    from canarchy.testing.plugin import new_virtual_channel
+    from canarchy.testing.isolation.plugin import new_virtual_channel
 
     names = {virtual_channel, *(new_virtual_channel() for _ in range(100))}
     assert len(names) == 101
@@ -689,7 +689,7 @@ def test_working_directory_is_disposable(canarchy_sandbox):
 
 def test_sentinel_fails_a_run_that_writes_operator_state(tmp_path):
     run = run_child(tmp_path, {"conftest.py": """
-        pytest_plugins = ["canarchy.testing.plugin"]
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
         import pytest
         @pytest.fixture(scope="session")
         def late_writer(canarchy_sandbox):
@@ -741,7 +741,7 @@ def test_opt_out_markers(tmp_path):
         import os
         import pytest
         from pathlib import Path
-        from canarchy.testing import guard
+        from canarchy.testing.isolation import guard
         operator_home = Path(os.environ["CHILD_OPERATOR_HOME"])
         @pytest.mark.integration
         def test_integration_sees_the_operator():
@@ -848,7 +848,7 @@ def test_import_time_paths_bound_at_collection_follow_each_test(tmp_path):
     run = run_child(tmp_path, {"test_constants.py": """
         import importlib
         from pathlib import Path
-        from canarchy.testing.sandbox import KNOWN_IMPORT_TIME_PATHS
+        from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
         MODULES = {name: importlib.import_module(name) for name, _ in KNOWN_IMPORT_TIME_PATHS}
         def check():
             for name, attribute in KNOWN_IMPORT_TIME_PATHS:

@@ -1,4 +1,4 @@
-"""canarchy.testing.junit_compare: reading pytest's JUnit reports and the parity verdict.
+"""canarchy.testing.lanes.results: reading pytest's JUnit reports and the parity verdict.
 
 The "real" reports are written by the pytest that runs this suite, from a
 generated test module covering every outcome; the crafted ones cover what
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing import junit_compare as jc
+from canarchy.testing.lanes import results as jc
 
 SAMPLE = '''
 import pytest
@@ -350,7 +350,7 @@ def test_table_lists_each_differing_test_by_id(tmp_path):
 def test_module_runs_as_a_script(tmp_path):
     a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
     proc = subprocess.run(
-        [sys.executable, "-m", "canarchy.testing.junit_compare", "compare", str(a), str(a)],
+        [sys.executable, "-m", "canarchy.testing.lanes", "compare", str(a), str(a)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing import lanes
+from canarchy.testing.lanes import env as lane_env, manifest, netns as lane_netns, parity, runner, unit, verdict as lane_verdicts
+from canarchy.testing.lanes import __main__ as lanes_cli
 from tests.helpers import WAITING_TEST, interrupt_once_started
 
 HOSTILE_SHELL = {
@@ -36,7 +37,7 @@ HOSTILE_SHELL = {
 
 
 def test_build_env_keeps_only_the_allow_list(tmp_path):
-    env = lanes.build_env(home=tmp_path, hashseed=7, source=HOSTILE_SHELL)
+    env = lane_env.build_env(home=tmp_path, hashseed=7, source=HOSTILE_SHELL)
     assert env == {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
@@ -52,14 +53,14 @@ def test_build_env_keeps_only_the_allow_list(tmp_path):
 
 def test_build_env_verdict_does_not_depend_on_the_callers_shell(tmp_path):
     clean = {k: HOSTILE_SHELL[k] for k in ("PATH", "LANG", "LC_ALL")}
-    assert lanes.build_env(home=tmp_path, source=HOSTILE_SHELL) == lanes.build_env(home=tmp_path, source=clean)
+    assert lane_env.build_env(home=tmp_path, source=HOSTILE_SHELL) == lane_env.build_env(home=tmp_path, source=clean)
 
 
 def test_build_env_passthrough_and_extra(tmp_path):
-    env = lanes.build_env(
+    env = lane_env.build_env(
         home=tmp_path,
         source=HOSTILE_SHELL,
-        passthrough=lanes.OPERATOR_BUS_VARIABLES,
+        passthrough=lane_env.OPERATOR_BUS_VARIABLES,
         extra={"TMPDIR": "/x", "CANARCHY_DEFAULT_INTERFACE": "239.74.163.2"},
     )
     assert env["CANARCHY_PYTHON_CAN_INTERFACE"] == "udp_multicast"  # passed through
@@ -94,9 +95,9 @@ def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path
     subprocess.run([sys.executable, "-m", "pytest", *args], cwd=project, env=control, capture_output=True, check=True)
     assert (project / ".installed-plugin-was-here").exists()
     (project / ".installed-plugin-was-here").unlink()
-    env = lanes.build_env(home=tmp_path / "home", source={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": ""},
+    env = lane_env.build_env(home=tmp_path / "home", source={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": ""},
                           extra={"PYTHONPATH": str(site)})
-    run = lanes.run_pytest(sys.executable, args, env=env, log=tmp_path / "a.log", echo=False, cwd=project)
+    run = runner.run_pytest(sys.executable, args, env=env, log=tmp_path / "a.log", echo=False, cwd=project)
     assert run.returncode == 0, run.output
     assert not (project / ".installed-plugin-was-here").exists()
 
@@ -111,14 +112,14 @@ def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path
     ],
 )
 def test_choose_tests_accepts_selection_only(posargs, fixed, expected):
-    assert lanes.choose_tests(posargs, fixed_markexpr=fixed) == expected
+    assert lane_env.choose_tests(posargs, fixed_markexpr=fixed) == expected
 
 
 @pytest.mark.parametrize(
     "posargs, fixed, message",
     [
         (["--junitxml=elsewhere.xml"], None, "not allowed"),
-        (["-p", "no:canarchy.testing.plugin"], None, "not allowed"),
+        (["-p", "no:canarchy.testing.isolation.plugin"], None, "not allowed"),
         (["-o", "addopts="], None, "not allowed"),
         (["--strict-markers=false"], None, "not allowed"),
         (["-m", "uds"], "integration", "not allowed"),
@@ -132,7 +133,7 @@ def test_choose_tests_accepts_selection_only(posargs, fixed, expected):
 )
 def test_choose_tests_refuses_everything_else(posargs, fixed, message):
     with pytest.raises(ValueError, match=message):
-        lanes.choose_tests(posargs, fixed_markexpr=fixed)
+        lane_env.choose_tests(posargs, fixed_markexpr=fixed)
 
 
 @pytest.mark.parametrize("path", ["/tmp/elsewhere/test_evil.py", "../other-checkout/tests", "tests/../../x/test_a.py::t"])
@@ -140,12 +141,12 @@ def test_choose_tests_keeps_to_the_checkout(tmp_path, path):
     """A test file outside the checkout would run without its conftest, i.e. unisolated."""
     checkout = tmp_path / "checkout"
     (checkout / "tests").mkdir(parents=True)
-    assert lanes.choose_tests(["tests/test_a.py::t", "tests"], root=checkout) == ["tests/test_a.py::t", "tests"]
+    assert lane_env.choose_tests(["tests/test_a.py::t", "tests"], root=checkout) == ["tests/test_a.py::t", "tests"]
     with pytest.raises(ValueError, match="is outside it"):
-        lanes.choose_tests([path], root=checkout)
+        lane_env.choose_tests([path], root=checkout)
     (checkout / "tests" / "escape").symlink_to(tmp_path)
     with pytest.raises(ValueError, match="is outside it"):
-        lanes.choose_tests(["tests/escape/test_x.py"], root=checkout)
+        lane_env.choose_tests(["tests/escape/test_x.py"], root=checkout)
 
 
 # --------------------------------------------------------------------------- manifests
@@ -161,9 +162,9 @@ def _tree(root: Path) -> Path:
 
 
 def test_manifest_records_files_dirs_and_links(tmp_path):
-    m = lanes.manifest(_tree(tmp_path / "t"))
+    m = manifest.manifest(_tree(tmp_path / "t"))
     assert sorted(m) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link"]
-    assert m["a/b/f.txt"] == lanes.Entry("file", 3, "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed")
+    assert m["a/b/f.txt"] == manifest.Entry("file", 3, "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed")
     assert m["link"].kind == "link" and m["empty"].kind == "dir"
 
 
@@ -180,14 +181,14 @@ def test_manifest_records_files_dirs_and_links(tmp_path):
 )
 def test_diff_manifests_names_each_change(tmp_path, change, line):
     root = _tree(tmp_path / "t")
-    before = lanes.manifest(root)
+    before = manifest.manifest(root)
     change(root)
-    assert lanes.diff_manifests(before, lanes.manifest(root)) == [line]
+    assert manifest.diff_manifests(before, manifest.manifest(root)) == [line]
 
 
 def test_unchanged_tree_has_no_diff(tmp_path):
     root = _tree(tmp_path / "t")
-    assert lanes.diff_manifests(lanes.manifest(root), lanes.manifest(root)) == []
+    assert manifest.diff_manifests(manifest.manifest(root), manifest.manifest(root)) == []
 
 
 def test_tree_manifest_leaves_out_ignored_outputs(tmp_path):
@@ -195,13 +196,13 @@ def test_tree_manifest_leaves_out_ignored_outputs(tmp_path):
     for name in (".git/HEAD", "reports/unit.xml", "pkg/__pycache__/m.pyc", "canarchy.egg-info/PKG-INFO", ".nox/x"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x")
-    assert sorted(lanes.tree_manifest(root)) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link", "pkg"]
+    assert sorted(manifest.tree_manifest(root)) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link", "pkg"]
 
 
 def test_operator_home_fixture_is_complete():
     """The files the parity lane relies on (fixtures/operator-home/README.md) are all there."""
     home = Path(__file__).resolve().parents[1] / "fixtures" / "operator-home"
-    files = {k for k, e in lanes.manifest(home).items() if e.kind == "file"}
+    files = {k for k, e in manifest.manifest(home).items() if e.kind == "file"}
     for required in (
         ".canarchy/config.toml",
         ".canarchy/j1939_spns.json",
@@ -218,7 +219,7 @@ def test_operator_home_fixture_is_complete():
     config = (home / ".canarchy" / "config.toml").read_text()
     for line in ('interface = "udp_multicast"', 'default_interface = "vcan-operator"', "require_active_ack = true", "[plugins.example]"):
         assert line in config
-    dbc = lanes.HOSTILE_ENV["CANARCHY_J1939_DBC"].replace("{home}/", "")
+    dbc = lane_env.HOSTILE_ENV["CANARCHY_J1939_DBC"].replace("{home}/", "")
     assert dbc in files, "HOSTILE_ENV's DBC path must exist in the operator home"
 
 
@@ -226,8 +227,8 @@ def test_operator_home_fixture_is_complete():
 
 
 def test_netns_command_wraps_and_execs(tmp_path):
-    support = lanes.NetnsSupport(True, "test", "/usr/bin/unshare", "/usr/sbin/ip")
-    argv = lanes.netns_command(["python", "-m", "pytest"], support)
+    support = lane_netns.NetnsSupport(True, "test", "/usr/bin/unshare", "/usr/sbin/ip")
+    argv = lane_netns.netns_command(["python", "-m", "pytest"], support)
     assert argv[:4] == ["/usr/bin/unshare", "--net", "--", "sh"]
     assert argv[5].endswith('&& exec "$@"') and "route add 224.0.0.0/4 dev lo" in argv[5]
     assert argv[6:] == ["sh", "python", "-m", "pytest"]
@@ -235,15 +236,15 @@ def test_netns_command_wraps_and_execs(tmp_path):
 
 def test_netns_command_refuses_when_unavailable():
     with pytest.raises(RuntimeError, match="no private network namespace: needs root"):
-        lanes.netns_command(["true"], lanes.NetnsSupport(False, "needs root"))
+        lane_netns.netns_command(["true"], lane_netns.NetnsSupport(False, "needs root"))
 
 
 def test_netns_support_reasons(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert lanes._probe_netns() == lanes.NetnsSupport(False, "network namespaces are Linux-only (this is darwin)")
+    assert lane_netns._probe_netns() == lane_netns.NetnsSupport(False, "network namespaces are Linux-only (this is darwin)")
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    support = lanes._probe_netns()
+    support = lane_netns._probe_netns()
     assert not support.available and "needs root" in support.reason
 
 
@@ -251,9 +252,9 @@ def _net_ns(pid: str = "self") -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 
 
-@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+@pytest.mark.skipif(not lane_netns.netns_support().available, reason=lane_netns.netns_support().reason)
 def test_private_namespace_has_only_loopback_and_dies_with_the_command():
-    argv = lanes.netns_command(["sh", "-c", "readlink /proc/self/ns/net; ip -o link show; ip route show"])
+    argv = lane_netns.netns_command(["sh", "-c", "readlink /proc/self/ns/net; ip -o link show; ip route show"])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     ns, *rest = proc.stdout.splitlines()
@@ -275,9 +276,9 @@ def test_private_namespace_has_only_loopback_and_dies_with_the_command():
 def test_provided_bus_round_trip_in_the_private_namespace():
     """The integration lane's own bus: two udp_multicast buses exchange a frame in the namespace."""
     pytest.importorskip("msgpack", reason="python-can's multicast extra is not installed")
-    if not lanes.netns_support().available:
-        pytest.skip(lanes.netns_support().reason)
-    ok, output = lanes.netns_roundtrip(sys.executable)
+    if not lane_netns.netns_support().available:
+        pytest.skip(lane_netns.netns_support().reason)
+    ok, output = lane_netns.netns_roundtrip(sys.executable)
     assert ok, output
 
 
@@ -289,13 +290,13 @@ def _junit(path: Path, cases: str) -> Path:
     return path
 
 
-def _run(tmp_path: Path, cases: str | None, output: str, returncode: int = 0) -> lanes.PytestRun:
-    from canarchy.testing.junit_compare import parse_summary
+def _run(tmp_path: Path, cases: str | None, output: str, returncode: int = 0) -> runner.PytestRun:
+    from canarchy.testing.lanes.results import parse_summary
 
     junit = tmp_path / "unit.xml"
     if cases is not None:
         _junit(junit, cases)
-    return lanes.PytestRun(returncode, output, parse_summary(output), 1.0, junit, tmp_path / "unit.log")
+    return runner.PytestRun(returncode, output, parse_summary(output), 1.0, junit, tmp_path / "unit.log")
 
 
 PASS = '<testcase classname="m" name="t1"/>'
@@ -316,21 +317,21 @@ SKIP = '<testcase classname="m" name="t3"><skipped type="pytest.skip" message="n
     ],
 )
 def test_lane_verdict(tmp_path, cases, output, rc, status, detail):
-    verdict = lanes.lane_verdict("unit", _run(tmp_path, cases, output, rc))
+    verdict = lane_verdicts.lane_verdict("unit", _run(tmp_path, cases, output, rc))
     assert verdict.status == status and detail in verdict.detail
     assert verdict.exit_code == {"PASSED": 0, "NOT PROVEN": 0, "FAILED": 1}.get(status, 2)
     assert verdict.line().startswith(f"unit: {status} - ")
 
 
 def test_failed_verdict_lists_failing_tests(tmp_path):
-    verdict = lanes.lane_verdict("unit", _run(tmp_path, PASS + FAIL, "1 failed, 1 passed in 0.1s", 1))
+    verdict = lane_verdicts.lane_verdict("unit", _run(tmp_path, PASS + FAIL, "1 failed, 1 passed in 0.1s", 1))
     assert verdict.failing == ["m::t2"] and "`m::t2`" in verdict.markdown()
 
 
 @pytest.mark.parametrize("args", [[], ["--junitxml=a.xml", "--junitxml=b.xml"], ["--junitxml", "a.xml"]])
 def test_junit_path_must_be_given_once(args):
     with pytest.raises(ValueError, match="exactly one --junitxml"):
-        lanes.junit_path(args)
+        runner.junit_path(args)
 
 
 def _project(root: Path, tests: str) -> Path:
@@ -349,7 +350,7 @@ def test_run_lane_end_to_end(tmp_path, monkeypatch, capsys):
     root = _project(tmp_path / "p", "import os\ndef test_home():\n    assert os.environ['HOME'] != os.environ.get('OUTER')\n")
     monkeypatch.chdir(root)
     monkeypatch.setenv("CANARCHY_DEFAULT_INTERFACE", "can0")  # must not reach the run
-    code = lanes.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
+    code = lanes_cli.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "unit: PASSED - 1 passed" in out
@@ -376,15 +377,15 @@ def test_an_unguarded_child_is_contained():
 
 
 def _needs_a_namespace() -> None:
-    if not lanes.netns_support().available:
-        pytest.skip(lanes.netns_support().reason)
+    if not lane_netns.netns_support().available:
+        pytest.skip(lane_netns.netns_support().reason)
 
 
 def test_unit_lane_contains_a_child_the_guard_cannot_reach(tmp_path, monkeypatch, capsys):
     _needs_a_namespace()
     root = _project(tmp_path / "p", unguarded_child())
     monkeypatch.chdir(root)
-    code = lanes.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
+    code = lanes_cli.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "unit: network: a private namespace (loopback only)" in out
@@ -394,7 +395,7 @@ def test_both_parity_twins_are_contained(tmp_path):
     _needs_a_namespace()
     root = _project(tmp_path / "p", unguarded_child())
     (tmp_path / "home").mkdir()
-    result = lanes.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "home",
+    result = parity.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "home",
                               checkout=root, allowlist=None, source_env=os.environ, hashseeds=(11, 22))
     assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 1}, "operator": {"passed": 1}}
     assert result.exit_code == 0 and "both twins" in result.netns_note
@@ -425,7 +426,7 @@ def test_parity_finds_every_kind_of_leak(tmp_path):
     home = tmp_path / "operator-home"
     (home / ".canarchy").mkdir(parents=True)
     (home / ".canarchy" / "config.toml").write_text('[transport]\ndefault_interface = "vcan-operator"\n')
-    result = lanes.run_parity(
+    result = parity.run_parity(
         sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
         allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
     )  # fmt: skip
@@ -437,7 +438,7 @@ def test_parity_finds_every_kind_of_leak(tmp_path):
     assert result.home_changes == ["added: .canarchy/findings", "added: .canarchy/findings/new-campaign"]
     assert result.not_shut_down["clean"] == [] and len(result.not_shut_down["operator"]) >= 1
     assert result.checkout_changes == [] and result.exit_code == 1
-    md = lanes.parity_markdown(result)
+    md = parity.parity_markdown(result)
     assert "| `tests.test_p::test_reads_the_shell` | passed | failed |" in md and "operator home unchanged: NO" in md
     assert (home / ".canarchy" / "findings").exists() is False  # the fixture itself is never the home
 
@@ -446,11 +447,11 @@ def test_parity_identical_runs_pass(tmp_path):
     root = _project(tmp_path / "p", "import pytest\n@pytest.mark.parametrize('x', range(3))\ndef test_a(x): pass\n")
     home = tmp_path / "operator-home"
     (home / ".canarchy").mkdir(parents=True)
-    result = lanes.run_parity(
+    result = parity.run_parity(
         sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
         allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
     )  # fmt: skip
-    assert result.comparison.verdict == "identical" and result.exit_code == 0, lanes.parity_markdown(result)
+    assert result.comparison.verdict == "identical" and result.exit_code == 0, parity.parity_markdown(result)
     assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 3}, "operator": {"passed": 3}}
     assert result.runs["clean"].junit.name == "parity-clean.xml" and result.runs["operator"].junit.exists()
 
@@ -459,7 +460,7 @@ def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
     root = _project(tmp_path / "p", "import no_such_module_anywhere\n")
     home = tmp_path / "operator-home"
     home.mkdir()
-    result = lanes.run_parity(
+    result = parity.run_parity(
         sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
         allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
     )  # fmt: skip
@@ -493,22 +494,22 @@ def test_parity_twins_run_concurrently_with_their_own_hash_seeds_and_a_built_env
     home = tmp_path / "operator-home"
     home.mkdir()
     caller = dict(os.environ, LEAKY_CALLER_VARIABLE="1", CANARCHY_CALLER="x")
-    result = lanes.run_parity(
+    result = parity.run_parity(
         sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
         allowlist=None, source_env=caller, hashseeds=(11, 22), use_netns=False,
     )  # fmt: skip
-    assert result.exit_code == 0, lanes.parity_markdown(result)
+    assert result.exit_code == 0, parity.parity_markdown(result)
     assert sorted(p.name for p in meeting.iterdir()) == ["11", "22"]
     assert result.hashseeds == {"clean": 11, "operator": 22}
 
 
 def test_parity_draws_two_different_hash_seeds(tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr(lanes, "run_pytest", lambda *a, **k: drawn.append(k["env"]["PYTHONHASHSEED"]) or (_ for _ in ()).throw(RuntimeError("stop")))
+    monkeypatch.setattr(parity, "run_pytest", lambda *a, **k: drawn.append(k["env"]["PYTHONHASHSEED"]) or (_ for _ in ()).throw(RuntimeError("stop")))
     root = _project(tmp_path / "p", "def test_a(): pass\n")
     (tmp_path / "h").mkdir()
     with pytest.raises(RuntimeError, match="could not be run"):
-        lanes.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "h",
+        parity.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "h",
                          checkout=root, allowlist=None, source_env=os.environ, use_netns=False)
     assert len(drawn) == 2 and drawn[0] != drawn[1]
 
@@ -516,20 +517,20 @@ def test_parity_draws_two_different_hash_seeds(tmp_path, monkeypatch):
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
     """The default integration lane never transmits on the operator's bus: only
     `-- --operator-bus` uses it (and only then are transmitting tests allowed)."""
-    monkeypatch.setattr(lanes, "netns_support", lambda: lanes.NetnsSupport(False, "not root"))
+    monkeypatch.setattr(unit, "netns_support", lambda: lane_netns.NetnsSupport(False, "not root"))
     env = {"PATH": "/bin", "CANARCHY_PYTHON_CAN_INTERFACE": "socketcan", "CANARCHY_DEFAULT_INTERFACE": "can0"}
-    netns, notes, error = lanes._integration_bus(env, sys.executable, operator=False)
+    netns, notes, error = unit._integration_bus(env, sys.executable, operator=False)
     assert (netns, error) == (False, None)
     assert "CANARCHY_DEFAULT_INTERFACE" not in env and "CANARCHY_PYTHON_CAN_INTERFACE" not in env
-    assert lanes.ALLOW_TRANSMIT_VARIABLE not in env
+    assert unit.ALLOW_TRANSMIT_VARIABLE not in env
     assert any("ignored the exported operator bus" in note for note in notes)
 
     env = {"PATH": "/bin", "CANARCHY_PYTHON_CAN_INTERFACE": "socketcan", "CANARCHY_DEFAULT_INTERFACE": "can0"}
-    netns, notes, error = lanes._integration_bus(env, sys.executable, operator=True)
+    netns, notes, error = unit._integration_bus(env, sys.executable, operator=True)
     assert (netns, error) == (False, None)
-    assert env["CANARCHY_DEFAULT_INTERFACE"] == "can0" and env[lanes.ALLOW_TRANSMIT_VARIABLE] == "1"
+    assert env["CANARCHY_DEFAULT_INTERFACE"] == "can0" and env[unit.ALLOW_TRANSMIT_VARIABLE] == "1"
 
-    netns, notes, error = lanes._integration_bus({"PATH": "/bin"}, sys.executable, operator=True)
+    netns, notes, error = unit._integration_bus({"PATH": "/bin"}, sys.executable, operator=True)
     assert error and "--operator-bus needs" in error
 
 
@@ -539,7 +540,7 @@ def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path)
     tmp.mkdir()
     root = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
     (tmp_path / "home").mkdir()
-    env = lanes.build_env(home=tmp_path / "lane-home", source=os.environ,
+    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
             "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")]

@@ -1,4 +1,4 @@
-"""canarchy.testing.mutation: the mutation runner, on small generated projects.
+"""canarchy.testing.lanes.mutation: the mutation runner, on small generated projects.
 
 Each project is a git work tree under tmp_path with a package holding a guard,
 the tests that should catch its removal, and a mutation file. The runner must
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing import lanes, mutation
+from canarchy.testing.lanes import env as lane_env, manifest, netns as lane_netns
+from canarchy.testing.lanes import mutation
 
 GUARD = '''\
 def decide(channel, default):
@@ -114,12 +115,12 @@ def _run(project: Path, mutation_path: Path) -> mutation.MutationResult:
 
 def assert_tree_untouched(project: Path, before: dict, temp_root: Path) -> None:
     """The working tree is byte-identical and no temporary copy is left."""
-    assert lanes.diff_manifests(before, lanes.manifest(project)) == []
+    assert manifest.diff_manifests(before, manifest.manifest(project)) == []
     assert list(temp_root.iterdir()) == []
 
 
 def test_guard_removal_is_killed_and_the_tree_is_untouched(project, temp_root, tmp_path):
-    before = lanes.manifest(project)
+    before = manifest.manifest(project)
     result = _run(project, _mutation_file(tmp_path / "m.toml"))
     assert result.status == "killed", result.reason
     assert result.exit_code == 0
@@ -157,7 +158,7 @@ def test_import_error_is_not_a_kill_and_a_broken_control_cannot_decide(project, 
 
 @pytest.mark.parametrize("search, count", [("    return", 2), ("    if channel is None and False:\n", 0)])
 def test_search_must_occur_exactly_once(project, temp_root, tmp_path, search, count):
-    before = lanes.manifest(project)
+    before = manifest.manifest(project)
     result = _run(project, _mutation_file(tmp_path / "m.toml", search=search))
     assert result.status == "cannot decide"
     assert f"occurs {count} times (exactly 1 required)" in result.reason
@@ -199,11 +200,11 @@ def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(proj
     temp_root.mkdir()
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
-    before = lanes.manifest(project)
-    package_parent = str(Path(mutation.__file__).resolve().parents[2])
-    env = lanes.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": package_parent})
+    before = manifest.manifest(project)
+    package_parent = str(Path(mutation.__file__).resolve().parents[3])
+    env = lane_env.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": package_parent})
     runner = subprocess.Popen(
-        [sys.executable, "-m", "canarchy.testing.mutation", "run", str(path), "--repo", str(project)],
+        [sys.executable, "-m", "canarchy.testing.lanes", "mutation", "run", str(path), "--repo", str(project)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -232,7 +233,7 @@ def test_a_timeout_cannot_decide_and_cleans_up(project, temp_root, tmp_path):
     """A killer that outlives the per-run timeout: cannot decide, child stopped, copy removed, tree untouched."""
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
-    before = lanes.manifest(project)
+    before = manifest.manifest(project)
     result = mutation.run_mutation(mutation.load_mutation(path), repo=project, echo=lambda line: None, timeout=5)
     assert result.status == "cannot decide" and "timed out after 5 s" in result.reason
     assert_tree_untouched(project, before, temp_root)
@@ -411,7 +412,7 @@ def test_in_namespace():
 """
 
 
-@pytest.mark.skipif(not lanes.netns_support().available, reason=lanes.netns_support().reason)
+@pytest.mark.skipif(not lane_netns.netns_support().available, reason=lane_netns.netns_support().reason)
 def test_a_mutation_that_needs_a_namespace_runs_in_one(project, temp_root, tmp_path):
     (project / "tests" / "test_ns.py").write_text(NS_TEST)
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",), controls=(),
@@ -423,8 +424,8 @@ def test_a_mutation_that_needs_a_namespace_runs_in_one(project, temp_root, tmp_p
 def test_every_mutation_runs_in_a_namespace_where_one_exists(project, temp_root, tmp_path):
     """Not only those marked needs_netns: the baseline of the killer (which needs to see
     only `lo`) passes only inside a namespace."""
-    if not lanes.netns_support().available:
-        pytest.skip(lanes.netns_support().reason)
+    if not lane_netns.netns_support().available:
+        pytest.skip(lane_netns.netns_support().reason)
     outer = os.readlink("/proc/self/ns/net")
     (project / "tests" / "test_ns.py").write_text(
         NS_TEST + f"\nimport os\n\ndef test_not_in_the_callers_namespace():\n    assert os.readlink('/proc/self/ns/net') != {outer!r}\n"

@@ -1,4 +1,4 @@
-"""canarchy.testing.order: the reordering plugin, the bisection, and the order lane on generated projects."""
+"""canarchy.testing.lanes.order: the reordering plugin, the bisection, and the order lane on generated projects."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing import order
+from canarchy.testing.lanes import order
 
 IDS = [
     "tests/test_a.py::test_1",
@@ -68,7 +68,7 @@ def _project(root: Path, files: dict[str, str]) -> Path:
 def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(root / "pytest.ini"), "--rootdir", str(root),
-         "-p", "canarchy.testing.order", *args],
+         "-p", "canarchy.testing.lanes.order", *args],
         cwd=root, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -207,7 +207,7 @@ def test_cli_prints_the_table_and_writes_markdown(tmp_path, monkeypatch, capsys)
 
 
 def test_every_order_run_is_contained(tmp_path):
-    from canarchy.testing import lanes
+    from canarchy.testing.lanes import netns as lane_netns
 
     from tests.test_lanes import _needs_a_namespace, unguarded_child
 
@@ -216,7 +216,7 @@ def test_every_order_run_is_contained(tmp_path):
     lines = []
     result = order.run_order_lane(sys.executable, _lane_args(root), seeds=[1], cwd=root, echo=lines.append)
     assert [entry.run.summary for entry in result.runs] == [{"passed": 1}] * 3, lines
-    assert any("network: a private namespace" in line for line in lines) and lanes.netns_support().available
+    assert any("network: a private namespace" in line for line in lines) and lane_netns.netns_support().available
 
 
 def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
@@ -224,16 +224,16 @@ def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
     two wait; neither of the queued ones may start afterwards."""
     import os
 
-    from canarchy.testing import lanes
+    from canarchy.testing.lanes import env as lane_env
     from tests.helpers import WAITING_TEST, interrupt_once_started
 
     started, tmp = tmp_path / "started", tmp_path / "tmp"
     started.mkdir()
     tmp.mkdir()
     root = _project(tmp_path / "p", {"test_w.py": WAITING_TEST.format(started=str(started))})
-    env = lanes.build_env(home=tmp_path / "home", source=os.environ,
+    env = lane_env.build_env(home=tmp_path / "home", source=os.environ,
                           extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    argv = [sys.executable, "-m", "canarchy.testing.order", "run", "--seeds", "2", "--jobs", "2", "--", *_lane_args(root)]
+    argv = [sys.executable, "-m", "canarchy.testing.lanes", "order", "run", "--seeds", "2", "--jobs", "2", "--", *_lane_args(root)]
     lane = interrupt_once_started(argv, started=started, runs=2, cwd=root, env=env)
     assert lane.returncode == 130, lane.out + lane.err
     assert "order: interrupted by SIGINT" in lane.err and "Traceback" not in lane.err, lane.err

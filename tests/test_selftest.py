@@ -1,4 +1,4 @@
-"""canarchy.testing.selftest: the seeded-defect corpus (fixtures/leaks) and its runner.
+"""canarchy.testing.lanes.selftest: the seeded-defect corpus (fixtures/leaks) and its runner.
 
 The whole corpus runs in `nox -s selftest`; here: the manifest is complete and
 valid, the corpus is never collected by the normal suite, one defect is caught
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing import selftest
+from canarchy.testing.lanes import selftest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "leaks"

@@ -18,9 +18,9 @@ must catch it::
     description = "..."
 
 Each entry is copied, as ``test_<name>.py``, into a fresh temporary project
-(``conftest.py`` loading ``canarchy.testing.plugin``, an empty ``pytest.ini``)
+(``conftest.py`` loading ``canarchy.testing.isolation.plugin``, an empty ``pytest.ini``)
 and run by this checkout's plugin in a hostile operator environment: a copy of
-``fixtures/operator-home`` as HOME and :data:`canarchy.testing.lanes.HOSTILE_ENV`
+``fixtures/operator-home`` as HOME and :data:`canarchy.testing.HOSTILE_ENV`
 exported (``CANARCHY_*``, ``CAN_*``), inside a private network namespace when
 one is available. Detectors:
 
@@ -37,10 +37,10 @@ one is available. Detectors:
     the run fails with the "canarchy isolation sentinel" section listing
     ``expect`` (a path changed in the checkout or the operator's home).
 ``parity``
-    the parity lane's twins (:func:`canarchy.testing.lanes.run_parity`) give
+    the parity lane's twins (:func:`canarchy.testing.run_parity`) give
     the named test different outcomes; ``expect`` is ``"<clean> -> <configured>"``.
 ``order``
-    the order lane (:func:`canarchy.testing.order.run_order_lane`, reverse and
+    the order lane (:func:`canarchy.testing.lanes.order.run_order_lane`, reverse and
     seed 1) finds the named test's outcome changing and bisects to the
     polluter named in ``expect``.
 ``deselect``
@@ -54,7 +54,7 @@ give the same result in every order.
 
 CLI::
 
-    python -m canarchy.testing.selftest run fixtures/leaks [--reports reports] [--only NAME ...]
+    python -m canarchy.testing.lanes selftest run fixtures/leaks [--reports reports] [--only NAME ...]
 
 Exit codes: 0 every defect caught by its detector and every control clean;
 1 otherwise; 2 the corpus could not be read.
@@ -77,14 +77,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from canarchy.testing import lanes
+from canarchy.fileio import write_text_atomic
+from canarchy.testing.lanes.env import HOSTILE_ENV, build_env
+from canarchy.testing.lanes.manifest import diff_manifests, manifest
+from canarchy.testing.lanes.netns import netns_support
+from canarchy.testing.lanes.parity import run_parity
+from canarchy.testing.lanes.runner import PytestRun, Terminated, raise_on_sigterm, run_pytest
+from canarchy.testing.lanes.verdict import summary_text
 
 EXIT_CAUGHT = 0
 EXIT_MISSED = 1
 EXIT_CANNOT_DECIDE = 2
 
 DETECTORS = ("guard", "isolation", "sentinel", "parity", "order", "deselect")
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _SENTINEL_SECTION = "canarchy isolation sentinel"
 _GUARD_TEXT = "tried to open a real CAN bus"
 
@@ -172,7 +178,7 @@ def load_corpus(folder: str | os.PathLike[str]) -> list[Entry]:
 def _project(base: Path, entry: Entry) -> Path:
     project = base / "project"
     project.mkdir(parents=True)
-    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.plugin"]\n', encoding="utf-8")
+    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n', encoding="utf-8")
     (project / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n", encoding="utf-8")
     shutil.copyfile(entry.file, project / f"test_{entry.name.replace('-', '_')}.py")
     return project
@@ -187,29 +193,29 @@ def _pytest_args(project: Path, junit: str = "reports/selftest.xml") -> list[str
 
 def _source_env() -> dict[str, str]:
     """The caller's environment, reduced to the lanes' allow-list."""
-    return lanes.build_env(home=os.devnull)
+    return build_env(home=os.devnull)
 
 
 # This checkout's plugin is what the corpus tests, whatever is installed.
 _EXTRA = {"PYTHONPATH": _PACKAGE_PARENT}
 
 
-def _hostile_run(project: Path, base: Path, operator_home: Path) -> tuple[lanes.PytestRun, Path]:
+def _hostile_run(project: Path, base: Path, operator_home: Path) -> tuple[PytestRun, Path]:
     """Run the project under the plugin as an operator with a full home and a hostile shell."""
     home = base / "operator-home"
     shutil.copytree(operator_home, home, symlinks=True)
     tmp = base / "tmp"
     tmp.mkdir()
-    hostile = {k: v.replace("{home}", str(home)) for k, v in lanes.HOSTILE_ENV.items()}
-    env = lanes.build_env(home=home, source=_source_env(), extra={**hostile, "TMPDIR": str(tmp), **_EXTRA})
-    netns = lanes.netns_support().available
-    run = lanes.run_pytest(sys.executable, _pytest_args(project), env=env, log=base / "selftest.log", netns=netns,
+    hostile = {k: v.replace("{home}", str(home)) for k, v in HOSTILE_ENV.items()}
+    env = build_env(home=home, source=_source_env(), extra={**hostile, "TMPDIR": str(tmp), **_EXTRA})
+    netns = netns_support().available
+    run = run_pytest(sys.executable, _pytest_args(project), env=env, log=base / "selftest.log", netns=netns,
                            echo=False, cwd=project)
     return run, home
 
 
-def _case(run: lanes.PytestRun, test: str):  # type: ignore[no-untyped-def]
-    from canarchy.testing.junit_compare import CannotDecide, load_report
+def _case(run: PytestRun, test: str):  # type: ignore[no-untyped-def]
+    from canarchy.testing.lanes.results import CannotDecide, load_report
 
     try:
         report = load_report(run.junit)
@@ -225,7 +231,7 @@ def _case_text(case) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(f"{r.message}\n{r.text}" for r in case.results)
 
 
-def _check_test_failure(entry: Entry, run: lanes.PytestRun, *, guard: bool) -> tuple[bool, str]:
+def _check_test_failure(entry: Entry, run: PytestRun, *, guard: bool) -> tuple[bool, str]:
     case = _case(run, entry.test or "")
     if case is None:
         return False, f"{entry.test} not in the report (exit code {run.returncode})"
@@ -239,7 +245,7 @@ def _check_test_failure(entry: Entry, run: lanes.PytestRun, *, guard: bool) -> t
     return True, f"{entry.test} {case.outcome}: report holds {entry.expect!r}"
 
 
-def _check_deselected(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
+def _check_deselected(entry: Entry, run: PytestRun) -> tuple[bool, str]:
     if not run.junit.exists():
         return False, f"no report (exit code {run.returncode})"
     if _case(run, entry.test or "") is not None:
@@ -250,7 +256,7 @@ def _check_deselected(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
     return True, f"{entry.test} kept out of a plain run ({deselected} deselected)"
 
 
-def _check_sentinel(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
+def _check_sentinel(entry: Entry, run: PytestRun) -> tuple[bool, str]:
     if _SENTINEL_SECTION not in run.output:
         return False, f"no sentinel section (exit code {run.returncode})"
     section = run.output[run.output.index(_SENTINEL_SECTION):]
@@ -262,14 +268,14 @@ def _check_sentinel(entry: Entry, run: lanes.PytestRun) -> tuple[bool, str]:
 
 
 def _parity(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
-    return lanes.run_parity(
+    return run_parity(
         sys.executable, _pytest_args(project, "reports/parity.xml"), operator_home=operator_home, checkout=project,
         allowlist=None, source_env=_source_env(), hashseeds=(1, 2), extra_env=_EXTRA,
     )  # fmt: skip
 
 
 def _order(project: Path):  # type: ignore[no-untyped-def]
-    from canarchy.testing import order
+    from canarchy.testing.lanes import order
 
     return order.run_order_lane(sys.executable, _pytest_args(project, "reports/order.xml"), seeds=[1],
                                 source_env=_source_env(), cwd=project, echo=lambda line: None, extra_env=_EXTRA)
@@ -307,11 +313,11 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
     return Outcome(entry, ok, evidence, time.monotonic() - started)
 
 
-def _check_control(entry: Entry, run: lanes.PytestRun, project: Path, operator_home: Path, home: Path) -> tuple[bool, str]:
+def _check_control(entry: Entry, run: PytestRun, project: Path, operator_home: Path, home: Path) -> tuple[bool, str]:
     problems = []
     if run.returncode != 0 or _SENTINEL_SECTION in run.output:
         problems.append(f"hostile run exit code {run.returncode}")
-    changed = lanes.diff_manifests(lanes.manifest(operator_home), lanes.manifest(home))
+    changed = diff_manifests(manifest(operator_home), manifest(home))
     if changed:
         problems.append("operator home changed: " + "; ".join(changed[:3]))
     parity = _parity(project, operator_home)
@@ -322,7 +328,7 @@ def _check_control(entry: Entry, run: lanes.PytestRun, project: Path, operator_h
         problems.append(f"order lane {ordered.status}")
     if problems:
         return False, "; ".join(problems)
-    summary = lanes._summary_text(run.summary) if run.summary else "?"
+    summary = summary_text(run.summary) if run.summary else "?"
     return True, f"{summary} under the plugin; parity identical; every order identical"
 
 
@@ -384,7 +390,7 @@ def render_markdown(outcomes: Sequence[Outcome], seconds: float | None = None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.selftest")
+    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes selftest")
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("run", help="run every corpus entry against the harness")
     p.add_argument("corpus", type=Path, help="folder holding manifest.toml (fixtures/leaks)")
@@ -406,18 +412,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorpusError as exc:
         print(f"selftest: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE
-    lanes._raise_on_sigterm()
+    raise_on_sigterm()
     started = time.monotonic()
     try:
         outcomes = run_corpus(entries, operator_home=operator_home)
-    except lanes._Terminated:
+    except Terminated:
         print("selftest: terminated", file=sys.stderr)
         return 128 + 15
     seconds = time.monotonic() - started
     print()
     print(render(outcomes, seconds))
     if args.reports:
-        lanes._write_atomically(args.reports / "selftest.md", render_markdown(outcomes, seconds))
+        args.reports.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.reports / "selftest.md", render_markdown(outcomes, seconds))
     return EXIT_CAUGHT if passed(outcomes) else EXIT_MISSED
 
 

@@ -57,7 +57,7 @@ Verdict (:class:`Comparison`)
 
 CLI::
 
-    python -m canarchy.testing.junit_compare compare A.xml B.xml
+    python -m canarchy.testing.lanes compare A.xml B.xml
         [--markdown OUT.md] [--allowlist F.toml]
         [--expected-a N] [--expected-b N] [--expected N,M]
         [--label-a TEXT] [--label-b TEXT]
@@ -79,6 +79,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from canarchy.fileio import write_text_atomic
 
 EXIT_IDENTICAL = 0
 EXIT_DIFFERENT = 1
@@ -538,19 +540,6 @@ def render_markdown(comparison: Comparison, *, title: str = "Parity") -> str:
     return "\n".join(out)
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _parse_expected(text: str | None) -> tuple[int | None, int | None]:
     if not text:
         return None, None
@@ -562,7 +551,7 @@ def _parse_expected(text: str | None) -> tuple[int | None, int | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns 0 identical, 1 different, 2 cannot decide."""
-    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.junit_compare", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("compare", help="compare two JUnit XML reports test by test")
     p.add_argument("report_a", help="JUnit XML of run A (default label: without config)")
@@ -596,7 +585,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(render_table(comparison))
     if args.markdown:
-        _write_text_atomically(args.markdown, render_markdown(comparison))
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.markdown, render_markdown(comparison))
     return comparison.exit_code
 
 

@@ -15,7 +15,7 @@ def _activate() -> None:
     if os.environ.get("PYTEST_CANARCHY_GUARD") != "1":
         return
     try:
-        from canarchy.testing import _child
+        from canarchy.testing.isolation import _child
     except ImportError:  # a Python without canarchy has no python-can of ours to guard
         return
     _child.activate()

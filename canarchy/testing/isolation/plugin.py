@@ -2,7 +2,7 @@
 
 Activate it explicitly in a conftest.py::
 
-    pytest_plugins = ["canarchy.testing.plugin"]
+    pytest_plugins = ["canarchy.testing.isolation.plugin"]
 
 Layers (``docs/design/test-isolation.md``):
 
@@ -25,7 +25,7 @@ Layers (``docs/design/test-isolation.md``):
 5. Network (``canarchy_network_namespace = true`` in the ini file; Linux,
    root): the session moves into a private network namespace holding only
    ``lo`` before anything else runs, so even a child process the guard
-   cannot reach finds no CAN interface (``canarchy.testing.network``).
+   cannot reach finds no CAN interface (``canarchy.testing.isolation.network``).
 6. Sentinel: the operator's canarchy/python-can state (from the first
    configure hook) and the checkout (from session start, after every plugin
    has set up) are hashed and compared after the run; any change fails it.
@@ -41,9 +41,9 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing import guard as _guard
-from canarchy.testing import network as _network
-from canarchy.testing.sandbox import (
+from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import network as _network
+from canarchy.testing.isolation.sandbox import (
     CHECKOUT_IGNORED,
     OPERATOR_STATE,
     EnvironmentSnapshot,
@@ -61,7 +61,7 @@ MARKERS = {
                  "deselected unless -m names it",
 }
 _CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _SANDBOX = pytest.StashKey[Sandbox]()
 _SENTINEL = pytest.StashKey[dict]()
 _BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
@@ -417,7 +417,7 @@ def virtual_channel() -> str:
 
 @pytest.fixture(scope="session")
 def canarchy_sandbox(request: pytest.FixtureRequest) -> Sandbox:
-    """The session's :class:`~canarchy.testing.sandbox.Sandbox` (root, homes, operator env)."""
+    """The session's :class:`~canarchy.testing.isolation.sandbox.Sandbox` (root, homes, operator env)."""
     return _sandbox(request.config)
 
 

@@ -2,7 +2,7 @@
 
 Two parts:
 
-The pytest plugin (loaded explicitly with ``-p canarchy.testing.order``; it
+The pytest plugin (loaded explicitly with ``-p canarchy.testing.lanes.order``; it
 does nothing unless one of its options is given)
     ``--canarchy-order=normal|reverse|shuffle`` reorders the collected tests
     in ``pytest_collection_modifyitems`` (after every other plugin, so
@@ -20,17 +20,17 @@ does nothing unless one of its options is given)
     - ``--canarchy-order-record=PATH``: write the final order there (one node
       id a line), so the lane knows which tests ran before a victim.
 
-The lane (``python -m canarchy.testing.order run [--seeds N] [--seed S ...] -- PYTEST_ARGS``)
+The lane (``python -m canarchy.testing.lanes order run [--seeds N] [--seed S ...] -- PYTEST_ARGS``)
     runs the suite in the normal order, in reverse and in N seeded shuffles
     (seeds ``1..N`` unless given with ``--seed``; default ``N = 2``), two runs
     at a time, each in its own empty home and ``TMPDIR``; compares each
     reordered run with the normal one using the parity comparator
-    (:mod:`canarchy.testing.junit_compare`); and for every test whose outcome
+    (:mod:`canarchy.testing.lanes.results`); and for every test whose outcome
     changed, bisects the tests that ran before it in the run where it
     failed, to name the polluter: the victim passes alone and fails when run
     right after the polluter. A failing order reproduces with::
 
-        python -m pytest -p canarchy.testing.order --canarchy-order=shuffle --canarchy-order-seed=N tests
+        python -m pytest -p canarchy.testing.lanes.order --canarchy-order=shuffle --canarchy-order-seed=N tests
 
 Exit codes: 0 every order gives the normal result; 1 an order differs;
 2 cannot decide (a run without a usable report, zero tests, counts that
@@ -56,7 +56,13 @@ from typing import Callable, Sequence
 
 import pytest
 
-from canarchy.testing import lanes
+from canarchy.fileio import write_text_atomic
+from canarchy.testing.lanes.env import build_env
+from canarchy.testing.lanes.netns import containment
+from canarchy.testing.lanes.runner import (
+    PytestRun, Terminated, junit_path, raise_on_sigterm, run_pytest, split_pytest_args, stop_all, with_junit,
+)
+from canarchy.testing.lanes.verdict import summary_text
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -69,7 +75,7 @@ ORDERS = ("normal", "reverse", "shuffle")
 
 
 def pytest_addoption(parser) -> None:  # type: ignore[no-untyped-def]
-    group = parser.getgroup("canarchy-order", "canarchy order lane (canarchy.testing.order)")
+    group = parser.getgroup("canarchy-order", "canarchy order lane (canarchy.testing.lanes.order)")
     group.addoption("--canarchy-order", choices=ORDERS, default=None, help="run the tests in this order")
     group.addoption("--canarchy-order-seed", type=int, default=None, help="seed of --canarchy-order=shuffle")
     group.addoption("--canarchy-order-file", default=None, help="run exactly these node ids (one a line), in this order")
@@ -149,7 +155,7 @@ class OrderRun:
     label: str
     order: str
     seed: int | None
-    run: lanes.PytestRun | None = None
+    run: PytestRun | None = None
     order_file: Path | None = None
 
     @property
@@ -162,7 +168,7 @@ class OrderRun:
         if self.order == "normal":
             return "python -m pytest tests"
         extra = f" --canarchy-order-seed={self.seed}" if self.seed is not None else ""
-        return f"python -m pytest -p canarchy.testing.order --canarchy-order={self.order}{extra} tests"
+        return f"python -m pytest -p canarchy.testing.lanes.order --canarchy-order={self.order}{extra} tests"
 
 
 @dataclass
@@ -207,7 +213,7 @@ class OrderResult:
 
 def _node_id_of(key: str, executed: Sequence[str]) -> str | None:
     """The executed node id whose report key is ``key``."""
-    from canarchy.testing.junit_compare import case_key
+    from canarchy.testing.lanes.results import case_key
 
     for nodeid in executed:
         if case_key(nodeid) == key:
@@ -225,7 +231,7 @@ class _Runs:
         self._n = 0
         self._lock = threading.Lock()
 
-    def run(self, name: str, extra: Sequence[str]) -> lanes.PytestRun:
+    def run(self, name: str, extra: Sequence[str]) -> PytestRun:
         with self._lock:
             self._n += 1
             n = self._n
@@ -233,16 +239,16 @@ class _Runs:
         home.mkdir()
         tmp.mkdir()
         env = dict(self.env, HOME=str(home), USERPROFILE=str(home), TMPDIR=str(tmp))
-        base = lanes.junit_path(self.pytest_args)
+        base = junit_path(self.pytest_args)
         junit = base.with_name(f"{base.stem}-{name}{base.suffix}")
-        args = lanes.with_junit(self.pytest_args, junit)
-        argv = ["-p", "canarchy.testing.order", *extra, *args]
-        return lanes.run_pytest(self.python, argv, env=env, log=junit.with_suffix(".log"), echo=False, cwd=self.cwd,
+        args = with_junit(self.pytest_args, junit)
+        argv = ["-p", "canarchy.testing.lanes.order", *extra, *args]
+        return run_pytest(self.python, argv, env=env, log=junit.with_suffix(".log"), echo=False, cwd=self.cwd,
                                 netns=self.netns)
 
 
-def _outcome(run: lanes.PytestRun, key: str) -> str:
-    from canarchy.testing.junit_compare import CannotDecide, load_report
+def _outcome(run: PytestRun, key: str) -> str:
+    from canarchy.testing.lanes.results import CannotDecide, load_report
 
     try:
         case = load_report(run.junit).cases.get(key)
@@ -310,9 +316,9 @@ def run_order_lane(
     The runs' environment is built from the allow-list of ``source_env``
     (default ``os.environ``) plus ``extra_env``; each run gets a fresh home
     and TMPDIR, and its own private network namespace where the machine
-    allows it (:func:`canarchy.testing.lanes.containment`).
+    allows it (:func:`canarchy.testing.containment`).
     """
-    from canarchy.testing import junit_compare
+    from canarchy.testing.lanes import results as junit_compare
 
     started = time.monotonic()
     cwd = Path.cwd() if cwd is None else cwd
@@ -322,8 +328,8 @@ def run_order_lane(
     with tempfile.TemporaryDirectory(prefix="canarchy-order-") as tmp:
         work = Path(tmp)
         # HOME and TMPDIR are set per run (fresh, empty); the rest from the allow-list only.
-        env = lanes.build_env(home=work, source=os.environ if source_env is None else source_env, extra=extra_env)
-        netns, note = lanes.containment()
+        env = build_env(home=work, source=os.environ if source_env is None else source_env, extra=extra_env)
+        netns, note = containment()
         echo(f"order: {note}")
         runner = _Runs(python, pytest_args, env, work, cwd, netns=netns)
 
@@ -344,7 +350,7 @@ def run_order_lane(
         finally:
             # On an interrupt: no queued run may start, and the running ones stop now.
             pool.shutdown(wait=False, cancel_futures=True)
-            lanes._stop_all()
+            stop_all()
             pool.shutdown(wait=True)
         normal = runs[0]
         for entry in runs:
@@ -415,12 +421,12 @@ def _classification(result: OrderResult) -> str:
 
 def render(result: OrderResult) -> str:
     """The terminal view: verdict, one line per run, differing tests, polluters."""
-    from canarchy.testing.junit_compare import render_table
+    from canarchy.testing.lanes.results import render_table
 
     lines = [f"order: {result.status} ({result.seconds:.0f} s){_classification(result)}"]
     for entry in result.runs:
         run = entry.run
-        summary = lanes._summary_text(run.summary) if run and run.summary is not None else "(no summary)"
+        summary = summary_text(run.summary) if run and run.summary is not None else "(no summary)"
         lines.append(f"  {entry.label:<10} {summary:<40} {run.duration if run else 0:>5.0f} s   reproduce: {entry.reproduce()}")
     for reason in result.undecided:
         lines.append(f"  cannot decide: {reason}")
@@ -441,7 +447,7 @@ def render_markdown(result: OrderResult) -> str:
     out += ["| run | order | seed | pytest summary | seconds | reproduce |", "|---|---|---|---|---|---|"]
     for entry in result.runs:
         run = entry.run
-        summary = lanes._summary_text(run.summary) if run and run.summary is not None else "(none)"
+        summary = summary_text(run.summary) if run and run.summary is not None else "(none)"
         out.append(f"| {entry.label} | {entry.order} | {entry.seed if entry.seed is not None else '-'} | {summary} | "
                    f"{run.duration if run else 0:.0f} | `{entry.reproduce()}` |")
     out.append("")
@@ -466,8 +472,8 @@ def render_markdown(result: OrderResult) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    own, pytest_args = lanes._split_pytest_args(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.order")
+    own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes order")
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("run", help="run the suite in several orders and compare with the normal order")
     p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"shuffled runs with seeds 1..N (default {DEFAULT_SEEDS})")
@@ -476,17 +482,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-bisections", type=int, default=3)
     args = parser.parse_args(own)
     try:
-        junit = lanes.junit_path(pytest_args)
+        junit = junit_path(pytest_args)
     except ValueError as exc:
         parser.error(str(exc))
     if args.seeds < 0:
         parser.error("--seeds must be >= 0")
     seeds = args.seed or list(range(1, args.seeds + 1))
-    lanes._raise_on_sigterm()
+    raise_on_sigterm()
     try:
         result = run_order_lane(sys.executable, pytest_args, seeds=seeds, jobs=args.jobs,
                                 max_bisections=args.max_bisections)
-    except lanes._Terminated:
+    except Terminated:
         print("order: terminated; its runs were stopped and its temporary directories removed", file=sys.stderr)
         return 128 + 15
     except KeyboardInterrupt:
@@ -495,7 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + 2
     print(render(result))
     md = junit.with_suffix(".md")
-    lanes._write_atomically(md, render_markdown(result))
+    md.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(md, render_markdown(result))
     print(f"order: {result.status} - summary in {md}")
     return result.exit_code
 

@@ -21,7 +21,7 @@ or, for several search/replace pairs (applied in order, each exactly once;
 ``file`` defaults to the top-level one)::
 
     [[edits]]
-    file = "canarchy/testing/plugin.py"
+    file = "canarchy/testing/isolation/plugin.py"
     search = '''...'''
     replace = '''...'''
 
@@ -33,7 +33,7 @@ Steps (:func:`run_mutations`); any step that cannot be completed means
    mutations of a run; the working tree is only read;
 2. each ``search`` must occur exactly once in the copy's file; every pytest
    of the run executes inside a private network namespace where one is
-   available (:func:`canarchy.testing.lanes.netns_support`), and a mutation
+   available (:func:`canarchy.testing.netns_support`), and a mutation
    that ``needs_netns`` cannot decide without one;
 3. baseline: one pytest run of the killers and controls of every mutation,
    on the *unmutated* copy; each must pass (a mutation whose tests do not
@@ -57,8 +57,8 @@ The temporary directory is removed in ``finally`` and on SIGINT/SIGTERM
 
 CLI::
 
-    python -m canarchy.testing.mutation run fixtures/mutations/issue-530.toml [--python PY] [--repo DIR] [--reports DIR]
-    python -m canarchy.testing.mutation run-all fixtures/mutations/ [same options]
+    python -m canarchy.testing.lanes mutation run fixtures/mutations/issue-530.toml [--python PY] [--repo DIR] [--reports DIR]
+    python -m canarchy.testing.lanes mutation run-all fixtures/mutations/ [same options]
 
 ``run-all`` prints each mutation's table, then the summary (mutation,
 killers expected, killers that failed, verdict) and writes
@@ -89,7 +89,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable, Sequence
 
-from canarchy.testing import lanes
+from canarchy.fileio import write_text_atomic
+from canarchy.testing.lanes.env import build_env
+from canarchy.testing.lanes.manifest import Entry, diff_manifests, manifest
+from canarchy.testing.lanes.netns import netns_command, netns_support
 
 EXIT_KILLED = 0
 EXIT_SURVIVED = 1
@@ -334,7 +337,7 @@ class _Runner:
     """Holds the running child process so an interrupt can stop it.
 
     ``netns``: run each command inside a private network namespace
-    (:func:`canarchy.testing.lanes.netns_command`).
+    (:func:`canarchy.testing.netns_command`).
     """
 
     def __init__(self, timeout: float, netns: bool = False) -> None:
@@ -343,7 +346,7 @@ class _Runner:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def run(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, log: Path) -> int:
-        command = lanes.netns_command(argv) if self.netns else list(argv)
+        command = netns_command(argv) if self.netns else list(argv)
         with open(log, "wb") as fh:
             self.proc = subprocess.Popen(
                 command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
@@ -384,7 +387,7 @@ def _pytest_argv(python: str, copy: Path, junit: Path, node_ids: Sequence[str]) 
 
 
 def _load(junit: Path, log: Path, phase: str):  # type: ignore[no-untyped-def]
-    from canarchy.testing import junit_compare
+    from canarchy.testing.lanes import results as junit_compare
 
     try:
         report = junit_compare.load_report(junit)
@@ -397,7 +400,7 @@ def _load(junit: Path, log: Path, phase: str):  # type: ignore[no-untyped-def]
 
 
 def _outcomes(junit: Path, node_ids: Sequence[str], log: Path, phase: str) -> dict[str, object]:
-    from canarchy.testing import junit_compare
+    from canarchy.testing.lanes import results as junit_compare
 
     report = _load(junit, log, phase)
     found: dict[str, object] = {}
@@ -449,7 +452,7 @@ class _Workspace:
         for d in (self.home, self.out, self.tmp):
             d.mkdir()
         self.files = repo_files(repo)
-        self.pristine: dict[str, lanes.Entry] = {}
+        self.pristine: dict[str, Entry] = {}
 
     def make_copy(self) -> None:
         if self.copy.exists():
@@ -458,15 +461,15 @@ class _Workspace:
         n = _copy_tree(self.repo, self.files, self.copy)
         if not (self.copy / "pyproject.toml").is_file():
             raise CannotDecide(f"{self.repo}: no pyproject.toml in the copied tree ({n} files)")
-        self.pristine = lanes.manifest(self.copy, exclude=("__pycache__",))
+        self.pristine = manifest(self.copy, exclude=("__pycache__",))
 
     def changes(self) -> list[str]:
         """What differs in the copy from the pristine copy (a test wrote into the tree)."""
-        return lanes.diff_manifests(self.pristine, lanes.manifest(self.copy, exclude=("__pycache__",)))
+        return diff_manifests(self.pristine, manifest(self.copy, exclude=("__pycache__",)))
 
     def env(self) -> dict[str, str]:
         # TMPDIR inside our directory: whatever the tests leave behind goes with the copy.
-        return lanes.build_env(home=self.home, hashseed=0, extra={"PYTHONPATH": str(self.copy), "TMPDIR": str(self.tmp)})
+        return build_env(home=self.home, hashseed=0, extra={"PYTHONPATH": str(self.copy), "TMPDIR": str(self.tmp)})
 
 
 def _mutated_texts(mutation: Mutation, copy: Path) -> dict[str, tuple[str, str]]:
@@ -576,7 +579,7 @@ def run_mutations(
 
     ``netns``: run every pytest inside a private network namespace; ``None``
     (default) does so wherever one is available, like every lane that runs
-    the suite (:func:`canarchy.testing.lanes.containment`). A mutation that
+    the suite (:func:`canarchy.testing.containment`). A mutation that
     ``needs_netns`` when none is available cannot decide (its mutant could
     reach a real bus). Results are in the order given.
     """
@@ -586,7 +589,7 @@ def run_mutations(
     ]
     support = None
     if netns is None:
-        support = lanes.netns_support()
+        support = netns_support()
         use_netns = support.available
     else:
         use_netns = netns
@@ -637,7 +640,7 @@ def run_mutations(
                 result.reason = str(exc)
             return _finish(results, reports, work.out)
         baseline_time = time.monotonic() - started
-        from canarchy.testing.junit_compare import case_key
+        from canarchy.testing.lanes.results import case_key
 
         ready = []
         any_listed_failing = False
@@ -798,15 +801,6 @@ def render_summary_markdown(results: Sequence[MutationResult], seconds: float | 
     return "\n".join(out)
 
 
-def _write_atomically(dest: Path, text: str) -> None:
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _write_reports(result: MutationResult, reports: Path, out: Path) -> None:
     reports.mkdir(parents=True, exist_ok=True)
     name = result.mutation.name
@@ -818,7 +812,7 @@ def _write_reports(result: MutationResult, reports: Path, out: Path) -> None:
                 shutil.copyfile(src, dest)
             else:
                 dest.unlink(missing_ok=True)  # never leave an older run's file next to this run's report
-    _write_atomically(reports / f"mutation-{name}.md", render_markdown(result))
+    write_text_atomic(reports / f"mutation-{name}.md", render_markdown(result))
 
 
 def _repo_root(given: str | None) -> Path:
@@ -887,14 +881,14 @@ def _run_all(folder: Path, args: argparse.Namespace) -> int:
     print(render_summary(results, seconds))
     if reports is not None:
         reports.mkdir(parents=True, exist_ok=True)
-        _write_atomically(reports / "mutations.md", render_summary_markdown(results, seconds))
+        write_text_atomic(reports / "mutations.md", render_summary_markdown(results, seconds))
     codes = [r.exit_code for r in results]
     return max(codes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.mutation")
+    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes mutation")
     sub = parser.add_subparsers(dest="action", required=True)
     for action, target_help in (("run", "a mutation TOML file"), ("run-all", "a directory of mutation TOML files")):
         p = sub.add_parser(action)

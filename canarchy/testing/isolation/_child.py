@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from canarchy.testing import guard, sandbox
+from canarchy.testing.isolation import guard, sandbox
 
 
 def parent_nodeid(current_test: str | None) -> str:
