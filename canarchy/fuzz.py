@@ -96,23 +96,21 @@ def resolve_findings_root(findings_dir: str | os.PathLike[str] | None,
 # -- addressing --
 
 def default_response_id(arbitration_id: int, is_extended_id: bool) -> int:
-    """The usual response ID for a request ID.
+    """The usual response ID for a request ID (:func:`canarchy.isotp.default_response_id`).
 
-    11-bit: request + 8 (OBD/UDS 0x7E0 -> 0x7E8, ISO 15765-4). 29-bit normal
-    fixed addressing 0x18DA<TA><SA>: target and source swapped (ISO 15765-2).
     Raises ``UserInputError`` ``INVALID_ARGUMENTS`` when there is no usual
     answer (pass ``--response-id``).
     """
-    if not is_extended_id and arbitration_id + 8 <= MAX_STANDARD_ID:
-        return arbitration_id + 8
-    if is_extended_id and arbitration_id & 0x1FFF0000 == 0x18DA0000:
-        target, source = (arbitration_id >> 8) & 0xFF, arbitration_id & 0xFF
-        return 0x18DA0000 | (source << 8) | target
-    raise UserInputError(
-        "INVALID_ARGUMENTS",
-        f"There is no default response ID for arbitration ID 0x{arbitration_id:X}.",
-        "Pass --response-id with the arbitration ID the target answers on.",
-    )
+    from canarchy.isotp import default_response_id as usual
+
+    response_id = usual(arbitration_id) if is_extended_id == (arbitration_id > MAX_STANDARD_ID) else None
+    if response_id is None:
+        raise UserInputError(
+            "INVALID_ARGUMENTS",
+            f"There is no default response ID for arbitration ID 0x{arbitration_id:X}.",
+            "Pass --response-id with the arbitration ID the target answers on.",
+        )
+    return response_id
 
 
 # -- markers --

@@ -1,4 +1,4 @@
-"""ISO 15765-2 (ISO-TP) reassembly from a recorded frame stream (passive: nothing is sent).
+"""ISO 15765-2 (ISO-TP): frame forms, reassembly of a recorded frame stream, and a tester.
 
 Protocol control information (PCI), the high nibble of the first data byte
 (ISO 15765-2:2016, §9.6, normal addressing)::
@@ -14,21 +14,111 @@ The payload length comes from the SF/FF header, so padding after it (0x00,
 frame with the wrong sequence number aborts the message being received (as a
 receiving ECU does); the PDU is dropped with a warning.
 
-Public surface: :class:`IsoTpPdu`, :class:`IsoTpReassembler` (one arbitration
-ID), :func:`reassemble` (several IDs over one frame stream). No python-can.
+Public surface: frame builders (:func:`single_frame`, :func:`segment`,
+:func:`flow_control`), :class:`IsoTpPdu`, :class:`IsoTpReassembler` (one
+arbitration ID), :func:`reassemble` (several IDs over one frame stream,
+passive) and :class:`IsoTpTester` (sends a request, flow control for a
+segmented answer, reassembles it: the active side). No python-can.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Protocol
 
-from canarchy.transport import CanFrame
+from canarchy.transport import MAX_STANDARD_ID, CanFrame
 
 PCI_SINGLE = 0
 PCI_FIRST = 1
 PCI_CONSECUTIVE = 2
 PCI_FLOW_CONTROL = 3
+FLOW_STATUS_CONTINUE = 0  # ContinueToSend
+FLOW_STATUS_WAIT = 1
+FLOW_STATUS_OVERFLOW = 2
+CLASSIC_FRAME = 8   # data bytes of a classic CAN frame
+SF_MAX = 7          # payload of a classic single frame
+FF_DATA = 6         # payload bytes a classic first frame carries
+CF_DATA = 7         # payload bytes a consecutive frame carries
+FF_MAX_LENGTH = 0xFFF  # the 12-bit first-frame length (longer needs the 32-bit escape)
+#: How many FC.WAIT a sender accepts in a row before it gives up (N_WFTmax; ISO 15765-2 leaves it to the system).
+MAX_WAIT_FRAMES = 10
+
+
+NORMAL_FIXED_PHYSICAL = 0x18DA0000  # ISO 15765-2 normal fixed addressing, priority 6, PF 0xDA: 0x18DA<TA><SA>
+
+
+def normal_fixed_id(target: int, source: int) -> int:
+    """The 29-bit physical request ID from ``source`` to ``target`` (ISO 15765-2 normal fixed addressing)."""
+    return NORMAL_FIXED_PHYSICAL | (target & 0xFF) << 8 | source & 0xFF
+
+
+def default_response_id(request_id: int) -> int | None:
+    """The usual response ID of a physical request ID, or None when there is none.
+
+    11-bit: request + 8 (ISO 15765-4: 0x7E0 -> 0x7E8); 29-bit normal fixed
+    addressing 0x18DA<TA><SA>: target and source swapped, 0x18DA<SA><TA>.
+    """
+    if request_id + 8 <= MAX_STANDARD_ID:
+        return request_id + 8
+    if request_id > MAX_STANDARD_ID and request_id & 0x1FFF0000 == NORMAL_FIXED_PHYSICAL:
+        return normal_fixed_id(request_id & 0xFF, request_id >> 8 & 0xFF)
+    return None
+
+
+def st_min_seconds(value: int) -> float:
+    """STmin byte -> seconds: 0x00-0x7F milliseconds, 0xF1-0xF9 100-900 microseconds;
+    reserved values are read as 0x7F (127 ms), as ISO 15765-2 asks of a sender."""
+    if value <= 0x7F:
+        return value / 1000.0
+    if 0xF1 <= value <= 0xF9:
+        return (value - 0xF0) / 10000.0
+    return 0x7F / 1000.0
+
+
+def _pad(data: bytes, padding: int | None) -> bytes:
+    if padding is None or len(data) >= CLASSIC_FRAME:
+        return data
+    return data + bytes((padding,)) * (CLASSIC_FRAME - len(data))
+
+
+def single_frame(payload: bytes, padding: int | None = 0x00) -> bytes:
+    """A classic single frame: ``[length, payload...]`` padded to 8 bytes (``padding`` None: unpadded).
+    Raises ValueError for a payload of 0 or more than 7 bytes."""
+    if not 1 <= len(payload) <= SF_MAX:
+        raise ValueError(f"a single frame carries 1..{SF_MAX} bytes, not {len(payload)}")
+    return _pad(bytes((len(payload),)) + payload, padding)
+
+
+def flow_control(status: int = FLOW_STATUS_CONTINUE, block_size: int = 0, st_min: int = 0,
+                 padding: int | None = 0x00) -> bytes:
+    """A flow control frame ``3<FS> BS STmin`` (padded to 8 bytes unless ``padding`` is None)."""
+    return _pad(bytes((0x30 | status, block_size, st_min)), padding)
+
+
+def segment(payload: bytes, padding: int | None = 0x00) -> tuple[bytes, list[bytes]]:
+    """A payload of 8..4095 bytes as a first frame and its consecutive frames
+    (sequence numbers 1..15, 0, 1 ...; the last one padded). Raises ValueError otherwise."""
+    if not SF_MAX < len(payload) <= FF_MAX_LENGTH:
+        raise ValueError(f"a segmented message carries {SF_MAX + 1}..{FF_MAX_LENGTH} bytes, not {len(payload)}")
+    first = bytes((0x10 | len(payload) >> 8, len(payload) & 0xFF)) + payload[:FF_DATA]
+    rest = []
+    for index, offset in enumerate(range(FF_DATA, len(payload), CF_DATA)):
+        rest.append(_pad(bytes((0x20 | (index + 1) & 0x0F,)) + payload[offset:offset + CF_DATA], padding))
+    return first, rest
+
+
+def single_frame_payload(data: bytes) -> bytes | None:
+    """The payload of a valid single frame (classic, or the CAN FD escape with the
+    length in byte 1), or None for anything else."""
+    if not data or data[0] >> 4 != PCI_SINGLE:
+        return None
+    length, start = data[0] & 0x0F, 1
+    if length == 0 and len(data) > CLASSIC_FRAME:
+        length, start = data[1], 2
+    if length == 0 or start + length > len(data):
+        return None
+    return bytes(data[start:start + length])
 
 
 @dataclass(frozen=True)
@@ -131,15 +221,13 @@ class IsoTpReassembler:
             self._active = False
 
     def _single(self, frame: CanFrame, data: bytes) -> IsoTpPdu | None:
-        length = data[0] & 0x0F
-        start = 1
-        if length == 0 and len(data) > 8:  # CAN FD escape: the length is in byte 1
-            length, start = data[1], 2
-        if length == 0 or start + length > len(data):
+        payload = single_frame_payload(data)
+        if payload is None:
+            length, start = (data[1], 2) if data[0] & 0x0F == 0 and len(data) > CLASSIC_FRAME else (data[0] & 0x0F, 1)
             self._warn(frame, f"single frame declares {length} byte(s) but carries {len(data) - start}")
             return None
         self._interrupt(frame, "a single frame")
-        return IsoTpPdu(self.arbitration_id, bytes(data[start:start + length]), frame.timestamp, frame.timestamp, 1)
+        return IsoTpPdu(self.arbitration_id, payload, frame.timestamp, frame.timestamp, 1)
 
     def _first(self, frame: CanFrame, data: bytes) -> None:
         if len(data) < 2:
@@ -206,3 +294,170 @@ def reassemble(frames: Iterable[CanFrame], arbitration_ids: Iterable[int],
         machine.finish()
         if warnings is not None:
             warnings.extend(machine.warnings)
+
+
+# -- the tester (active side) -------------------------------------------------------------------
+
+
+class BusLink(Protocol):
+    """A bus opened for a whole session (``canarchy.transport.Backend.session``):
+    ``send(frame)`` returns the send time (s since the epoch); ``recv(timeout)``
+    returns the next frame seen on the bus within ``timeout`` seconds, or None."""
+
+    def send(self, frame: CanFrame) -> float: ...
+
+    def recv(self, timeout: float) -> CanFrame | None: ...
+
+
+@dataclass
+class Exchange:
+    """One request and what came back on the response ID.
+
+    ``request``: the message sent; ``sent_at``: when its first frame went out;
+    ``frames``: every frame sent or received for it, in order, as
+    ``(direction "tx"/"rx", frame)``; ``messages``: the reassembled answers in
+    order (a 0x78 responsePending included); ``first_reply_at``: time of the
+    first frame received on the response ID (None: silence); ``warnings``:
+    ISO-TP problems (an aborted answer, an ECU that refused a segmented request).
+    """
+
+    request: bytes
+    sent_at: float = 0.0
+    frames: list[tuple[str, CanFrame]] = field(default_factory=list)
+    messages: list[bytes] = field(default_factory=list)
+    first_reply_at: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def latency(self) -> float | None:
+        """Seconds from the request to the first frame of the answer (None: silence)."""
+        return None if self.first_reply_at is None else max(0.0, self.first_reply_at - self.sent_at)
+
+
+class IsoTpTester:
+    """The tester side of ISO 15765-2 (normal or normal-fixed addressing, classic CAN).
+
+    ``link``: a :class:`BusLink`; ``request_id`` / ``response_id``: physical
+    IDs (29-bit when > 0x7FF); ``padding``: byte frames are padded with (None:
+    unpadded); ``block_size`` / ``st_min``: what this tester's flow control
+    asks of the ECU; ``n_timeout``: seconds to wait for the ECU's flow control
+    (N_Bs) or its next consecutive frame (N_Cr), 1 s as ISO 15765-2 gives.
+    """
+
+    def __init__(self, link: BusLink, request_id: int, response_id: int, *, padding: int | None = 0x00,
+                 block_size: int = 0, st_min: int = 0, n_timeout: float = 1.0) -> None:
+        self.link = link
+        self.request_id = request_id
+        self.response_id = response_id
+        self.padding = padding
+        self.block_size = block_size
+        self.st_min = st_min
+        self.n_timeout = n_timeout
+        self._request_extended = request_id > MAX_STANDARD_ID
+        self._response_extended = response_id > MAX_STANDARD_ID
+
+    def _ours(self, frame: CanFrame) -> bool:
+        return frame.arbitration_id == self.response_id and frame.is_extended_id == self._response_extended
+
+    def _send(self, exchange: Exchange, data: bytes) -> float:
+        frame = CanFrame(self.request_id, data, is_extended_id=self._request_extended)
+        sent_at = self.link.send(frame)
+        exchange.frames.append(("tx", frame))
+        return sent_at
+
+    def _recv_ours(self, exchange: Exchange, deadline: float,
+                   other: Callable[[CanFrame], None] | None) -> CanFrame | None:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            frame = self.link.recv(remaining)
+            if frame is None:
+                return None
+            if self._ours(frame):
+                exchange.frames.append(("rx", frame))
+                if exchange.first_reply_at is None:
+                    exchange.first_reply_at = frame.timestamp
+                return frame
+            if other is not None:
+                other(frame)
+
+    def request(self, message: bytes, timeout: float, *, settle: Callable[[bytes], bool] | None = None,
+                pending_timeout: float | None = None,
+                other: Callable[[CanFrame], None] | None = None) -> Exchange:
+        """Send ``message`` and collect the answer.
+
+        Waits ``timeout`` seconds for the first frame of an answer; a first
+        frame is answered with flow control and its consecutive frames are
+        reassembled (each within ``n_timeout``). An answer for which
+        ``settle(message)`` is true (e.g. UDS 0x78 responsePending) restarts
+        the wait with ``pending_timeout`` (default ``timeout``); any other
+        ends the exchange. Frames on other IDs go to ``other`` (when given).
+        """
+        exchange = Exchange(bytes(message))
+        if len(message) <= SF_MAX:
+            exchange.sent_at = self._send(exchange, single_frame(message, self.padding))
+        elif not self._send_segmented(exchange, message, other):
+            return exchange
+        reassembler = IsoTpReassembler(self.response_id)
+        deadline = time.monotonic() + timeout
+        in_block = 0
+        while True:
+            frame = self._recv_ours(exchange, deadline, other)
+            if frame is None:
+                if reassembler.pending:
+                    exchange.warnings.append(f"ISO-TP 0x{self.response_id:X}: the answer stopped before its end "
+                                             f"(no consecutive frame within {self.n_timeout:g} s, N_Cr)")
+                return exchange
+            pdu = reassembler.feed(frame)
+            exchange.warnings += reassembler.warnings
+            reassembler.warnings.clear()
+            kind = frame.data[0] >> 4 if frame.data else None
+            if kind == PCI_FIRST and reassembler.pending:
+                self._send(exchange, flow_control(FLOW_STATUS_CONTINUE, self.block_size, self.st_min, self.padding))
+                in_block = 0
+                deadline = time.monotonic() + self.n_timeout
+            elif kind == PCI_CONSECUTIVE and reassembler.pending:
+                in_block += 1
+                if self.block_size and in_block >= self.block_size:
+                    self._send(exchange, flow_control(FLOW_STATUS_CONTINUE, self.block_size, self.st_min,
+                                                      self.padding))
+                    in_block = 0
+                deadline = time.monotonic() + self.n_timeout
+            if pdu is None:
+                continue
+            exchange.messages.append(pdu.data)
+            if settle is not None and settle(pdu.data):
+                deadline = time.monotonic() + (timeout if pending_timeout is None else pending_timeout)
+                continue
+            return exchange
+
+    def _send_segmented(self, exchange: Exchange, message: bytes,
+                        other: Callable[[CanFrame], None] | None) -> bool:
+        """Send a first frame and its consecutive frames as the ECU's flow control allows; False when it refused."""
+        first, rest = segment(message, self.padding)
+        exchange.sent_at = self._send(exchange, first)
+        waits = 0
+        last_cf = None
+        while rest:
+            frame = self._recv_ours(exchange, time.monotonic() + self.n_timeout, other)
+            if frame is None or not frame.data or frame.data[0] >> 4 != PCI_FLOW_CONTROL or len(frame.data) < 3:
+                reason = "no flow control" if frame is None else f"frame {frame.data.hex()} instead of flow control"
+                exchange.warnings.append(f"ISO-TP 0x{self.request_id:X}: segmented request abandoned: {reason}")
+                return False
+            status = frame.data[0] & 0x0F
+            if status == FLOW_STATUS_WAIT and waits < MAX_WAIT_FRAMES:
+                waits += 1
+                continue
+            if status != FLOW_STATUS_CONTINUE:
+                exchange.warnings.append(f"ISO-TP 0x{self.request_id:X}: segmented request refused "
+                                         f"(flow status {status}{', overflow' if status == FLOW_STATUS_OVERFLOW else ''})")
+                return False
+            waits = 0
+            block, gap = frame.data[1], st_min_seconds(frame.data[2])
+            for _ in range(len(rest) if block == 0 else min(block, len(rest))):
+                if last_cf is not None and (wait := last_cf + gap - time.monotonic()) > 0:
+                    time.sleep(wait)  # STmin: between any two consecutive frames, across blocks too
+                self._send(exchange, rest.pop(0))
+                last_cf = time.monotonic()
+        return True

@@ -1,45 +1,19 @@
-"""A simulated UDS ECU: the real peer that active commands are tested against.
+"""Simulated UDS ECUs: the real peers active commands are tested against.
 
-:class:`SimulatedEcu` answers UDS requests (ISO 14229-1) carried by ISO-TP
-(ISO 15765-2, normal addressing, classic CAN frames) on one python-can bus. It
-opens its own bus with ``ignore_config=True``, answers from a background
-thread and shuts the bus down on exit::
+:class:`SimulatedEcu` is one ECU on its own python-can bus;
+:class:`SimulatedNetwork` puts several :class:`EcuNode` objects (one may be
+``silent``) on one bus. They answer UDS (ISO 14229-1) over ISO-TP (ISO
+15765-2: single and segmented messages both ways, flow control honoured,
+invalid PCIs ignored) from a background thread, open their bus with
+``ignore_config=True`` and shut it down on exit::
 
     with SimulatedEcu(channel="canarchy-test-1234") as ecu:
         ...                      # talk to it on the virtual channel
     assert ecu.requests == [bytes.fromhex("023e00")]
 
-What it implements (all of it deterministic; see ``docs/fuzz-guided.md``):
-
-- ISO-TP single frames both ways; segmented responses (first frame, flow
-  control from the tester, consecutive frames honouring BS and STmin);
-  segmented requests (it answers a first frame with flow control
-  ``30 00 00`` and reassembles the consecutive frames). Frames with an
-  invalid PCI are ignored, as ISO 15765-2 requires. Responses are padded to
-  8 bytes with ``EcuProfile.padding`` (``0xAA``; ``None`` disables padding).
-- UDS: a negative response ``7F SID NRC`` for every refusal, ``7F SID 11``
-  (serviceNotSupported) for SIDs outside ``EcuProfile.supported_sids``,
-  ``7F SID 78`` (responsePending) followed by the settled reply for SIDs in
-  ``EcuProfile.pending``, and the suppressPosRspMsgIndicationBit (bit 7 of
-  the sub-function) for 0x10, 0x11, 0x28, 0x3E and 0x85.
-- Feedback worth fuzzing for: SecurityAccess (0x27) gives 0x24 for a key
-  without a seed, 0x35 invalidKey for a wrong key, 0x36
-  exceededNumberOfAttempts on the third wrong key and 0x37
-  requiredTimeDelayNotExpired during the lock-out; RoutineControl (0x31)
-  gives 0x31 requestOutOfRange for unknown routine ids; a request of the
-  wrong length gives 0x13.
-
-Every CAN frame received on the request id is appended to
-:attr:`SimulatedEcu.requests` (its data bytes), every reassembled UDS request
-to :attr:`SimulatedEcu.messages`, every frame sent to
-:attr:`SimulatedEcu.responses`: tests assert what actually crossed the bus.
-
-Run as a process (the integration lane)::
-
-    python -m canarchy.simulator --bus-type udp_multicast --channel 239.74.163.2 \
-        [--request-id 0x7E0] [--response-id 0x7E8] [--duration 30]
-
-python-can is imported only when a bus is opened.
+``requests``/``messages``/``responses`` record what crossed the bus. What
+the default :class:`EcuProfile` answers: ``docs/fuzz-guided.md``. As a
+process: ``python -m canarchy.simulator --channel CH [--bus-type T]``.
 """
 
 from __future__ import annotations
@@ -56,59 +30,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from canarchy.isotp import (CF_DATA, CLASSIC_FRAME, FF_DATA, FF_MAX_LENGTH, FLOW_STATUS_CONTINUE,
+                            FLOW_STATUS_WAIT, PCI_CONSECUTIVE, PCI_FIRST, PCI_FLOW_CONTROL, PCI_SINGLE, SF_MAX,
+                            flow_control, single_frame_payload, st_min_seconds)
+from canarchy.uds import (NEGATIVE_RESPONSE_SID, NRC_CONDITIONS_NOT_CORRECT, NRC_EXCEEDED_NUMBER_OF_ATTEMPTS,
+                          NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT, NRC_INVALID_KEY, NRC_REQUEST_OUT_OF_RANGE,
+                          NRC_REQUEST_SEQUENCE_ERROR, NRC_REQUIRED_TIME_DELAY_NOT_EXPIRED, NRC_RESPONSE_PENDING,
+                          NRC_SECURITY_ACCESS_DENIED, NRC_SERVICE_NOT_SUPPORTED,
+                          NRC_SERVICE_NOT_SUPPORTED_IN_ACTIVE_SESSION, NRC_SUB_FUNCTION_NOT_SUPPORTED,
+                          POSITIVE_RESPONSE_OFFSET, SESSION_DEFAULT, SESSION_EXTENDED, SESSION_PROGRAMMING,
+                          SUPPRESS_POSITIVE_RESPONSE)
+
 _log = logging.getLogger(__name__)
-
-# -- ISO 14229-1 service identifiers (Table 23) and negative response codes (Table A.1) --
-
-SID_DIAGNOSTIC_SESSION_CONTROL = 0x10
-SID_ECU_RESET = 0x11
-SID_CLEAR_DIAGNOSTIC_INFORMATION = 0x14
-SID_READ_DTC_INFORMATION = 0x19
-SID_READ_DATA_BY_IDENTIFIER = 0x22
-SID_SECURITY_ACCESS = 0x27
-SID_COMMUNICATION_CONTROL = 0x28
-SID_WRITE_DATA_BY_IDENTIFIER = 0x2E
-SID_ROUTINE_CONTROL = 0x31
-SID_TESTER_PRESENT = 0x3E
-SID_CONTROL_DTC_SETTING = 0x85
-NEGATIVE_RESPONSE_SID = 0x7F
-POSITIVE_RESPONSE_OFFSET = 0x40
-
-NRC_GENERAL_REJECT = 0x10
-NRC_SERVICE_NOT_SUPPORTED = 0x11
-NRC_SUB_FUNCTION_NOT_SUPPORTED = 0x12
-NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT = 0x13
-NRC_CONDITIONS_NOT_CORRECT = 0x22
-NRC_REQUEST_SEQUENCE_ERROR = 0x24
-NRC_REQUEST_OUT_OF_RANGE = 0x31
-NRC_SECURITY_ACCESS_DENIED = 0x33
-NRC_INVALID_KEY = 0x35
-NRC_EXCEEDED_NUMBER_OF_ATTEMPTS = 0x36
-NRC_REQUIRED_TIME_DELAY_NOT_EXPIRED = 0x37
-NRC_RESPONSE_PENDING = 0x78
-NRC_SERVICE_NOT_SUPPORTED_IN_ACTIVE_SESSION = 0x7F
-
-SESSION_DEFAULT = 0x01
-SESSION_PROGRAMMING = 0x02
-SESSION_EXTENDED = 0x03
 
 # Services whose sub-function byte carries the suppressPosRspMsgIndicationBit (ISO 14229-1 §8.2.2).
 _SPRMIB_SERVICES = frozenset({0x10, 0x11, 0x28, 0x3E, 0x85})
-_SPRMIB = 0x80
-
-# -- ISO 15765-2 protocol control information --
-
-PCI_SINGLE_FRAME = 0x0
-PCI_FIRST_FRAME = 0x1
-PCI_CONSECUTIVE_FRAME = 0x2
-PCI_FLOW_CONTROL = 0x3
-FLOW_STATUS_CONTINUE = 0x0
-FLOW_STATUS_WAIT = 0x1
-FLOW_STATUS_OVERFLOW = 0x2
-_CLASSIC_FRAME = 8
-_SF_MAX = 7   # single-frame payload on an 8-byte classic CAN frame
-_FF_DATA = 6  # payload bytes carried by a first frame
-_CF_DATA = 7  # payload bytes carried by a consecutive frame
 
 DEFAULT_VIN = "TMBZZZ0X0NY000001"
 
@@ -151,6 +87,8 @@ class EcuProfile:
       ``st_min`` sent in the ECU's flow control, ``n_timeout`` (N_Bs/N_Cr).
     - ``s3_timeout``: a non-default session falls back to default after this
       much silence (ISO 14229-2 S3server).
+    - ``silent``: receive (and record) every frame but never answer: an ECU
+      that is on the bus and does not speak UDS on these IDs.
     """
 
     supported_sids: frozenset[int] = frozenset(
@@ -181,15 +119,7 @@ class EcuProfile:
     st_min: int = 0
     n_timeout: float = 1.0
     s3_timeout: float = 5.0
-
-
-def _st_min_seconds(value: int) -> float:
-    """STmin byte -> seconds (ISO 15765-2: 0x00-0x7F ms, 0xF1-0xF9 100-900 us, others read as 0x7F)."""
-    if value <= 0x7F:
-        return value / 1000.0
-    if 0xF1 <= value <= 0xF9:
-        return (value - 0xF0) / 10000.0
-    return 0x7F / 1000.0
+    silent: bool = False
 
 
 def _negative(sid: int, nrc: int) -> bytes:
@@ -247,7 +177,7 @@ class _UdsServer:
             return [_Reply(_negative(sid, self.profile.forced_nrcs[sid]))]
         handler: Callable[[bytes, float], bytes | None] = getattr(
             self, f"_service_{sid:02x}", self._service_generic)
-        if sid in _SPRMIB_SERVICES and len(request) >= 2 and request[1] & _SPRMIB:
+        if sid in _SPRMIB_SERVICES and len(request) >= 2 and request[1] & SUPPRESS_POSITIVE_RESPONSE:
             response = handler(request, now)
             # suppressPosRspMsgIndicationBit: negative responses are still sent.
             if response is not None and response[0] != NEGATIVE_RESPONSE_SID:
@@ -434,49 +364,194 @@ class _UdsServer:
         return bytes((0xC5, setting))
 
 
-class SimulatedEcu:
-    """A UDS ECU on a python-can bus, answering in a background thread.
+class EcuNode:
+    """One simulated ECU on a shared bus: its addresses, its UDS state, and what crossed the bus for it.
 
-    ``bus_type``: python-can interface name (``virtual`` in tests);
-    ``channel``: the channel to open (a unique name per test on ``virtual``);
-    ``request_id`` / ``response_id``: physical request and response
-    arbitration IDs (29-bit when > 0x7FF); ``profile``: :class:`EcuProfile`.
-
-    Use as a context manager (or ``start()`` / ``stop()``). Attributes,
-    readable while it runs: ``requests`` (data of every frame received on the
-    request id, ``list[bytes]``), ``messages`` (reassembled UDS requests),
-    ``responses`` (data of every frame sent), ``error`` (an exception that
-    ended the thread, or None).
-
-    Raises whatever python-can raises when the bus cannot be opened.
+    ``request_id`` / ``response_id``: physical request and response arbitration
+    IDs (29-bit when > 0x7FF); ``profile``: :class:`EcuProfile`; ``name``: a
+    label. Readable while it runs: ``requests`` (data of every frame received
+    on the request ID, ``list[bytes]``), ``messages`` (reassembled UDS
+    requests), ``responses`` (data of every frame sent), ``server`` (the UDS
+    state machine). Frames go out through the bus that hosts it
+    (:class:`SimulatedEcu`, :class:`SimulatedNetwork`).
     """
 
-    def __init__(self, bus_type: str = "virtual", channel: str = "canarchy-sim", request_id: int = 0x7E0,
-                 response_id: int | None = None, profile: EcuProfile | None = None,
-                 bus_options: dict[str, Any] | None = None) -> None:
-        self.bus_type = bus_type
-        self.channel = channel
+    def __init__(self, request_id: int = 0x7E0, response_id: int | None = None, profile: EcuProfile | None = None,
+                 name: str | None = None) -> None:
         self.request_id = request_id
         self.response_id = request_id + 8 if response_id is None else response_id
         self.profile = EcuProfile() if profile is None else profile
-        self.bus_options = dict(bus_options or {})
+        self.name = name or f"ecu-0x{request_id:X}"
         self.requests: list[bytes] = []
         self.messages: list[bytes] = []
         self.responses: list[bytes] = []
-        self.error: BaseException | None = None
         self.server = _UdsServer(self.profile)
+        self._host: _BusHost | None = None
+        self._rx: dict[str, Any] | None = None   # segmented request being received
+        self._tx: dict[str, Any] | None = None   # segmented response being sent
+
+    @property
+    def busy(self) -> bool:
+        """True while a segmented response waits for the tester's flow control or is being sent."""
+        return self._tx is not None
+
+    # -- ISO-TP reception --
+
+    def on_message(self, message: Any) -> None:
+        """Take one frame seen on the bus (any ID)."""
+        if message.arbitration_id != self.request_id or message.is_extended_id != (self.request_id > 0x7FF):
+            return
+        if message.is_remote_frame or message.is_error_frame:
+            return
+        data = bytes(message.data)
+        self.requests.append(data)
+        if not data or self.profile.silent:
+            return
+        kind = data[0] >> 4
+        if kind == PCI_SINGLE:
+            self._on_single_frame(data)
+        elif kind == PCI_FIRST:
+            self._on_first_frame(data)
+        elif kind == PCI_CONSECUTIVE:
+            self._on_consecutive_frame(data)
+        elif kind == PCI_FLOW_CONTROL:
+            self._on_flow_control(data)
+        # other PCI types are reserved: ignored (ISO 15765-2)
+
+    def _on_single_frame(self, data: bytes) -> None:
+        payload = single_frame_payload(data)
+        if payload is None or (len(data) > CLASSIC_FRAME and len(payload) <= SF_MAX and data[0] & 0x0F == 0):
+            return  # invalid SF_DL (an FD escape must carry more than a classic frame could): ignored
+        self._rx = None  # a new single frame ends a reception in progress
+        self._on_request(payload)
+
+    def _on_first_frame(self, data: bytes) -> None:
+        length = ((data[0] & 0x0F) << 8) | data[1] if len(data) >= 2 else 0
+        if len(data) != CLASSIC_FRAME or length <= SF_MAX:
+            return  # a first frame uses the whole frame and more than a single frame holds
+        self._tx = None  # a new request cancels a response still being sent
+        self._rx = {"length": length, "data": bytearray(data[2:]), "sn": 1, "block": 0,
+                    "deadline": time.monotonic() + self.profile.n_timeout}
+        self._send_frame(self._flow_control())
+
+    def _flow_control(self) -> bytes:
+        return flow_control(FLOW_STATUS_CONTINUE, self.profile.block_size, self.profile.st_min, padding=None)
+
+    def _on_consecutive_frame(self, data: bytes) -> None:
+        rx = self._rx
+        if rx is None:
+            return
+        if time.monotonic() > rx["deadline"] or data[0] & 0x0F != rx["sn"]:
+            self._rx = None  # N_Cr timeout or wrong sequence number: reception aborted
+            return
+        rx["data"] += data[1:]
+        rx["sn"] = (rx["sn"] + 1) & 0x0F
+        rx["deadline"] = time.monotonic() + self.profile.n_timeout
+        if len(rx["data"]) >= rx["length"]:
+            self._rx = None
+            self._on_request(bytes(rx["data"][:rx["length"]]))
+            return
+        rx["block"] += 1
+        if self.profile.block_size and rx["block"] >= self.profile.block_size:
+            rx["block"] = 0
+            self._send_frame(self._flow_control())
+
+    def _on_flow_control(self, data: bytes) -> None:
+        tx = self._tx
+        if tx is None or not tx["awaiting_fc"]:
+            return
+        if time.monotonic() > tx["deadline"]:
+            self._tx = None  # N_Bs timeout: transmission aborted
+            return
+        status = data[0] & 0x0F
+        if status == FLOW_STATUS_WAIT:
+            tx["deadline"] = time.monotonic() + self.profile.n_timeout
+            return
+        if status != FLOW_STATUS_CONTINUE or len(data) < 3:
+            self._tx = None  # overflow or invalid flow status: abort
+            return
+        tx["awaiting_fc"] = False
+        tx["block_size"] = data[1]
+        tx["st_min"] = st_min_seconds(data[2])
+        tx["sent_in_block"] = 0
+        self._send_next_consecutive(tx)
+
+    # -- UDS and ISO-TP transmission --
+
+    def _on_request(self, payload: bytes) -> None:
+        self.messages.append(payload)
+        for reply in self.server.handle(payload, time.monotonic()):
+            if reply.delay > 0:
+                self._host.after(reply.delay, lambda p=reply.payload: self._send_payload(p))
+            else:
+                self._send_payload(reply.payload)
+
+    def _send_payload(self, payload: bytes) -> None:
+        if len(payload) <= SF_MAX:
+            self._send_frame(bytes((len(payload),)) + payload)
+            return
+        if len(payload) > FF_MAX_LENGTH:
+            _log.warning("simulated ECU: %d-byte response does not fit ISO-TP; dropped", len(payload))
+            return
+        self._send_frame(bytes((0x10 | (len(payload) >> 8), len(payload) & 0xFF)) + payload[:FF_DATA])
+        self._tx = {"payload": payload, "offset": FF_DATA, "sn": 1, "awaiting_fc": True,
+                    "deadline": time.monotonic() + self.profile.n_timeout}
+
+    def _send_next_consecutive(self, tx: dict[str, Any]) -> None:
+        if self._tx is not tx:
+            return  # cancelled by a newer request
+        payload = tx["payload"]
+        chunk = payload[tx["offset"]:tx["offset"] + CF_DATA]
+        self._send_frame(bytes((0x20 | tx["sn"],)) + chunk)
+        tx["offset"] += len(chunk)
+        tx["sn"] = (tx["sn"] + 1) & 0x0F
+        tx["sent_in_block"] += 1
+        if tx["offset"] >= len(payload):
+            self._tx = None
+            return
+        if tx["block_size"] and tx["sent_in_block"] >= tx["block_size"]:
+            tx["awaiting_fc"] = True
+            tx["deadline"] = time.monotonic() + self.profile.n_timeout
+            return
+        if tx["st_min"] > 0:
+            self._host.after(tx["st_min"], lambda: self._send_next_consecutive(tx))
+        else:
+            self._send_next_consecutive(tx)
+
+    def _send_frame(self, data: bytes) -> None:
+        if self.profile.padding is not None and len(data) < CLASSIC_FRAME:
+            data = data + bytes((self.profile.padding,)) * (CLASSIC_FRAME - len(data))
+        self._host.send(self.response_id, data)
+        self.responses.append(data)
+
+
+class _BusHost:
+    """One python-can bus and the thread that serves the :class:`EcuNode` objects on it.
+
+    Opens its bus with ``ignore_config=True``; on :meth:`stop` it stops the
+    thread, joins it and shuts the bus down. ``error``: an exception that
+    ended the thread, or None.
+    """
+
+    def __init__(self, bus_type: str, channel: str, nodes: Sequence[EcuNode],
+                 bus_options: dict[str, Any] | None = None) -> None:
+        self.bus_type = bus_type
+        self.channel = channel
+        self.bus_options = dict(bus_options or {})
+        self.nodes = list(nodes)
+        for node in self.nodes:
+            node._host = self
+        self.error: BaseException | None = None
         self._bus: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_order = itertools.count()
-        self._rx: dict[str, Any] | None = None   # segmented request being received
-        self._tx: dict[str, Any] | None = None   # segmented response being sent
 
     # -- lifecycle --
 
-    def start(self) -> "SimulatedEcu":
-        """Open the bus and start answering. Idempotent."""
+    def start(self) -> "_BusHost":
+        """Open the bus and start answering. Idempotent. Raises whatever python-can raises."""
         if self._bus is not None:
             return self
         import can
@@ -502,7 +577,7 @@ class SimulatedEcu:
             bus, self._bus = self._bus, None
             bus.shutdown()
 
-    def __enter__(self) -> "SimulatedEcu":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -517,7 +592,7 @@ class SimulatedEcu:
     def busy(self) -> bool:
         """True while an answer is still to go out: a delayed or pending reply,
         or a segmented response waiting for the tester's flow control."""
-        return bool(self._timers) or self._tx is not None
+        return bool(self._timers) or any(node.busy for node in self.nodes)
 
     # -- the loop --
 
@@ -530,12 +605,14 @@ class SimulatedEcu:
                     wait = max(0.0, min(wait, self._timers[0][0] - time.monotonic()))
                 message = self._bus.recv(timeout=wait)
                 if message is not None:
-                    self._on_message(message)
+                    for node in self.nodes:
+                        node.on_message(message)
         except BaseException as exc:  # recorded for the test; the bus is still shut down by stop()
             self.error = exc
             _log.exception("simulated ECU on %s stopped", self.channel)
 
-    def _after(self, delay: float, action: Callable[[], None]) -> None:
+    def after(self, delay: float, action: Callable[[], None]) -> None:
+        """Run ``action`` on the bus thread ``delay`` seconds from now."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_order), action))
 
     def _fire_due_timers(self) -> None:
@@ -544,141 +621,66 @@ class SimulatedEcu:
             _due, _order, action = heapq.heappop(self._timers)
             action()
 
-    def _on_message(self, message: Any) -> None:
-        if message.arbitration_id != self.request_id or message.is_extended_id != (self.request_id > 0x7FF):
-            return
-        if message.is_remote_frame or message.is_error_frame:
-            return
-        data = bytes(message.data)
-        self.requests.append(data)
-        if not data:
-            return
-        kind = data[0] >> 4
-        if kind == PCI_SINGLE_FRAME:
-            self._on_single_frame(data)
-        elif kind == PCI_FIRST_FRAME:
-            self._on_first_frame(data)
-        elif kind == PCI_CONSECUTIVE_FRAME:
-            self._on_consecutive_frame(data)
-        elif kind == PCI_FLOW_CONTROL:
-            self._on_flow_control(data)
-        # other PCI types are reserved: ignored (ISO 15765-2)
-
-    # -- ISO-TP reception --
-
-    def _on_single_frame(self, data: bytes) -> None:
-        length = data[0] & 0x0F
-        if length == 0 and len(data) > _CLASSIC_FRAME:  # CAN FD escape: length in byte 1
-            length = data[1]
-            payload = data[2:2 + length]
-            if length < 8 or len(payload) != length:
-                return
-        elif 1 <= length <= min(_SF_MAX, len(data) - 1):
-            payload = data[1:1 + length]
-        else:
-            return  # invalid SF_DL: ignored
-        self._rx = None  # a new single frame ends a reception in progress
-        self._on_request(payload)
-
-    def _on_first_frame(self, data: bytes) -> None:
-        length = ((data[0] & 0x0F) << 8) | data[1] if len(data) >= 2 else 0
-        if len(data) != _CLASSIC_FRAME or length <= _SF_MAX:
-            return  # a first frame uses the whole frame and more than a single frame holds
-        self._tx = None  # a new request cancels a response still being sent
-        self._rx = {"length": length, "data": bytearray(data[2:]), "sn": 1, "block": 0,
-                    "deadline": time.monotonic() + self.profile.n_timeout}
-        self._send_frame(bytes((0x30 | FLOW_STATUS_CONTINUE, self.profile.block_size, self.profile.st_min)))
-
-    def _on_consecutive_frame(self, data: bytes) -> None:
-        rx = self._rx
-        if rx is None:
-            return
-        if time.monotonic() > rx["deadline"] or data[0] & 0x0F != rx["sn"]:
-            self._rx = None  # N_Cr timeout or wrong sequence number: reception aborted
-            return
-        rx["data"] += data[1:]
-        rx["sn"] = (rx["sn"] + 1) & 0x0F
-        rx["deadline"] = time.monotonic() + self.profile.n_timeout
-        if len(rx["data"]) >= rx["length"]:
-            self._rx = None
-            self._on_request(bytes(rx["data"][:rx["length"]]))
-            return
-        rx["block"] += 1
-        if self.profile.block_size and rx["block"] >= self.profile.block_size:
-            rx["block"] = 0
-            self._send_frame(bytes((0x30 | FLOW_STATUS_CONTINUE, self.profile.block_size, self.profile.st_min)))
-
-    def _on_flow_control(self, data: bytes) -> None:
-        tx = self._tx
-        if tx is None or not tx["awaiting_fc"]:
-            return
-        if time.monotonic() > tx["deadline"]:
-            self._tx = None  # N_Bs timeout: transmission aborted
-            return
-        status = data[0] & 0x0F
-        if status == FLOW_STATUS_WAIT:
-            tx["deadline"] = time.monotonic() + self.profile.n_timeout
-            return
-        if status != FLOW_STATUS_CONTINUE or len(data) < 3:
-            self._tx = None  # overflow or invalid flow status: abort
-            return
-        tx["awaiting_fc"] = False
-        tx["block_size"] = data[1]
-        tx["st_min"] = _st_min_seconds(data[2])
-        tx["sent_in_block"] = 0
-        self._send_next_consecutive(tx)
-
-    # -- UDS and ISO-TP transmission --
-
-    def _on_request(self, payload: bytes) -> None:
-        self.messages.append(payload)
-        for reply in self.server.handle(payload, time.monotonic()):
-            if reply.delay > 0:
-                self._after(reply.delay, lambda p=reply.payload: self._send_payload(p))
-            else:
-                self._send_payload(reply.payload)
-
-    def _send_payload(self, payload: bytes) -> None:
-        if len(payload) <= _SF_MAX:
-            self._send_frame(bytes((len(payload),)) + payload)
-            return
-        if len(payload) > 0xFFF:
-            _log.warning("simulated ECU: %d-byte response does not fit ISO-TP; dropped", len(payload))
-            return
-        self._send_frame(bytes((0x10 | (len(payload) >> 8), len(payload) & 0xFF)) + payload[:_FF_DATA])
-        self._tx = {"payload": payload, "offset": _FF_DATA, "sn": 1, "awaiting_fc": True,
-                    "deadline": time.monotonic() + self.profile.n_timeout}
-
-    def _send_next_consecutive(self, tx: dict[str, Any]) -> None:
-        if self._tx is not tx:
-            return  # cancelled by a newer request
-        payload = tx["payload"]
-        chunk = payload[tx["offset"]:tx["offset"] + _CF_DATA]
-        self._send_frame(bytes((0x20 | tx["sn"],)) + chunk)
-        tx["offset"] += len(chunk)
-        tx["sn"] = (tx["sn"] + 1) & 0x0F
-        tx["sent_in_block"] += 1
-        if tx["offset"] >= len(payload):
-            self._tx = None
-            return
-        if tx["block_size"] and tx["sent_in_block"] >= tx["block_size"]:
-            tx["awaiting_fc"] = True
-            tx["deadline"] = time.monotonic() + self.profile.n_timeout
-            return
-        if tx["st_min"] > 0:
-            self._after(tx["st_min"], lambda: self._send_next_consecutive(tx))
-        else:
-            self._send_next_consecutive(tx)
-
-    def _send_frame(self, data: bytes) -> None:
+    def send(self, arbitration_id: int, data: bytes) -> None:
+        """Transmit one classic CAN frame (29-bit when ``arbitration_id`` > 0x7FF)."""
         import can
 
-        if self.profile.padding is not None and len(data) < _CLASSIC_FRAME:
-            data = data + bytes((self.profile.padding,)) * (_CLASSIC_FRAME - len(data))
-        message = can.Message(arbitration_id=self.response_id, data=data,
-                              is_extended_id=self.response_id > 0x7FF, is_fd=False)
-        self._bus.send(message)
-        self.responses.append(data)
+        self._bus.send(can.Message(arbitration_id=arbitration_id, data=data, is_extended_id=arbitration_id > 0x7FF,
+                                   is_fd=False))
+
+
+class SimulatedEcu(_BusHost):
+    """One UDS ECU on its own python-can bus, answering in a background thread.
+
+    ``bus_type``: python-can interface name (``virtual`` in tests);
+    ``channel``: the channel to open (a unique name per test on ``virtual``);
+    ``request_id`` / ``response_id``: physical request and response
+    arbitration IDs (29-bit when > 0x7FF); ``profile``: :class:`EcuProfile`.
+
+    Use as a context manager (or ``start()`` / ``stop()``). ``requests``,
+    ``messages``, ``responses``, ``server`` and ``profile`` are those of its
+    :class:`EcuNode` (``node``); ``error``: an exception that ended the thread.
+
+    Raises whatever python-can raises when the bus cannot be opened.
+    """
+
+    def __init__(self, bus_type: str = "virtual", channel: str = "canarchy-sim", request_id: int = 0x7E0,
+                 response_id: int | None = None, profile: EcuProfile | None = None,
+                 bus_options: dict[str, Any] | None = None) -> None:
+        self.node = EcuNode(request_id, response_id, profile)
+        super().__init__(bus_type, channel, [self.node], bus_options)
+
+    request_id = property(lambda self: self.node.request_id)
+    response_id = property(lambda self: self.node.response_id)
+    profile = property(lambda self: self.node.profile)
+    server = property(lambda self: self.node.server)
+    requests = property(lambda self: self.node.requests)
+    messages = property(lambda self: self.node.messages)
+    responses = property(lambda self: self.node.responses)
+
+
+class SimulatedNetwork(_BusHost):
+    """Several ECUs (:class:`EcuNode`) on one python-can bus, served by one thread::
+
+        with SimulatedNetwork(channel, [EcuNode(0x7E0), EcuNode(0x7E1, profile=EcuProfile(silent=True))]) as net:
+            ...
+        net.ecus[1].requests     # what reached the silent one
+
+    ``ecus``: the nodes, in the order given. Their request IDs must differ.
+    Raises ValueError for two ECUs on one request ID, and whatever python-can
+    raises when the bus cannot be opened.
+    """
+
+    def __init__(self, channel: str, ecus: Sequence[EcuNode], bus_type: str = "virtual",
+                 bus_options: dict[str, Any] | None = None) -> None:
+        ids = [node.request_id for node in ecus]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"two simulated ECUs share a request ID: {sorted(ids)}")
+        super().__init__(bus_type, channel, ecus, bus_options)
+
+    @property
+    def ecus(self) -> list[EcuNode]:
+        return self.nodes
 
 
 def _int_auto(text: str) -> int:

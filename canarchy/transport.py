@@ -29,6 +29,13 @@ MAX_EXTENDED_ID = 0x1FFFFFFF
 CAN_FD_DLCS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 48, 64)
 
 
+def can_id_text(arbitration_id: int, is_extended_id: bool | None = None) -> str:
+    """An arbitration ID as candump writes it: upper-case hex, 3 digits for an 11-bit
+    ID, 8 for a 29-bit one (``is_extended_id`` None: 29-bit when above 0x7FF)."""
+    extended = arbitration_id > MAX_STANDARD_ID if is_extended_id is None else is_extended_id
+    return f"{arbitration_id:08X}" if extended else f"{arbitration_id:03X}"
+
+
 @dataclass(frozen=True)
 class CanFrame:
     """One CAN or CAN FD frame.
@@ -171,6 +178,14 @@ class Backend:
         """
         yield lambda frame: self.send(channel, frame)
 
+    @contextmanager
+    def session(self, channel: str) -> Iterator["BusSession"]:
+        """One bus for a whole exchange of many frames (UDS discovery, a fuzz
+        campaign): a :class:`BusSession` with ``send(frame) -> send time`` and
+        ``recv(timeout) -> CanFrame | None``. Raises what :meth:`send` raises."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
     def transaction(self, channel: str, request: CanFrame, accept: Callable[[CanFrame], bool],
                     timeout: float, settle: Callable[[CanFrame], bool] | None = None) -> list[CanFrame]:
         """Send ``request`` and collect replies for which ``accept`` is true, on
@@ -179,6 +194,26 @@ class Backend:
         false, i.e. a reply for which ``settle`` is true (e.g. UDS 0x78
         response-pending) extends the wait."""
         raise NotImplementedError
+
+
+class BusSession:
+    """A bus held open by :meth:`Backend.session`: ``send(frame)`` transmits and
+    returns the send time (s since the epoch), ``recv(timeout)`` returns the next
+    frame within ``timeout`` seconds or None. ``sent``: frames sent so far."""
+
+    def __init__(self, send: Callable[[CanFrame], None], recv: Callable[[float], CanFrame | None]) -> None:
+        self._send = send
+        self._recv = recv
+        self.sent = 0
+
+    def send(self, frame: CanFrame) -> float:
+        sent_at = time.time()
+        self._send(frame)
+        self.sent += 1
+        return sent_at
+
+    def recv(self, timeout: float) -> CanFrame | None:
+        return self._recv(timeout)
 
 
 class PythonCanBackend(Backend):
@@ -251,6 +286,15 @@ class PythonCanBackend(Backend):
     def sender(self, channel: str) -> Iterator[Callable[[CanFrame], None]]:
         with self._open_bus(channel) as bus:
             yield lambda frame: self._send_on(bus, channel, frame)
+
+    @contextmanager
+    def session(self, channel: str) -> Iterator[BusSession]:
+        with self._open_bus(channel) as bus:
+            def recv(timeout: float) -> CanFrame | None:
+                message = self._recv_on(bus, channel, max(0.0, timeout))
+                return None if message is None else self._to_frame(message, channel)
+
+            yield BusSession(lambda frame: self._send_on(bus, channel, frame), recv)
 
     def _send_on(self, bus: Any, channel: str, frame: CanFrame) -> None:
         try:
@@ -345,6 +389,11 @@ class ScaffoldBackend(Backend):
         self._check(channel)
         self.sent.append(request)
         return []
+
+    @contextmanager
+    def session(self, channel: str) -> Iterator[BusSession]:
+        self._check(channel)
+        yield BusSession(self.sent.append, lambda timeout: None)  # nothing ever answers
 
 
 def build_backend(settings: TransportConfig | None = None) -> Backend:

@@ -54,7 +54,7 @@ def test_python_m_canarchy_runs():
     proc = subprocess.run([sys.executable, "-m", "canarchy", "uds", "services", "--json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
-    assert json.loads(proc.stdout)["data"]["service_count"] == 17
+    assert json.loads(proc.stdout)["data"]["service_count"] == 27
     assert proc.stderr == ""
 
 

@@ -79,7 +79,7 @@ def assert_reference_envelope(envelope):
     data = envelope["data"]
     assert data["mode"] == "reference"
     assert [s["service"] for s in data["services"]] == CATALOG_SIDS
-    assert data["service_count"] == 17
+    assert data["service_count"] == 27
     assert "probe_count" not in data and "interface" not in data
 
 

@@ -101,7 +101,7 @@ def write_profile(tmp_path: Path, text: str = PROFILE, name: str = "ecu.toml") -
 
 def test_uds_services_finds_the_services_of_the_profile(virtual, virtual_channel, tmp_path):
     profile = write_profile(tmp_path)
-    with EcuThread(virtual_channel, "--profile", profile, "--ack-active", "--max-requests", "17",
+    with EcuThread(virtual_channel, "--profile", profile, "--ack-active", "--max-requests", "27",
                    "--duration", "10") as ecu:
         probe = run_cli("uds", "services", virtual_channel, "--ack-active", "--json")
     assert probe.code == 0, probe.out
@@ -115,9 +115,9 @@ def test_uds_services_finds_the_services_of_the_profile(virtual, virtual_channel
     envelope = lines[-1]
     assert envelope["ok"] is True and envelope["command"] == "simulate ecu"
     data = envelope["data"]
-    assert (data["requests"], data["stopped_by"], data["bus_type"]) == (17, "max_requests", "virtual")
-    assert data["requests_by_service"]["0x10"] == 1 and sum(data["requests_by_service"].values()) == 17
-    assert data["frames_sent"] == 17  # one single-frame answer per probe
+    assert (data["requests"], data["stopped_by"], data["bus_type"]) == (27, "max_requests", "virtual")
+    assert data["requests_by_service"]["0x10"] == 1 and sum(data["requests_by_service"].values()) == 27
+    assert data["frames_sent"] == 27  # one single-frame answer per probe
 
 
 def test_the_profile_vin_and_security_key_are_served(virtual, virtual_channel, tmp_path):
@@ -142,11 +142,11 @@ def test_the_profile_vin_and_security_key_are_served(virtual, virtual_channel, t
 
 
 def test_without_a_profile_the_built_in_ecu_answers(virtual, virtual_channel):
-    with EcuThread(virtual_channel, "--max-requests", "17", "--duration", "10") as ecu:
+    with EcuThread(virtual_channel, "--max-requests", "27", "--duration", "10") as ecu:
         probe = run_cli("uds", "services", virtual_channel, "--json")
     assert probe.data["supported_services"] == ["0x10", "0x11", "0x14", "0x19", "0x22", "0x27", "0x28", "0x2E",
                                                 "0x31", "0x3E", "0x85"]
-    assert ecu.lines()[-1]["data"]["requests"] == 17
+    assert ecu.lines()[-1]["data"]["requests"] == 27
 
 
 def test_it_stops_after_duration(virtual, virtual_channel):

@@ -266,14 +266,14 @@ def test_uds_services_active_classifies_the_simulator(monkeypatch, virtual_chann
         result = run_cli("uds", "services", virtual_channel, "--json")
     assert result.code == 0, result.out
     data = result.data
-    assert data["probe_count"] == 17
+    assert data["probe_count"] == 27
     assert sorted(data["supported_services"]) == [
         "0x10", "0x11", "0x14", "0x19", "0x22", "0x27", "0x28", "0x2E", "0x31", "0x3E", "0x85"]
     session = next(p for p in data["probes"] if p["service"] == "0x10")
     assert session["pending_count"] == 1 and session["response"] == "positive"
     reset = next(p for p in data["probes"] if p["service"] == "0x11")
     assert (reset["response"], reset["nrc"], reset["supported"]) == ("negative", "0x13", True)
-    assert len(ecu.messages) == 17
+    assert len(ecu.messages) == 27
     # Discovery executed nothing with a side effect: ECUReset went out as its SID alone.
     assert [bytes(m) for m in ecu.messages if m[0] == 0x11] == [b"\x11"]
 

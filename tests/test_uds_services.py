@@ -33,7 +33,7 @@ def assert_reference(result, capsys) -> None:
     data = result.data
     assert data["mode"] == "reference"
     assert [s["service"] for s in data["services"]] == CATALOG_SIDS
-    assert data["service_count"] == 17
+    assert data["service_count"] == 27
     assert "probe_count" not in data and "interface" not in data
     assert capsys.readouterr().err == ""
 
@@ -68,7 +68,7 @@ def test_ref05_typed_channel_goes_active(file_default_interface, monkeypatch, ca
     assert result.data["mode"] == "active"
     assert result.data["interface"] == "can0"
     assert result.data["interface_source"] == "cli"
-    assert result.data["probe_count"] == 17
+    assert result.data["probe_count"] == 27
     err = capsys.readouterr().err
     assert "ACTIVE TRANSMIT" in err and "can0" in err and len(err.strip().splitlines()) == 1
 
@@ -87,7 +87,7 @@ def test_ref06_jsonl_stays_reference(file_default_interface, capsys):
 def test_ref07_text_stays_reference(file_default_interface, capsys):
     result = run_cli("uds", "services", "--text")
     assert result.code == 0
-    assert result.out.startswith("UDS services (ISO 14229-1): 17")
+    assert result.out.startswith("UDS services (ISO 14229-1): 27")
     assert "active probe" not in result.out
     assert capsys.readouterr().err == ""
 
@@ -109,7 +109,7 @@ def test_dry_run_plans_without_transport(rigged_transport, capsys):
     result = run_cli("uds", "services", "--dry-run", "--json")
     assert result.code == 0
     assert result.data["mode"] == "dry_run"
-    assert result.data["planned_requests"] == 17
+    assert result.data["planned_requests"] == 27
     assert result.data["first_request"]["data"] == "0210010000000000"
     assert rigged_transport == []
     assert capsys.readouterr().err == ""

@@ -279,15 +279,14 @@ def _ids(args: argparse.Namespace, from_profile: tuple[int | None, int | None]) 
 
 
 def _default_response_id(request_id: int) -> int:
-    """11-bit: request + 8 (ISO 15765-4: 0x7E0 -> 0x7E8); 29-bit normal fixed addressing
-    0x18DA<TA><SA>: target and source swapped (ISO 15765-2). Else ``INVALID_ARGUMENTS``."""
-    if request_id + 8 <= 0x7FF:
-        return request_id + 8
-    if request_id > 0x7FF and request_id & 0x1FFF0000 == 0x18DA0000:
-        target, source = (request_id >> 8) & 0xFF, request_id & 0xFF
-        return 0x18DA0000 | (source << 8) | target
-    raise UserInputError("INVALID_ARGUMENTS", f"There is no default response ID for request ID 0x{request_id:X}.",
-                         "Give --response-id (or response_id in the profile).")
+    """:func:`canarchy.isotp.default_response_id`, else ``INVALID_ARGUMENTS``."""
+    from canarchy.isotp import default_response_id
+
+    response_id = default_response_id(request_id)
+    if response_id is None:
+        raise UserInputError("INVALID_ARGUMENTS", f"There is no default response ID for request ID 0x{request_id:X}.",
+                             "Give --response-id (or response_id in the profile).")
+    return response_id
 
 
 def _limits(args: argparse.Namespace) -> tuple[float | None, int | None]:

@@ -1,49 +1,138 @@
-"""``uds services``: the ISO 14229 service catalog, or active service discovery.
+"""``uds services``, ``uds scan``, ``uds dids``: the ISO 14229 catalog and UDS discovery.
 
-Modes (``docs/design/cli.md``):
-
-- reference: no channel typed on the command line and no ``--dry-run``. The
-  static catalog; no transport is built, nothing is sent, nothing on stderr.
-  A configured default interface never changes this (the #530 guard, in
-  :func:`canarchy.cli.prepare_args`).
-- active: a channel typed on the command line. The active-transmit gate, then
-  one single-frame request per probed SID on ``--request-id``; replies on
-  ``--response-id`` within ``--timeout`` seconds. A SID is supported on a
-  positive reply or a negative reply other than NRC 0x11; NRC 0x78 (response
-  pending) waits for the settled answer (ISO 14229-1).
-- dry-run: the planned requests; needs no channel and transmits nothing.
+``uds services`` without a channel typed on the command line (and without
+``--dry-run``) is the reference catalog: no transport is built, nothing is
+sent, nothing on stderr; a configured default interface never changes that
+(the #530 guard, :func:`canarchy.cli.prepare_args`). With a channel, and
+always for ``uds scan`` and ``uds dids``, the command is active: the
+active-transmit gate, then one bus for the whole run
+(:mod:`canarchy.discovery`); each result is reported as it happens.
+``--dry-run`` plans without a channel or a transport. See
+``docs/uds-discovery.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from typing import Any
 
 from canarchy import uds
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.output import CommandResult, open_stream
 from canarchy.commands._common import parse_int
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult, open_stream
+from canarchy.transport import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
-DEFAULT_RESPONSE_ID = 0x7E8
 DEFAULT_TIMEOUT = 0.2
+DEFAULT_SCAN_TIMEOUT = 0.1
+DEFAULT_SCAN_IDS = "0x700-0x7FF"
+DEFAULT_SCAN_TARGETS = "0x00-0xFF"
+DEFAULT_LISTEN = 0.2
+_ID_HINT = "Use an 11-bit ID (0x000-0x7FF) or a 29-bit ID up to 0x1FFFFFFF."
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     group = subparsers.add_parser("uds", parents=[parent], help="UDS (ISO 14229) diagnostics")
     sub = group.add_subparsers(dest="uds_command", metavar="SUBCOMMAND")
     sub.required = True
+
     p = sub.add_parser("services", parents=[parent],
                        help="list UDS services (reference), or probe an ECU for them (active, with a channel)")
     p.add_argument("channel", nargs="?", help="CAN channel to probe (makes the command active)")
-    p.add_argument("--request-id", default="0x7E0", help="arbitration ID of requests (default 0x7E0)")
-    p.add_argument("--response-id", default="0x7E8", help="arbitration ID of replies (default 0x7E8)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait per reply (default 0.2)")
+    _add_target_arguments(p)
     p.add_argument("--probe-start", help="first SID to probe (with --probe-end: a range instead of the catalog)")
     p.add_argument("--probe-end", help="last SID to probe")
     add_active_arguments(p)
     p.set_defaults(command="uds services", handler=_services, takes_channel=True,
-                   no_interface_ok=lambda args: True, render_text=_render_text)
+                   no_interface_ok=lambda args: True, render_text=_render_services)
+
+    p = sub.add_parser("scan", parents=[parent],
+                       help="find the arbitration IDs ECUs answer UDS on (active: one TesterPresent per ID)")
+    p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
+    p.add_argument("--addressing", choices=("11bit", "29bit", "both"), default="11bit",
+                   help="11-bit request IDs, 29-bit normal fixed addressing 0x18DA<TA><SA> (ISO 15765-4), "
+                        "or both (default 11bit)")
+    p.add_argument("--ids", default=DEFAULT_SCAN_IDS, metavar="FIRST-LAST",
+                   help=f"11-bit request IDs to try (default {DEFAULT_SCAN_IDS})")
+    p.add_argument("--targets", default=DEFAULT_SCAN_TARGETS, metavar="FIRST-LAST",
+                   help=f"29-bit target addresses to try (default {DEFAULT_SCAN_TARGETS})")
+    p.add_argument("--tester-address", default="0xF1", help="29-bit source address of the tester (default 0xF1)")
+    p.add_argument("--probe", choices=tuple(_scan_probes()), default="tester-present",
+                   help="the request sent: tester-present (3E 00) or session (10 01, defaultSession)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_SCAN_TIMEOUT,
+                   help=f"seconds to listen after each request (default {DEFAULT_SCAN_TIMEOUT:g})")
+    p.add_argument("--listen", type=float, default=DEFAULT_LISTEN,
+                   help=f"seconds of listening before the scan; IDs heard then are not sent on "
+                        f"(default {DEFAULT_LISTEN:g}; 0: none)")
+    add_active_arguments(p)
+    p.set_defaults(command="uds scan", handler=_scan, takes_channel=True,
+                   no_interface_ok=lambda args: args.dry_run, render_text=_render_scan)
+
+    p = sub.add_parser("dids", parents=[parent],
+                       help="read data identifiers with ReadDataByIdentifier (0x22; active)")
+    p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
+    _add_target_arguments(p)
+    p.add_argument("--dids", default="0x{:04X}-0x{:04X}".format(*uds.IDENTIFICATION_DIDS), metavar="FIRST-LAST",
+                   help="DIDs to read: a range or one DID (default 0xF180-0xF19F, ISO 14229-1 Annex C)")
+    add_active_arguments(p)
+    p.set_defaults(command="uds dids", handler=_dids, takes_channel=True,
+                   no_interface_ok=lambda args: args.dry_run, render_text=_render_dids)
+
+
+def _add_target_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--request-id", default=f"0x{DEFAULT_REQUEST_ID:X}",
+                   help="arbitration ID of requests (default 0x7E0)")
+    p.add_argument("--response-id", default=None,
+                   help="arbitration ID of replies (default: the usual pair: request + 8, or 0x18DA<SA><TA>)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds to wait for each reply (default {DEFAULT_TIMEOUT:g}; after 0x78 up to 5)")
+
+
+def _scan_probes() -> dict[str, bytes]:
+    from canarchy.discovery import SCAN_PROBES
+
+    return SCAN_PROBES
+
+
+# --- arguments --------------------------------------------------------------------------------
+
+
+def _timeout(value: float, option: str = "--timeout", allow_zero: bool = False) -> float:
+    if not (value >= 0 if allow_zero else value > 0) or value > 60:
+        raise UserInputError("INVALID_TIMEOUT", f"{option} {value} must be {'>= 0' if allow_zero else '> 0'} "
+                             "and at most 60 seconds.", f"Give {option} in seconds, e.g. {option} 0.2.")
+    return value
+
+
+def _range(text: str, what: str, lo: int, hi: int, code: str) -> tuple[int, int]:
+    """``FIRST-LAST`` or one number (decimal or 0x-hex) within ``lo..hi``."""
+    hint = f"Give {what} as FIRST-LAST, e.g. 0x{lo:X}-0x{hi:X}, or a single value."
+    first, sep, last = str(text).partition("-")
+    start = parse_int(first, code, what, lo, hi, hint)
+    end = parse_int(last, code, what, lo, hi, hint) if sep else start
+    if start > end:
+        raise UserInputError(code, f"{what} range {text!r} is empty.", hint)
+    return start, end
+
+
+def _target(args: argparse.Namespace) -> tuple[int, int]:
+    request_id = parse_int(args.request_id, "INVALID_FRAME", "Request ID", 0, 0x1FFFFFFF, _ID_HINT)
+    if args.response_id is None:
+        from canarchy.isotp import default_response_id
+
+        response_id = default_response_id(request_id)
+        if response_id is None:
+            raise UserInputError("INVALID_ARGUMENTS", f"There is no usual response ID for request ID "
+                                 f"0x{request_id:X}.", "Pass --response-id with the ID the ECU answers on.")
+    else:
+        response_id = parse_int(args.response_id, "INVALID_FRAME", "Response ID", 0, 0x1FFFFFFF, _ID_HINT)
+    if response_id == request_id:
+        raise UserInputError("INVALID_ARGUMENTS", f"Request and response ID are both 0x{request_id:X}.",
+                             "The ECU answers on another ID than it listens on, e.g. 0x7E0 and 0x7E8.")
+    _timeout(args.timeout)
+    return request_id, response_id
 
 
 def _probe_sids(args: argparse.Namespace) -> list[int]:
@@ -59,24 +148,59 @@ def _probe_sids(args: argparse.Namespace) -> list[int]:
     return list(range(start, end + 1))
 
 
-def _ids(args: argparse.Namespace) -> tuple[int, int]:
-    hint = "Use an 11-bit ID (0x000-0x7FF) or a 29-bit ID up to 0x1FFFFFFF."
-    request_id = parse_int(args.request_id, "INVALID_FRAME", "Request ID", 0, 0x1FFFFFFF, hint)
-    response_id = parse_int(args.response_id, "INVALID_FRAME", "Response ID", 0, 0x1FFFFFFF, hint)
-    if not args.timeout > 0:
-        raise UserInputError("INVALID_TIMEOUT", f"--timeout {args.timeout} must be > 0 seconds.",
-                             "Give the reply timeout in seconds, e.g. --timeout 0.2.")
-    return request_id, response_id
+# --- running an active command ----------------------------------------------------------------
+
+
+class _Run:
+    """One active run: the gate, one bus, events streamed as they happen
+    (:func:`canarchy.output.open_stream`), and a progress line on a terminal."""
+
+    def __init__(self, args: argparse.Namespace, source: str) -> None:
+        from canarchy.progress import Progress
+
+        self.stream = open_stream(args, source, live=True)
+        self.emit = self.stream.emit
+        self.progress = Progress()
+        self.started = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def result(self, data: dict[str, Any], warnings: list[str]) -> CommandResult:
+        self.progress.close()
+        data["elapsed_s"] = round(self.elapsed(), 3)
+        return CommandResult(data=data, warnings=warnings)
+
+
+def _session(args: argparse.Namespace, action: str) -> tuple[str, Any]:
+    """The gate (before anything is opened), then the backend; returns ``(warning, backend)``."""
+    from canarchy.transport import build_backend
+
+    warning = active_gate(args.command, args.interface, action, args.ack_active)
+    return warning, build_backend()
+
+
+def _silent_warning(what: str, request_id: int, response_id: int, count: int, timeout: float) -> str:
+    return (f"UDS_NO_RESPONSE: nothing answered on {can_id_text(response_id)} to {count} {what} sent on "
+            f"{can_id_text(request_id)} (timeout {timeout:g} s): no ECU listens on this request ID, "
+            f"or it answers elsewhere; this says nothing about the services it supports")
+
+
+def _isotp_warnings(payload: dict[str, Any]) -> list[str]:
+    return [f"UDS_ISOTP_ERROR: {text}" for text in payload.pop("warnings", [])]
+
+
+# --- uds services -----------------------------------------------------------------------------
 
 
 def _services(args: argparse.Namespace) -> CommandResult:
     if args.interface is None and not args.dry_run:
         return _reference()
-    request_id, response_id = _ids(args)
+    request_id, response_id = _target(args)
     sids = _probe_sids(args)
     if args.dry_run:
-        return _dry_run(args, sids, request_id, response_id)
-    return _active(args, sids, request_id, response_id)
+        return _dry_run_services(args, sids, request_id, response_id)
+    return _active_services(args, sids, request_id, response_id)
 
 
 def _reference() -> CommandResult:
@@ -84,7 +208,7 @@ def _reference() -> CommandResult:
     return CommandResult(data={"mode": "reference", "service_count": len(services), "services": services})
 
 
-def _dry_run(args: argparse.Namespace, sids: list[int], request_id: int, response_id: int) -> CommandResult:
+def _dry_run_services(args: argparse.Namespace, sids: list[int], request_id: int, response_id: int) -> CommandResult:
     planned = [
         {"service": f"0x{sid:02X}", "name": uds.service_name(sid), "arbitration_id": request_id,
          "data": uds.single_frame_request(sid).hex()}
@@ -101,77 +225,180 @@ def _dry_run(args: argparse.Namespace, sids: list[int], request_id: int, respons
     })
 
 
-def _active(args: argparse.Namespace, sids: list[int], request_id: int, response_id: int) -> CommandResult:
-    from canarchy.transport import CanFrame, build_backend
+def _active_services(args: argparse.Namespace, sids: list[int], request_id: int, response_id: int) -> CommandResult:
+    from canarchy.discovery import probe_services
 
-    warning = active_gate("uds services", args.interface, f"send {len(sids)} UDS requests on 0x{request_id:X}",
-                          args.ack_active)
-    backend = build_backend()
-    extended = request_id > 0x7FF
+    warning, backend = _session(args, f"send {len(sids)} UDS requests on 0x{request_id:X}")
+    run = _Run(args, f"uds.services:{args.interface}")
+    warnings = [warning]
+    supported: list[str] = []
+    done = 0
 
-    def accept(frame: CanFrame) -> bool:
-        return frame.arbitration_id == response_id and uds.parse_single_frame_reply(frame.data) is not None
-
-    probes, supported = [], []
-    stream = open_stream(args, f"uds.services:{args.interface}", live=True)
-    for sid in sids:
-        request = CanFrame(request_id, uds.single_frame_request(sid), is_extended_id=extended)
-
-        def answers(frame: CanFrame, sid: int = sid) -> bool:
-            reply = uds.parse_single_frame_reply(frame.data)
-            return accept(frame) and reply is not None and reply.sid == sid
-
-        def pending(frame: CanFrame) -> bool:
-            reply = uds.parse_single_frame_reply(frame.data)
-            return reply is not None and reply.nrc == uds.NRC_RESPONSE_PENDING
-
-        replies = backend.transaction(args.interface, request, answers, args.timeout, settle=pending)
-        probe = _classify(sid, replies)
-        probes.append(probe)
+    def on_result(probe: dict[str, Any], exchange: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        warnings.extend(_isotp_warnings(exchange))
         if probe["supported"]:
             supported.append(probe["service"])
-        stream.emit("uds_transaction", {
-            "request": request.to_payload(),
-            "responses": [frame.to_payload() for frame in replies],
-            **probe,
-        })
-    return CommandResult(
-        data={
-            "mode": "active",
-            "interface": args.interface,
-            "interface_source": args.interface_source,
-            "request_id": request_id,
-            "response_id": response_id,
-            "probe_count": len(probes),
-            "supported_count": len(supported),
-            "supported_services": supported,
-            "probes": probes,
-        },
-        warnings=[warning],
-    )
+        frames = exchange["frames"]
+        run.emit("uds_transaction", {
+            "request": next(f for f in frames if f["direction"] == "tx"),
+            "responses": [f for f in frames if f["direction"] == "rx"],
+            **exchange, **probe})
+        run.progress.update(f"uds services {args.interface}: {done}/{len(sids)} probed, "
+                            f"{len(supported)} supported, last {probe['service']} {probe['response']}")
+
+    with backend.session(args.interface) as link:
+        probes = probe_services(link, request_id, response_id, sids, args.timeout, on_result)
+    answered = sum(1 for probe in probes if probe["response"] != "none")
+    if probes and not answered:
+        warnings.append(_silent_warning("UDS requests", request_id, response_id, len(probes), args.timeout))
+    return run.result({
+        "mode": "active",
+        "interface": args.interface,
+        "interface_source": args.interface_source,
+        "request_id": request_id,
+        "response_id": response_id,
+        "probe_count": len(probes),
+        "answered_count": answered,
+        "silent": bool(probes) and not answered,
+        "supported_count": len(supported),
+        "supported_services": supported,
+        "probes": probes,
+    }, warnings)
 
 
-def _classify(sid: int, replies: list) -> dict:
-    """Classify the settled reply to one probe (the last non-pending one)."""
-    settled = None
-    for frame in replies:
-        reply = uds.parse_single_frame_reply(frame.data)
-        if reply is not None and reply.nrc != uds.NRC_RESPONSE_PENDING:
-            settled = reply
-    probe = {"service": f"0x{sid:02X}", "name": uds.service_name(sid), "response": "none",
-             "nrc": None, "nrc_name": None, "supported": False,
-             "pending_count": sum(1 for f in replies if (r := uds.parse_single_frame_reply(f.data)) and r.nrc == 0x78)}
-    if settled is None:
-        return probe
-    if settled.positive:
-        probe.update(response="positive", supported=True)
-    else:
-        probe.update(response="negative", nrc=f"0x{settled.nrc:02X}", nrc_name=uds.nrc_name(settled.nrc),
-                     supported=settled.nrc != uds.NRC_SERVICE_NOT_SUPPORTED)
-    return probe
+# --- uds dids ---------------------------------------------------------------------------------
 
 
-def _render_text(result: CommandResult) -> str:
+def _dids(args: argparse.Namespace) -> CommandResult:
+    from canarchy.discovery import read_dids
+    from canarchy.isotp import single_frame
+
+    request_id, response_id = _target(args)
+    first, last = _range(args.dids, "DID", 0, 0xFFFF, "INVALID_DID_RANGE")
+    dids = list(range(first, last + 1))
+    common = {"interface": args.interface, "request_id": request_id, "response_id": response_id,
+              "did_count": len(dids)}
+    if args.dry_run:
+        return CommandResult(data=dict(common, mode="dry_run", requests=[
+            {"did": f"0x{did:04X}", "name": uds.did_name(did), "arbitration_id": request_id,
+             "data": single_frame(uds.read_did_request(did)).hex()} for did in dids]))
+    warning, backend = _session(args, f"send {len(dids)} ReadDataByIdentifier requests on 0x{request_id:X}")
+    run = _Run(args, f"uds.dids:{args.interface}")
+    warnings = [warning]
+    found: list[dict[str, Any]] = []
+    done = 0
+
+    def on_result(result: dict[str, Any], exchange: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        warnings.extend(_isotp_warnings(exchange))
+        if result["found"]:
+            found.append(result)
+        run.emit("uds_did", {**exchange, **result})
+        run.progress.update(f"uds dids {args.interface}: {done}/{len(dids)} read, {len(found)} found, "
+                            f"last {result['did']}")
+
+    with backend.session(args.interface) as link:
+        results = read_dids(link, request_id, response_id, dids, args.timeout, on_result)
+    answered = sum(1 for result in results if result["response"] != "none")
+    if results and not answered:
+        warnings.append(_silent_warning("ReadDataByIdentifier requests", request_id, response_id, len(results),
+                                        args.timeout))
+    refused: dict[str, int] = {}
+    for result in results:
+        if result["nrc"]:
+            refused[result["nrc"]] = refused.get(result["nrc"], 0) + 1
+    return run.result(dict(common, mode="active", interface_source=args.interface_source, answered_count=answered,
+                           silent=bool(results) and not answered, found_count=len(found), dids=found,
+                           refused_by_nrc=dict(sorted(refused.items()))), warnings)
+
+
+# --- uds scan ---------------------------------------------------------------------------------
+
+
+def _scan_candidates(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
+    from canarchy.discovery import candidates_11bit, candidates_29bit
+
+    candidates: list[Any] = []
+    plan: dict[str, Any] = {"addressing": args.addressing}
+    if args.addressing in ("11bit", "both"):
+        first, last = _range(args.ids, "11-bit request ID", 0, 0x7FF, "INVALID_SCAN_RANGE")
+        candidates += candidates_11bit(first, last)
+        plan["ids"] = [first, last]
+    if args.addressing in ("29bit", "both"):
+        first, last = _range(args.targets, "target address", 0, 0xFF, "INVALID_SCAN_RANGE")
+        tester = parse_int(args.tester_address, "INVALID_SCAN_RANGE", "Tester address", 0, 0xFF,
+                           "Give the tester's 29-bit source address as a byte, e.g. 0xF1.")
+        candidates += candidates_29bit(first, last, tester)
+        plan.update(targets=[first, last], tester_address=tester)
+    return candidates, plan
+
+
+def _scan(args: argparse.Namespace) -> CommandResult:
+    from canarchy.discovery import SCAN_PROBES, scan_ecus
+    from canarchy.isotp import single_frame
+
+    _timeout(args.timeout)
+    _timeout(args.listen, "--listen", allow_zero=True)
+    candidates, plan = _scan_candidates(args)
+    probe = SCAN_PROBES[args.probe]
+    common = dict(plan, interface=args.interface, probe=args.probe, probe_data=probe.hex(),
+                  candidate_count=len(candidates), timeout=args.timeout)
+    if args.dry_run:
+        shown = candidates[:10]
+        return CommandResult(data=dict(common, mode="dry_run", first_requests=[
+            {"arbitration_id": c.request_id, "is_extended_id": c.request_id > 0x7FF,
+             "data": single_frame(probe).hex()} for c in shown]))
+    warning, backend = _session(args, f"send a UDS {args.probe} request on each of {len(candidates)} "
+                                      "arbitration IDs")
+    run = _Run(args, f"uds.scan:{args.interface}")
+    warnings = [warning]
+    found_count = 0
+    done = 0
+
+    def on_result(record: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        run.emit("uds_scan_probe", record)
+        run.progress.update(f"uds scan {args.interface}: {done}/{len(todo)} IDs, "
+                            f"{found_count} ECU(s), at {can_id_text(record['request_id'])}")
+
+    def on_ecu(ecu: dict[str, Any]) -> None:
+        nonlocal found_count
+        found_count += 1
+        run.emit("uds_ecu", ecu)
+
+    with backend.session(args.interface) as link:
+        busy = _listen_passively(link, args.listen)
+        todo = [c for c in candidates if c.request_id not in busy]
+        ecus = scan_ecus(link, todo, probe, args.timeout, on_result, on_ecu)
+    if not ecus:
+        warnings.append(f"UDS_SCAN_NO_ECU: no ECU answered a {args.probe} request on any of {len(todo)} "
+                        f"arbitration IDs (timeout {args.timeout:g} s); check the channel, the bit rate and "
+                        f"the addressing (--addressing 29bit)")
+    return run.result(dict(common, mode="active", interface_source=args.interface_source, ecu_count=len(ecus),
+                           ecus=ecus, busy_ids=sorted(busy), skipped_busy_count=len(candidates) - len(todo),
+                           probed_count=len(todo)), warnings)
+
+
+def _listen_passively(link: Any, seconds: float) -> set[int]:
+    """Arbitration IDs heard in ``seconds`` of listening (another node's: not sent on)."""
+    heard: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        frame = link.recv(remaining)
+        if frame is None:
+            break
+        heard.add(frame.arbitration_id)
+    return heard
+
+
+# --- text -------------------------------------------------------------------------------------
+
+
+def _render_services(result: CommandResult) -> str:
     data = result.data
     if data["mode"] == "reference":
         lines = [f"UDS services (ISO 14229-1): {data['service_count']}"]
@@ -179,12 +406,48 @@ def _render_text(result: CommandResult) -> str:
                   for s in data["services"]]
         return "\n".join(lines)
     if data["mode"] == "dry_run":
-        lines = [f"dry run: {data['planned_requests']} requests on 0x{data['request_id']:X} (nothing sent)"]
+        lines = [f"dry run: {data['planned_requests']} requests on {can_id_text(data['request_id'])} (nothing sent)"]
         lines += [f"  {r['service']}  {r['name']:<32} {r['data']}" for r in data["requests"]]
         return "\n".join(lines)
-    lines = [f"active probe of {data['interface']}: {data['supported_count']}/{data['probe_count']} services supported"]
+    lines = [f"active probe of {data['interface']} ({can_id_text(data['request_id'])} -> "
+             f"{can_id_text(data['response_id'])}): {data['supported_count']}/{data['probe_count']} services "
+             f"supported, {data['answered_count']} answered"]
     for probe in data["probes"]:
         detail = probe["response"] if probe["nrc"] is None else f"NRC {probe['nrc']} {probe['nrc_name']}"
+        if probe["frame_count"] > 1:
+            detail += f" ({probe['frame_count']} frames)"
         mark = "yes" if probe["supported"] else "no "
         lines.append(f"  {probe['service']}  {probe['name']:<32} {mark}  {detail}")
     return "\n".join(lines)
+
+
+def _render_dids(result: CommandResult) -> str:
+    data = result.data
+    if data["mode"] == "dry_run":
+        lines = [f"dry run: {data['did_count']} ReadDataByIdentifier requests on {can_id_text(data['request_id'])} "
+                 "(nothing sent)"]
+        lines += [f"  {r['did']}  {r['name']}" for r in data["requests"][:40]]
+        return "\n".join(lines)
+    lines = [f"DIDs of {data['interface']} ({can_id_text(data['request_id'])} -> {can_id_text(data['response_id'])})"
+             f": {data['found_count']} of {data['did_count']} read"]
+    for did in data["dids"]:
+        value = did.get("vin") or did.get("session") or did.get("text") or did["data"].upper()
+        lines.append(f"  {did['did']}  {did['name']:<40} {value}")
+    return "\n".join(lines)
+
+
+def _render_scan(result: CommandResult) -> str:
+    data = result.data
+    if data["mode"] == "dry_run":
+        lines = [f"dry run: would send {data['probe']} ({data['probe_data'].upper()}) on {data['candidate_count']} "
+                 "arbitration IDs (nothing sent)"]
+        lines += [f"  {can_id_text(r['arbitration_id'])}  {r['data'].upper()}" for r in data["first_requests"]]
+        return "\n".join(lines)
+    lines = [f"scan of {data['interface']}: {data['ecu_count']} ECU(s) answered {data['probe']} on "
+             f"{data['probed_count']} IDs"]
+    for ecu in data["ecus"]:
+        nrc = f" NRC {ecu['nrc']}" if ecu["nrc"] else ""
+        lines.append(f"  {can_id_text(ecu['request_id'])} -> {can_id_text(ecu['response_id'])}  "
+                     f"{ecu['response']}{nrc}  {ecu['message'].upper()}  {ecu['latency_s'] * 1000:.1f} ms")
+    return "\n".join(lines)
+

@@ -1,0 +1,66 @@
+"""A live progress line on stderr, for a person watching a long active run.
+
+Shown only when stderr is a terminal (``isatty()``): a pipe or a log file
+gets nothing, so scripts and ``--jsonl`` consumers see only the output.
+The line is redrawn in place (carriage return, erase to end of line) at
+most ``interval`` seconds apart, and erased by :meth:`Progress.close`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+#: Seconds between two redraws.
+DEFAULT_INTERVAL = 0.25
+
+
+class Progress:
+    """``update(text)`` redraws the line (throttled; ``force=True`` always);
+    ``close()`` erases it. ``active``: false when the stream is not a terminal,
+    and then every call does nothing. Use as a context manager."""
+
+    def __init__(self, stream: TextIO | None = None, interval: float = DEFAULT_INTERVAL) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        try:
+            self.active = bool(isatty and isatty())
+        except (OSError, ValueError):  # a closed or odd stream
+            self.active = False
+        self.interval = interval
+        self._last = float("-inf")
+        self._shown = False
+
+    def update(self, text: str, force: bool = False) -> None:
+        if not self.active:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        self._write("\r\x1b[K" + text)
+        self._shown = True
+
+    def close(self) -> None:
+        if self.active and self._shown:
+            self._write("\r\x1b[K")
+            self._shown = False
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the terminal went away: the run goes on without it
+            self.active = False
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def rate(count: int, elapsed: float) -> str:
+    """``"12.3/s"``: ``count`` per second over ``elapsed`` seconds (``"-/s"`` before any time passed)."""
+    return f"{count / elapsed:.1f}/s" if elapsed > 0 else "-/s"
