@@ -253,6 +253,9 @@ class Printer:
             return f"error: {error.code}: {error.message}\nhint: {error.hint}"
         assert result is not None
         text = (self.render_text or default_text)(result)
+        counts = result.data.get("warning_counts")
+        if counts:
+            text += "\nwarnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items())
         if result.warnings:
             text += "".join(f"\nwarning: {w}" for w in result.warnings)
         return text

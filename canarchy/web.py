@@ -161,7 +161,7 @@ class Dashboard:
             from canarchy.decode.dbc import load_dbc
 
             self._database, dbc_warnings = load_dbc(dbc)
-            warnings += dbc_warnings
+            warnings += dbc_warnings.render()
         decoder = self._decoder()
         self.rows: list[tuple[dict[str, Any], list[str]]] = []
         for frame in capture:

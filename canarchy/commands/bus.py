@@ -96,7 +96,7 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
                 break
             stream.emit("frame", frame.to_payload(), frame.timestamp)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
-            "frame_count": stream.count}
+            "frame_count": stream.count, **capture.log.to_data()}
     return CommandResult(data=data, warnings=capture.all_warnings())
 
 

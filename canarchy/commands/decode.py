@@ -69,6 +69,17 @@ def _stream(args: argparse.Namespace) -> EventStream:
     return open_stream(args, f"file:{args.file}", keep=not args.summary)
 
 
+def _result(data: dict[str, Any], stream: EventStream, *logs: Any) -> CommandResult:
+    """The command's result: ``data`` with ``event_count`` and the warnings of ``logs``
+    (:class:`~canarchy.warning_log.WarningLog`, merged in order) as records, counts and strings."""
+    from canarchy.warning_log import WarningLog
+
+    merged = WarningLog()
+    for log in logs:
+        merged.merge(log)
+    return CommandResult(data=dict(data, event_count=stream.count, **merged.to_data()), warnings=merged.render())
+
+
 def _open(path: str):
     from canarchy.capture_file import open_capture
 
@@ -93,14 +104,14 @@ def _decode(args: argparse.Namespace) -> CommandResult:
     data = {"file": args.file, "dbc": args.dbc, "format": capture.format, "j1939": args.j1939,
             "j1939_message_count": decoder.j1939_message_count, "isotp_layout": args.isotp_layout,
             **decoder.summary()}
-    warnings = dbc_warnings + capture.all_warnings() + decoder.warnings.render()
-    return CommandResult(data=dict(data, event_count=stream.count), warnings=warnings)
+    return _result(data, stream, dbc_warnings, capture.log, decoder.warnings)
 
 
 def _isotp_decode(args: argparse.Namespace) -> CommandResult:
     from canarchy.commands._common import parse_arbitration_id
-    from canarchy.decode.common import WarningLog
+    from canarchy.decode.common import isotp_counts
     from canarchy.decode.diagnostics import DiagnosticSummary, describe_diagnostic_pdu
+    from canarchy.warning_log import WarningLog
     from canarchy.isotp import IsoTpReassembler
 
     request_id, request_ext = parse_arbitration_id(args.request_id)
@@ -137,8 +148,9 @@ def _isotp_decode(args: argparse.Namespace) -> CommandResult:
         warnings.extend(machine.warnings)
         flow_control += machine.flow_control_count
     data = {"file": args.file, "format": capture.format, "request_id": request_id, "response_id": response_id,
-            "frame_count": capture.frame_count, "flow_control_count": flow_control, **summary.to_dict()}
-    return CommandResult(data=dict(data, event_count=stream.count), warnings=capture.all_warnings() + warnings.render())
+            "frame_count": capture.frame_count, "flow_control_count": flow_control,
+            "isotp_counts": isotp_counts(machine for machine, _direction in machines.values()), **summary.to_dict()}
+    return _result(data, stream, capture.log, warnings)
 
 
 def _j1939_decode(args: argparse.Namespace) -> CommandResult:
@@ -160,8 +172,7 @@ def _j1939_decode(args: argparse.Namespace) -> CommandResult:
                 stream.emit(event_type, payload, payload["timestamp"])
     decoder.finish()
     data = {"file": args.file, "format": capture.format, "pgn_filter": only_pgn, **decoder.summary()}
-    return CommandResult(data=dict(data, event_count=stream.count),
-                         warnings=catalog.warnings + capture.all_warnings() + decoder.warnings.render())
+    return _result(data, stream, catalog.warnings, capture.log, decoder.warnings)
 
 
 def _event_pgn(event_type: str, payload: dict[str, Any]) -> int | None:

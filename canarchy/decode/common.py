@@ -1,4 +1,4 @@
-"""What the decoders share: bounded warning logs, value ranges, ID helpers.
+"""What the decoders share: value ranges and ID helpers (warnings: :mod:`canarchy.warning_log`).
 
 Units: arbitration IDs are integers; ``hex_id`` writes them as ``0x7E8`` (11-bit)
 or ``0x18FEF100`` (29-bit). PGN from a 29-bit ID: SAE J1939-21.
@@ -8,37 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-#: Warning strings kept per decoder; further ones are counted only.
-MAX_WARNINGS = 50
 #: Distinct unknown arbitration IDs listed in a summary; the rest are counted.
 MAX_UNKNOWN_IDS = 256
-
-
-class WarningLog:
-    """A bounded list of warning strings: the first :data:`MAX_WARNINGS` kept, the rest counted."""
-
-    def __init__(self, limit: int = MAX_WARNINGS) -> None:
-        self.limit = limit
-        self.items: list[str] = []
-        self.dropped = 0
-
-    def add(self, text: str) -> None:
-        """Keep ``text`` if there is room, else count it."""
-        if len(self.items) < self.limit:
-            self.items.append(text)
-        else:
-            self.dropped += 1
-
-    def extend(self, texts: Iterable[str]) -> None:
-        """:meth:`add` each of ``texts``."""
-        for text in texts:
-            self.add(text)
-
-    def render(self) -> list[str]:
-        """The kept warnings, plus one line counting the dropped ones."""
-        if not self.dropped:
-            return list(self.items)
-        return self.items + [f"{self.dropped} more warning(s) not listed (first {self.limit} shown)"]
 
 
 def hex_id(can_id: int, extended: bool) -> str:
@@ -77,3 +48,10 @@ def j1939_pgn(can_id: int) -> int:
     """PGN of a 29-bit ID (SAE J1939-21): PDU1 (PF < 240) drops the destination byte."""
     pgn = (can_id >> 8) & 0x3FFFF
     return pgn & 0x3FF00 if (pgn >> 8) & 0xFF < 240 else pgn
+
+
+def isotp_counts(reassemblers: Iterable[Any]) -> dict[str, dict[str, int]]:
+    """``{hex id: {complete, dropped, incomplete}}`` of ISO-TP reassemblers (:class:`canarchy.isotp.IsoTpReassembler`)."""
+    return {f"0x{m.arbitration_id:X}": {"complete": m.complete_count, "dropped": m.dropped_count,
+                                        "incomplete": m.incomplete_count}
+            for m in sorted(reassemblers, key=lambda m: m.arbitration_id)}

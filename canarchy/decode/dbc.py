@@ -16,16 +16,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from canarchy.decode.common import MAX_UNKNOWN_IDS, ValueRange, WarningLog, hex_id, j1939_pgn
+from canarchy.decode.common import MAX_UNKNOWN_IDS, ValueRange, hex_id, isotp_counts, j1939_pgn
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.isotp import IsoTpReassembler
 from canarchy.transport import CanFrame
+from canarchy.warning_log import WarningLog
 
 ISOTP_LAYOUTS = ("length-prefixed", "plain")
 
 
-def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
-    """Load a signal database with cantools; return ``(database, warnings)``.
+def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, WarningLog]:
+    """Load a signal database with cantools; return ``(database, warnings)`` (``DBC_NOT_STRICT``,
+    ``DBC_NO_MESSAGES`` records).
 
     The text encoding is detected: UTF-8 when the file is valid UTF-8, else
     cp1252 (Vector tools write DBCs in the Windows code page; e.g. German
@@ -50,7 +52,7 @@ def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
     encoding = _detect_encoding(raw)
     import cantools  # imported here: only the decode commands pay for it
 
-    warnings: list[str] = []
+    warnings = WarningLog()
     try:
         database = cantools.database.load_file(text_path, encoding=encoding, strict=True)
     except cantools.database.Error as strict_exc:
@@ -58,11 +60,13 @@ def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, list[str]]:
             database = cantools.database.load_file(text_path, encoding=encoding, strict=False)
         except Exception as exc:
             raise _load_failed(text_path, exc) from None
-        warnings.append(f"{text_path}: loaded without cantools' strict checks: {_first_line(strict_exc)}")
+        warnings.add("DBC_NOT_STRICT", f"{text_path}: loaded without cantools' strict checks: {_first_line(strict_exc)}",
+                     file=text_path)
     except Exception as exc:  # cantools' parsers raise more than its own Error (e.g. ValueError, KeyError)
         raise _load_failed(text_path, exc) from None
     if not getattr(database, "messages", None):
-        warnings.append(f"{text_path}: the database defines no messages; every frame will be unknown")
+        warnings.add("DBC_NO_MESSAGES", f"{text_path}: the database defines no messages; every frame will be unknown",
+                     file=text_path)
     return database, warnings
 
 
@@ -180,8 +184,9 @@ class DbcDecoder:
             values = message.decode(data, decode_choices=True, scaling=True, allow_truncated=True)
         except Exception as exc:  # cantools raises its DecodeError and others (e.g. a bad multiplexer value)
             self.decode_error_count += 1
-            self.warnings.add(f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} "
-                              f"{message.name}: does not decode: {_first_line(exc)}")
+            self.warnings.add("DBC_DECODE_FAILED", f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} "
+                              f"{message.name}: does not decode: {_first_line(exc)}",
+                              arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name)
             return []
         signals = {}
         stats = self._message_stats(message)
@@ -221,6 +226,7 @@ class DbcDecoder:
     def summary(self) -> dict[str, Any]:
         """``{frame_count, decoded_count, unknown_frame_count, unknown_ids {hex id: count},
         unknown_ids_unlisted, decode_error_count, remote_frame_count, isotp_pdu_count,
+        isotp_counts: {hex id: {complete, dropped, incomplete}},
         messages: {name: {arbitration_id, count, signals: {name: {unit, count, min, max, first, last}}}}}``."""
         messages = {}
         for name, stats in sorted(self._messages.items()):
@@ -239,6 +245,7 @@ class DbcDecoder:
             "decode_error_count": self.decode_error_count,
             "remote_frame_count": self.remote_frame_count,
             "isotp_pdu_count": self.isotp_pdu_count,
+            "isotp_counts": isotp_counts(self._reassemblers.values()),
             "messages": messages,
         }
 

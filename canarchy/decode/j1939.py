@@ -11,8 +11,9 @@ from __future__ import annotations
 import decimal
 from typing import Any
 
-from canarchy.decode.common import ValueRange, WarningLog, j1939_pgn
+from canarchy.decode.common import ValueRange, j1939_pgn
 from canarchy.transport import CanFrame
+from canarchy.warning_log import WarningLog
 
 PGN_TP_CM = 0xEC00  # 60416, TP.CM connection management (SAE J1939-21)
 PGN_TP_DT = 0xEB00  # 60160, TP.DT data transfer
@@ -208,7 +209,7 @@ class J1939Catalog:
 
     ``by_pgn``: PGN -> [_SpnLayout] (only SPNs with a fixed position);
     ``pgn_names``: PGN -> (acronym, name); ``spn_names``: SPN -> name;
-    ``warnings``: from reading the override file.
+    ``warnings``: a :class:`~canarchy.warning_log.WarningLog` of problems reading the override file.
     """
 
     def __init__(self) -> None:
@@ -216,7 +217,9 @@ class J1939Catalog:
 
         pgns, pgn_warnings = j1939_metadata.list_pgns()
         spns, spn_warnings = j1939_metadata.list_spns()
-        self.warnings = list(dict.fromkeys(pgn_warnings + spn_warnings))
+        self.warnings = WarningLog()
+        for text in dict.fromkeys(pgn_warnings + spn_warnings):
+            self.warnings.add("J1939_CATALOG_OVERRIDE", text)
         self.pgn_names = {entry["pgn"]: (entry.get("acronym"), entry.get("name")) for entry in pgns}
         self.spn_names = {entry["spn"]: entry.get("name") for entry in spns}
         self.by_pgn: dict[int, list[_SpnLayout]] = {}
@@ -328,9 +331,11 @@ class J1939Decoder:
         """End of the capture: warn about transfers left incomplete."""
         for (sa, da), session in self._sessions.items():
             self.transport_incomplete += 1
-            self.warnings.add(f"J1939 TP {session.mode} PGN {session.pgn} from SA {sa} to {da} begun at "
+            self.warnings.add("J1939_TP_INCOMPLETE", f"J1939 TP {session.mode} PGN {session.pgn} from SA {sa} to {da} begun at "
                               f"t={session.timestamp:.6f}: incomplete at end of capture "
-                              f"({len(session.received)} of {session.packets} packets)")
+                              f"({len(session.received)} of {session.packets} packets)",
+                              source_address=sa, destination_address=da, pgn=session.pgn, timestamp=session.timestamp,
+                              received_packets=len(session.received), packets=session.packets)
         self._sessions.clear()
 
     def summary(self) -> dict[str, Any]:
@@ -373,7 +378,8 @@ class J1939Decoder:
 
     def _connection(self, frame: CanFrame, sa: int, da: int, data: bytes) -> None:
         if len(data) < 8:
-            self.warnings.add(f"t={frame.timestamp:.6f} TP.CM from SA {sa}: {len(data)} bytes, expected 8")
+            self.warnings.add("J1939_TP_CM_SHORT", f"t={frame.timestamp:.6f} TP.CM from SA {sa}: {len(data)} bytes, "
+                              "expected 8", source_address=sa, destination_address=da, timestamp=frame.timestamp)
             return
         control = data[0]
         key = (sa, da)
@@ -385,12 +391,16 @@ class J1939Decoder:
             if key in self._sessions:
                 old = self._sessions[key]
                 self.transport_incomplete += 1
-                self.warnings.add(f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: a new transfer replaces "
-                                  f"PGN {old.pgn} begun at t={old.timestamp:.6f} "
-                                  f"({len(old.received)} of {old.packets} packets)")
+                self.warnings.add("J1939_TP_REPLACED", f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: a new transfer "
+                                  f"replaces PGN {old.pgn} begun at t={old.timestamp:.6f} "
+                                  f"({len(old.received)} of {old.packets} packets)",
+                                  source_address=sa, destination_address=da, pgn=old.pgn, timestamp=frame.timestamp,
+                                  received_packets=len(old.received), packets=old.packets)
             if not 9 <= size <= 1785 or packets != -(-size // 7):
-                self.warnings.add(f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: size {size} and "
-                                  f"{packets} packets do not agree (SAE J1939-21: 9..1785 bytes, 7 per packet)")
+                self.warnings.add("J1939_TP_SIZE_INVALID", f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: size {size} "
+                                  f"and {packets} packets do not agree (SAE J1939-21: 9..1785 bytes, 7 per packet)",
+                                  source_address=sa, destination_address=da, pgn=pgn, timestamp=frame.timestamp,
+                                  size=size, packets=packets)
                 self._sessions.pop(key, None)
                 return
             self._sessions[key] = _TransportSession(mode, pgn, size, packets, frame.timestamp)
@@ -405,12 +415,15 @@ class J1939Decoder:
             return []
         sequence = data[0]
         if session is None:
-            self.warnings.add(f"t={frame.timestamp:.6f} TP.DT from SA {sa} (packet {sequence}) "
-                              f"without an announced transfer; ignored")
+            self.warnings.add("J1939_TP_DT_UNANNOUNCED", f"t={frame.timestamp:.6f} TP.DT from SA {sa} (packet "
+                              f"{sequence}) without an announced transfer; ignored",
+                              source_address=sa, destination_address=da, timestamp=frame.timestamp, sequence=sequence)
             return []
         if not 1 <= sequence <= session.packets:
-            self.warnings.add(f"t={frame.timestamp:.6f} TP.DT from SA {sa}: packet {sequence} outside "
-                              f"1..{session.packets}; ignored")
+            self.warnings.add("J1939_TP_DT_OUT_OF_RANGE", f"t={frame.timestamp:.6f} TP.DT from SA {sa}: packet "
+                              f"{sequence} outside 1..{session.packets}; ignored", source_address=sa,
+                              destination_address=da, pgn=session.pgn, timestamp=frame.timestamp, sequence=sequence,
+                              packets=session.packets)
             return []
         session.received[sequence] = bytes(data[1:8])  # a resent packet (RTS/CTS) replaces the first copy
         if len(session.received) < session.packets:
