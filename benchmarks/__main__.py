@@ -1,6 +1,6 @@
 """``python -m benchmarks``: run the sections and write the report (``nox -s bench`` calls this).
 
-Options: ``--sections isolation,lanes,captures,startup`` (default all);
+Options: ``--sections isolation,lanes,captures,startup,access`` (default all);
 ``--rounds N`` (isolation rounds, default 9), ``--tests N`` (default 2000),
 ``--lane-runs N`` (default 3), ``--no-cold``, ``--capture-runs N`` (default
 3), ``--frames N`` (default 1,000,000), ``--startup-runs N`` (default 15);
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks import measure, report
 
-SECTIONS = ("isolation", "lanes", "captures", "startup")
+SECTIONS = ("isolation", "lanes", "captures", "startup", "access")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -116,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         blocks.append(report.startup_lines(rows, startup.TARGET_S))
         if not all(r.wall for r in rows):
             failed.append("startup")
+    if "access" in sections:
+        from benchmarks import access
+
+        result = access.run_access(tests=args.tests, rounds=args.rounds)
+        raw["access"] = _jsonable(result)
+        blocks.append(access.report_lines(result))
+        if not result.ok:
+            failed.append("access")
     info["loadavg"] = measure.machine()["loadavg"]
     seconds = time.monotonic() - clock
     body = report.machine_lines(info, started, seconds, _commit())

@@ -32,7 +32,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from benchmarks import measure
 
@@ -88,16 +88,18 @@ def _naive_home(tmp_path_factory, monkeypatch):
 }
 
 
-def write_suite(root: Path, variant: str, *, tests: int = 2000, modules: int = 10) -> Path:
+def write_suite(root: Path, variant: str, *, tests: int = 2000, modules: int = 10,
+                conftests: Mapping[str, str] = CONFTESTS) -> Path:
     """Write the generated suite for ``variant`` under ``root/variant``; return that directory.
 
     ``tests`` trivial tests spread over ``modules`` files; a ``pytest.ini`` makes
-    the directory pytest's rootdir (so no other configuration is read). Raises
+    the directory pytest's rootdir (so no other configuration is read);
+    ``conftests``: each variant's conftest.py code (after the timer). Raises
     ``KeyError`` for an unknown variant, ``ValueError`` when ``tests`` < 1.
     """
     if tests < 1 or modules < 1:
         raise ValueError("tests and modules must be at least 1")
-    extra = CONFTESTS[variant]
+    extra = conftests[variant]
     suite = root / variant
     suite.mkdir(parents=True)
     (suite / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
@@ -151,16 +153,17 @@ class IsolationResult:
 
 
 def run_isolation(*, tests: int = 2000, rounds: int = 9, variants: tuple[str, ...] = VARIANTS,
-                  timeout: float = 600.0, warmup: bool = True,
+                  timeout: float = 600.0, warmup: bool = True, conftests: Mapping[str, str] = CONFTESTS,
                   log: Callable[[str], None] = print) -> IsolationResult:
     """Generate the suites in a temporary directory and run them ``rounds`` times
-    (plus, with ``warmup``, one round first that is not counted). Requires ``"bare"`` in ``variants``."""
+    (plus, with ``warmup``, one round first that is not counted). Requires ``"bare"`` in ``variants``;
+    ``conftests`` as for :func:`write_suite`."""
     if "bare" not in variants:
         raise ValueError("the 'bare' variant is the reference and must be measured")
     result = IsolationResult(tests=tests, rounds=rounds, runs={v: VariantRuns() for v in variants})
     with tempfile.TemporaryDirectory(prefix="canarchy-bench-isolation-") as tmp:
         root = Path(tmp)
-        suites = {v: write_suite(root / "suites", v, tests=tests) for v in variants}
+        suites = {v: write_suite(root / "suites", v, tests=tests, conftests=conftests) for v in variants}
         prefix = root / "pycache"
         for round_no in range(-1 if warmup else 0, rounds):  # round -1: warm-up (byte code, file cache)
             order = list(variants)

@@ -219,8 +219,10 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     printer = Printer(_requested_format(argv), out)
     result: CommandResult | None = None
     error: CanarchyError | None = None
+    from canarchy import config
+
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), config.collect_warnings() as config_warnings:  # unknown config keys
             try:
                 args = build_parser(argv).parse_args(argv)
                 printer.fmt = getattr(args, "output", printer.fmt)
@@ -237,6 +239,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
                 error = exc
             except KeyboardInterrupt:
                 pass  # interrupted before it could report: the printer closes what was streamed
+            if result is not None and config_warnings:
+                result.warnings[:0] = config_warnings
             printer.finish(result, error)
     except OutputClosed:
         _silence(out)

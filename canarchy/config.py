@@ -1,30 +1,29 @@
 """canarchy's configuration: one loader per source, precedence in one place.
 
 Precedence, highest first: command-line flag > non-empty ``CANARCHY_*``
-variable > ``~/.canarchy/config.toml`` > built-in default.
+variable > ``~/.canarchy/config.toml`` > built-in default. The file path is
+resolved when a function is called (``Path.home()`` at call time), never at
+import. The keys, their variables, defaults and checks are :data:`SETTINGS`
+(the table is in ``docs/design/cli.md``); ``[transport.bus_kwargs]`` holds
+python-can bus keyword arguments (:func:`resolve_bus_kwargs`).
 
-The file path is resolved when a function is called (``Path.home()`` at call
-time), never at import. Keys (see ``docs/design/cli.md``):
-
-======================================  ===============================  ==============
-file key                                variable                         default
-======================================  ===============================  ==============
-``transport.backend``                   CANARCHY_TRANSPORT_BACKEND       ``python-can``
-``transport.interface`` (bus type)      CANARCHY_PYTHON_CAN_INTERFACE    ``socketcan``
-``transport.default_interface``         CANARCHY_DEFAULT_INTERFACE       none
-``transport.capture_limit``             CANARCHY_CAPTURE_LIMIT           2
-``transport.capture_timeout`` (s)       CANARCHY_CAPTURE_TIMEOUT         0.05
-``safety.require_active_ack``           CANARCHY_REQUIRE_ACTIVE_ACK      false
-``j1939.dbc``                           CANARCHY_J1939_DBC               none
-======================================  ===============================  ==============
+A key or table the file has but canarchy does not know is a *finding*
+(:func:`check_document`, with the nearest known name from :mod:`difflib`):
+each command that reads the file reports it as a warning (on stderr at once,
+and in the envelope through :func:`collect_warnings`); ``config check`` fails
+on it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
+import re
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from canarchy.errors import ConfigError
 
@@ -75,6 +74,37 @@ def _convert_timeout(raw: Any) -> float:
     return value
 
 
+def _integer(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError("expected a whole number")
+    try:
+        return int(raw.strip().replace("_", ""), 10) if isinstance(raw, str) else raw
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
+#: Nominal (arbitration) bit rate, bit/s: ISO 11898-1 classic CAN and the CAN FD arbitration phase go to 1 Mbit/s.
+BITRATE_RANGE = (1_000, 1_000_000)
+#: CAN FD data-phase bit rate, bit/s (adapters in use go to 8-12 Mbit/s).
+DATA_BITRATE_RANGE = (1_000, 16_000_000)
+
+
+def _convert_bitrate(raw: Any) -> int:
+    value = _integer(raw)
+    low, high = BITRATE_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"expected bit/s in {low}..{high}, e.g. 500000")
+    return value
+
+
+def _convert_data_bitrate(raw: Any) -> int:
+    value = _integer(raw)
+    low, high = DATA_BITRATE_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"expected bit/s in {low}..{high}, e.g. 2000000")
+    return value
+
+
 def _convert_bool(raw: Any) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -86,10 +116,96 @@ def _convert_bool(raw: Any) -> bool:
     raise ValueError("expected true or false")
 
 
+def _convert_optional_bool(raw: Any) -> bool | None:
+    return _convert_bool(raw)
+
+
 def _convert_path(raw: Any) -> str | None:
     if not isinstance(raw, str):
         raise ValueError("expected a path string")
     return raw.strip() or None
+
+
+#: Bus keyword arguments canarchy sets itself (or that would bypass its checks).
+RESERVED_BUS_KWARGS = frozenset({"channel", "interface", "bustype", "ignore_config", "config_context", "context",
+                                 "can_filters"})
+#: Bus keyword arguments that have a setting of their own.
+OWN_SETTING_BUS_KWARGS = {"bitrate": "transport.bitrate", "data_bitrate": "transport.data_bitrate",
+                          "fd": "transport.fd"}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def bus_kwarg_value(text: str) -> Any:
+    """A bus keyword argument's value written as text (variable, ``--bus-option``):
+    ``true``/``false``, a decimal or ``0x`` integer, a number, else the text itself
+    (surrounding quotes removed)."""
+    raw = text.strip()
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(raw, 16) if lowered.startswith("0x") else int(raw, 10)
+    except ValueError:
+        pass
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    return raw
+
+
+def parse_bus_kwargs_text(text: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs separated by commas or spaces, or a JSON object, as a dict.
+
+    Raises ``ValueError`` when an item has no ``=`` or the JSON is not an object.
+    """
+    raw = text.strip()
+    if raw.startswith("{"):
+        import json
+
+        try:
+            document = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"not a JSON object: {exc}") from None
+        if not isinstance(document, dict):
+            raise ValueError("expected a JSON object")
+        return document
+    result: dict[str, Any] = {}
+    position = 0
+    while position < len(raw):
+        match = _KWARG_ITEM.match(raw, position)
+        if match is None:
+            raise ValueError(f"expected KEY=VALUE, got {raw[position:].split(',')[0].split()[0]!r}")
+        result[match.group(1)] = bus_kwarg_value(match.group(2))
+        position = match.end()
+    return result
+
+
+# KEY=VALUE, the value quoted or up to the next comma or space; then separators.
+_KWARG_ITEM = re.compile(r"""\s*([^=,\s]+)=("[^"]*"|'[^']*'|[^,\s]*)(?:\s*,\s*|\s+|\Z)""")
+
+
+def _check_bus_kwarg(key: Any, value: Any) -> None:
+    if not isinstance(key, str) or not _IDENTIFIER.match(key):
+        raise ValueError(f"{key!r} is not a keyword argument name")
+    if key in OWN_SETTING_BUS_KWARGS:
+        raise ValueError(f"{key} has a setting of its own: use {OWN_SETTING_BUS_KWARGS[key]}")
+    if key in RESERVED_BUS_KWARGS:
+        raise ValueError(f"{key} is set by canarchy itself and cannot be given here")
+    scalars = (str, int, float, bool)
+    if not (isinstance(value, scalars) or (isinstance(value, list) and all(isinstance(v, scalars) for v in value))):
+        raise ValueError(f"{key} = {value!r}: expected a string, number, true/false or a list of them")
+
+
+def _convert_bus_kwargs(raw: Any) -> dict[str, Any]:
+    document = parse_bus_kwargs_text(raw) if isinstance(raw, str) else raw
+    if not isinstance(document, dict):
+        raise ValueError("expected a table of python-can keyword arguments")
+    for key, value in document.items():
+        _check_bus_kwarg(key, value)
+    return dict(document)
 
 
 @dataclass(frozen=True)
@@ -113,12 +229,30 @@ SETTINGS: tuple[Setting, ...] = (
             "TRANSPORT_BACKEND_INVALID"),
     Setting("transport", "interface", "CANARCHY_PYTHON_CAN_INTERFACE", "socketcan", _convert_lower),
     Setting("transport", "default_interface", "CANARCHY_DEFAULT_INTERFACE", None, _convert_channel),
-    Setting("transport", "capture_limit", "CANARCHY_CAPTURE_LIMIT", 2, _convert_limit),
-    Setting("transport", "capture_timeout", "CANARCHY_CAPTURE_TIMEOUT", 0.05, _convert_timeout),
+    # The default --count and --idle-timeout of `capture`; unset, a capture runs until stopped.
+    Setting("transport", "capture_limit", "CANARCHY_CAPTURE_LIMIT", None, _convert_limit),
+    Setting("transport", "capture_timeout", "CANARCHY_CAPTURE_TIMEOUT", None, _convert_timeout),
+    # Bus parameters passed to python-can's Bus (unset: not passed, the interface's own default).
+    Setting("transport", "bitrate", "CANARCHY_BITRATE", None, _convert_bitrate),
+    Setting("transport", "data_bitrate", "CANARCHY_DATA_BITRATE", None, _convert_data_bitrate),
+    Setting("transport", "fd", "CANARCHY_BUS_FD", None, _convert_optional_bool),
+    Setting("transport", "bus_kwargs", "CANARCHY_BUS_KWARGS", {}, _convert_bus_kwargs),
     Setting("safety", "require_active_ack", "CANARCHY_REQUIRE_ACTIVE_ACK", False, _convert_bool),
     Setting("j1939", "dbc", "CANARCHY_J1939_DBC", None, _convert_path),
 )
 SETTINGS_BY_VARIABLE = {s.variable: s for s in SETTINGS}
+
+#: Every table and key the file may have that canarchy reads: the settings above,
+#: the caches' ``default_provider`` and the ``[plugins.<name>]`` tables (whose
+#: keys belong to each plugin and are not checked), ``[transport.bus_kwargs]``
+#: (python-can's, checked by their converter).
+KNOWN_KEYS: dict[str, frozenset[str]] = {
+    **{table: frozenset(s.key for s in SETTINGS if s.table == table) for table in {s.table for s in SETTINGS}},
+    "dbc_cache": frozenset({"default_provider"}),
+    "skills_cache": frozenset({"default_provider"}),
+}
+FREE_TABLES = frozenset({"plugins"})
+FREE_SUBTABLES = frozenset({"transport.bus_kwargs"})
 
 
 def read_config_file(path: Path | None = None) -> dict[str, Any]:
@@ -132,7 +266,7 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
     path = config_path() if path is None else path
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            document = tomllib.load(handle)
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as exc:
@@ -153,6 +287,97 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
             f"{path} cannot be read: {exc.strerror}",
             f"Check the permissions of {path}.",
         ) from None
+    _report(check_document(document, path))
+    return document
+
+
+# --- unknown keys and tables -------------------------------------------------------------------
+
+# The warnings of the running command (a list), set by collect_warnings(); None outside a command.
+_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("canarchy_config_warnings",
+                                                                             default=None)
+
+
+@contextmanager
+def collect_warnings() -> Iterator[list[str]]:
+    """Within this block (one command), each finding of the config file is written
+    once to stderr when the file is read, and kept in the yielded list (for the envelope)."""
+    token = _WARNINGS.set([])
+    try:
+        yield _WARNINGS.get()  # type: ignore[misc]
+    finally:
+        _WARNINGS.reset(token)
+
+
+def _report(findings: list[str]) -> None:
+    collected = _WARNINGS.get()
+    if collected is None:
+        return
+    for finding in findings:
+        if finding not in collected:
+            collected.append(finding)
+            sys.stderr.write(f"canarchy: warning: {finding}\n")
+            sys.stderr.flush()
+
+
+def _all_keys() -> list[str]:
+    return sorted(f"{table}.{key}" for table, keys in KNOWN_KEYS.items() for key in keys)
+
+
+def _nearest_key(table: str | None, key: str) -> str | None:
+    """The known dotted key meant by ``key`` in ``table`` (None: the top level)."""
+    import difflib
+
+    elsewhere = sorted(f"{t}.{key}" for t, keys in KNOWN_KEYS.items() if key in keys and t != table)
+    if elsewhere:
+        return elsewhere[0]
+    if table in KNOWN_KEYS:
+        close = difflib.get_close_matches(key, sorted(KNOWN_KEYS[table]), n=1, cutoff=0.6)
+        if close:
+            return f"{table}.{close[0]}"
+    dotted = key if table is None else f"{table}.{key}"
+    close = difflib.get_close_matches(dotted, _all_keys(), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _nearest_table(name: str) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(set(KNOWN_KEYS) | FREE_TABLES), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def check_document(document: dict[str, Any], path: Path | None = None) -> list[str]:
+    """The config file's unknown tables and keys, one sentence each, naming the file and
+    the nearest known table or key (``[]`` when every name is known). Values are not
+    checked here: converting them raises ``CONFIG_INVALID``."""
+    where = config_path() if path is None else path
+    findings = []
+    for name, value in document.items():
+        if name in FREE_TABLES:
+            continue
+        if name in KNOWN_KEYS:
+            if not isinstance(value, dict):
+                continue  # load_file_values raises CONFIG_INVALID for it
+            for key, item in value.items():
+                if key in KNOWN_KEYS[name]:
+                    continue
+                kind = "table" if isinstance(item, dict) else "key"
+                near = _nearest_key(name, key)
+                findings.append(f"{where}: unknown {kind} {name}.{key}"
+                                + (f" (did you mean {near}?)" if near else
+                                   f" (known keys of [{name}]: {', '.join(sorted(KNOWN_KEYS[name]))})"))
+            continue
+        if isinstance(value, dict):
+            near = _nearest_table(name)
+            findings.append(f"{where}: unknown table [{name}]" + (f" (did you mean [{near}]?)" if near else
+                            f" (known tables: {', '.join(sorted(set(KNOWN_KEYS) | FREE_TABLES))})"))
+        else:
+            near = _nearest_key(None, name)
+            findings.append(f"{where}: unknown key {name} at the top level"
+                            + (f" (did you mean {near}? it belongs in the [{near.split('.')[0]}] table)"
+                               if near else ""))
+    return findings
 
 
 def load_file_values(path: Path | None = None) -> dict[str, Any]:
@@ -211,14 +436,68 @@ def _converted(setting: Setting, raw: Any, source: str, where: str) -> Any:
         ) from None
 
 
-def load_config() -> dict[str, dict[str, Any]]:
-    """Resolve every setting: ``{variable: {"value", "source", "key"}}``.
+def load_config(flags: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Resolve every setting: ``{variable: {"value", "source", "key"}}``; ``flags``
+    maps variables to command-line values (None: not given).
 
-    Raises ``ConfigError`` as :func:`resolve` does.
+    ``CANARCHY_BUS_KWARGS`` is the merged table (see :func:`resolve_bus_kwargs`), its
+    source the highest one that gave a key. Raises ``ConfigError`` as :func:`resolve`
+    does, and ``CONFIG_INVALID`` for a CAN FD data bit rate below the nominal one.
     """
+    flags = flags or {}
     file_values = load_file_values()
     resolved = {}
     for setting in SETTINGS:
-        value, source = resolve(setting.variable, file_values=file_values)
+        if setting.variable == "CANARCHY_BUS_KWARGS":
+            entries = resolve_bus_kwargs(flags.get(setting.variable), file_values)
+            order = ("default", "file", "env", "flag")
+            source = max((e["source"] for e in entries.values()), key=order.index, default="default")
+            value: Any = {name: e["value"] for name, e in entries.items()}
+        else:
+            value, source = resolve(setting.variable, flags.get(setting.variable), file_values)
         resolved[setting.variable] = {"value": value, "source": source, "key": setting.file_key}
+    bitrate, data_bitrate = resolved["CANARCHY_BITRATE"], resolved["CANARCHY_DATA_BITRATE"]
+    if bitrate["value"] is not None and data_bitrate["value"] is not None and data_bitrate["value"] < bitrate["value"]:
+        raise ConfigError(
+            "CONFIG_INVALID",
+            f"transport.data_bitrate {data_bitrate['value']} (from {data_bitrate['source']}) is below "
+            f"transport.bitrate {bitrate['value']} (from {bitrate['source']}).",
+            "The CAN FD data phase runs at the nominal bit rate or faster: swap the values if they are reversed.",
+        )
+    if data_bitrate["value"] is not None and resolved["CANARCHY_BUS_FD"]["value"] is False:
+        raise ConfigError(
+            "CONFIG_INVALID",
+            f"transport.data_bitrate is set (from {data_bitrate['source']}) but transport.fd is false "
+            f"(from {resolved['CANARCHY_BUS_FD']['source']}).",
+            "A data bit rate is for CAN FD: set transport.fd = true, or remove transport.data_bitrate.",
+        )
     return resolved
+
+
+def resolve_bus_kwargs(flag_value: dict[str, Any] | None = None,
+                       file_values: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The python-can bus keyword arguments, merged key by key: ``--bus-option`` over
+    ``CANARCHY_BUS_KWARGS`` over ``[transport.bus_kwargs]``.
+
+    Returns ``{name: {"value", "source"}}``. Raises ``ConfigError`` ``CONFIG_INVALID``
+    naming the source for a name that is not an identifier, is set by canarchy
+    (``channel``, ``interface``, ``can_filters`` ...), has a setting of its own
+    (``bitrate``, ``data_bitrate``, ``fd``), or a value that is not a string,
+    number, boolean or list of them.
+    """
+    setting = SETTINGS_BY_VARIABLE["CANARCHY_BUS_KWARGS"]
+    if file_values is None:
+        file_values = load_file_values()
+    merged: dict[str, dict[str, Any]] = {}
+    if "CANARCHY_BUS_KWARGS" in file_values:
+        where = f"{config_path()} table [transport.bus_kwargs]"
+        for name, value in _converted(setting, file_values["CANARCHY_BUS_KWARGS"], "file", where).items():
+            merged[name] = {"value": value, "source": "file"}
+    env_value = os.environ.get("CANARCHY_BUS_KWARGS")
+    if env_value is not None and env_value.strip():
+        for name, value in _converted(setting, env_value, "env", "the environment variable CANARCHY_BUS_KWARGS").items():
+            merged[name] = {"value": value, "source": "env"}
+    if flag_value:
+        for name, value in _converted(setting, flag_value, "flag", "the command line (--bus-option)").items():
+            merged[name] = {"value": value, "source": "flag"}
+    return dict(sorted(merged.items()))

@@ -294,7 +294,10 @@ def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
         if arguments.get("timeout") is not None:
             argv += ["--timeout", repr(float(arguments["timeout"]))]
     elif name == "send":
-        argv += [arguments["channel"], str(arguments["arbitration_id"]), arguments.get("data", "")]
+        # The tool's ID is decimal or 0x-hex; the command line's is hex (can-utils), so pass 0x form.
+        raw = str(arguments["arbitration_id"]).strip()
+        number = int(raw, 16) if raw.lower().startswith("0x") else int(raw, 10)
+        argv += [arguments["channel"], f"0x{number:X}", arguments.get("data", "")]
         if arguments.get("dry_run", True):
             argv.append("--dry-run")
         if arguments.get("ack_active", False):

@@ -27,6 +27,8 @@ from canarchy.errors import TransportError, UserInputError
 MAX_STANDARD_ID = 0x7FF
 MAX_EXTENDED_ID = 0x1FFFFFFF
 CAN_FD_DLCS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 48, 64)
+#: Longest wait of one receive call in a capture (s): how soon a capture sees its stop conditions.
+CAPTURE_POLL_S = 0.1
 
 
 def can_id_text(arbitration_id: int, is_extended_id: bool | None = None) -> str:
@@ -53,6 +55,10 @@ class CanFrame:
     is_remote_frame: bool = False
     timestamp: float = field(default_factory=time.time)
     channel: str | None = None
+    bitrate_switch: bool = False
+    error_state_indicator: bool = False
+    is_error_frame: bool = False
+    requested_dlc: int = 0
 
     def __post_init__(self) -> None:
         limit = MAX_EXTENDED_ID if self.is_extended_id else MAX_STANDARD_ID
@@ -75,14 +81,24 @@ class CanFrame:
                 f"{len(self.data)} data bytes is not a CAN FD payload length (ISO 11898-1: {CAN_FD_DLCS}).",
                 "Pad the payload to the next CAN FD length.",
             )
+        if (self.bitrate_switch or self.error_state_indicator) and not self.is_fd:
+            raise UserInputError("INVALID_FRAME", "Bit rate switch (BRS) and ESI are flags of CAN FD frames only.",
+                                 "Send a CAN FD frame (ID##<flags><data>, or --fd) to set BRS or ESI.")
+        if self.is_remote_frame and (self.is_fd or self.data):
+            raise UserInputError("INVALID_FRAME", "A remote frame carries no data and CAN FD has no remote frames "
+                                 "(ISO 11898-1).", "Send ID#R or ID#R<DLC> (classic CAN), without data.")
+        if not 0 <= self.requested_dlc <= 15:
+            raise UserInputError("INVALID_FRAME", f"Remote frame DLC {self.requested_dlc} is outside 0..15.",
+                                 "Give the requested DLC as one hex digit, e.g. 123#R8.")
 
     @property
     def dlc(self) -> int:
-        """Data length in bytes."""
-        return len(self.data)
+        """Data length in bytes; for a remote frame the DLC it requests."""
+        return self.requested_dlc if self.is_remote_frame else len(self.data)
 
     def to_payload(self) -> dict[str, Any]:
-        """JSON form: ``{arbitration_id, data (hex), dlc, is_extended_id, is_fd, is_remote_frame, channel, timestamp}``."""
+        """JSON form: ``{arbitration_id, data (hex), dlc, is_extended_id, is_fd, is_remote_frame,
+        bitrate_switch, error_state_indicator, is_error_frame, channel, timestamp}``."""
         return {
             "arbitration_id": self.arbitration_id,
             "data": self.data.hex(),
@@ -90,9 +106,82 @@ class CanFrame:
             "is_extended_id": self.is_extended_id,
             "is_fd": self.is_fd,
             "is_remote_frame": self.is_remote_frame,
+            "bitrate_switch": self.bitrate_switch,
+            "error_state_indicator": self.error_state_indicator,
+            "is_error_frame": self.is_error_frame,
             "channel": self.channel,
             "timestamp": self.timestamp,
         }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> "CanFrame":
+        """The frame of a :meth:`to_payload` dict (flags missing from older output read as false).
+
+        Raises ``UserInputError`` ``INVALID_FRAME`` / ``ValueError`` / ``KeyError`` /
+        ``TypeError`` on a payload that is not a frame.
+        """
+        remote = bool(payload.get("is_remote_frame", False))
+        flag = lambda name: bool(payload.get(name, False))  # noqa: E731
+        timestamp = payload.get("timestamp")
+        return cls(
+            arbitration_id=int(payload["arbitration_id"]),
+            data=bytes.fromhex(payload.get("data") or ""),
+            is_extended_id=flag("is_extended_id"),
+            is_fd=flag("is_fd"),
+            is_remote_frame=remote,
+            timestamp=float(timestamp) if timestamp is not None else 0.0,
+            channel=payload.get("channel"),
+            bitrate_switch=flag("bitrate_switch"),
+            error_state_indicator=flag("error_state_indicator"),
+            is_error_frame=flag("is_error_frame"),
+            requested_dlc=int(payload.get("dlc") or 0) if remote else 0,
+        )
+
+
+@dataclass(frozen=True)
+class FrameFilter:
+    """An arbitration-ID filter in candump's sense (can-utils ``candump.c``).
+
+    A frame matches when ``frame_id & can_mask == can_id & can_mask`` and, when
+    ``extended`` is not None, its ID kind is that one (True: 29-bit, False:
+    11-bit; python-can's ``extended`` filter key). An ``inverse`` filter passes
+    exactly the frames the same filter without ``inverse`` would not. Error
+    frames are not filtered by ID (as in candump).
+    """
+
+    can_id: int
+    can_mask: int
+    extended: bool | None = None
+    inverse: bool = False
+
+    def matches(self, frame: CanFrame) -> bool:
+        hit = (frame.arbitration_id & self.can_mask) == (self.can_id & self.can_mask) and (
+            self.extended is None or frame.is_extended_id == self.extended)
+        return hit != self.inverse
+
+    def to_payload(self) -> dict[str, Any]:
+        """JSON form: ``{can_id, can_mask, extended, inverse}``."""
+        return {"can_id": self.can_id, "can_mask": self.can_mask, "extended": self.extended, "inverse": self.inverse}
+
+
+def frame_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
+    """True when there are no filters, ``frame`` is an error frame, or any filter passes it (candump: OR)."""
+    return not filters or frame.is_error_frame or any(f.matches(frame) for f in filters)
+
+
+def python_can_filters(filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> list[dict[str, Any]] | None:
+    """The filters as python-can ``can_filters`` (which the interface may apply in the
+    kernel or hardware), or None when there are none or any is inverse (python-can has
+    no inverse filters: canarchy then applies them all itself)."""
+    if not filters or any(f.inverse for f in filters):
+        return None
+    result = []
+    for f in filters:
+        entry: dict[str, Any] = {"can_id": f.can_id, "can_mask": f.can_mask}
+        if f.extended is not None:
+            entry["extended"] = f.extended
+        result.append(entry)
+    return result
 
 
 def _load_user_config() -> dict[str, Any]:
@@ -118,30 +207,56 @@ def default_can_interface() -> str | None:
 @dataclass(frozen=True)
 class TransportConfig:
     """Resolved transport settings: ``backend`` (``python-can``/``scaffold``),
-    ``bus_type`` (python-can interface name), ``capture_limit`` (frames),
-    ``capture_timeout`` (seconds of silence that ends a capture)."""
+    ``bus_type`` (python-can interface name), ``capture_limit`` (the default
+    ``capture --count``; None: until stopped), ``capture_timeout`` (the default
+    ``capture --idle-timeout`` in seconds; None: no idle stop), and the bus
+    parameters passed to python-can when set: ``bitrate``, ``data_bitrate``
+    (bit/s), ``fd``, ``bus_kwargs`` (other keyword arguments)."""
 
     backend: str
     bus_type: str
-    capture_limit: int
-    capture_timeout: float
+    capture_limit: int | None = None
+    capture_timeout: float | None = None
+    bitrate: int | None = None
+    data_bitrate: int | None = None
+    fd: bool | None = None
+    bus_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bus_options(self) -> dict[str, Any]:
+        """The keyword arguments for ``can.Bus`` besides channel and interface."""
+        options = dict(self.bus_kwargs)
+        for name in ("bitrate", "data_bitrate", "fd"):
+            value = getattr(self, name)
+            if value is not None:
+                options[name] = value
+        return options
 
 
-def transport_backend_config() -> TransportConfig:
-    """Resolve the transport settings (env > file > default; default python-can on socketcan).
+#: Command-line flag values by variable (see :func:`transport_backend_config`).
+BusFlags = dict[str, Any]
 
-    Raises ``ConfigError`` (``CONFIG_INVALID``, exit 1) on a bad value.
+
+def transport_backend_config(flags: BusFlags | None = None) -> TransportConfig:
+    """Resolve the transport settings (flag > env > file > default; default python-can on socketcan).
+
+    ``flags`` maps variables (``CANARCHY_BITRATE`` ...) to command-line values
+    (None: not given). Raises ``ConfigError`` (``CONFIG_INVALID``, exit 1) on a bad value.
     """
-    file_values = _load_user_config()
+    resolved = config.load_config(flags)
 
     def value(variable: str) -> Any:
-        return config.resolve(variable, file_values=file_values)[0]
+        return resolved[variable]["value"]
 
     return TransportConfig(
         backend=value("CANARCHY_TRANSPORT_BACKEND"),
         bus_type=value("CANARCHY_PYTHON_CAN_INTERFACE"),
         capture_limit=value("CANARCHY_CAPTURE_LIMIT"),
         capture_timeout=value("CANARCHY_CAPTURE_TIMEOUT"),
+        bitrate=value("CANARCHY_BITRATE"),
+        data_bitrate=value("CANARCHY_DATA_BITRATE"),
+        fd=value("CANARCHY_BUS_FD"),
+        bus_kwargs=value("CANARCHY_BUS_KWARGS"),
     )
 
 
@@ -155,15 +270,46 @@ def bus_unavailable(channel: str, bus_type: str, exc: BaseException) -> Transpor
     )
 
 
+class SourceEnded(Exception):
+    """A receiver has no more frames (the scaffold's fixed frames are out); a bus never ends."""
+
+
 class Backend:
     """The operations every backend offers. Channels are strings (``can0``, ``vcan0``)."""
 
     name = "abstract"
 
-    def capture(self, channel: str, limit: int | None = None, timeout: float | None = None) -> Iterator[CanFrame]:
-        """Yield received frames until ``limit`` frames (None: unbounded) or
-        ``timeout`` seconds pass with no frame (None: the configured capture_timeout)."""
+    @contextmanager
+    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+        """A ``recv(timeout) -> CanFrame | None`` function on one open channel: the
+        next frame that passes ``filters`` (:func:`frame_passes`), or None when
+        none came within ``timeout`` seconds (or one that did not pass came).
+        Raises ``TransportError`` (``TRANSPORT_UNAVAILABLE``, ``TRANSPORT_RECEIVE_FAILED``),
+        :class:`SourceEnded` when a source has no more frames."""
         raise NotImplementedError
+        yield  # pragma: no cover
+
+    def capture(self, channel: str, limit: int | None = None, timeout: float | None = None,
+                filters: tuple[FrameFilter, ...] = ()) -> Iterator[CanFrame]:
+        """Yield received frames that pass ``filters`` until ``limit`` frames (None:
+        unbounded) or ``timeout`` seconds pass with no frame (None: no idle stop)."""
+        with self.receiver(channel, filters) as recv:
+            count = 0
+            last = time.monotonic()
+            while limit is None or count < limit:
+                wait = CAPTURE_POLL_S if timeout is None else max(0.0, min(CAPTURE_POLL_S, last + timeout - time.monotonic()))
+                try:
+                    frame = recv(wait)
+                except SourceEnded:
+                    return
+                now = time.monotonic()
+                if frame is None:
+                    if timeout is not None and now - last >= timeout:
+                        return
+                    continue
+                count += 1
+                last = now
+                yield frame
 
     def send(self, channel: str, frame: CanFrame) -> CanFrame:
         """Transmit one frame; return it as sent (timestamp set)."""
@@ -228,28 +374,38 @@ class PythonCanBackend(Backend):
         self.capture_timeout = capture_timeout
         self.bus_options = dict(bus_options or {})
 
-    def _open_bus(self, channel: str):
+    def _open_bus(self, channel: str, can_filters: list[dict[str, Any]] | None = None):
         """Open ``channel`` on the configured bus type: THE place a real bus is opened.
 
+        ``bus_options`` (bit rates, ``fd``, ``[transport.bus_kwargs]``) and
+        ``can_filters`` go to ``can.Bus``; python-can's own configuration is ignored.
         Raises ``TransportError`` (``TRANSPORT_UNAVAILABLE``) when python-can cannot open it.
         """
+        options = dict(self.bus_options)
+        if can_filters:
+            options["can_filters"] = can_filters
         try:
             import can
 
-            return can.Bus(channel=channel, interface=self.bus_type, ignore_config=True, **self.bus_options)
+            return can.Bus(channel=channel, interface=self.bus_type, ignore_config=True, **options)
         except Exception as exc:  # python-can raises many types; the user gets one code
             raise bus_unavailable(channel, self.bus_type, exc) from exc
 
     @staticmethod
     def _to_frame(message: Any, channel: str) -> CanFrame:
+        remote = bool(message.is_remote_frame)
         return CanFrame(
             arbitration_id=message.arbitration_id,
-            data=bytes(message.data),
+            data=b"" if remote else bytes(message.data),
             is_extended_id=message.is_extended_id,
             is_fd=message.is_fd,
-            is_remote_frame=message.is_remote_frame,
+            is_remote_frame=remote,
             timestamp=message.timestamp or time.time(),
             channel=channel,
+            bitrate_switch=bool(message.is_fd and message.bitrate_switch),
+            error_state_indicator=bool(message.is_fd and message.error_state_indicator),
+            is_error_frame=bool(message.is_error_frame),
+            requested_dlc=min(int(message.dlc), 15) if remote else 0,
         )
 
     @staticmethod
@@ -262,20 +418,27 @@ class PythonCanBackend(Backend):
             is_extended_id=frame.is_extended_id,
             is_fd=frame.is_fd,
             is_remote_frame=frame.is_remote_frame,
+            bitrate_switch=frame.bitrate_switch,
+            error_state_indicator=frame.error_state_indicator,
+            dlc=frame.requested_dlc if frame.is_remote_frame else None,
         )
 
-    def capture(self, channel: str, limit: int | None = None, timeout: float | None = None) -> Iterator[CanFrame]:
-        timeout = self.capture_timeout if timeout is None else timeout
-        with self._open_bus(channel) as bus:
-            count = 0
-            while limit is None or count < limit:
-                message = self._recv_on(bus, channel, timeout)
-                if message is None:
-                    if limit is None:
-                        continue  # unbounded capture streams until interrupted
-                    return
-                count += 1
-                yield self._to_frame(message, channel)
+    def _receive_function(self, bus: Any, channel: str,
+                          filters: tuple[FrameFilter, ...] = ()) -> Callable[[float], CanFrame | None]:
+        def recv(timeout: float) -> CanFrame | None:
+            message = self._recv_on(bus, channel, max(0.0, timeout))
+            if message is None:
+                return None
+            frame = self._to_frame(message, channel)
+            return frame if frame_passes(frame, filters) else None
+
+        return recv
+
+    @contextmanager
+    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+        can_filters = python_can_filters(filters)
+        with (self._open_bus(channel, can_filters) if can_filters else self._open_bus(channel)) as bus:
+            yield self._receive_function(bus, channel, filters)
 
     def send(self, channel: str, frame: CanFrame) -> CanFrame:
         with self._open_bus(channel) as bus:
@@ -290,11 +453,7 @@ class PythonCanBackend(Backend):
     @contextmanager
     def session(self, channel: str) -> Iterator[BusSession]:
         with self._open_bus(channel) as bus:
-            def recv(timeout: float) -> CanFrame | None:
-                message = self._recv_on(bus, channel, max(0.0, timeout))
-                return None if message is None else self._to_frame(message, channel)
-
-            yield BusSession(lambda frame: self._send_on(bus, channel, frame), recv)
+            yield BusSession(lambda frame: self._send_on(bus, channel, frame), self._receive_function(bus, channel))
 
     def _send_on(self, bus: Any, channel: str, frame: CanFrame) -> None:
         try:
@@ -371,13 +530,21 @@ class ScaffoldBackend(Backend):
                 "Use another channel name with the scaffold backend (e.g. scaffold0).",
             )
 
-    def capture(self, channel: str, limit: int | None = None, timeout: float | None = None) -> Iterator[CanFrame]:
+    @contextmanager
+    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+        """The fixed frames, at once, then :class:`SourceEnded`."""
         self._check(channel)
-        count = len(self.FRAMES) if limit is None else limit
-        for index in range(count):
-            base = self.FRAMES[index % len(self.FRAMES)]
-            yield CanFrame(base.arbitration_id, base.data, base.is_extended_id, base.is_fd, False,
-                           base.timestamp + index * 0.001, channel)
+        frames = iter(self.FRAMES)
+
+        def recv(timeout: float) -> CanFrame | None:
+            base = next(frames, None)
+            if base is None:
+                raise SourceEnded(channel)
+            frame = CanFrame(base.arbitration_id, base.data, base.is_extended_id, base.is_fd, False, base.timestamp,
+                             channel)
+            return frame if frame_passes(frame, filters) else None
+
+        yield recv
 
     def send(self, channel: str, frame: CanFrame) -> CanFrame:
         self._check(channel)
@@ -401,4 +568,5 @@ def build_backend(settings: TransportConfig | None = None) -> Backend:
     settings = transport_backend_config() if settings is None else settings
     if settings.backend == "scaffold":
         return ScaffoldBackend(settings.capture_limit, settings.capture_timeout)
-    return PythonCanBackend(settings.bus_type, settings.capture_limit, settings.capture_timeout)
+    return PythonCanBackend(settings.bus_type, settings.capture_limit, settings.capture_timeout,
+                            bus_options=settings.bus_options)

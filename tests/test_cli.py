@@ -98,11 +98,11 @@ def test_capture_scaffold_json_and_jsonl(scaffold):
     assert events[0]["event_type"] == "frame"
     assert set(events[0]) == {"event_type", "payload", "source", "timestamp"}
     assert events[0]["payload"]["arbitration_id"] == 0x0CF00400
-    jsonl = run_cli("capture", "scaffold0", "--jsonl")
+    jsonl = run_cli("capture", "scaffold0", "--jsonl")  # the scaffold's three frames, then the end of its source
     lines = [json.loads(line) for line in jsonl.out.splitlines()]
-    assert [line["event_type"] for line in lines[:2]] == ["frame", "frame"]
-    assert lines[2]["ok"] is True and lines[2]["data"]["frame_count"] == 2 and "events" not in lines[2]["data"]
-    assert len(lines) == 3
+    assert [line["event_type"] for line in lines[:3]] == ["frame", "frame", "frame"]
+    assert lines[3]["ok"] is True and lines[3]["data"]["frame_count"] == 3 and "events" not in lines[3]["data"]
+    assert len(lines) == 4
 
 
 def test_capture_text(scaffold):

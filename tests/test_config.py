@@ -18,7 +18,8 @@ from tests.helpers import run_cli, write_user_config
 
 def test_defaults_without_file_or_env():
     settings = transport.transport_backend_config()
-    assert settings == transport.TransportConfig("python-can", "socketcan", 2, 0.05)
+    assert settings == transport.TransportConfig("python-can", "socketcan", None, None)
+    assert settings.bus_options == {}  # nothing passed to python-can that the user did not set
     assert transport.default_can_interface() is None
     assert transport._load_user_config() == {}
 
@@ -106,7 +107,7 @@ def test_config_show_reports_sources(monkeypatch):
     data = result.data
     assert data["config_path"] == str(path) and data["config_found"] is True
     settings = data["settings"]
-    assert len(settings) == 7
+    assert len(settings) == 11
     assert settings["CANARCHY_DEFAULT_INTERFACE"] == {"key": "transport.default_interface", "value": "vcan7",
                                                       "source": "file"}
     assert settings["CANARCHY_CAPTURE_LIMIT"]["source"] == "env" and settings["CANARCHY_CAPTURE_LIMIT"]["value"] == 9
@@ -129,3 +130,148 @@ def test_config_that_is_not_utf8_is_a_structured_error():
         result = run_cli(*argv)
         assert (result.code, result.error_codes) == (1, ["CONFIG_INVALID"]), argv
         assert "not UTF-8" in result.envelope["errors"][0]["message"]
+
+
+# -- bus parameters: bitrate, data_bitrate, fd, [transport.bus_kwargs] -----------------------------
+
+def test_bus_parameters_from_file_env_and_flags(monkeypatch):
+    write_user_config('[transport]\ninterface = "pcan"\nbitrate = 250000\n'
+                      '[transport.bus_kwargs]\nf_clock_mhz = 80\nstate = "ACTIVE"\n')
+    monkeypatch.setenv("CANARCHY_BUS_KWARGS", "state=PASSIVE, receive_own_messages=true")
+    settings = transport.transport_backend_config({"CANARCHY_DATA_BITRATE": "2000000", "CANARCHY_BUS_FD": True,
+                                                   "CANARCHY_BUS_KWARGS": {"f_clock_mhz": "40"}})
+    assert settings.bus_options == {"bitrate": 250000, "data_bitrate": 2_000_000, "fd": True, "f_clock_mhz": "40",
+                                    "state": "PASSIVE", "receive_own_messages": True}
+    entries = config.resolve_bus_kwargs()
+    assert entries == {"f_clock_mhz": {"value": 80, "source": "file"},
+                       "receive_own_messages": {"value": True, "source": "env"},
+                       "state": {"value": "PASSIVE", "source": "env"}}
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("hop_limit=0", {"hop_limit": 0}),
+    ('app_name="CAN alyzer" serial=0x10, poll_interval=0.5', {"app_name": "CAN alyzer", "serial": 16,
+                                                             "poll_interval": 0.5}),
+    ('{"serial": 12345, "app_name": "x"}', {"serial": 12345, "app_name": "x"}),
+])
+def test_bus_kwargs_text_forms(text, expected):
+    assert config.parse_bus_kwargs_text(text) == expected
+
+
+@pytest.mark.parametrize("document,words", [
+    ('[transport]\nbitrate = 2000000\n', ["transport.bitrate", "2000000", "1000..1000000"]),
+    ('[transport]\nbitrate = "fast"\n', ["transport.bitrate", "whole number"]),
+    ('[transport]\nbitrate = true\n', ["transport.bitrate"]),
+    ('[transport]\ndata_bitrate = 500\n', ["transport.data_bitrate"]),
+    ('[transport]\nbitrate = 500000\ndata_bitrate = 250000\n', ["below", "transport.bitrate"]),
+    ('[transport]\nfd = false\ndata_bitrate = 2000000\n', ["transport.fd"]),
+    ('[transport]\nfd = "maybe"\n', ["transport.fd"]),
+    ('[transport.bus_kwargs]\nbitrate = 500000\n', ["own", "transport.bitrate"]),
+    ('[transport.bus_kwargs]\nchannel = "can1"\n', ["channel", "set by canarchy"]),
+    ('[transport.bus_kwargs]\ntiming = { f_clock = 8000000 }\n', ["timing"]),
+    ('[transport]\nbus_kwargs = 3\n', ["bus_kwargs"]),
+])
+def test_bad_bus_parameters_are_config_invalid(document, words):
+    write_user_config(document)
+    result = run_cli("config", "show", "--json")
+    assert (result.code, result.error_codes) == (1, ["CONFIG_INVALID"]), result.out
+    message = result.envelope["errors"][0]["message"]
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_bus_parameters_reach_python_can(monkeypatch, virtual_channel):
+    """What the settings say is what python-can's Bus is given (the virtual bus accepts keyword arguments)."""
+    import can
+
+    write_user_config('[transport]\ninterface = "virtual"\nbitrate = 500000\n'
+                      '[transport.bus_kwargs]\npreserve_timestamps = true\n')
+    seen = {}
+    real_bus = can.Bus
+
+    def recording_bus(*args, **kwargs):
+        seen.update(kwargs)
+        return real_bus(*args, **kwargs)
+
+    monkeypatch.setattr(can, "Bus", recording_bus)
+    backend = transport.build_backend()
+    with backend.sender(virtual_channel) as send:
+        send(transport.CanFrame(0x123, b"\x01"))
+    assert seen == {"channel": virtual_channel, "interface": "virtual", "ignore_config": True, "bitrate": 500000,
+                    "preserve_timestamps": True}
+
+
+def test_config_show_lists_bus_kwargs_with_sources(monkeypatch):
+    write_user_config('[transport.bus_kwargs]\nserial = 12345\n')
+    monkeypatch.setenv("CANARCHY_BUS_KWARGS", "app_name=canarchy")
+    result = run_cli("config", "show", "--json")
+    assert result.code == 0, result.out
+    assert result.data["bus_kwargs"] == {"app_name": {"value": "canarchy", "source": "env"},
+                                         "serial": {"value": 12345, "source": "file"}}
+    assert result.data["settings"]["CANARCHY_BUS_KWARGS"]["value"] == {"app_name": "canarchy", "serial": 12345}
+    text = run_cli("config", "show", "--text").out
+    assert "serial" in text and "(file)" in text and "app_name" in text
+
+
+# -- unknown keys and tables ---------------------------------------------------------------------
+
+MISSPELT = """bitrate = 500000
+[transprot]
+interface = "pcan"
+[transport]
+interfce = "pcan"
+[safety]
+bitrate = 250000
+"""
+
+
+def test_unknown_names_are_warnings_naming_the_nearest_known_one(capsys):
+    path = write_user_config(MISSPELT)
+    result = run_cli("config", "show", "--json")
+    assert result.code == 0
+    warnings = result.envelope["warnings"]
+    assert warnings == [
+        f"{path}: unknown key bitrate at the top level (did you mean transport.bitrate? it belongs in the "
+        "[transport] table)",
+        f"{path}: unknown table [transprot] (did you mean [transport]?)",
+        f"{path}: unknown key transport.interfce (did you mean transport.interface?)",
+        f"{path}: unknown key safety.bitrate (did you mean transport.bitrate?)",
+    ]
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "unknown" in line] == [f"canarchy: warning: {w}" for w in warnings]
+
+
+def test_every_command_that_reads_the_file_warns(capsys):
+    write_user_config('[transport]\nbackend = "scaffold"\ncapture_limt = 3\n')
+    for argv in (["capture", "scaffold0", "--count", "1", "--json"], ["send", "scaffold0", "0x123", "--json"],
+                 ["dbc", "cache", "list", "--json"]):
+        result = run_cli(*argv)
+        assert result.code == 0, (argv, result.out)
+        assert any("transport.capture_limt (did you mean transport.capture_limit?)" in w
+                   for w in result.envelope["warnings"]), argv
+        assert capsys.readouterr().err.count("capture_limt") == 1, argv  # once per command, however often read
+
+
+def test_known_names_give_no_warning(capsys):
+    write_user_config('[transport]\nbitrate = 500000\n[transport.bus_kwargs]\nanything_python_can_takes = 1\n'
+                      '[dbc_cache]\ndefault_provider = "x"\n[plugins.mine]\nenabled = true\nown_key = 3\n')
+    result = run_cli("config", "check", "--json")
+    assert result.code == 0 and result.envelope["warnings"] == [], result.out
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_config_check_fails_on_unknown_names_and_bad_values():
+    path = write_user_config(MISSPELT)
+    result = run_cli("config", "check", "--json")
+    assert (result.code, result.error_codes) == (1, ["CONFIG_CHECK_FAILED"])
+    message = result.envelope["errors"][0]["message"]
+    assert message.startswith("4 problem(s)") and "[transprot]" in message and str(path) in message
+    write_user_config('[transport]\nbitrate = 5\n')
+    result = run_cli("config", "check", "--json")
+    assert (result.code, result.error_codes) == (1, ["CONFIG_CHECK_FAILED"])
+    assert "transport.bitrate" in result.envelope["errors"][0]["message"]
+
+
+def test_config_check_without_a_file_passes():
+    result = run_cli("config", "check", "--text")
+    assert result.code == 0 and "not found" in result.out

@@ -305,7 +305,7 @@ def test_ack_is_scoped_to_the_call_even_when_it_fails(monkeypatch):
 def test_ack_with_dry_run_still_plans(rigged_transport, cli_calls):
     outcome = mcp_server.run_tool("send", {"channel": "vcan0", "arbitration_id": 1, "ack_active": True})
     assert outcome.envelope["data"]["mode"] == "dry_run"
-    assert cli_calls == [["send", "vcan0", "1", "", "--dry-run", "--ack-active", "--json"]]
+    assert cli_calls == [["send", "vcan0", "0x1", "", "--dry-run", "--ack-active", "--json"]]
     assert rigged_transport == []
 
 

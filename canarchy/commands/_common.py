@@ -75,11 +75,12 @@ def parse_hex_data(text: str, max_bytes: int = 64) -> bytes:
 
 
 def parse_arbitration_id(text: str) -> tuple[int, bool]:
-    """Parse an arbitration ID (``0x123`` or ``291``); > 0x7FF means a 29-bit (extended) ID.
+    """Parse an arbitration ID in **hex** as can-utils do (``7E0``, ``0x7E0``, ``18FEF100``):
+    8 digits are a 29-bit ID, 3 digits an 11-bit one, other widths 29-bit above 0x7FF.
 
     Returns ``(arbitration_id, is_extended_id)``. Raises ``UserInputError``
-    ``INVALID_FRAME`` when it does not parse or exceeds 0x1FFFFFFF.
+    ``INVALID_FRAME`` (see :func:`canarchy.frame_syntax.parse_arbitration_id`).
     """
-    value = parse_int(text, "INVALID_FRAME", "Arbitration ID", 0, 0x1FFFFFFF,
-                      "Use 0x000-0x7FF for 11-bit IDs or up to 0x1FFFFFFF for 29-bit IDs.")
-    return value, value > 0x7FF
+    from canarchy.frame_syntax import parse_arbitration_id as parse
+
+    return parse(text)

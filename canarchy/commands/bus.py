@@ -5,9 +5,46 @@ from __future__ import annotations
 import argparse
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.output import CommandResult, open_stream
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult, open_stream
+
+
+def add_bus_arguments(parser: argparse.ArgumentParser, fd: bool = True) -> None:
+    """The bus flags: ``--bus-type``, ``--bitrate``, ``--data-bitrate``, ``--fd`` (unless
+    the command has its own), ``--bus-option KEY=VALUE`` (repeatable); see :func:`bus_flags`."""
+    group = parser.add_argument_group("bus (flag > CANARCHY_* variable > [transport] in config.toml)")
+    group.add_argument("--bus-type", metavar="NAME", help="python-can bus type: socketcan, pcan, kvaser, vector, "
+                       "slcan, udp_multicast ... (default: [transport].interface)")
+    group.add_argument("--bitrate", metavar="BPS", help="nominal bit rate in bit/s, e.g. 500000 "
+                       "(default: [transport].bitrate)")
+    group.add_argument("--data-bitrate", metavar="BPS", help="CAN FD data-phase bit rate in bit/s, e.g. 2000000 "
+                       "(default: [transport].data_bitrate)")
+    if fd:
+        group.add_argument("--fd", action="store_true", default=None, help="open the bus in CAN FD mode "
+                           "(default: [transport].fd)")
+    group.add_argument("--bus-option", metavar="KEY=VALUE", action="append", default=[],
+                       help="a python-can bus keyword argument, e.g. --bus-option serial=12345 (repeatable; "
+                            "over [transport.bus_kwargs])")
+
+
+def bus_flags(args: argparse.Namespace) -> dict:
+    """The bus flags of ``args`` by variable, for :func:`canarchy.transport.transport_backend_config`.
+
+    Raises ``UserInputError`` ``INVALID_ARGUMENTS`` for a ``--bus-option`` without ``=``.
+    """
+    from canarchy import config
+
+    options: dict = {}
+    for item in args.bus_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserInputError("INVALID_ARGUMENTS", f"--bus-option {item!r} is not KEY=VALUE.",
+                                 "Give one python-can keyword argument per --bus-option, e.g. --bus-option serial=12345.")
+        options[key.strip()] = config.bus_kwarg_value(value)
+    return {"CANARCHY_PYTHON_CAN_INTERFACE": args.bus_type, "CANARCHY_BITRATE": args.bitrate,
+            "CANARCHY_DATA_BITRATE": args.data_bitrate, "CANARCHY_BUS_FD": True if args.fd else None,
+            "CANARCHY_BUS_KWARGS": options or None}
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -18,14 +55,18 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
                         ".csv ...); --count defaults to every frame, --timeout does not apply")
+    add_bus_arguments(p)
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_capture,
                    render_event=_render_frame, no_interface_ok=lambda a: a.file is not None)
 
     p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
     p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
-    p.add_argument("frame_id", metavar="ID", help="arbitration ID, e.g. 0x123 or 291 (> 0x7FF: 29-bit)")
-    p.add_argument("data", metavar="DATA", nargs="?", default="", help="payload as hex, e.g. 0210")
-    p.add_argument("--fd", action="store_true", help="send a CAN FD frame (up to 64 bytes)")
+    p.add_argument("frame_id", metavar="FRAME|ID",
+                   help="a frame in cansend's syntax (123#DEADBEEF, 18FEF100#00FF, 123#R, 123##1DEADBEEF), or an "
+                        "arbitration ID in hex: 3 digits 11-bit, 8 digits 29-bit (7E0, 18FEF100, 0x7E0)")
+    p.add_argument("data", metavar="DATA", nargs="?", default="", help="payload as hex after an ID, e.g. 0210")
+    p.add_argument("--fd", action="store_true", help="send a CAN FD frame (up to 64 bytes; the bus opens in CAN FD mode)")
+    add_bus_arguments(p, fd=False)
     add_active_arguments(p)
     p.set_defaults(command="send", handler=_send, takes_channel=True, no_interface_ok=lambda a: a.dry_run,
                    normalize=_normalize_send, render_text=_render_send)
@@ -56,7 +97,7 @@ def _capture(args: argparse.Namespace) -> CommandResult:
         return _capture_file(args)
     from canarchy.transport import build_backend, transport_backend_config
 
-    settings = transport_backend_config()
+    settings = transport_backend_config(bus_flags(args))
     if args.count is None:
         limit = settings.capture_limit
     else:
@@ -100,22 +141,43 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data=data, warnings=capture.all_warnings())
 
 
-def _send(args: argparse.Namespace) -> CommandResult:
+def _frame_to_send(args: argparse.Namespace):
+    """The frame ``send`` was given (cansend syntax, or ID and DATA) and warnings about its ID."""
+    from canarchy.frame_syntax import id_notes, parse_frame
     from canarchy.transport import CanFrame
 
+    if "#" in args.frame_id:
+        if args.data:
+            raise UserInputError("INVALID_ARGUMENTS", f"send: {args.frame_id!r} is a whole frame; {args.data!r} "
+                                 "is one argument too many.", "Put the data after the '#': 123#DEADBEEF.")
+        frame = parse_frame(args.frame_id, args.interface)
+        if args.fd and not frame.is_fd:
+            raise UserInputError("INVALID_ARGUMENTS", f"send: --fd with the classic frame {args.frame_id!r}.",
+                                 "Write a CAN FD frame with '##' and a flags digit (123##0DEADBEEF), or drop --fd.")
+        return frame, []
     arbitration_id, extended = parse_arbitration_id(args.frame_id)
     data = parse_hex_data(args.data)
-    frame = CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface)
-    if args.dry_run:
-        return CommandResult(data={"mode": "dry_run", "interface": args.interface, "frame": frame.to_payload()})
-    warning = active_gate("send", args.interface, f"send 1 frame (0x{arbitration_id:X})", args.ack_active)
-    from canarchy.transport import build_backend
+    return CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface), \
+        id_notes(args.frame_id)
 
-    sent = build_backend().send(args.interface, frame)
+
+def _send(args: argparse.Namespace) -> CommandResult:
+    frame, notes = _frame_to_send(args)
+    if frame.is_fd:
+        args.fd = True  # a CAN FD frame needs the bus in CAN FD mode
+    if args.dry_run:
+        return CommandResult(data={"mode": "dry_run", "interface": args.interface, "frame": frame.to_payload()},
+                             warnings=notes)
+    from canarchy.frame_syntax import format_frame
+
+    warning = active_gate("send", args.interface, f"send 1 frame ({format_frame(frame)})", args.ack_active)
+    from canarchy.transport import build_backend, transport_backend_config
+
+    sent = build_backend(transport_backend_config(bus_flags(args))).send(args.interface, frame)
     open_stream(args, f"send:{args.interface}").emit("frame_sent", sent.to_payload())
     return CommandResult(data={"mode": "active", "interface": args.interface,
                                "interface_source": args.interface_source, "frame": sent.to_payload()},
-                         warnings=[warning])
+                         warnings=[warning, *notes])
 
 
 def _frame_line(f: dict) -> str:

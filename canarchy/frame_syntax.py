@@ -1,0 +1,158 @@
+"""The field's syntax for IDs, frames and filters on the command line (can-utils).
+
+- An arbitration ID is **hex**, ``0x`` optional: 3 digits are an 11-bit ID,
+  8 digits a 29-bit ID (``123``, ``18FEF100``, ``0x7E0``); other widths are
+  11-bit up to 0x7FF and 29-bit above (:func:`parse_arbitration_id`).
+- A frame is cansend's ``ID#DATA`` (``lib.c`` of can-utils): ``123#DEADBEEF``,
+  ``123#DE.AD.BE.EF``, ``1F334455#11`` (29-bit), ``123#R`` / ``123#R4``
+  (remote, requested DLC), ``123##1DEADBEEF`` (CAN FD: one hex flags digit,
+  BRS 0x1 and ESI 0x2, then the data) (:func:`parse_frame`); ID widths 3 or 8.
+- A filter is candump's ``ID:MASK`` (pass when ``id & mask == ID & mask``) or
+  ``ID~MASK`` (pass the others; ``~ID:MASK`` too); the ID's width says which
+  kind of frame it applies to (:func:`parse_filter`).
+
+Errors: ``UserInputError`` ``INVALID_FRAME`` / ``INVALID_FRAME_DATA`` /
+``INVALID_FILTER`` (exit 1), each with a hint in this syntax.
+"""
+
+from __future__ import annotations
+
+from canarchy.errors import UserInputError
+from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame, FrameFilter, can_id_text
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_CANFD_BRS = 0x1  # linux/can.h
+_CANFD_ESI = 0x2
+_ID_HINT = ("Write the ID in hex as can-utils do: 3 digits for an 11-bit ID (123, 7E0), 8 for a 29-bit one "
+            "(18FEF100, 00000123); 0x7E0 works too.")
+_FRAME_HINT = ("Use cansend's syntax: 123#DEADBEEF, 18FEF100#00FF (29-bit), 123#R or 123#R4 (remote), "
+               "123##1DEADBEEF (CAN FD; flags digit: 1 = BRS, 2 = ESI).")
+
+
+def _digits(text: str) -> str:
+    raw = text.strip()
+    return raw[2:] if raw[:2].lower() == "0x" else raw
+
+
+def parse_arbitration_id(text: str) -> tuple[int, bool]:
+    """``(arbitration_id, is_extended_id)`` of a hex ID (see the module docstring).
+
+    Raises ``UserInputError`` ``INVALID_FRAME``: not hex, 3 digits above 0x7FF, or above 0x1FFFFFFF.
+    """
+    digits = _digits(str(text))
+    if not digits or not _HEX.issuperset(digits):
+        raise UserInputError("INVALID_FRAME", f"Arbitration ID {text!r} is not hex.", _ID_HINT)
+    value = int(digits, 16)
+    if len(digits) == 8:
+        extended = True
+    elif len(digits) == 3 and value > MAX_STANDARD_ID:
+        raise UserInputError("INVALID_FRAME", f"Arbitration ID {text!r} (0x{value:X}) does not fit 11 bits.",
+                             f"Write 8 digits for a 29-bit ID: {value:08X}.")
+    else:
+        extended = value > MAX_STANDARD_ID
+    if value > MAX_EXTENDED_ID:
+        raise UserInputError("INVALID_FRAME", f"Arbitration ID {text!r} (0x{value:X}) exceeds 0x1FFFFFFF.", _ID_HINT)
+    return value, extended
+
+
+def id_notes(text: str) -> list[str]:
+    """Warnings for an ID whose reading may surprise: all decimal digits (read as hex, which
+    canarchy before 0.2 read as decimal), or a width other than 3 or 8 above 0x7FF."""
+    digits = _digits(str(text))
+    notes = []
+    if str(text).strip()[:2].lower() != "0x" and digits.isdigit():
+        decimal = int(digits, 10)
+        also = f"; decimal {decimal} is 0x{decimal:X}" if decimal <= MAX_EXTENDED_ID else ""
+        notes.append(f"arbitration ID {text} is read as hex 0x{int(digits, 16):X}, as in cansend and candump{also} "
+                     "(canarchy used to read a bare ID as decimal)")
+    if len(digits) not in (3, 8) and _HEX.issuperset(digits) and digits and int(digits, 16) > MAX_STANDARD_ID:
+        notes.append(f"arbitration ID {text} has {len(digits)} hex digits and is above 0x7FF: sent as the 29-bit "
+                     f"ID {int(digits, 16):08X} (8 digits say so without this note)")
+    return notes
+
+
+def _payload(text: str, whole: str, limit: int) -> bytes:
+    compact = text.replace(".", "")
+    if len(compact) % 2 or not _HEX.issuperset(compact):
+        raise UserInputError("INVALID_FRAME_DATA", f"Frame {whole!r}: data {text!r} is not whole hex bytes.",
+                             _FRAME_HINT)
+    data = bytes.fromhex(compact)
+    if len(data) > limit:
+        raise UserInputError("INVALID_FRAME_DATA", f"Frame {whole!r} has {len(data)} data bytes; at most {limit}.",
+                             _FRAME_HINT)
+    return data
+
+
+def parse_frame(text: str, channel: str | None = None) -> CanFrame:
+    """The frame of cansend's ``ID#DATA`` syntax (see the module docstring).
+
+    Raises ``UserInputError`` ``INVALID_FRAME`` (ID, remote DLC, an FD length
+    that does not exist) or ``INVALID_FRAME_DATA`` (data).
+    """
+    whole = text.strip()
+    ident, sep, rest = whole.partition("#")
+    if not sep:
+        raise UserInputError("INVALID_FRAME", f"Frame {text!r} has no '#' between ID and data.", _FRAME_HINT)
+    if len(ident) not in (3, 8) or not _HEX.issuperset(ident):
+        raise UserInputError("INVALID_FRAME", f"Frame {text!r}: ID {ident!r} must be 3 hex digits (11-bit) or 8 "
+                             "(29-bit), as in cansend.", _FRAME_HINT)
+    arbitration_id, extended = parse_arbitration_id(ident)
+    if rest[:1] == "#":  # CAN FD
+        flags_digit = rest[1:2]
+        if not flags_digit or flags_digit not in _HEX:
+            raise UserInputError("INVALID_FRAME", f"Frame {text!r}: a CAN FD frame needs a flags digit after '##'.",
+                                 _FRAME_HINT)
+        flags = int(flags_digit, 16)
+        data = _payload(rest[2:], whole, 64)
+        if len(data) not in CAN_FD_DLCS:
+            raise UserInputError("INVALID_FRAME_DATA", f"Frame {text!r}: {len(data)} bytes is not a CAN FD length "
+                                 f"{CAN_FD_DLCS} (ISO 11898-1).", "Pad the data to the next CAN FD length.")
+        return CanFrame(arbitration_id, data, extended, True, channel=channel,
+                        bitrate_switch=bool(flags & _CANFD_BRS), error_state_indicator=bool(flags & _CANFD_ESI))
+    if rest[:1] in ("R", "r"):
+        dlc_digit = rest[1:]
+        if dlc_digit and (len(dlc_digit) != 1 or not dlc_digit.isdigit() or int(dlc_digit) > 8):
+            raise UserInputError("INVALID_FRAME", f"Frame {text!r}: remote frame DLC {dlc_digit!r} is not 0..8.",
+                                 _FRAME_HINT)
+        return CanFrame(arbitration_id, b"", extended, is_remote_frame=True, channel=channel,
+                        requested_dlc=int(dlc_digit or 0))
+    return CanFrame(arbitration_id, _payload(rest, whole, 8), extended, channel=channel)
+
+
+def format_frame(frame: CanFrame) -> str:
+    """``frame`` in cansend's syntax (the body of a candump ``-l`` line): ``123#DEADBEEF``."""
+    ident = can_id_text(frame.arbitration_id, frame.is_extended_id)
+    if frame.is_remote_frame:
+        return f"{ident}#R{frame.requested_dlc or ''}"
+    if frame.is_fd:
+        flags = (_CANFD_BRS if frame.bitrate_switch else 0) | (_CANFD_ESI if frame.error_state_indicator else 0)
+        return f"{ident}##{flags:X}{frame.data.hex().upper()}"
+    return f"{ident}#{frame.data.hex().upper()}"
+
+
+def parse_filter(text: str) -> FrameFilter:
+    """A candump filter ``ID:MASK``, ``ID~MASK`` or ``~ID:MASK`` (hex; see the module docstring).
+
+    Raises ``UserInputError`` ``INVALID_FILTER``.
+    """
+    raw = text.strip()
+    inverse = raw.startswith("~")
+    body = raw[1:] if inverse else raw
+    sep = ":" if ":" in body else "~"
+    ident, found, mask = body.partition(sep)
+    hint = ("Write ID:MASK in hex as candump does, e.g. 7E0:7F0 (IDs 0x7E0-0x7EF), 18DAF100:1FFFFF00; "
+            "ID~MASK passes every other frame.")
+    if sep == "~" and found:
+        if inverse:  # ~ID~MASK
+            found = ""
+        inverse = True
+    if not found or not ident or not mask:
+        raise UserInputError("INVALID_FILTER", f"Filter {text!r} is not ID:MASK or ID~MASK.", hint)
+    try:
+        can_id, extended = parse_arbitration_id(ident)
+    except UserInputError as exc:
+        raise UserInputError("INVALID_FILTER", f"Filter {text!r}: {exc.message}", hint) from None
+    mask_digits = _digits(mask)
+    if not _HEX.issuperset(mask_digits) or not mask_digits or int(mask_digits, 16) > MAX_EXTENDED_ID:
+        raise UserInputError("INVALID_FILTER", f"Filter {text!r}: mask {mask!r} is not hex up to 1FFFFFFF.", hint)
+    return FrameFilter(can_id, int(mask_digits, 16), extended, inverse)

@@ -1,0 +1,493 @@
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
+# The access guard (canarchy.testing.isolation.access; docs/design/test-isolation.md, REQ-TISO-21).
+#
+# An audit hook can never be removed, so none is installed in this process: each
+# scenario runs in a child Python that installs and configures the guard on a
+# tmp_path "operator home" and prints what happened (GUARDED + the scenario + REPORT).
+# Each test fails if the protection it covers is deleted: an operation left out of
+# the events judged is allowed, a path judged on its text lets a symlink or '..'
+# through, a record not kept lets a swallowed refusal pass.
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from benchmarks import access as access_bench
+from benchmarks import isolation, measure
+from canarchy.testing.isolation import access
+
+OWNER = "tests/test_scenario.py::test_operator_state"
+GUARDED = """
+import json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading
+from dataclasses import asdict
+from pathlib import Path
+from canarchy.testing.isolation import access
+
+home, work = Path(sys.argv[1]), Path(sys.argv[2])
+STATE, CHECKOUT = home / ".canarchy", work / "checkout"
+access.GUARD.configure(access.Protection(
+    refused=(str(STATE), str(home / ".canrc")), read_only=(str(home),), writable=(str(work),),
+    watched=(str(CHECKOUT),), unwatched_names=("__pycache__", ".pytest_cache"),
+))
+access.GUARD.owner = {owner!r}
+access.GUARD.report_dir = work / "reports"
+access.install()
+access.GUARD.enabled = True
+outcomes = {{}}
+
+def attempt(name, action):
+    try:
+        action()
+    except access.OperatorStateRefused as error:
+        outcomes[name] = "refused: " + str(error)
+    except Exception as error:
+        outcomes[name] = f"error: {{type(error).__name__}}: {{error}}"
+    else:
+        outcomes[name] = "allowed"
+"""
+REPORT = """
+print("ACCESS-RESULT " + json.dumps({"outcomes": outcomes,
+                                     "refusals": [asdict(r) for r in access.GUARD.take_refusals()],
+                                     "watched": [asdict(r) for r in access.GUARD.take_watched()]}))
+"""
+
+
+def make_operator(base: Path) -> tuple[Path, Path]:
+    """An operator home (canarchy state, ~/.canrc, other files) and a writable work tree beside it,
+    with symlinks from the work tree into the state."""
+    home, work = base / "home", base / "work"
+    (home / ".canarchy" / "sub").mkdir(parents=True)
+    (home / ".canarchy" / "config.toml").write_text("[transport]\ndefault_interface = 'socketcan'\n")
+    (home / ".canrc").write_text("[default]\ninterface = socketcan\n")
+    (home / "notes.txt").write_text("the operator's own notes\n")
+    (home / "sub").mkdir()
+    (home / "pkg" / "__pycache__").mkdir(parents=True)
+    (work / "checkout").mkdir(parents=True)
+    (work / "checkout" / "tracked.txt").write_text("tracked\n")
+    (work / "reports").mkdir()
+    (work / "plain.txt").write_text("plain\n")
+    (work / "link").symlink_to(home / ".canarchy")  # a directory symlink into the state
+    (work / "rc").symlink_to(home / ".canrc")  # a file symlink onto the state
+    (work / "rc-to-remove").symlink_to(home / ".canrc")
+    (work / "linkdir").symlink_to(home / "sub")  # linkdir/.. is the home, not the work tree
+    return home, work
+
+
+def run_guarded(scenario: str, home: Path, work: Path, owner: str = OWNER,
+                env: dict[str, str] | None = None) -> dict:
+    """Run ``scenario`` (code calling ``attempt(name, action)``) in a guarded child; return its report."""
+    source = GUARDED.format(owner=owner) + textwrap.dedent(scenario) + REPORT
+    environment = {k: v for k, v in os.environ.items() if k != access.ENVIRONMENT_VARIABLE}
+    environment.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", source, str(home), str(work)], capture_output=True,
+                          text=True, timeout=180, env=environment)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("ACCESS-RESULT ")]
+    assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(lines[-1][len("ACCESS-RESULT "):])
+
+
+# -- every operation on the state is refused -------------------------------------------
+
+READS = {
+    "open for reading": "open(STATE / 'config.toml').close()",
+    "os.open O_RDONLY": "os.close(os.open(STATE / 'config.toml', os.O_RDONLY))",
+    "bytes path": "open(os.fsencode(STATE / 'config.toml'), 'rb').close()",
+    "PathLike read_text": "(STATE / 'config.toml').read_text()",
+    "a refused file (~/.canrc)": "open(home / '.canrc').close()",
+    "listdir": "os.listdir(STATE)",
+    "listdir of bytes": "os.listdir(os.fsencode(STATE))",
+    "scandir": "list(os.scandir(STATE))",
+    "iterdir": "list(STATE.iterdir())",
+    "walk": "next(os.walk(STATE))",
+    "fwalk": "next(os.fwalk(STATE))",
+    "glob.glob": "glob.glob(str(STATE / '*'))",
+    "glob root_dir": "glob.glob('*', root_dir=STATE)",
+    "Path.glob": "list(STATE.glob('*'))",
+    "Path.rglob": "list(STATE.rglob('*'))",
+    "chdir": "os.chdir(STATE)",
+    "getxattr": "os.getxattr(STATE / 'config.toml', 'user.x')",
+    "listxattr": "os.listxattr(STATE / 'config.toml')",
+    "copyfile from": "shutil.copyfile(STATE / 'config.toml', work / 'copied.toml')",
+    "copy2 from": "shutil.copy2(STATE / 'config.toml', work / 'copied2.toml')",
+    "copytree from": "shutil.copytree(STATE, work / 'copied-tree')",
+    "hard link from": "os.link(STATE / 'config.toml', work / 'hard-link')",
+    "sqlite3 read-only URI": "sqlite3.connect(f'file:{STATE}/cache.db?mode=ro', uri=True)",
+    "subprocess cwd": "subprocess.run([sys.executable, '-c', 'pass'], cwd=STATE)",
+    "archive a tree": "shutil.make_archive(str(work / 'state-archive'), 'zip', root_dir=STATE)",
+    "unpack an archive from": "shutil.unpack_archive(STATE / 'backup.zip', work / 'unpacked', 'zip')",
+}
+WRITES = {
+    "open for writing": "open(STATE / 'config.toml', 'w').close()",
+    "open for appending": "open(STATE / 'config.toml', 'a').close()",
+    "open exclusive": "open(STATE / 'new.toml', 'x').close()",
+    "open r+": "open(STATE / 'config.toml', 'r+').close()",
+    "os.open O_WRONLY|O_CREAT": "os.close(os.open(STATE / 'new', os.O_WRONLY | os.O_CREAT))",
+    "write_text": "(STATE / 'config.toml').write_text('x')",
+    "touch": "(STATE / 'touched').touch()",
+    "mkdir": "os.mkdir(STATE / 'findings')",
+    "makedirs": "os.makedirs(STATE / 'cache' / 'dbc')",
+    "rmdir": "os.rmdir(STATE / 'sub')",
+    "remove": "os.remove(STATE / 'config.toml')",
+    "unlink": "(STATE / 'config.toml').unlink()",
+    "rename from": "os.rename(STATE / 'config.toml', work / 'moved.toml')",
+    "rename to": "os.rename(work / 'plain.txt', STATE / 'planted.toml')",
+    "replace to": "os.replace(work / 'plain.txt', home / '.canrc')",
+    "hard link to": "os.link(work / 'plain.txt', STATE / 'hard-link')",
+    "symlink to": "os.symlink(work / 'plain.txt', STATE / 'symlink')",
+    "truncate": "os.truncate(STATE / 'config.toml', 0)",
+    "utime": "os.utime(STATE / 'config.toml')",
+    "chmod": "os.chmod(STATE / 'config.toml', 0o600)",
+    "chown": "os.chown(STATE / 'config.toml', -1, -1)",
+    "shutil.chown": "shutil.chown(STATE / 'config.toml', group=os.getgid())",
+    "setxattr": "os.setxattr(STATE / 'config.toml', 'user.x', b'1')",
+    "removexattr": "os.removexattr(STATE / 'config.toml', 'user.x')",
+    "copyfile to": "shutil.copyfile(work / 'plain.txt', STATE / 'copied.toml')",
+    "copymode to": "shutil.copymode(work / 'plain.txt', STATE / 'config.toml')",
+    "copytree to": "shutil.copytree(CHECKOUT, STATE / 'copied-tree')",
+    "rmtree": "shutil.rmtree(STATE)",
+    "move from": "shutil.move(STATE / 'config.toml', work / 'moved.toml')",
+    "move to": "shutil.move(work / 'plain.txt', STATE / 'moved.toml')",
+    "sqlite3.connect": "sqlite3.connect(STATE / 'cache.db')",
+    "mkstemp": "tempfile.mkstemp(dir=STATE)",
+    "mkdtemp": "tempfile.mkdtemp(dir=STATE)",
+    "bind a Unix socket": "socket.socket(socket.AF_UNIX).bind(str(STATE / 'sock'))",
+    "make an archive at": "shutil.make_archive(str(STATE / 'archive'), 'zip', root_dir=CHECKOUT)",
+    "unpack into": "shutil.unpack_archive(work / 'checkout.zip', STATE, 'zip')",
+    "write under the home (read-only)": "open(home / 'new.txt', 'w').close()",
+    "mkdir under the home (read-only)": "os.mkdir(home / 'newdir')",
+    "rename within the home (read-only)": "os.rename(home / 'notes.txt', work / 'notes.txt')",
+    "rmtree of the home (state below)": "shutil.rmtree(home)",
+    "rmtree of the home's parent": "shutil.rmtree(home.parent)",
+}
+
+
+@pytest.fixture(scope="module")
+def refused_operations(tmp_path_factory):
+    home, work = make_operator(tmp_path_factory.mktemp("operator"))
+    scenario = "shutil.make_archive(str(work / 'checkout'), 'zip', root_dir=CHECKOUT)\n"
+    scenario += "".join(f"attempt({name!r}, lambda: {code})\n" for name, code in {**READS, **WRITES}.items())
+    before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    report = run_guarded(scenario, home, work)
+    report["home unchanged"] = sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
+    report["config intact"] = (home / ".canarchy" / "config.toml").read_text().startswith("[transport]")
+    return report
+
+
+@pytest.mark.parametrize("operation", list(READS) + list(WRITES))
+def test_each_operation_on_the_operators_state_is_refused(refused_operations, operation):
+    outcome = refused_operations["outcomes"][operation]
+    assert outcome.startswith("refused: "), outcome
+    assert OWNER in outcome and "Ways to fix it" in outcome and "real_home" in outcome and "tmp_path" in outcome
+
+
+def test_a_refusal_names_the_operation_the_path_and_the_owner(refused_operations):
+    message = refused_operations["outcomes"]["open for writing"]
+    assert f"{OWNER} tried to open for writing " in message
+    assert "config.toml" in message and "the operator's own state" in message
+    assert "tried to list " in refused_operations["outcomes"]["listdir"]
+    assert "tried to rename to " in refused_operations["outcomes"]["rename to"]
+    assert "a write under the operator's home" in refused_operations["outcomes"]["write under the home (read-only)"]
+
+
+def test_refused_operations_changed_nothing_and_were_all_recorded(refused_operations):
+    assert refused_operations["home unchanged"] and refused_operations["config intact"]
+    recorded = {(r["operation"], r["owner"]) for r in refused_operations["refusals"]}
+    assert len(refused_operations["refusals"]) == len(READS) + len(WRITES)
+    assert {owner for _, owner in recorded} == {OWNER}
+
+
+# -- the resolved path decides: symlinks, '..', relative paths ---------------------------
+
+RESOLUTION = {
+    "through a directory symlink": "open(work / 'link' / 'config.toml').close()",
+    "onto a file symlink": "open(work / 'rc').close()",
+    "list through a symlink": "os.listdir(work / 'link')",
+    "'..' in the home": "open(home / 'sub' / '..' / '.canarchy' / 'config.toml').close()",
+    "'..' after a symlink": "open(work / 'linkdir' / '..' / '.canarchy' / 'config.toml').close()",
+    "bytes through a symlink": "open(os.fsencode(work / 'link' / 'config.toml'), 'rb').close()",
+    "PathLike '..' after a symlink": "(work / 'linkdir' / '..' / '.canrc').read_text()",
+    "a symlink made after the directory was judged": (
+        "(open(work / 'plain.txt').close(), os.symlink(home / '.canrc', work / 'made-later'), "
+        "open(work / 'made-later').close())"),
+    "a relative path": "(os.chdir(work), open(os.path.join('link', 'config.toml')).close())",
+}
+
+
+@pytest.fixture(scope="module")
+def resolution(tmp_path_factory):
+    home, work = make_operator(tmp_path_factory.mktemp("operator"))
+    scenario = "".join(f"attempt({name!r}, lambda: {code})\n" for name, code in RESOLUTION.items())
+    return run_guarded(scenario, home, work)
+
+
+@pytest.mark.parametrize("route", list(RESOLUTION))
+def test_a_route_round_the_path_text_is_refused(resolution, route):
+    outcome = resolution["outcomes"][route]
+    assert outcome.startswith("refused: "), outcome
+
+
+def test_the_record_gives_the_path_as_given_and_as_resolved(resolution):
+    record = next(r for r in resolution["refusals"] if r["path"].endswith(os.path.join("link", "config.toml"))
+                  and os.path.isabs(r["path"]))
+    assert record["resolved"].endswith(os.path.join(".canarchy", "config.toml"))
+    assert os.sep + "link" + os.sep not in record["resolved"]
+    assert record["zone"] == "refused" and record["tree"].endswith(".canarchy")
+
+
+# -- what stays allowed ------------------------------------------------------------------
+
+ALLOWED = {
+    "read elsewhere": "open(os.__file__).close()",
+    "list elsewhere": "os.listdir(os.path.dirname(os.__file__))",
+    "read the rest of the home": "(home / 'notes.txt').read_text()",
+    "list the home": "os.listdir(home)",
+    "write to the work tree": "(work / 'out.txt').write_text('x')",
+    "mkdir and rmtree in the work tree": "(os.makedirs(work / 'a' / 'b'), shutil.rmtree(work / 'a'))",
+    "a temporary file": "tempfile.TemporaryFile().close()",
+    "remove a symlink that points into the state": "os.remove(work / 'rc-to-remove')",
+    "byte code under the home": "open(home / 'pkg' / '__pycache__' / 'm.cpython-311.pyc', 'wb').close()",
+    "sqlite3 in memory": "sqlite3.connect(':memory:').close()",
+    "write to the null device": "os.close(os.open(os.devnull, os.O_WRONLY))",
+}
+
+
+def test_reads_elsewhere_and_writes_to_writable_trees_are_allowed(tmp_path):
+    home, work = make_operator(tmp_path)
+    scenario = "".join(f"attempt({name!r}, lambda: {code})\n" for name, code in ALLOWED.items())
+    report = run_guarded(scenario, home, work)
+    assert report["outcomes"] == {name: "allowed" for name in ALLOWED}
+    assert report["refusals"] == [] and report["watched"] == []
+    assert (home / ".canrc").exists() and not (work / "rc-to-remove").exists()
+
+
+def test_a_disabled_guard_allows_everything(tmp_path):
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        access.GUARD.enabled = False
+        attempt("read", lambda: (STATE / "config.toml").read_text())
+        attempt("write", lambda: (STATE / "written.toml").write_text("x"))
+        attempt("home", lambda: (home / "new.txt").write_text("x"))
+    """, home, work)
+    assert report["outcomes"] == {"read": "allowed", "write": "allowed", "home": "allowed"}
+    assert (home / ".canarchy" / "written.toml").exists() and report["refusals"] == []
+
+
+# -- records --------------------------------------------------------------------------
+
+def test_a_swallowed_refusal_is_still_recorded(tmp_path):
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        def product_code():
+            try:
+                return (STATE / "config.toml").read_text()
+            except Exception:  # product code that swallows everything
+                return None
+        attempt("swallowed", product_code)
+    """, home, work)
+    assert report["outcomes"] == {"swallowed": "allowed"}  # the caller saw nothing...
+    [record] = report["refusals"]  # ...but the refusal stands
+    assert record["owner"] == OWNER and record["operation"] == "open for reading"
+    assert record["path"] == str(home / ".canarchy" / "config.toml")
+
+
+def test_writes_into_a_watched_tree_are_recorded_not_refused(tmp_path):
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        attempt("write", lambda: (CHECKOUT / "tracked.txt").write_text("changed"))
+        attempt("mkdir", lambda: (CHECKOUT / "new").mkdir())
+        attempt("read", lambda: (CHECKOUT / "tracked.txt").read_text())
+        attempt("unwatched", lambda: (CHECKOUT / ".pytest_cache").mkdir())
+    """, home, work, owner="tests/test_x.py::test_writes_the_checkout")
+    assert set(report["outcomes"].values()) == {"allowed"}
+    assert (work / "checkout" / "tracked.txt").read_text() == "changed"
+    watched = [(r["operation"], Path(r["path"]).name, r["owner"]) for r in report["watched"]]
+    assert watched == [("open for writing", "tracked.txt", "tests/test_x.py::test_writes_the_checkout"),
+                       ("mkdir", "new", "tests/test_x.py::test_writes_the_checkout")]
+    assert all(r["zone"] == "watched" and r["tree"] == str(work / "checkout") for r in report["watched"])
+    assert report["refusals"] == []
+
+
+def test_writing_a_record_does_not_recurse(tmp_path):
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        access.GUARD.report_dir = CHECKOUT  # every record written there is itself a write into a watched tree
+        os.environ.update(access.GUARD.to_environment())
+        access.activate_from_environment()  # as a child process: each record is written to report_dir
+        attempt("watched write", lambda: (CHECKOUT / "tracked.txt").write_text("changed"))
+        attempt("refused read", lambda: (STATE / "config.toml").read_text())
+        outcomes["lines"] = len((CHECKOUT / access.REPORT_FILE).read_text().splitlines())
+    """, home, work)
+    assert report["outcomes"]["watched write"] == "allowed"
+    assert report["outcomes"]["refused read"].startswith("refused: ")
+    assert report["outcomes"]["lines"] == 2  # one record each, and nothing about writing them
+    assert [r["path"] for r in report["watched"]] == [str(work / "checkout" / "tracked.txt")]
+
+
+def test_a_thread_is_judged_while_another_thread_is_being_judged(tmp_path):
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        inside, go = threading.Event(), threading.Event()
+        class SlowPath:  # its __fspath__ runs inside the hook, in the middle of a judgement
+            def __fspath__(self):
+                inside.set()
+                go.wait(30)
+                return str(work / "plain.txt")
+        copier = threading.Thread(target=shutil.copyfile, args=(SlowPath(), work / "copy.txt"))
+        copier.start()
+        inside.wait(30)
+        attempt("read while another thread is judged", lambda: (STATE / "config.toml").read_text())
+        go.set()
+        copier.join()
+        outcomes["copied"] = (work / "copy.txt").read_text()
+    """, home, work)
+    assert report["outcomes"]["read while another thread is judged"].startswith("refused: ")
+    assert report["outcomes"]["copied"] == "plain\n"
+
+
+# -- child processes ---------------------------------------------------------------------
+
+GRANDCHILD = """
+import sys
+from pathlib import Path
+from canarchy.testing.isolation import access
+assert access.activate_from_environment()
+try:
+    Path(sys.argv[1], ".canarchy", "config.toml").read_text()
+except Exception:  # swallowed: the parent must learn of it all the same
+    pass
+open(Path(sys.argv[2], "checkout", "tracked.txt"), "a").close()
+"""
+
+
+def test_a_grandchild_given_the_environment_refuses_and_reports_to_its_parent(tmp_path):
+    home, work = make_operator(tmp_path)
+    report = run_guarded(f"""
+        env = {{**os.environ, **access.GUARD.to_environment(),
+               "PYTEST_CURRENT_TEST": "tests/test_p.py::test_parent (call)"}}
+        done = subprocess.run([sys.executable, "-c", {GRANDCHILD!r}, str(home), str(work)], env=env,
+                              capture_output=True, text=True)
+        outcomes["grandchild"] = f"{{done.returncode}} {{done.stderr}}"
+        outcomes["child pid"] = os.getpid()
+        refusals, watched = access.GUARD.take()
+        outcomes["taken"] = [[asdict(r) for r in refusals], [asdict(r) for r in watched]]
+        outcomes["taken again"] = access.GUARD.take()
+    """, home, work)
+    assert report["outcomes"]["grandchild"] == "0 "
+    [[refusal], [watched]] = report["outcomes"]["taken"]
+    assert refusal["owner"] == "tests/test_p.py::test_parent" and refusal["operation"] == "open for reading"
+    assert refusal["pid"] != report["outcomes"]["child pid"]  # the grandchild's, read from report_dir
+    assert refusal["path"] == str(home / ".canarchy" / "config.toml")
+    assert watched["owner"] == "tests/test_p.py::test_parent" and watched["operation"] == "open for writing"
+    assert len((work / "reports" / access.REPORT_FILE).read_text().splitlines()) == 2  # one line a record
+    assert report["outcomes"]["taken again"] == [[], []]  # taken, so forgotten
+
+
+def test_a_record_from_a_child_names_the_child_process():
+    record = access.Access(OWNER, "open for reading", "/h/.canrc", "/h/.canrc", "refused", "/h/.canrc", os.getpid() + 1)
+    assert f"(in child process {os.getpid() + 1})" in record.message()
+    assert "child process" not in access.Access(**{**asdict(record), "pid": os.getpid()}).message()
+
+
+def test_the_environment_carries_the_configuration(tmp_path):
+    guard = access.AccessGuard()  # a guard of its own: configuring it installs nothing
+    protection = guard.configure(access.Protection(refused=(str(tmp_path / "s"),), read_only=(str(tmp_path),),
+                                                   watched=(str(tmp_path / "c"),), unwatched_names=(".git",)))
+    guard.report_dir = tmp_path / "r"
+    [(name, value)] = guard.to_environment().items()
+    assert name == access.ENVIRONMENT_VARIABLE
+    document = json.loads(value)
+    assert document["refused"] == list(protection.refused) and document["report_dir"] == str(tmp_path / "r")
+    assert document["unwatched_names"] == [".git"]
+    assert access.activate_from_environment({}) is False
+    with pytest.raises(ValueError, match=access.ENVIRONMENT_VARIABLE):
+        access.activate_from_environment({access.ENVIRONMENT_VARIABLE: "{not json"})
+
+
+# -- the default protection ---------------------------------------------------------------
+
+def test_default_protection_covers_both_homes(tmp_path, monkeypatch):
+    shell_home, account_home = tmp_path / "shell-home", tmp_path / "account-home"
+    shell_home.mkdir()
+    account_home.mkdir()
+    monkeypatch.setitem(sys.modules, "can.util", types.SimpleNamespace(CONFIG_FILES=[]))
+    protection = access.default_protection({"HOME": str(shell_home), "APPDATA": str(tmp_path / "roaming")},
+                                           str(account_home), cwd=str(tmp_path / "cwd"))
+    for home in (shell_home, account_home):
+        for name in (".canarchy", ".canrc", "can.conf", ".can"):
+            assert str(home / name) in protection.refused
+        assert str(home / "AppData" / "Roaming" / "can.ini") in protection.refused
+    assert "/etc/can.conf" in protection.refused
+    assert str(tmp_path / "roaming" / "can.ini") in protection.refused
+    assert str(tmp_path / "cwd" / "can.ini") in protection.refused
+    assert protection.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home))
+    assert protection.writable == (tempfile.gettempdir(),)
+
+
+def test_default_protection_resolves_and_merges_homes(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "via-link").symlink_to(real)
+    protection = access.default_protection({"HOME": str(tmp_path / "via-link"), "USERPROFILE": str(real)},
+                                           str(real))
+    assert protection.read_only == (str(real),)
+    assert [p for p in protection.refused if p.endswith(".canarchy")] == [str(real / ".canarchy")]
+    assert access.default_protection({"HOME": "/"}, None).read_only == ()  # a home at the root is not read-only
+
+
+def test_default_protection_follows_python_cans_config_files(tmp_path, monkeypatch):
+    import can.util
+
+    home = tmp_path / "home"
+    home.mkdir()
+    refused = access.default_protection({"HOME": str(home)}, None).refused
+    for name in can.util.CONFIG_FILES:  # the installed python-can's own list
+        path = str(home) + name[1:] if name.startswith("~") else name
+        assert path in refused or os.path.join(os.getcwd(), name) in refused, name
+    monkeypatch.setitem(sys.modules, "can.util", types.SimpleNamespace(CONFIG_FILES=["~/.can-next", "/opt/can.conf"]))
+    refused = access.default_protection({"HOME": str(home)}, None).refused
+    assert str(home / ".can-next") in refused and "/opt/can.conf" in refused
+
+
+def test_the_account_database_home_is_the_real_one():
+    pwd = pytest.importorskip("pwd")
+    assert access.account_database_home() == pwd.getpwuid(os.getuid()).pw_dir
+
+
+# -- the benchmark measures a live guard ----------------------------------------------------
+
+def test_the_benchmarks_access_variant_refuses_the_operators_state(tmp_path):
+    home = tmp_path / "operator"
+    (home / ".canarchy").mkdir(parents=True)
+    (home / ".canarchy" / "config.toml").write_text("x")
+    suite = isolation.write_suite(tmp_path / "suites", "access", tests=2, modules=1, conftests=access_bench.CONFTESTS)
+    (suite / "test_reads_state.py").write_text(
+        f"def test_reads_state():\n    open({str(home / '.canarchy' / 'config.toml')!r}).close()\n")
+    env = measure.child_env(home, extra={"BENCH_TIMING_FILE": str(tmp_path / "timing.json")})
+    env.pop(access.ENVIRONMENT_VARIABLE, None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=suite, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert "1 failed" in proc.stdout and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert "test_reads_state.py::test_reads_state tried to open for reading" in proc.stdout
+
+
+def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
+    figures = access_bench.run_per_call(calls=200)
+    assert set(figures["without"]) == set(figures["with"]) == set(access_bench.CASES)
+    assert figures["refusals"] == 0 and all(v > 0 for v in figures["with"].values())
+    result = access_bench.AccessResult(
+        suite=isolation.IsolationResult(tests=1000, rounds=1, runs={
+            "bare": isolation.VariantRuns([1.0], [1.0], [2.0], [2.0]),
+            "canarchy": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
+            "access": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0])}),
+        per_call=[figures])
+    assert result.per_test_ms("loop_cpu") == pytest.approx(0.04)
+    assert "<= 0.05 ms: met" in "\n".join(access_bench.report_lines(result))
