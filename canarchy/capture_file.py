@@ -51,7 +51,6 @@ import importlib.util
 import io
 import os
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -73,22 +72,6 @@ _HEX_DIGITS = frozenset(_HEX_TEXT)
 _TIMESTAMP_CHARS = "0123456789."  # str.strip(chars) leaves what is not one of these
 _FD_LENGTHS = frozenset(CAN_FD_DLCS)
 _MAX_SHOWN = 80  # characters of a bad line quoted in its warning
-
-
-@dataclass(frozen=True)
-class RemoteCanFrame(CanFrame):
-    """A remote (RTR) frame: no data bytes, but a requested DLC (0..15) of its own.
-
-    ``dlc`` and :meth:`to_payload` report ``requested_dlc``; everything else is a
-    :class:`~canarchy.transport.CanFrame` with ``is_remote_frame`` true.
-    """
-
-    requested_dlc: int = 0
-
-    @property
-    def dlc(self) -> int:  # type: ignore[override]
-        """The DLC the remote frame asks for (ISO 11898-1: a remote frame carries no data)."""
-        return self.requested_dlc
 
 
 class CaptureFile:
@@ -335,12 +318,14 @@ def parse_candump_line(line: str) -> CanFrame | None:
         raise ValueError(f"ID {ident!r} is not hex")
     can_id = int(ident, 16)
     fd = False
+    flags = 0
     if data:
         head = data[0]
         if head == "#":  # CAN FD: one hex flags digit, then the data
             if len(data) < 2 or data[1] not in _HEX_DIGITS:
                 raise ValueError("CAN FD frame without a flags digit after '##'")
             fd = True
+            flags = int(data[1], 16)
             data = data[2:]
         elif head == "R" or head == "r":
             return _remote_frame(can_id, extended, timestamp, channel, data[1:])
@@ -357,12 +342,15 @@ def parse_candump_line(line: str) -> CanFrame | None:
         valid = can_id <= MAX_EXTENDED_ID
     else:
         valid = can_id <= MAX_STANDARD_ID
+    brs, esi = bool(flags & _CANFD_BRS), bool(flags & _CANFD_ESI)
     if not valid or len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS):
-        return CanFrame(can_id, payload, extended, fd, False, timestamp, channel)  # raises INVALID_FRAME
+        return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi)  # raises INVALID_FRAME
     # Checked above with CanFrame's own limits: build it without checking again (a third of the time).
     frame = _new(CanFrame)
     _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
-                             "is_remote_frame": False, "timestamp": timestamp, "channel": channel})
+                             "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
+                             "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
+                             "requested_dlc": 0})
     return frame
 
 
@@ -371,14 +359,14 @@ def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, r
         raise ValueError(f"remote frame DLC {rest!r} is not one hex digit")
     if extended and can_id & _CAN_ERR_FLAG:
         raise _ErrorFrame
-    return RemoteCanFrame(can_id, b"", extended, False, True, timestamp, channel,
-                          requested_dlc=int(rest, 16) if rest else 0)
+    return CanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=int(rest, 16) if rest else 0)
 
 
 _new = object.__new__
 _set = object.__setattr__
 #: The fields :func:`parse_candump_line` sets, which must be all of CanFrame's (tests/test_capture_file.py checks).
-CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is_remote_frame", "timestamp", "channel")
+CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is_remote_frame", "timestamp", "channel",
+                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc")
 
 
 def iter_frames(path: str | os.PathLike[str]) -> Iterator[CanFrame]:
@@ -493,7 +481,8 @@ def _from_message(message: Any) -> CanFrame:
     channel = None if channel is None else str(channel)
     timestamp = float(message.timestamp)
     if message.is_remote_frame:
-        return RemoteCanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
-                              requested_dlc=message.dlc)
+        return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
+                        requested_dlc=message.dlc)
     data = bytes(message.data or b"")
-    return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel)
+    return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel,
+                    bool(message.is_fd and message.bitrate_switch), bool(message.is_fd and message.error_state_indicator))

@@ -334,7 +334,11 @@ def test_checked_frames_are_canframes_equal_to_validated_ones():
         ("(1.5) can0 18F00E00#821639C4FFFFFFFF", CanFrame(0x18F00E00, bytes.fromhex("821639C4FFFFFFFF"), True,
                                                           False, False, 1.5, "can0")),
         ("(2.0) vcan1 7FF#", CanFrame(0x7FF, b"", False, False, False, 2.0, "vcan1")),
-        ("(3.0) can1 123##1" + "ab" * 64, CanFrame(0x123, b"\xab" * 64, False, True, False, 3.0, "can1")),
+        ("(3.0) can1 123##1" + "ab" * 64, CanFrame(0x123, b"\xab" * 64, False, True, False, 3.0, "can1",
+                                                   bitrate_switch=True)),
+        ("(3.5) can1 1F334455##3" + "01" * 12, CanFrame(0x1F334455, b"\x01" * 12, True, True, False, 3.5, "can1",
+                                                        bitrate_switch=True, error_state_indicator=True)),
+        ("(4.0) can0 123##0", CanFrame(0x123, b"", False, True, False, 4.0, "can0")),
     ]:
         frame = parse_candump_line(line)
         assert type(frame) is CanFrame and frame == expected and frame.dlc == expected.dlc
