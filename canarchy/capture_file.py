@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from canarchy.errors import DecodeError, TransportError, UserInputError
+from canarchy.output import TIMESTAMP_TEXT
 from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame
 from canarchy.warning_log import WarningLog
 
@@ -140,9 +141,10 @@ class CaptureFile:
     def _open_text(self) -> io.TextIOBase:
         # Undecodable bytes become U+FFFD, which fails the line check below: a
         # warning for that line, not an exception for the whole file.
+        # newline="": lines still end at LF, CRLF or CR, untranslated (split() drops the CR).
         if self.path.lower().endswith(".gz"):
-            return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline=None)  # type: ignore[return-value]
-        return open(self.path, "r", encoding="utf-8", errors="replace", newline=None)
+            return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline="")  # type: ignore[return-value]
+        return open(self.path, "r", encoding="utf-8", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
         parse = parse_candump_line
@@ -350,7 +352,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
     _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
                              "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
                              "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
-                             "requested_dlc": 0})
+                             "requested_dlc": 0, TIMESTAMP_TEXT: seconds})
     return frame
 
 

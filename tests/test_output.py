@@ -199,3 +199,105 @@ def test_ctrl_c_closes_a_json_stream_with_its_events(monkeypatch):
     envelope = strict_json(result.out)
     assert result.code == 0 and envelope["data"]["stopped_by"] == "interrupt"
     assert len(envelope["data"]["events"]) == envelope["data"]["frames_shown"] == 499
+
+
+# -- frames written directly ----------------------------------------------------------------------
+
+def _frames():
+    from canarchy.capture_file import parse_candump_line
+    from canarchy.transport import CanFrame
+
+    return [parse_candump_line("(1641469561.949700) can0 79B#022101FFFFFFFFFF"),
+            parse_candump_line("(0.000001) vcan%d\\\\\"x 18FEF100##3" + "00" * 12),
+            parse_candump_line("(1700000000) can1 123#R4"),
+            CanFrame(0x7E8, b"\x01", timestamp=1.5, channel=None),
+            CanFrame(0x7E8, b"", timestamp=float("nan"), channel="can0"),
+            CanFrame(0x1FFFFFFF, b"\xff" * 8, True, timestamp=1e22, channel="ü"),
+            parse_candump_line("(1641469561.949700) can0 79B#022101FFFFFFFFFF")]
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_frames_written_directly_are_the_json_of_their_payload(fmt):
+    direct, direct_out = _printer(fmt)
+    generic, generic_out = _printer(fmt)
+    for frame in _frames():
+        direct.stream("file:x%s.log").emit_frame("frame", frame)
+        generic.stream("file:x%s.log").emit("frame", frame.to_payload(), frame.timestamp)
+    for printer in (direct, generic):
+        printer.finish(output.CommandResult(data={}), None)
+    if fmt == "jsonl":
+        assert [json.loads(line) for line in direct_out.getvalue().splitlines()] == \
+               [json.loads(line) for line in generic_out.getvalue().splitlines()]
+    else:
+        assert json.loads(direct_out.getvalue())["data"]["events"] == json.loads(generic_out.getvalue())["data"]["events"]
+    # past the first frame (written both ways to check), the log's own text of the timestamp
+    assert '"timestamp": 1641469561.949700' in direct_out.getvalue()
+
+
+def test_a_writer_that_disagrees_with_to_payload_is_not_used(monkeypatch):
+    from canarchy.capture_file import parse_candump_line
+
+    monkeypatch.setattr(output, "frame_json_writer", lambda encode, source: lambda event_type, frame: '{"x": 1}')
+    printer, out = _printer("jsonl")
+    frame = parse_candump_line("(1.5) can0 123#01")
+    for _ in range(3):
+        printer.stream("s").emit_frame("frame", frame)
+    assert [json.loads(line)["payload"] for line in out.getvalue().splitlines()] == [frame.to_payload()] * 3
+
+
+# -- memory does not grow with the input ------------------------------------------------------------
+
+class _Sink:
+    """A stdout that keeps nothing (so that only canarchy's own memory is measured)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _peak(argv: list[str]) -> int:
+    import tracemalloc
+
+    from canarchy.cli import main
+
+    tracemalloc.start()
+    try:
+        assert main(argv, stdout=_Sink()) == 0
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _truck_lines(tmp_path: Path, count: int) -> Path:
+    """The first ``count`` frames of the J1939 truck log, cycled with later timestamps as needed."""
+    lines = TRUCK.read_text(encoding="ascii").splitlines()
+    path = tmp_path / f"truck_{count}.log"
+    with path.open("w", encoding="ascii") as out:
+        for n in range(count):
+            stamp, rest = lines[n % len(lines)].split(" ", 1)
+            out.write(f"({float(stamp[1:-1]) + n // len(lines) * 10000:.6f}) {rest}\n")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--jsonl", "--text"])
+@pytest.mark.parametrize("command", [
+    ["capture", "--file", "{log}"],
+    ["decode", "--file", "{log}", "--dbc", str(CAPTURES / "css_j1939_demo.dbc")],
+    ["j1939", "decode", "--file", "{log}"],
+])
+def test_memory_does_not_grow_with_the_capture(tmp_path, monkeypatch, command, fmt):
+    monkeypatch.setattr(output, "SPOOL_MEMORY_BYTES", 64 * 1024)  # --json spools to a file past this
+    small, large = _truck_lines(tmp_path, 1000), _truck_lines(tmp_path, 5000)
+    argv = lambda log: [part.format(log=log) for part in command] + [fmt]  # noqa: E731
+    _peak(argv(small))  # warm-up: imports, the DBC, the catalog
+    assert _peak(argv(large)) < _peak(argv(small)) * 1.25 + 256 * 1024
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--jsonl", "--text"])
+def test_a_long_dry_run_plans_in_flat_memory(monkeypatch, fmt):
+    monkeypatch.setattr(output, "SPOOL_MEMORY_BYTES", 64 * 1024)
+    base = ["generate", "--dry-run", "--seed", "1", fmt, "--count"]
+    _peak(base + ["2000"])
+    assert _peak(base + ["20000"]) < _peak(base + ["2000"]) * 1.25 + 256 * 1024

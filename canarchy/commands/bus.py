@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data, parse_int
@@ -109,7 +110,7 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     stream = open_stream(args, f"capture:{args.interface}", live=True)
     with stream.stoppable():  # Ctrl+C ends an unbounded capture; the frames so far stand
         for frame in backend.capture(args.interface, limit=limit, timeout=args.timeout):
-            stream.emit("frame", frame.to_payload(), frame.timestamp)
+            stream.emit_frame("frame", frame)
     return CommandResult(data={"interface": args.interface, "interface_source": args.interface_source,
                                "frame_count": stream.count})
 
@@ -131,11 +132,10 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = None if limit == 0 else limit
     capture = open_capture(args.file)
     stream = open_stream(args, f"file:{args.file}")
+    emit = stream.emit_frame
     with stream.stoppable():
-        for frame in capture:
-            if limit is not None and stream.count >= limit:
-                break
-            stream.emit("frame", frame.to_payload(), frame.timestamp)
+        for frame in capture if limit is None else itertools.islice(capture, limit):
+            emit("frame", frame)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, **capture.log.to_data()}
     return CommandResult(data=data, warnings=capture.all_warnings())
