@@ -16,6 +16,8 @@ Sections (one module each):
   1,000,000-frame candump log, beside python-can's reader and cantools;
 - :mod:`benchmarks.startup`: wall time of offline commands from process start
   to exit, beside ``import can`` and ``cantools --help``.
+- :mod:`benchmarks.sentinel`: what the sentinel's tree manifest costs as the
+  checkout and the home grow (ignored and tracked files, a large file).
 
 Nothing here is a test: the suite (``tests/test_benchmarks.py``) checks the
 code of the benchmarks, never a timing.

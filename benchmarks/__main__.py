@@ -1,9 +1,11 @@
 """``python -m benchmarks``: run the sections and write the report (``nox -s bench`` calls this).
 
-Options: ``--sections isolation,lanes,captures,startup,access`` (default all);
+Options: ``--sections isolation,lanes,captures,startup,access,containment,sentinel`` (default all);
 ``--rounds N`` (isolation rounds, default 9), ``--tests N`` (default 2000),
 ``--lane-runs N`` (default 3), ``--no-cold``, ``--capture-runs N`` (default
-3), ``--frames N`` (default 1,000,000), ``--startup-runs N`` (default 15);
+3), ``--frames N`` (default 1,000,000), ``--startup-runs N`` (default 15),
+``--containment-runs N`` (default 15), ``--sentinel-rounds N`` (default 5),
+``--sentinel-files N`` (default 100,000);
 ``--nox-python PATH`` (the interpreter that runs nox; without it the lanes
 section is skipped); ``--reports DIR`` (default ``reports``; writes
 ``bench.md`` and ``bench.json``); ``--docs PATH`` (default
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from benchmarks import measure, report
 
-SECTIONS = ("isolation", "lanes", "captures", "startup", "access")
+SECTIONS = ("isolation", "lanes", "captures", "startup", "access", "containment", "sentinel")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-runs", type=int, default=3, help="runs per capture reader (default 3)")
     p.add_argument("--frames", type=int, default=1_000_000, help="frames per generated log (default 1,000,000)")
     p.add_argument("--startup-runs", type=int, default=15, help="runs per command (default 15)")
+    p.add_argument("--containment-runs", type=int, default=15, help="runs per containment variant (default 15)")
+    p.add_argument("--sentinel-rounds", type=int, default=5, help="rounds per sentinel scenario (default 5)")
+    p.add_argument("--sentinel-files", type=int, default=100_000, help="files per large tree (default 100,000)")
     p.add_argument("--nox-python", help="interpreter that runs nox (the lanes section needs it)")
     p.add_argument("--reports", default="reports", help="directory for bench.md and bench.json (default reports)")
     p.add_argument("--docs", default="docs/benchmarks.md", help="document whose results block is replaced")
@@ -124,6 +129,22 @@ def main(argv: list[str] | None = None) -> int:
         blocks.append(access.report_lines(result))
         if not result.ok:
             failed.append("access")
+    if "containment" in sections:
+        from benchmarks import containment
+
+        rows = containment.run_containment(runs=args.containment_runs)
+        raw["containment"] = _jsonable(rows)
+        blocks.append(containment.containment_lines(rows))
+        if not all(r.ms for r in rows):
+            failed.append("containment")
+    if "sentinel" in sections:
+        from benchmarks import sentinel
+
+        result = sentinel.run_sentinel(files=args.sentinel_files, rounds=args.sentinel_rounds)
+        raw["sentinel"] = _jsonable(result)
+        blocks.append(sentinel.report_lines(result))
+        if not all(r.snapshot for r in result.scenarios.values()):
+            failed.append("sentinel")
     info["loadavg"] = measure.machine()["loadavg"]
     seconds = time.monotonic() - clock
     body = report.machine_lines(info, started, seconds, _commit())

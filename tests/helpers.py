@@ -67,10 +67,11 @@ class Interrupted:
 
 
 def interrupt_once_started(argv: list[str], *, started: Path, runs: int, cwd: Path,
-                           env: dict[str, str]) -> Interrupted:
-    """Start ``argv`` as from a terminal, send SIGINT once ``runs`` waiting tests have
-    written their pids into ``started``, and collect what it did (a second later, so a
-    run that wrongly starts after the interrupt has had time to write its pid too)."""
+                           env: dict[str, str], signals: int = 1) -> Interrupted:
+    """Start ``argv`` as from a terminal, send SIGINT (``signals`` times, 150 ms apart) once
+    ``runs`` waiting tests have written their pids into ``started``, and collect what it did
+    (a second later, so a run that wrongly starts after the interrupt has had time to write
+    its pid too)."""
     lane = subprocess.Popen(
         [*AS_IN_A_TERMINAL, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
@@ -80,7 +81,10 @@ def interrupt_once_started(argv: list[str], *, started: Path, runs: int, cwd: Pa
         while len(list(started.iterdir())) < runs:
             assert lane.poll() is None and time.monotonic() < deadline, f"{runs} runs never started"
             time.sleep(0.05)
-        lane.send_signal(signal.SIGINT)
+        for i in range(signals):
+            if i:
+                time.sleep(0.15)
+            lane.send_signal(signal.SIGINT)
         out, err = lane.communicate(timeout=60)
     finally:
         if lane.poll() is None:

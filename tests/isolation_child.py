@@ -93,7 +93,8 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     run_env = operator_environment(home, hostile)
     run_env.update(env or {})
     report = base / "child-report.xml"
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--strict-markers",
+    # -p no:randomly: the child's tests run in file order even where pytest-randomly is installed
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--strict-markers",
                f"--junitxml={report}", "--rootdir", str(project), *args]
     proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout)
     run = ChildRun(proc.returncode, proc.stdout + proc.stderr, home=home)

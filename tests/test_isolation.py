@@ -193,10 +193,12 @@ def test_tiso15_integration_runs_when_selected(tmp_path):
 @pytest.mark.parametrize("markexpr, marker, asked", [
     ("", "integration", False), ("integration", "integration", True), ("not integration", "integration", False),
     ("uds or integration", "integration", True), ("uds and not integration", "integration", False),
-    ("uds", "real_bus", False), ("real_busy", "real_bus", False), ("real_bus or not real_bus", "real_bus", False),
+    ("uds", "real_bus", False), ("real_busy", "real_bus", False), ("real_bus or not real_bus", "real_bus", True),
     ("(uds or real_home) and not slow", "real_home", True), ("real_bus or not integration", "integration", False),
+    ("not (uds and not real_bus)", "real_bus", True), ("dev(serial='x y') and integration", "integration", True),
+    ("integration(", "integration", True),
 ])
-def test_an_expression_asks_for_a_marker_only_if_it_can_turn_on_it(markexpr, marker, asked):
+def test_an_expression_asks_for_a_marker_only_if_it_names_it_outside_a_not(markexpr, marker, asked):
     from canarchy.testing.isolation.plugin import asks_for
 
     assert asks_for(markexpr, marker) is asked

@@ -1,19 +1,26 @@
-"""canarchy.testing.lanes: lane environments, manifests, the private network namespace, verdicts, parity."""
+"""canarchy.testing.lanes: environments, a project's layout, copies, the unit and parity lanes, interrupts."""
 
 from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from canarchy.testing.lanes import env as lane_env, manifest, netns as lane_netns, parity, runner, unit, verdict as lane_verdicts
 from canarchy.testing.lanes import __main__ as lanes_cli
+from canarchy.testing.lanes import env as lane_env
+from canarchy.testing.lanes import manifest, parity, runner, unit, workspace
+from canarchy.testing.lanes import netns as lane_netns
+from canarchy.testing.lanes.project import Project, ProjectError, load_project
+from canarchy.testing.lanes.results import totals_text
 from tests.helpers import WAITING_TEST, interrupt_once_started
+
+REPO = Path(__file__).resolve().parents[1]
 
 HOSTILE_SHELL = {
     "PATH": "/usr/bin:/bin",
@@ -97,7 +104,7 @@ def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path
     (project / ".installed-plugin-was-here").unlink()
     env = lane_env.build_env(home=tmp_path / "home", source={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": ""},
                           extra={"PYTHONPATH": str(site)})
-    run = runner.run_pytest(sys.executable, args, env=env, log=tmp_path / "a.log", echo=False, cwd=project)
+    run = runner.run_pytest(args, env=env, log=tmp_path / "a.log", cwd=project)
     assert run.returncode == 0, run.output
     assert not (project / ".installed-plugin-was-here").exists()
 
@@ -282,87 +289,123 @@ def test_provided_bus_round_trip_in_the_private_namespace():
     assert ok, output
 
 
-# --------------------------------------------------------------------------- verdicts
-
-
-def _junit(path: Path, cases: str) -> Path:
-    path.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
-    return path
-
-
-def _run(tmp_path: Path, cases: str | None, output: str, returncode: int = 0) -> runner.PytestRun:
-    from canarchy.testing.lanes.results import parse_summary
-
-    junit = tmp_path / "unit.xml"
-    if cases is not None:
-        _junit(junit, cases)
-    return runner.PytestRun(returncode, output, parse_summary(output), 1.0, junit, tmp_path / "unit.log")
-
-
-PASS = '<testcase classname="m" name="t1"/>'
-FAIL = '<testcase classname="m" name="t2"><failure message="x"/></testcase>'
-SKIP = '<testcase classname="m" name="t3"><skipped type="pytest.skip" message="no bus"/></testcase>'
-
-
-@pytest.mark.parametrize(
-    "cases, output, rc, status, detail",
-    [
-        (PASS + SKIP, "1 passed, 1 skipped in 0.1s", 0, "PASSED", "1 passed, 1 skipped"),
-        (PASS + FAIL, "1 failed, 1 passed in 0.1s", 1, "FAILED", "exit code 1"),
-        (SKIP, "1 skipped in 0.1s", 0, "NOT PROVEN", "every test skipped"),
-        ("", "no tests ran in 0.1s", 5, "CANNOT DECIDE", "zero tests selected"),
-        (PASS, "2 passed in 0.1s", 0, "CANNOT DECIDE", "accounts for 1 outcome(s), pytest printed 2"),
-        (PASS, "Killed", 137, "CANNOT DECIDE", "no summary line"),
-        (None, "ERROR: usage", 4, "CANNOT DECIDE", "no such report"),
-    ],
-)
-def test_lane_verdict(tmp_path, cases, output, rc, status, detail):
-    verdict = lane_verdicts.lane_verdict("unit", _run(tmp_path, cases, output, rc))
-    assert verdict.status == status and detail in verdict.detail
-    assert verdict.exit_code == {"PASSED": 0, "NOT PROVEN": 0, "FAILED": 1}.get(status, 2)
-    assert verdict.line().startswith(f"unit: {status} - ")
-
-
-def test_failed_verdict_lists_failing_tests(tmp_path):
-    verdict = lane_verdicts.lane_verdict("unit", _run(tmp_path, PASS + FAIL, "1 failed, 1 passed in 0.1s", 1))
-    assert verdict.failing == ["m::t2"] and "`m::t2`" in verdict.markdown()
-
-
 @pytest.mark.parametrize("args", [[], ["--junitxml=a.xml", "--junitxml=b.xml"], ["--junitxml", "a.xml"]])
 def test_junit_path_must_be_given_once(args):
     with pytest.raises(ValueError, match="exactly one --junitxml"):
         runner.junit_path(args)
 
 
-def _project(root: Path, tests: str) -> Path:
+# --------------------------------------------------------------------------- a project's layout
+
+
+PYPROJECT = """
+[tool.pytest.ini_options]
+addopts = ["-p", "canarchy.testing.isolation.plugin"]
+xfail_strict = true
+canarchy_network_namespace = true
+
+[tool.canarchy.lanes]
+operator_home = "operator-home"
+"""
+
+
+def _project(root: Path, tests: str, *, pyproject: str = PYPROJECT) -> Project:
+    """A tiny project under the plugin: tests/test_p.py holding ``tests``, an operator home
+    with a config that names a default interface, a git work tree."""
     (root / "tests").mkdir(parents=True)
-    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "pyproject.toml").write_text(pyproject)
     (root / "tests" / "test_p.py").write_text(tests)
-    return root
+    home = root / "operator-home" / ".canarchy"
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text('[transport]\ndefault_interface = "vcan-operator"\n')
+    (root / ".gitignore").write_text("reports/\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True, capture_output=True)
+    return load_project(root)
 
 
-def _pytest_args(root: Path, junit: str) -> list[str]:
-    return ["-p", "no:cacheprovider", "-c", str(root / "pytest.ini"), "--rootdir", str(root), f"--junitxml={junit}",
-            "-o", "log_cli=true", "--log-cli-level=WARNING", "tests"]  # fmt: skip
+def test_a_flat_and_a_src_layout_are_read_from_pyproject(tmp_path):
+    flat = tmp_path / "flat"
+    (flat / "pkg").mkdir(parents=True)
+    (flat / "pyproject.toml").write_text('[project]\nname = "pkg"\n[tool.pytest.ini_options]\ntestpaths = ["t"]\n')
+    project = load_project(flat)
+    assert (project.packages, project.source, project.tests, project.install) == (("pkg",), flat.resolve(), ("t",),
+                                                                                  ("-e", "."))
+    assert project.module_of("pkg/guard.py") == "pkg.guard" and project.module_of("pkg/__init__.py") == "pkg"
+    src = tmp_path / "srcl"
+    (src / "src" / "my_pkg").mkdir(parents=True)
+    (src / "pyproject.toml").write_text('[project]\nname = "my-pkg"\n[project.optional-dependencies]\ntest = []\n')
+    project = load_project(src)
+    assert project.packages == ("my_pkg",) and project.source == (src / "src").resolve()
+    assert project.module_of("src/my_pkg/a/b.py") == "my_pkg.a.b" and project.install == ("-e", ".[test]")
+    assert project.import_root() == str((src / "src").resolve())
+    with pytest.raises(ProjectError, match="not under the project's source directory"):
+        project.module_of("tools/x.py")
 
 
-def test_run_lane_end_to_end(tmp_path, monkeypatch, capsys):
-    root = _project(tmp_path / "p", "import os\ndef test_home():\n    assert os.environ['HOME'] != os.environ.get('OUTER')\n")
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("CANARCHY_DEFAULT_INTERFACE", "can0")  # must not reach the run
-    code = lanes_cli.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
+@pytest.mark.parametrize("table, message", [
+    ('packages = "x"\nunknown = 1', "unknown keys"),
+    ('operator_home = "../elsewhere"', "outside the project root"),
+    ("packages = []", "non-empty list"),
+])
+def test_a_bad_lanes_table_is_named(tmp_path, table, message):
+    (tmp_path / "pyproject.toml").write_text(f"[tool.canarchy.lanes]\n{table}\n")
+    with pytest.raises(ProjectError, match=message):
+        load_project(tmp_path)
+
+
+def test_canarchy_s_own_layout():
+    project = load_project(REPO)
+    assert project.packages == ("canarchy",) and project.source == REPO and project.tests == ("tests",)
+    assert project.operator_home == REPO / "fixtures" / "operator-home" and project.mutations == REPO / "fixtures" / "mutations"
+
+
+def test_a_copy_holds_what_git_would_commit(tmp_path):
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    (root / "pkg" / "tracked.py").write_text("x")
+    (root / "untracked.txt").write_text("y")
+    (root / ".gitignore").write_text("ignored/\n")
+    (root / "ignored").mkdir()
+    (root / "ignored" / "big.bin").write_text("z")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "pkg"], check=True)
+    assert workspace.tree_files(root) == [".gitignore", "pkg/tracked.py", "pyproject.toml", "untracked.txt"]
+    dest = tmp_path / "copy"
+    dest.mkdir()
+    assert workspace.copy_tree(root, dest) == 4 and not (dest / "ignored").exists()
+    plain = tmp_path / "plain"
+    for name in ("a.py", "venv/pyvenv.cfg", "venv/lib/x.py", ".tox/y", "src/pkg/m.py", "src/pkg/__pycache__/m.pyc"):
+        (plain / name).parent.mkdir(parents=True, exist_ok=True)
+        (plain / name).write_text("")
+    assert workspace.tree_files(plain) == ["a.py", "src/pkg/m.py"]
+
+
+# --------------------------------------------------------------------------- the unit lane
+
+
+def test_the_unit_lane_end_to_end(tmp_path, capsys):
+    project = _project(tmp_path / "p", "import os\ndef test_home():\n    assert 'CANARCHY_DEFAULT_INTERFACE' not in os.environ\n")
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "unit: PASSED - 1 passed" in out
-    assert (root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
-    assert (root / "reports" / "unit.log").exists()
+    assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before, "a lane handler survived"
+
+
+def test_the_unit_lane_uses_xdist_workers(tmp_path, capsys):
+    project = _project(tmp_path / "p", "import os\ndef test_worker():\n    assert os.environ.get('PYTEST_XDIST_WORKER')\n")
+    assert lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "2"]) == 0, capsys.readouterr().out
+    assert "unit: 2 pytest-xdist workers" in capsys.readouterr().out
+    assert unit.workers(None) in (0, len(os.sched_getaffinity(0)))
 
 
 def unguarded_child() -> str:
-    """A test module whose child escapes the bus guard the documented way
-    (``python -I`` drops the PYTHONPATH hook) and must find itself in a network
-    namespace other than the caller's (this test's), holding only ``lo``.
-    Works wherever the caller runs, a lane's namespace included."""
+    """A test module whose child escapes the bus guard the documented way (``python -I``
+    drops the PYTHONPATH hook) and must find itself in a network namespace other than
+    this test's, holding only ``lo``: the plugin's own namespace, whatever lane runs it."""
     outer = os.readlink("/proc/self/ns/net")
     return f"""
 import subprocess, sys
@@ -376,29 +419,14 @@ def test_an_unguarded_child_is_contained():
 """
 
 
-def _needs_a_namespace() -> None:
+def test_a_lane_s_suite_contains_a_child_the_guard_cannot_reach(tmp_path, capsys):
     if not lane_netns.netns_support().available:
         pytest.skip(lane_netns.netns_support().reason)
+    project = _project(tmp_path / "p", unguarded_child())
+    assert lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"]) == 0, capsys.readouterr().out
 
 
-def test_unit_lane_contains_a_child_the_guard_cannot_reach(tmp_path, monkeypatch, capsys):
-    _needs_a_namespace()
-    root = _project(tmp_path / "p", unguarded_child())
-    monkeypatch.chdir(root)
-    code = lanes_cli.main(["run", "--lane", "unit", "--", *_pytest_args(root, "reports/unit.xml")])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "unit: network: a private namespace (loopback only)" in out
-
-
-def test_both_parity_twins_are_contained(tmp_path):
-    _needs_a_namespace()
-    root = _project(tmp_path / "p", unguarded_child())
-    (tmp_path / "home").mkdir()
-    result = parity.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "home",
-                              checkout=root, allowlist=None, source_env=os.environ, hashseeds=(11, 22))
-    assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 1}, "operator": {"passed": 1}}
-    assert result.exit_code == 0 and "both twins" in result.netns_note
+# --------------------------------------------------------------------------- the parity lane
 
 
 LEAKY_TESTS = """
@@ -420,53 +448,97 @@ def test_writes_into_the_home():
         logging.getLogger("can.bus").warning("UdpMulticastBus was not properly shut down")
 """
 
+UNISOLATED = PYPROJECT.replace('addopts = ["-p", "canarchy.testing.isolation.plugin"]\n', "").replace(
+    "canarchy_network_namespace = true\n", "")
+
+
+def _parity(project: Project, **kwargs) -> parity.ParityResult:
+    return parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(11, 22), **kwargs)
+
 
 def test_parity_finds_every_kind_of_leak(tmp_path):
-    root = _project(tmp_path / "p", LEAKY_TESTS)
-    home = tmp_path / "operator-home"
-    (home / ".canarchy").mkdir(parents=True)
-    (home / ".canarchy" / "config.toml").write_text('[transport]\ndefault_interface = "vcan-operator"\n')
-    result = parity.run_parity(
-        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
-        allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
-    )  # fmt: skip
-    rows = [(r.id, r.outcome_a, r.outcome_b) for r in result.comparison.differences]
-    assert rows == [
-        ("tests.test_p::test_reads_the_home_config", "passed", "failed"),
-        ("tests.test_p::test_reads_the_shell", "passed", "failed"),
-    ]
+    project = _project(tmp_path / "p", LEAKY_TESTS, pyproject=UNISOLATED)
+    result = _parity(project)
+    assert [(f.id, f.kind) for f in result.findings] == [
+        ("tests.test_p::test_reads_the_home_config", "operator"), ("tests.test_p::test_reads_the_shell", "operator")]
+    assert result.findings[0].clean == ("passed", "passed", "passed")  # the run and two re-runs
     assert result.home_changes == ["added: .canarchy/findings", "added: .canarchy/findings/new-campaign"]
     assert result.not_shut_down["clean"] == [] and len(result.not_shut_down["operator"]) >= 1
-    assert result.checkout_changes == [] and result.exit_code == 1
-    md = parity.parity_markdown(result)
-    assert "| `tests.test_p::test_reads_the_shell` | passed | failed |" in md and "operator home unchanged: NO" in md
-    assert (home / ".canarchy" / "findings").exists() is False  # the fixture itself is never the home
+    assert result.checkout_changes == [] and result.exit_code == 1 and result.status == "FAILED"
+    md = parity.render_markdown(result)
+    assert "`tests.test_p::test_reads_the_shell` | depends on the operator" in md and "operator home unchanged: NO" in md
+    assert not (project.operator_home / ".canarchy" / "findings").exists()  # the fixture itself is never the home
 
 
-def test_parity_identical_runs_pass(tmp_path):
-    root = _project(tmp_path / "p", "import pytest\n@pytest.mark.parametrize('x', range(3))\ndef test_a(x): pass\n")
-    home = tmp_path / "operator-home"
-    (home / ".canarchy").mkdir(parents=True)
-    result = parity.run_parity(
-        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
-        allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
-    )  # fmt: skip
-    assert result.comparison.verdict == "identical" and result.exit_code == 0, parity.parity_markdown(result)
-    assert {name: run.summary for name, run in result.runs.items()} == {"clean": {"passed": 3}, "operator": {"passed": 3}}
-    assert result.runs["clean"].junit.name == "parity-clean.xml" and result.runs["operator"].junit.exists()
+def test_parity_identical_under_the_plugin(tmp_path):
+    project = _project(tmp_path / "p", LEAKY_TESTS)
+    result = _parity(project)
+    assert result.exit_code == 0 and result.findings == [], parity.render(result)
+    assert {n: totals_text(t.report) for n, t in result.twins.items()} == {"clean": "4 passed", "operator": "4 passed"}
 
 
 def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
-    root = _project(tmp_path / "p", "import no_such_module_anywhere\n")
-    home = tmp_path / "operator-home"
-    home.mkdir()
-    result = parity.run_parity(
-        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
-        allowlist=None, source_env=os.environ, hashseeds=(11, 22), use_netns=False,
-    )  # fmt: skip
-    assert not result.comparison.differences  # they agree ...
-    assert result.exit_code == 2  # ... but an interrupted collection has no results to compare
+    result = _parity(_project(tmp_path / "p", "import no_such_module_anywhere\n"))
+    assert not result.comparison.differences and result.exit_code == 2
     assert any("pytest exit code 2" in reason for reason in result.comparison.undecided)
+
+
+FLAKY = """
+from pathlib import Path
+
+def test_flaky():
+    counter = Path({counter!r})
+    n = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    assert n % 2 == 0
+
+def test_stable():
+    pass
+"""
+
+HASH_ORDER = """
+import pytest
+
+@pytest.mark.parametrize("pair", frozenset({("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)}))
+def test_pairs(pair):
+    assert pair[1] != 3
+"""
+
+
+def test_a_flaky_test_is_reported_and_fails_parity_only_when_strict(tmp_path):
+    project = _project(tmp_path / "p", FLAKY.format(counter=str(tmp_path / "counter")))
+    result = _parity(project)
+    assert [(f.id, f.kind) for f in result.findings] == [("tests.test_p::test_flaky", "flaky")], parity.render(result)
+    assert result.exit_code == 0 and "flaky" in parity.render(result)
+    (tmp_path / "counter").unlink()
+    assert _parity(project, strict=True).exit_code == 1
+
+
+def _position_under(seed: int) -> int:
+    code = 'print(list(frozenset({("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)})).index(("c", 3)))'
+    env = dict(os.environ, PYTHONHASHSEED=str(seed))
+    return int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def test_ids_that_follow_the_hash_seed_are_not_an_operator_difference(tmp_path):
+    """Positional ids of a frozenset parametrization: the failing value moves with the hash
+    seed, so the twins differ on two ids; the lane says why instead of DIFFERENT."""
+    first = _position_under(1)
+    other = next(seed for seed in range(2, 60) if _position_under(seed) != first)
+    project = _project(tmp_path / "p", HASH_ORDER)
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(1, other))
+    assert len(result.findings) == 2 and {f.kind for f in result.findings} == {"hash seed"}, parity.render(result)
+    assert result.exit_code == 0 and "sort the values or give ids=" in parity.render(result)
+
+
+def test_a_test_writing_into_its_checkout_is_reported_not_a_difference(tmp_path):
+    project = _project(tmp_path / "p", "from pathlib import Path\n\ndef test_writes():\n"
+                                       "    (Path(__file__).parent / 'scratch.txt').write_text('x')\n")
+    before = manifest.tree_manifest(project.root)
+    result = _parity(project)
+    assert result.exit_code == 0 and result.findings == [], parity.render(result)
+    assert any("added: tests/scratch.txt" in line for line in result.checkout_writes)
+    assert manifest.diff_manifests(before, manifest.tree_manifest(project.root)) == []
 
 
 MEET = """
@@ -485,33 +557,15 @@ def test_twins_meet():
 """
 
 
-def test_parity_twins_run_concurrently_with_their_own_hash_seeds_and_a_built_environment(tmp_path):
-    """Each twin waits for the other (so they overlap in time), under its own PYTHONHASHSEED,
-    and sees nothing of the caller's shell but the allow-list."""
+def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(tmp_path):
     meeting = tmp_path / "meeting"
     meeting.mkdir()
-    root = _project(tmp_path / "p", MEET.format(meeting=str(meeting)))
-    home = tmp_path / "operator-home"
-    home.mkdir()
+    project = _project(tmp_path / "p", MEET.format(meeting=str(meeting)))
     caller = dict(os.environ, LEAKY_CALLER_VARIABLE="1", CANARCHY_CALLER="x")
-    result = parity.run_parity(
-        sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=home, checkout=root,
-        allowlist=None, source_env=caller, hashseeds=(11, 22), use_netns=False,
-    )  # fmt: skip
-    assert result.exit_code == 0, parity.parity_markdown(result)
+    result = parity.run_parity(project, ["tests"], source_env=caller, hashseeds=(11, 22))
+    assert result.exit_code == 0, parity.render(result)
     assert sorted(p.name for p in meeting.iterdir()) == ["11", "22"]
-    assert result.hashseeds == {"clean": 11, "operator": 22}
-
-
-def test_parity_draws_two_different_hash_seeds(tmp_path, monkeypatch):
-    drawn = []
-    monkeypatch.setattr(parity, "run_pytest", lambda *a, **k: drawn.append(k["env"]["PYTHONHASHSEED"]) or (_ for _ in ()).throw(RuntimeError("stop")))
-    root = _project(tmp_path / "p", "def test_a(): pass\n")
-    (tmp_path / "h").mkdir()
-    with pytest.raises(RuntimeError, match="could not be run"):
-        parity.run_parity(sys.executable, _pytest_args(root, "reports/parity.xml"), operator_home=tmp_path / "h",
-                         checkout=root, allowlist=None, source_env=os.environ, use_netns=False)
-    assert len(drawn) == 2 and drawn[0] != drawn[1]
+    assert {t.copy for t in result.twins.values()}.isdisjoint({project.root})
 
 
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
@@ -534,20 +588,28 @@ def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypa
     assert error and "--operator-bus needs" in error
 
 
-def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path):
+# --------------------------------------------------------------------------- interrupts
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["one-sigint", "two-sigints-150ms-apart"])
+def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path, signals):
     started, tmp = tmp_path / "started", tmp_path / "tmp"
     started.mkdir()
     tmp.mkdir()
-    root = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
-    (tmp_path / "home").mkdir()
-    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
-                          extra={"TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    argv = [sys.executable, "-m", "canarchy.testing.lanes", "parity", "--operator-home", str(tmp_path / "home"),
-            "--checkout", str(root), "--", *_pytest_args(root, "reports/parity.xml")]
-    lane = interrupt_once_started(argv, started=started, runs=2, cwd=root, env=env)
+    project = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
+    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ, extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "parity"]
+    lane = interrupt_once_started(argv, started=started, runs=2, cwd=project.root, env=env, signals=signals)
     assert lane.returncode == 130, lane.out + lane.err
     assert "parity: interrupted by SIGINT" in lane.err and "Traceback" not in lane.err, lane.err
     for pid in lane.pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp.iterdir()) == []
+
+
+def test_lane_code_run_in_process_leaves_no_signal_handler(tmp_path):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with runner.interrupts():
+        assert signal.getsignal(signal.SIGTERM) is not before[1]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

@@ -20,8 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing.lanes import env as lane_env, manifest, netns as lane_netns
-from canarchy.testing.lanes import mutation
+from canarchy.testing.lanes import __main__ as lanes_cli
+from canarchy.testing.lanes import env as lane_env
+from canarchy.testing.lanes import manifest, mutation
+from canarchy.testing.lanes import netns as lane_netns
+from canarchy.testing.lanes.netns import NetnsSupport
+from canarchy.testing.lanes.project import load_project
+
+REPO = Path(__file__).resolve().parents[1]
 
 GUARD = '''\
 def decide(channel, default):
@@ -109,8 +115,10 @@ def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _run(project: Path, mutation_path: Path) -> mutation.MutationResult:
-    return mutation.run_mutation(mutation.load_mutation(mutation_path), repo=project, echo=lambda line: None, timeout=120)
+def _run(project: Path, mutation_path: Path, timeout: float = 120) -> mutation.MutationResult:
+    [result] = mutation.run_mutations(load_project(project), [mutation.load_mutation(mutation_path)],
+                                      echo=lambda line: None, timeout=timeout)
+    return result
 
 
 def assert_tree_untouched(project: Path, before: dict, temp_root: Path) -> None:
@@ -128,7 +136,8 @@ def test_guard_removal_is_killed_and_the_tree_is_untouched(project, temp_root, t
     assert rows == {KILLER: ("passed", "failed", "killed"), CONTROL: ("passed", "passed", "passes (ok)")}
     assert "killed by 1/1: test_killer" in mutation.render(result)
     # The import proof saw the mutant in the temporary copy, not the project.
-    assert result.imported_file.startswith(str(temp_root)) and result.imported_file.endswith("tinypkg/guard.py")
+    assert result.imported[0].startswith(str(temp_root)) and result.imported[0].endswith("tinypkg/guard.py")
+    assert result.processes == 1  # the pytest run itself reported where it imported tinypkg from
     assert_tree_untouched(project, before, temp_root)
 
 
@@ -176,19 +185,41 @@ def test_killer_failing_unmutated_cannot_decide(project, temp_root, tmp_path):
 def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, tmp_path):
     result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_no_such_test",), controls=()))
     assert result.status == "cannot decide"
-    assert "baseline" in result.reason and ("zero tests" in result.reason or "no usable JUnit" in result.reason)
+    assert "baseline" in result.reason and "not run (no such test?)" in result.reason
 
 
-def test_module_imported_from_outside_the_copy_cannot_decide(project, temp_root, tmp_path):
-    # `module` names code that is not the copy's file: the mutant would not be what runs.
-    result = _run(project, _mutation_file(tmp_path / "m.toml", extra='module = "json"\n'))
-    assert result.status == "cannot decide"
-    assert result.reason.startswith("import proof: json was imported from") and "not from the copy" in result.reason
+CHILD_TEST = """
+import os, subprocess, sys
+
+def test_child_says_reference():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([{stale!r}, os.environ.get("PYTHONPATH", "")]))
+    code = "from tinypkg.guard import decide; print(decide(None, 'vcan7'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd={elsewhere!r}, capture_output=True, text=True)
+    assert out.stdout.strip() == "reference", out.stderr
+"""
+
+
+def test_a_child_that_imports_a_stale_copy_makes_the_mutation_undecidable(project, temp_root, tmp_path):
+    """A stale copy of the package placed first on a killer's child's sys.path would test
+    unmutated code (a wrong SURVIVED): the child's own import report names it."""
+    stale = tmp_path / "stale"
+    (stale / "tinypkg").mkdir(parents=True)
+    (stale / "tinypkg" / "__init__.py").write_text("")
+    (stale / "tinypkg" / "guard.py").write_text(GUARD)
+    (tmp_path / "elsewhere").mkdir()
+    (project / "tests" / "test_child.py").write_text(CHILD_TEST.format(stale=str(stale), elsewhere=str(tmp_path / "elsewhere")))
+    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_child.py::test_child_says_reference",),
+                                          controls=()))
+    assert result.status == "cannot decide", mutation.render(result)
+    assert f"imported tinypkg from {stale}" in result.reason and "not from the copy" in result.reason
+    assert "-c from tinypkg.guard import decide" in result.reason  # the process is named by its argv
 
 
 def test_untracked_files_are_copied_and_ignored_ones_are_not(project):
+    from canarchy.testing.lanes.workspace import tree_files
+
     (project / "notes.md").write_text("untracked, not ignored\n")
-    files = mutation.repo_files(project)
+    files = tree_files(project)
     assert "notes.md" in files and "tinypkg/guard.py" in files
     assert "ignored.txt" not in files
 
@@ -201,10 +232,9 @@ def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(proj
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
     before = manifest.manifest(project)
-    package_parent = str(Path(mutation.__file__).resolve().parents[3])
-    env = lane_env.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": package_parent})
+    env = lane_env.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": str(REPO)})
     runner = subprocess.Popen(
-        [sys.executable, "-m", "canarchy.testing.lanes", "mutation", "run", str(path), "--repo", str(project)],
+        [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project), "mutation", str(path)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -220,7 +250,8 @@ def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(proj
             runner.kill()
             runner.wait()
     assert runner.returncode == 128 + signum, output
-    assert f"interrupted by {signal.Signals(signum).name}; the temporary copy was removed" in output
+    assert f"mutation: interrupted by {signal.Signals(signum).name}; every process it started was stopped" in output
+    assert "Traceback" not in output
     assert_tree_untouched(project, before, temp_root)
     child = int(marker.read_text())
     deadline = time.monotonic() + 10
@@ -234,8 +265,8 @@ def test_a_timeout_cannot_decide_and_cleans_up(project, temp_root, tmp_path):
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
     before = manifest.manifest(project)
-    result = mutation.run_mutation(mutation.load_mutation(path), repo=project, echo=lambda line: None, timeout=5)
-    assert result.status == "cannot decide" and "timed out after 5 s" in result.reason
+    result = _run(project, path, timeout=5)
+    assert result.status == "cannot decide" and "ran over 5 s" in result.reason
     assert_tree_untouched(project, before, temp_root)
     if marker.exists():  # on a loaded machine pytest may not even have reached the test in 5 s
         child = int(marker.read_text())
@@ -267,7 +298,7 @@ def _alive(pid: int) -> bool:
     [
         (lambda t: t.replace('name = "tiny-guard"\n', ""), "missing keys ['name']"),
         (lambda t: t + 'surprise = 1\n', "unknown keys ['surprise']"),
-        (lambda t: t.replace("# MUTANT: the guard is removed\n", ""), "`replace` is empty"),
+        (lambda t: t.replace("# MUTANT: the guard is removed\n", ""), "`replace` must be a non-empty string"),
         (lambda t: t.replace('killers = ["tests/test_guard.py::test_killer"]', "killers = []"), "`killers` is empty"),
         (lambda t: t.replace('controls = ["tests/test_guard.py::test_control"]', 'controls = ["tests/test_guard.py::test_killer"]'), "listed twice"),
         (lambda t: t.replace('file = "tinypkg/guard.py"', 'file = "../outside.py"'), "without '..'"),
@@ -287,8 +318,9 @@ def test_issue_530_definition_matches_the_current_code():
     """The #530 mutation still applies exactly once (so `nox -s mutation-530` can decide)."""
     root = Path(__file__).resolve().parents[1]
     definition = mutation.load_mutation(root / "fixtures" / "mutations" / "issue-530.toml")
-    assert definition.module == "canarchy.cli" and definition.file == "canarchy/cli.py"
-    assert (root / definition.file).read_text(encoding="utf-8").count(definition.search) == 1
+    assert definition.files == ("canarchy/cli.py",) and load_project(root).module_of("canarchy/cli.py") == "canarchy.cli"
+    [edit] = definition.edits
+    assert (root / edit.file).read_text(encoding="utf-8").count(edit.search) == 1
     assert definition.killers and definition.controls == ("tests/test_uds_services.py::test_ref05_typed_channel_goes_active",)
     for node_id in definition.killers + definition.controls:
         path, name = node_id.split("::", 1)
@@ -302,8 +334,8 @@ def test_cli_run_all_reports_the_worst_outcome(project, temp_root, tmp_path, cap
     b = _mutation_file(folder / "b.toml", search="    no such code\n")
     b.write_text(b.read_text().replace('name = "tiny-guard"', 'name = "stale"'))
     (folder / "c.toml").write_text("not toml [")
-    reports = tmp_path / "reports"
-    code = mutation.main(["run-all", str(folder), "--repo", str(project), "--timeout", "120", "--reports", str(reports)])
+    reports = project / "reports"
+    code = lanes_cli.main(["--project", str(project), "mutation", str(folder), "--timeout", "120"])
     assert code == 2
     out = capsys.readouterr().out
     assert "killed by 1/1: test_killer" in out
@@ -316,7 +348,7 @@ def test_cli_run_all_reports_the_worst_outcome(project, temp_root, tmp_path, cap
     assert rows["c"] == ["0", "0", "CANNOT"] and "c.toml: cannot read the mutation" in out
     md = (reports / "mutations.md").read_text()
     assert md.startswith("# Mutations: FAILED (1/3 killed)") and "| [tiny-guard](mutation-tiny-guard.md) |" in md
-    assert (reports / "mutation-tiny-guard-mutant.xml").is_file()
+    assert (reports / "mutation-tiny-guard.md").is_file()
     assert list(temp_root.iterdir()) == []
 
 
@@ -329,7 +361,7 @@ def test_run_all_shares_one_copy_and_one_baseline(project, temp_root, tmp_path):
     second_path.write_text(second_path.read_text().replace('name = "tiny-guard"', 'name = "typed-channel"'))
     second = mutation.load_mutation(second_path)
     lines = []
-    results = mutation.run_mutations([first, second], repo=project, echo=lines.append, timeout=120)
+    results = mutation.run_mutations(load_project(project), [first, second], echo=lines.append, timeout=120)
     assert [r.status for r in results] == ["killed", "killed"], [r.reason for r in results]
     # The second mutant ran on a restored copy: the first guard is back, so its control (KILLER) passes.
     assert {r.node_id: r.verdict for r in results[1].rows} == {CONTROL: "killed", KILLER: "passes (ok)"}
@@ -378,11 +410,11 @@ def test_several_edits_and_a_copy_dirtied_by_a_mutant(project, temp_root, tmp_pa
     path.write_text(EDITS)
     definition = mutation.load_mutation(path)
     assert [e.search for e in definition.edits] == ["    if channel is None:\n", '        return "reference"\n']
-    assert definition.modules == (("tinypkg/guard.py", "tinypkg.guard"),)
+    assert definition.files == ("tinypkg/guard.py",)
     lines = []
-    [result] = mutation.run_mutations([definition], repo=project, echo=lines.append, timeout=120)
+    [result] = mutation.run_mutations(load_project(project), [definition], echo=lines.append, timeout=120)
     assert result.status == "killed", result.reason
-    assert any("changed the copy" in line and "added: stray.txt" in line for line in lines), lines
+    assert any("changed the copy" in line for line in lines), lines
     assert not (project / "stray.txt").exists()
     assert list(temp_root.iterdir()) == []
 
@@ -394,11 +426,10 @@ def test_edits_and_search_together_are_refused(tmp_path):
         mutation.load_mutation(path)
 
 
-def test_a_mutation_that_needs_a_namespace_cannot_decide_without_one(project, temp_root, tmp_path):
-    path = _mutation_file(tmp_path / "m.toml", extra="needs_netns = true\n")
-    [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None,
-                                      timeout=120, netns=False)
-    assert result.status == "cannot decide" and "needs a private network namespace" in result.reason
+def test_a_mutation_that_needs_a_namespace_cannot_decide_without_one(project, temp_root, tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "netns_support", lambda: NetnsSupport(False, "not root"))
+    result = _run(project, _mutation_file(tmp_path / "m.toml", extra="needs_netns = true\n"))
+    assert result.status == "cannot decide" and "needs the private network namespace" in result.reason
     assert list(temp_root.iterdir()) == []
 
 
@@ -413,26 +444,14 @@ def test_in_namespace():
 
 
 @pytest.mark.skipif(not lane_netns.netns_support().available, reason=lane_netns.netns_support().reason)
-def test_a_mutation_that_needs_a_namespace_runs_in_one(project, temp_root, tmp_path):
+def test_a_mutation_that_needs_a_namespace_runs_in_the_plugin_s(project, temp_root, tmp_path):
+    """The lane does not wrap pytest in a namespace of its own: the project's isolation makes one."""
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n'
+                                            "canarchy_network_namespace = true\n")
     (project / "tests" / "test_ns.py").write_text(NS_TEST)
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",), controls=(),
                           extra="needs_netns = true\n")
-    [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
-    assert result.status == "killed", result.reason
-
-
-def test_every_mutation_runs_in_a_namespace_where_one_exists(project, temp_root, tmp_path):
-    """Not only those marked needs_netns: the baseline of the killer (which needs to see
-    only `lo`) passes only inside a namespace."""
-    if not lane_netns.netns_support().available:
-        pytest.skip(lane_netns.netns_support().reason)
-    outer = os.readlink("/proc/self/ns/net")
-    (project / "tests" / "test_ns.py").write_text(
-        NS_TEST + f"\nimport os\n\ndef test_not_in_the_callers_namespace():\n    assert os.readlink('/proc/self/ns/net') != {outer!r}\n"
-    )
-    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_ns.py::test_in_namespace",),
-                          controls=("tests/test_ns.py::test_not_in_the_callers_namespace",))
-    [result] = mutation.run_mutations([mutation.load_mutation(path)], repo=project, echo=lambda line: None, timeout=120)
+    result = _run(project, path)
     assert result.status == "killed", result.reason
 
 
@@ -443,7 +462,7 @@ REGISTRY = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "mutations
 def test_every_registered_mutation_matches_the_current_code(path):
     """Each definition in fixtures/mutations/ loads, applies exactly once (edit by edit) and names
     tests that exist, so `nox -s mutations` can decide; the names are unique."""
-    root = path.parents[2]
+    root = REPO
     definition = mutation.load_mutation(path)
     assert definition.name == path.stem
     texts = {}
@@ -458,7 +477,7 @@ def test_every_registered_mutation_matches_the_current_code(path):
 
 
 def test_the_registry_covers_every_protection():
-    """The guards issue #4 names each have a mutation."""
+    """Each protection has a mutation."""
     names = {p.stem for p in REGISTRY}
     assert {
         "issue-530", "reference-no-transport", "active-ack-gate", "iso-home-redirect", "iso-test-home",

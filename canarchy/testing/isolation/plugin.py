@@ -121,37 +121,58 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
-def _occurs_as_word(markexpr: str, marker: str) -> bool:
-    return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 
 
 def asks_for(markexpr: str, marker: str) -> bool:
-    """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: for some
-    truth values of its other names, making ``marker`` true turns it from
-    false to true. ``"integration"`` and ``"real_bus or uds"`` ask for theirs;
-    ``"uds"``, ``"not integration"``, ``"real_bus or not real_bus"`` and ``""``
-    do not. Uses pytest's own expression parser (``_pytest.mark.expression``);
-    if that is missing or the expression does not parse (pytest reports that
-    itself), falls back to "the marker occurs in it as a word".
+    """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: names it outside an odd
+    number of ``not``. ``"integration"``, ``"real_bus or uds"`` and ``"not (uds and not
+    real_bus)"`` ask for theirs; ``"uds"``, ``"not integration"`` and ``""`` do not. Follows
+    pytest's ``-m`` grammar (``or``/``and``/``not``, parentheses, ``name(key=value)``); an
+    expression that does not parse (pytest reports it) asks for a marker it contains as a word.
     """
-    if not markexpr.strip():
-        return False
-    try:
-        from _pytest.mark.expression import Expression
+    tokens = _TOKEN.findall(markexpr)
+    position = 0
+    found = False
 
-        expression = Expression.compile(markexpr)
-    except Exception:  # a private API that moved, or a syntax error pytest will report
-        return _occurs_as_word(markexpr, marker)
-    others = sorted(set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - {"and", "or", "not", "True", "False", marker})
-    if len(others) > 12:  # 4,096 assignments is plenty; beyond, fall back to the word
-        return _occurs_as_word(markexpr, marker)
-    for values in itertools.product((False, True), repeat=len(others)):
-        truth = dict(zip(others, values))
-        with_it = expression.evaluate(lambda name, /, **kwargs: truth.get(name, False) or name == marker)
-        without = expression.evaluate(lambda name, /, **kwargs: truth.get(name, False))
-        if with_it and not without:
-            return True
-    return False
+    def atom(positive: bool) -> None:
+        nonlocal position, found
+        if position >= len(tokens):
+            raise SyntaxError
+        token = tokens[position]
+        position += 1
+        if token == "not":
+            atom(not positive)
+        elif token == "(":
+            expression(positive)
+            if position >= len(tokens) or tokens[position] != ")":
+                raise SyntaxError
+            position += 1
+        elif token in (")", "and", "or"):
+            raise SyntaxError
+        else:
+            name, _, arguments = token.partition("(")
+            found = found or (positive and name == marker)
+            if arguments or (position < len(tokens) and tokens[position] == "("):  # name(key=value, ...)
+                depth = 1 if arguments else 0
+                while position < len(tokens) and (depth or tokens[position] == "("):
+                    depth += {"(": 1, ")": -1}.get(tokens[position], 0)
+                    position += 1
+
+    def expression(positive: bool) -> None:
+        nonlocal position
+        atom(positive)
+        while position < len(tokens) and tokens[position] in ("and", "or"):
+            position += 1
+            atom(positive)
+
+    try:
+        expression(True)
+        if position != len(tokens):
+            raise SyntaxError
+    except SyntaxError:
+        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+    return found
 
 
 def _private_network(config: pytest.Config, wanted: bool | None = None) -> None:
@@ -183,6 +204,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if sandbox.operator_env.get("PYTHONPATH"):
         pythonpath.append(sandbox.operator_env["PYTHONPATH"])
     sandbox.enter_session({
+        # an xdist worker's own identity (PYTEST_XDIST_WORKER, ...) is not the controller's
+        **{k: v for k, v in os.environ.items() if k.startswith("PYTEST_XDIST_")},
         "PYTEST_CANARCHY_GUARD": "1",
         "PYTEST_CANARCHY_GUARD_DIR": str(sandbox.refusal_dir),
         "PYTHONPATH": os.pathsep.join(pythonpath),
@@ -269,6 +292,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+        _junit_suite_properties(config, [(DESELECTED_PROPERTY, item.nodeid) for item in dropped])
+
+
+#: JUnit test-suite property naming each test the plugin deselected (lanes read it, not pytest's summary).
+DESELECTED_PROPERTY = "canarchy_deselected"
+
+
+def _junit_suite_properties(config: pytest.Config, properties: list[tuple[str, str]]) -> None:
+    """Add ``<property>`` elements to the run's JUnit report, if ``--junitxml`` writes one."""
+    try:
+        from _pytest.junitxml import xml_key  # the report's LogXML; not public API, hence the guard
+    except ImportError:  # pragma: no cover - a pytest that moved it: the report just lacks them
+        return
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        for name, value in properties:
+            xml.add_global_property(name, value)
 
 
 @pytest.hookimpl(wrapper=True)

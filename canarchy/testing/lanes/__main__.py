@@ -1,80 +1,108 @@
 """``python -m canarchy.testing.lanes LANE ...``: the one command line of the lanes (what nox runs).
 
-    python -m canarchy.testing.lanes run --lane NAME [--bus none|private|operator] -- PYTEST_ARGS
-    python -m canarchy.testing.lanes parity --operator-home DIR [--allowlist F] -- PYTEST_ARGS
-    python -m canarchy.testing.lanes netns-check
-    python -m canarchy.testing.lanes mutation run|run-all PATH [options]
-    python -m canarchy.testing.lanes order run [--seeds N] [--seed S ...] -- PYTEST_ARGS
-    python -m canarchy.testing.lanes selftest run fixtures/leaks [options]
-    python -m canarchy.testing.lanes compare A.xml B.xml [options]
+    python -m canarchy.testing.lanes [--project DIR] unit [--jobs N] [-- SELECTION]
+    python -m canarchy.testing.lanes [--project DIR] integration [--operator-bus] [-- SELECTION]
+    python -m canarchy.testing.lanes [--project DIR] parity [--reruns N] [--strict] [-- SELECTION]
+    python -m canarchy.testing.lanes [--project DIR] mutation DEFINITION... [--timeout S]
+    python -m canarchy.testing.lanes [--project DIR] order [--seeds N | --seed S ...] [-- SELECTION]
+    python -m canarchy.testing.lanes [--project DIR] selftest [--only NAME ...]
+    python -m canarchy.testing.lanes [--project DIR] netns-check
+    python -m canarchy.testing.lanes compare A.xml B.xml [--markdown F] [--allowlist F]
 
-``PYTEST_ARGS`` are pytest's arguments (without ``-m pytest``) and contain
-exactly one ``--junitxml=PATH``. Exit codes: 0 passed / identical,
-1 failed / different, 2 cannot decide, 128 + N interrupted by signal N.
+SELECTION chooses tests only (paths and node ids in the project, ``-k``,
+``-m``, ``--deselect``); the project's layout comes from its pyproject.toml
+(:mod:`canarchy.testing.lanes.project`). Exit codes: 0 passed, 1 failed,
+2 cannot decide, 128 + N interrupted by signal N.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 from typing import Sequence
 
-from canarchy.testing.lanes.runner import Terminated, junit_path, split_pytest_args
+from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, Interrupted, interrupts, split_pytest_args
 
-#: Lanes whose module has its own ``main(argv)``.
-_MODULES = {
-    "mutation": "canarchy.testing.lanes.mutation",
-    "order": "canarchy.testing.lanes.order",
-    "selftest": "canarchy.testing.lanes.selftest",
-    "compare": "canarchy.testing.lanes.results",
+#: lane -> (module, main, add_arguments or None, -m the lane fixes)
+LANES = {
+    "unit": ("unit", "main", "add_arguments", None),
+    "integration": ("unit", "main_integration", "add_integration_arguments", "integration"),
+    "parity": ("parity", "main", "add_arguments", None),
+    "mutation": ("mutation", "main", "add_arguments", None),
+    "order": ("order", "main", "add_arguments", None),
+    "selftest": ("selftest", "main", "add_arguments", None),
+    "netns-check": ("unit", "main_netns_check", None, None),
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one lane (see the module docstring); returns its exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _MODULES:
-        rest = argv if argv[0] == "compare" else argv[1:]  # results.main has the compare subcommand itself
-        return importlib.import_module(_MODULES[argv[0]]).main(rest)
-    from canarchy.testing.lanes.parity import cmd_parity
-    from canarchy.testing.lanes.unit import cmd_netns_check, cmd_run
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes",
+                                     description="Run one of the verification lanes.")
+    parser.add_argument("--project", default=".", help="the project's root (default: the working directory)")
+    sub = parser.add_subparsers(dest="lane", required=True, metavar="LANE")
+    for lane, (module, _main, add_arguments, _m) in LANES.items():
+        lane_parser = sub.add_parser(lane)
+        if add_arguments:
+            getattr(importlib.import_module(f"canarchy.testing.lanes.{module}"), add_arguments)(lane_parser)
+    compare = sub.add_parser("compare", help="compare two JUnit XML reports test by test")
+    compare.add_argument("report_a")
+    compare.add_argument("report_b")
+    compare.add_argument("--markdown", help="also write the Markdown summary here")
+    compare.add_argument("--allowlist", help="TOML file of [[allowed]] id/reason entries")
+    compare.add_argument("--label-a", default="without config")
+    compare.add_argument("--label-b", default="with config")
+    return parser
 
-    own, pytest_args = split_pytest_args(argv)
-    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes")
-    sub = parser.add_subparsers(dest="action", required=True)
-    p_run = sub.add_parser("run", help="run pytest once and print the lane's verdict")
-    p_run.add_argument("--lane", required=True)
-    p_run.add_argument("--bus", choices=("none", "private", "operator"), default="none",
-                       help="private: a loopback-only namespace where possible, else none; "
-                            "operator: the bus the operator exported (the tests transmit on it)")
-    p_run.set_defaults(func=cmd_run)
-    p_par = sub.add_parser("parity", help="run the clean and the configured twin and compare")
-    p_par.add_argument("--operator-home", required=True)
-    p_par.add_argument("--allowlist")
-    p_par.add_argument("--checkout", default=".")
-    p_par.set_defaults(func=cmd_parity)
-    p_ns = sub.add_parser("netns-check", help="probe the private network namespace and the provided bus")
-    p_ns.set_defaults(func=cmd_netns_check)
-    for name in _MODULES:
-        sub.add_parser(name, help=f"see python -m canarchy.testing.lanes {name} --help")
-    args = parser.parse_args(own)
-    args.pytest_args = pytest_args
-    if args.action in ("run", "parity"):
-        try:
-            junit_path(pytest_args)
-        except ValueError as exc:
-            parser.error(str(exc))
+
+def _compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from canarchy.fileio import write_text_atomic
+    from canarchy.testing.lanes.render import comparison_markdown, comparison_table
+    from canarchy.testing.lanes.results import CannotDecide, compare, load_allowlist
+
     try:
-        return args.func(args)
-    except Terminated:
-        print(f"{args.action}: terminated; the lane's temporary directories were removed", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    except KeyboardInterrupt:
-        print(f"{args.action}: interrupted by SIGINT; the lane's temporary directories were removed", file=sys.stderr)
-        return 128 + signal.SIGINT
+        allowlist = load_allowlist(args.allowlist)
+    except CannotDecide as exc:
+        print(f"compare: CANNOT DECIDE - {exc}")
+        return EXIT_CANNOT_DECIDE
+    comparison = compare(args.report_a, args.report_b, allowlist=allowlist, label_a=args.label_a, label_b=args.label_b)
+    print(comparison_table(comparison, title="compare"))
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(args.markdown), comparison_markdown(comparison, title="Comparison"))
+    return comparison.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one lane (see the module docstring) and return its exit code."""
+    own, posargs = split_pytest_args(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(own)
+    if args.lane == "compare":
+        return _compare(args)
+    from canarchy.testing.lanes.env import choose_tests
+    from canarchy.testing.lanes.project import ProjectError, load_project
+
+    module, main_name, _add, markexpr = LANES[args.lane]
+    try:
+        project = load_project(args.project)
+        selection = choose_tests(posargs, fixed_markexpr=markexpr, default=project.tests, root=project.root)
+    except (ProjectError, ValueError) as exc:
+        print(f"{args.lane}: CANNOT DECIDE - {exc}")
+        return EXIT_CANNOT_DECIDE
+    lane_main = getattr(importlib.import_module(f"canarchy.testing.lanes.{module}"), main_name)
+    try:
+        with interrupts():
+            return lane_main(project, args, selection)
+    except Interrupted as exc:
+        print(f"{args.lane}: interrupted by {exc.name}; every process it started was stopped and its temporary "
+              "directories removed", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from canarchy.testing.lanes.runner import own_signals
+
+    own_signals()
     sys.exit(main())

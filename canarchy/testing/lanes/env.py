@@ -32,6 +32,9 @@ ALLOWED_VARIABLES = (
 )
 ALLOWED_PREFIXES = ("LC_",)
 
+#: Flags every lane's pytest gets; posargs can only choose tests (:func:`choose_tests`).
+SAFETY_FLAGS = ("--strict-markers", "--strict-config", "-p", "no:cacheprovider")
+
 #: The variables through which an operator names a real bus for the integration lane.
 OPERATOR_BUS_VARIABLES = ("CANARCHY_PYTHON_CAN_INTERFACE", "CANARCHY_DEFAULT_INTERFACE")
 
@@ -116,7 +119,7 @@ def choose_tests(
     posargs: Sequence[str],
     *,
     fixed_markexpr: str | None = None,
-    default: str = "tests",
+    default: str | Sequence[str] = "tests",
     root: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Check a lane's posargs and return pytest's test selection.
@@ -159,6 +162,6 @@ def choose_tests(
             raise ValueError("real_bus and real_home tests reach the operator's bus or home: no lane runs them; "
                              "run them by hand (python -m pytest -m real_bus)")
         options += [option, value]
-    return [*options, *(paths or [default])]
+    return [*options, *(paths or ([default] if isinstance(default, str) else list(default)))]
 
 

@@ -76,24 +76,6 @@ def _probe_netns() -> NetnsSupport:
     return NetnsSupport(True, "private network namespace (loopback only, IPv4 multicast routed to lo)", unshare, ip)
 
 
-def containment() -> tuple[bool, str]:
-    """Whether a lane that runs a test suite runs it in a private network namespace, and a note saying so.
-
-    Every lane that runs canarchy's suite does, where the machine allows it
-    (:func:`netns_support`). The suite's self-tests start child pytests under
-    a hostile operator shell that names ``socketcan``/``can0`` and
-    ``udp_multicast``; the bus guard refuses them. The namespace is the
-    second wall, for a guard regression or a child the guard cannot reach
-    (``python -I``, ``env={}``): a fresh network namespace has no CAN
-    interface and no route off the machine, only ``lo``.
-    Returns ``(True, note)`` or ``(False, note with the reason)``.
-    """
-    support = netns_support()
-    if support.available:
-        return True, "network: a private namespace (loopback only): no CAN interface, no route off the machine"
-    return False, f"network: the host's ({support.reason}); the bus guard is the only wall"
-
-
 def netns_command(argv: Sequence[str], support: NetnsSupport | None = None) -> list[str]:
     """Wrap ``argv`` to run in a fresh network namespace holding only ``lo``.
 

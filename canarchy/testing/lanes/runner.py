@@ -1,60 +1,186 @@
-"""The one way the lanes run pytest: a child process, its output kept in a log.
+"""The one way the lanes run a child process (pytest, mostly), and stop it.
 
-Processes still running are stopped on an interrupt (:func:`stop_all`).
+Every child starts in a session (process group) of its own, so an interrupt
+reaches only the lane, which then ends each group it started: SIGTERM, then
+SIGKILL after a grace period, or at once when a further signal arrives.
+:func:`interrupts` turns SIGINT/SIGTERM into :class:`Interrupted` in the main
+thread for the length of a ``with`` block and restores the previous handlers
+afterwards, so lane code run in-process leaves no handler behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
-
-from canarchy.testing.lanes.netns import netns_command
+from typing import Iterator, Mapping, Sequence
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_CANNOT_DECIDE = 2
 
+GRACE_SECONDS = 10.0
 
-# pytest processes started by run_pytest and still running (parity runs two from threads).
-_LIVE: set[subprocess.Popen[str]] = set()
+_LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
+_HURRY = threading.Event()  # a further signal arrived: stop with SIGKILL, now
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the lane (``signum``). Not an ``Exception``: nothing swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+class RunTimeout(Exception):
+    """A child ran longer than its timeout and was stopped."""
+
+
+_PENDING: list[int] = []  # signals that arrived outside an `interrupts()` block of a lane process
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    _PENDING.append(signum)
+    _HURRY.set()
+
+
+def own_signals() -> None:
+    """For a lane run as a process: from now until it exits, SIGINT/SIGTERM outside an
+    :func:`interrupts` block are only noted (the next block starts interrupted), so a
+    signal that arrives while the lane reports or exits cannot cut that short."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _note_signal)
+
+
+@contextlib.contextmanager
+def interrupts() -> Iterator[None]:
+    """Within the block, the first SIGINT/SIGTERM raises :class:`Interrupted`; any
+    later one only makes :func:`stop_all` hurry (SIGKILL). Outside the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _PENDING:
+        raise Interrupted(_PENDING[0])
+    seen: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if seen:
+            _HURRY.set()
+            return
+        seen.append(signum)
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            stop_all()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+            _HURRY.clear()
+
+
+def _stop(proc: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
+    """End ``proc``'s process group: SIGTERM, then SIGKILL after ``grace`` s (or a further signal)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        except PermissionError:  # pragma: no cover - a group we cannot signal: the child alone
+            proc.send_signal(sig)
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 30.0)
+        while proc.poll() is None and time.monotonic() < deadline and not (_HURRY.is_set() and sig == signal.SIGTERM):
+            time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever the group still holds (a grandchild)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
 
 
 def stop_all() -> None:
-    """Stop every pytest process still running (an interrupt reached only this thread)."""
+    """Stop every child still running (children of every thread)."""
     with _LIVE_LOCK:
         live = list(_LIVE)
     for proc in live:
         _stop(proc)
 
 
-@dataclass
-class PytestRun:
-    """One pytest process: exit code, its output, the parsed summary line, duration (s)."""
+def live_children() -> int:
+    """How many children are running now (for tests)."""
+    with _LIVE_LOCK:
+        return sum(1 for proc in _LIVE if proc.poll() is None)
 
+
+@dataclass
+class Run:
+    """One finished child: its argv, exit code, log file, seconds."""
+
+    argv: list[str]
     returncode: int
-    output: str
-    summary: dict[str, int] | None
-    duration: float
-    junit: Path
     log: Path
+    duration: float
+    junit: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def output(self) -> str:
+        try:
+            return self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+
+def run(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None, log: Path,
+        echo: bool = False, timeout: float | None = None) -> Run:
+    """Run ``argv`` to completion with its output in ``log`` (and on our stdout when ``echo``).
+
+    Raises :class:`RunTimeout` after ``timeout`` seconds (the child is stopped first).
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if echo else fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            if echo:
+                assert proc.stdout is not None
+                for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+                    fh.write(chunk)
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise RunTimeout(f"{' '.join(map(str, argv[:4]))} ... ran over {timeout:.0f} s (log: {log})") from None
+        finally:
+            _stop(proc)
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+    return Run(list(argv), proc.returncode, log, time.monotonic() - started)
 
 
 def junit_path(pytest_args: Sequence[str]) -> Path:
@@ -71,80 +197,24 @@ def with_junit(pytest_args: Sequence[str], path: Path) -> list[str]:
     return [f"--junitxml={path}" if a.startswith("--junitxml=") else a for a in pytest_args]
 
 
-def run_pytest(
-    python: str,
-    pytest_args: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    log: Path,
-    netns: bool = False,
-    echo: bool = True,
-    cwd: str | os.PathLike[str] | None = None,
-) -> PytestRun:
-    """Run ``python -m pytest PYTEST_ARGS`` and keep its output in ``log``.
+def run_pytest(pytest_args: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None,
+               log: Path | None = None, python: str = sys.executable, echo: bool = False,
+               timeout: float | None = None, prefix: Sequence[str] = ()) -> Run:
+    """``python -m pytest PYTEST_ARGS`` (exactly one ``--junitxml=PATH``, relative to ``cwd``).
 
-    ``echo`` also streams the output to our stdout (one lane at a time);
-    ``netns`` runs it in a private network namespace. A stale JUnit file
-    from an earlier run is removed first so it can never be read as this run's.
+    A stale report from an earlier run is removed first, so it can never be
+    read as this run's; ``log`` defaults to the report's path with ``.log``;
+    ``prefix`` wraps the command (e.g. :func:`~canarchy.testing.lanes.netns.netns_command`'s).
     """
     junit = junit_path(pytest_args)
     if cwd is not None and not junit.is_absolute():
         junit = Path(cwd) / junit
     junit.unlink(missing_ok=True)
     junit.parent.mkdir(parents=True, exist_ok=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [python, "-m", "pytest", *pytest_args]
-    if netns:
-        argv = netns_command(argv)
-    start = time.monotonic()
-    chunks: list[str] = []
-    with open(log, "w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(
-            argv,
-            env=dict(env),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                fh.write(line)
-                chunks.append(line)
-                if echo:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-            proc.wait()
-        finally:
-            _stop(proc)
-            with _LIVE_LOCK:
-                _LIVE.discard(proc)
-    from canarchy.testing.lanes.results import parse_summary
-
-    output = "".join(chunks)
-    return PytestRun(proc.returncode, output, parse_summary(output), time.monotonic() - start, junit, log)
-
-
-class Terminated(BaseException):
-    """Raised by the SIGTERM handler so ``finally`` blocks clean up."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-def raise_on_sigterm() -> None:
-    """Turn SIGTERM into an exception so temporary homes are removed on the way out
-    (SIGINT already arrives as KeyboardInterrupt)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
-
-
+    result = run([*prefix, python, "-m", "pytest", *pytest_args], env=env, cwd=cwd, log=log or junit.with_suffix(".log"),
+                 echo=echo, timeout=timeout)
+    result.junit = junit
+    return result
 
 
 def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -154,3 +224,44 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1 :]
     return argv, []
+
+
+def concurrently(jobs: Sequence, workers: int = 2) -> list:  # type: ignore[type-arg]
+    """Call each of ``jobs`` (no-argument callables), ``workers`` at a time; their results in order.
+
+    An exception in a job is re-raised here after all have ended; an interrupt
+    (which reaches only the main thread) stops every child first, and queued
+    jobs never start.
+    """
+    results: list = [None] * len(jobs)
+    errors: list[BaseException] = []
+    queue = list(enumerate(jobs))
+    lock = threading.Lock()
+    cancelled = threading.Event()
+
+    def worker() -> None:
+        while not cancelled.is_set():
+            with lock:
+                if not queue:
+                    return
+                index, job = queue.pop(0)
+            try:
+                results[index] = job()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        cancelled.set()
+        stop_all()
+        for thread in threads:
+            if thread.ident is not None:
+                thread.join()
+    if errors:
+        raise errors[0]
+    return results

@@ -69,7 +69,6 @@ import argparse
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 import tomllib
@@ -78,12 +77,14 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import HOSTILE_ENV, build_env
+from canarchy.testing.isolation.plugin import DESELECTED_PROPERTY
+from canarchy.testing.lanes.env import build_env, hostile_env
 from canarchy.testing.lanes.manifest import diff_manifests, manifest
-from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.parity import run_parity
-from canarchy.testing.lanes.runner import PytestRun, Terminated, raise_on_sigterm, run_pytest
-from canarchy.testing.lanes.verdict import summary_text
+from canarchy.testing.lanes.project import Project
+from canarchy.testing.lanes.render import markdown_table, table
+from canarchy.testing.lanes.results import CannotDecide, load_report, totals_text
+from canarchy.testing.lanes.runner import Run, run_pytest
 
 EXIT_CAUGHT = 0
 EXIT_MISSED = 1
@@ -92,6 +93,7 @@ EXIT_CANNOT_DECIDE = 2
 DETECTORS = ("guard", "isolation", "sentinel", "parity", "order", "deselect")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _SENTINEL_SECTION = "canarchy isolation sentinel"
+
 _GUARD_TEXT = "tried to open a real CAN bus"
 
 
@@ -184,11 +186,8 @@ def _project(base: Path, entry: Entry) -> Path:
     return project
 
 
-def _pytest_args(project: Path, junit: str = "reports/selftest.xml") -> list[str]:
-    return [
-        "-p", "no:cacheprovider", "-c", str(project / "pytest.ini"), "--rootdir", str(project),
-        "--strict-markers", f"--junitxml={junit}", "-o", "log_cli=true", "--log-cli-level=WARNING", ".",
-    ]  # fmt: skip
+def _lane_project(project: Path, operator_home: Path) -> Project:
+    return Project(project, (), project, (".",), (), operator_home=operator_home)
 
 
 def _source_env() -> dict[str, str]:
@@ -198,40 +197,37 @@ def _source_env() -> dict[str, str]:
 
 # This checkout's plugin is what the corpus tests, whatever is installed.
 _EXTRA = {"PYTHONPATH": _PACKAGE_PARENT}
+_LOG_RECORDS = ("-o", "log_cli=true", "--log-cli-level=WARNING")
 
 
-def _hostile_run(project: Path, base: Path, operator_home: Path) -> tuple[PytestRun, Path]:
+def _hostile_run(project: Path, base: Path, operator_home: Path) -> tuple[Run, Path]:
     """Run the project under the plugin as an operator with a full home and a hostile shell."""
     home = base / "operator-home"
     shutil.copytree(operator_home, home, symlinks=True)
     tmp = base / "tmp"
     tmp.mkdir()
-    hostile = {k: v.replace("{home}", str(home)) for k, v in HOSTILE_ENV.items()}
-    env = build_env(home=home, source=_source_env(), extra={**hostile, "TMPDIR": str(tmp), **_EXTRA})
-    netns = netns_support().available
-    run = run_pytest(sys.executable, _pytest_args(project), env=env, log=base / "selftest.log", netns=netns,
-                           echo=False, cwd=project)
-    return run, home
+    env = build_env(home=home, source=_source_env(), extra={**hostile_env(home), "TMPDIR": str(tmp), **_EXTRA})
+    args = ["-p", "no:cacheprovider", "--strict-markers", "--junitxml=reports/selftest.xml", *_LOG_RECORDS, "."]
+    return run_pytest(args, env=env, cwd=project, log=base / "selftest.log"), home
 
 
-def _case(run: PytestRun, test: str):  # type: ignore[no-untyped-def]
-    from canarchy.testing.lanes.results import CannotDecide, load_report
-
+def _report(run: Run):  # type: ignore[no-untyped-def]
     try:
-        report = load_report(run.junit)
+        return load_report(run.junit)
     except CannotDecide:
         return None
-    for key, case in report.cases.items():
-        if key.rsplit("::", 1)[-1] == test:
-            return case
-    return None
+
+
+def _case(run: Run, test: str):  # type: ignore[no-untyped-def]
+    report = _report(run)
+    return next((c for k, c in (report.cases.items() if report else ()) if k.rsplit("::", 1)[-1] == test), None)
 
 
 def _case_text(case) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(f"{r.message}\n{r.text}" for r in case.results)
 
 
-def _check_test_failure(entry: Entry, run: PytestRun, *, guard: bool) -> tuple[bool, str]:
+def _check_test_failure(entry: Entry, run: Run, *, guard: bool) -> tuple[bool, str]:
     case = _case(run, entry.test or "")
     if case is None:
         return False, f"{entry.test} not in the report (exit code {run.returncode})"
@@ -245,21 +241,23 @@ def _check_test_failure(entry: Entry, run: PytestRun, *, guard: bool) -> tuple[b
     return True, f"{entry.test} {case.outcome}: report holds {entry.expect!r}"
 
 
-def _check_deselected(entry: Entry, run: PytestRun) -> tuple[bool, str]:
-    if not run.junit.exists():
+def _check_deselected(entry: Entry, run: Run) -> tuple[bool, str]:
+    report = _report(run)
+    if report is None:
         return False, f"no report (exit code {run.returncode})"
     if _case(run, entry.test or "") is not None:
         return False, f"{entry.test} ran in a plain run"
-    deselected = (run.summary or {}).get("deselected", 0)
+    deselected = [n for n in report.properties_named(DESELECTED_PROPERTY) if n.rsplit("::", 1)[-1] == entry.test]
     if not deselected:
-        return False, f"{entry.test} neither ran nor was deselected (exit code {run.returncode})"
-    return True, f"{entry.test} kept out of a plain run ({deselected} deselected)"
+        return False, f"{entry.test} neither ran nor was deselected by the plugin (exit code {run.returncode})"
+    return True, f"{entry.test} kept out of a plain run (the report names it deselected)"
 
 
-def _check_sentinel(entry: Entry, run: PytestRun) -> tuple[bool, str]:
-    if _SENTINEL_SECTION not in run.output:
+def _check_sentinel(entry: Entry, run: Run) -> tuple[bool, str]:
+    output = run.output
+    if _SENTINEL_SECTION not in output:
         return False, f"no sentinel section (exit code {run.returncode})"
-    section = run.output[run.output.index(_SENTINEL_SECTION):]
+    section = output[output.index(_SENTINEL_SECTION):]
     if entry.expect and entry.expect not in section:
         return False, f"sentinel section lacks {entry.expect!r}"
     if run.returncode == 0:
@@ -268,17 +266,15 @@ def _check_sentinel(entry: Entry, run: PytestRun) -> tuple[bool, str]:
 
 
 def _parity(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
-    return run_parity(
-        sys.executable, _pytest_args(project, "reports/parity.xml"), operator_home=operator_home, checkout=project,
-        allowlist=None, source_env=_source_env(), hashseeds=(1, 2), extra_env=_EXTRA,
-    )  # fmt: skip
+    return run_parity(_lane_project(project, operator_home), ["."], source_env=_source_env(), hashseeds=(1, 2),
+                      extra_env=_EXTRA, reports=project.parent / "reports")
 
 
-def _order(project: Path):  # type: ignore[no-untyped-def]
+def _order(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
     from canarchy.testing.lanes import order
 
-    return order.run_order_lane(sys.executable, _pytest_args(project, "reports/order.xml"), seeds=[1],
-                                source_env=_source_env(), cwd=project, echo=lambda line: None, extra_env=_EXTRA)
+    return order.run_order_lane(_lane_project(project, operator_home), ["."], seeds=[1], source_env=_source_env(),
+                                echo=lambda line: None, extra_env=_EXTRA, reports=project.parent / "reports")
 
 
 def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
@@ -294,7 +290,7 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
             ok = seen is not None and (not entry.expect or seen == entry.expect)
             evidence = f"{entry.test}: {seen} (without -> with config)" if seen else f"twins {result.comparison.verdict}"
         elif entry.detector == "order":
-            result = _order(project)
+            result = _order(project, operator_home)
             found = [b for b in result.bisections if b.victim.rsplit("::", 1)[-1] == entry.test]
             polluter = found[0].polluter if found else None
             ok = polluter is not None and polluter.rsplit("::", 1)[-1] == entry.expect
@@ -313,7 +309,7 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
     return Outcome(entry, ok, evidence, time.monotonic() - started)
 
 
-def _check_control(entry: Entry, run: PytestRun, project: Path, operator_home: Path, home: Path) -> tuple[bool, str]:
+def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, home: Path) -> tuple[bool, str]:
     problems = []
     if run.returncode != 0 or _SENTINEL_SECTION in run.output:
         problems.append(f"hostile run exit code {run.returncode}")
@@ -323,13 +319,12 @@ def _check_control(entry: Entry, run: PytestRun, project: Path, operator_home: P
     parity = _parity(project, operator_home)
     if parity.exit_code != 0:
         problems.append(f"parity {parity.comparison.verdict} (exit code {parity.exit_code})")
-    ordered = _order(project)
+    ordered = _order(project, operator_home)
     if ordered.exit_code != 0:
         problems.append(f"order lane {ordered.status}")
     if problems:
         return False, "; ".join(problems)
-    summary = summary_text(run.summary) if run.summary else "?"
-    return True, f"{summary} under the plugin; parity identical; every order identical"
+    return True, f"{totals_text(_report(run))} under the plugin; parity identical; every order identical"
 
 
 # --------------------------------------------------------------------------- the corpus
@@ -350,12 +345,6 @@ def run_corpus(
     return outcomes
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
-
-
 def passed(outcomes: Sequence[Outcome]) -> bool:
     """True when every defect was caught and every control stayed clean."""
     return bool(outcomes) and all(o.ok for o in outcomes)
@@ -371,7 +360,7 @@ def render(outcomes: Sequence[Outcome], seconds: float | None = None) -> str:
     if seconds is not None:
         head += f" ({seconds:.0f} s)"
     rows = [[o.entry.name, o.entry.detector or "(control)", o.verdict, o.evidence] for o in outcomes]
-    return "\n".join([head, "", *_table(["entry", "detector", "verdict", "evidence"], rows)])
+    return "\n".join([head, "", table(["entry", "detector", "verdict", "evidence"], rows)])
 
 
 def render_markdown(outcomes: Sequence[Outcome], seconds: float | None = None) -> str:
@@ -380,30 +369,22 @@ def render_markdown(outcomes: Sequence[Outcome], seconds: float | None = None) -
     out = [f"# Selftest: {'PASSED' if passed(outcomes) else 'FAILED'} - caught {sum(o.ok for o in defects)}/{len(defects)}", ""]
     if seconds is not None:
         out += [f"Wall time: {seconds:.0f} s.", ""]
-    out += ["| entry | what it does | detector | verdict | evidence |", "|---|---|---|---|---|"]
-    for o in outcomes:
-        evidence = o.evidence.replace("|", "\\|").replace("\n", " ")
-        out.append(f"| `{o.entry.name}` | {o.entry.description} | {o.entry.detector or '(control)'} | {o.verdict} | {evidence} |")
-    out.append("")
-    return "\n".join(out)
+    out.append(markdown_table(["entry", "what it does", "detector", "verdict", "evidence"],
+                              [[f"`{o.entry.name}`", o.entry.description, o.entry.detector or "(control)", o.verdict,
+                                o.evidence] for o in outcomes]))
+    return "\n".join(out) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes selftest")
-    sub = parser.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("run", help="run every corpus entry against the harness")
-    p.add_argument("corpus", type=Path, help="folder holding manifest.toml (fixtures/leaks)")
-    p.add_argument("--operator-home", type=Path, default=None,
-                   help="the operator home to copy (default: fixtures/operator-home next to the corpus)")
-    p.add_argument("--reports", type=Path, help="write selftest.md here")
-    p.add_argument("--only", action="append", default=[], help="run only this entry (repeatable)")
-    args = parser.parse_args(argv)
-    operator_home = (args.operator_home or args.corpus.resolve().parent / "operator-home").resolve()
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", action="append", default=[], help="run only this entry (repeatable)")
+
+
+def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
+    """``python -m canarchy.testing.lanes selftest [--only NAME ...]``: the project's ``leaks`` corpus."""
     try:
-        entries = load_corpus(args.corpus)
-        if not operator_home.is_dir():
-            raise CorpusError(f"{operator_home}: no operator home to copy")
+        if project.leaks is None or project.operator_home is None:
+            raise CorpusError("the project names no `leaks` corpus or no `operator_home` ([tool.canarchy.lanes])")
+        entries = load_corpus(project.leaks)
         if args.only:
             unknown = set(args.only) - {e.name for e in entries}
             if unknown:
@@ -412,21 +393,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorpusError as exc:
         print(f"selftest: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE
-    raise_on_sigterm()
     started = time.monotonic()
-    try:
-        outcomes = run_corpus(entries, operator_home=operator_home)
-    except Terminated:
-        print("selftest: terminated", file=sys.stderr)
-        return 128 + 15
+    outcomes = run_corpus(entries, operator_home=project.operator_home)
     seconds = time.monotonic() - started
     print()
     print(render(outcomes, seconds))
-    if args.reports:
-        args.reports.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.reports / "selftest.md", render_markdown(outcomes, seconds))
+    reports = project.root / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(reports / "selftest.md", render_markdown(outcomes, seconds))
     return EXIT_CAUGHT if passed(outcomes) else EXIT_MISSED
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The unit and integration lanes: one pytest run and its verdict; the integration lane's bus."""
+"""The unit and integration lanes: one pytest run of the suite and its verdict; the integration bus."""
 
 from __future__ import annotations
 
@@ -7,16 +7,26 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES
-from canarchy.testing.lanes.netns import NETNS_GROUP, containment, netns_roundtrip, netns_support
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, junit_path, raise_on_sigterm, run_pytest
-from canarchy.testing.lanes.verdict import Verdict, lane_verdict
-
+from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, SAFETY_FLAGS, build_env
+from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_roundtrip, netns_support
+from canarchy.testing.lanes.project import Project
+from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, run_pytest
+from canarchy.testing.lanes.verdict import Verdict, judge
 
 PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
 ALLOW_TRANSMIT_VARIABLE = "CANARCHY_INTEGRATION_ALLOW_TRANSMIT"
+
+
+def workers(requested: int | None = None) -> int:
+    """pytest-xdist workers for the unit lane: ``requested``, else one per core when there is
+    more than one (0: run in the pytest process itself)."""
+    if requested is not None:
+        return max(requested, 0)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores if cores > 1 else 0
 
 
 def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[bool, list[str], str | None]:
@@ -49,7 +59,7 @@ def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[
         env["CANARCHY_PYTHON_CAN_INTERFACE"] = "udp_multicast"
         env["CANARCHY_DEFAULT_INTERFACE"] = NETNS_GROUP
         env[PRIVATE_BUS_VARIABLE] = "1"
-        ok, output = netns_roundtrip(python, env=env)
+        ok, output = netns_roundtrip(python, env={**build_env(home=tempfile.gettempdir()), **env})
         if not ok:
             return True, notes, f"the provided udp_multicast bus does not work in the namespace: {output}"
         return True, [
@@ -65,44 +75,66 @@ def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[
     ], None
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """``run``: one pytest run with its verdict (unit and integration lanes)."""
-    raise_on_sigterm()
-    env = dict(os.environ)
-    junit = junit_path(args.pytest_args)
-    log = junit.with_suffix(".log")
-    notes: list[str] = []
-    netns = False
-    if args.bus in ("private", "operator"):
-        netns, notes, error = _integration_bus(env, sys.executable, operator=args.bus == "operator")
-        if error:
-            verdict = Verdict(args.lane, "CANNOT DECIDE", error, notes=notes)
-            print(verdict.line())
-            junit.with_suffix(".md").parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(junit.with_suffix(".md"), verdict.markdown())
-            return verdict.exit_code
-    else:
-        netns, note = containment()
-        notes.append(note)
-    for note in notes:
-        print(f"{args.lane}: {note}")
-    with tempfile.TemporaryDirectory(prefix=f"canarchy-{args.lane}-") as tmp:
-        home, child_tmp = Path(tmp) / "home", Path(tmp) / "tmp"
-        home.mkdir()
-        child_tmp.mkdir()
-        # A fresh home, and TMPDIR inside our directory: what the run leaves behind goes with it.
-        env.update(HOME=str(home), USERPROFILE=str(home), TMPDIR=str(child_tmp))
-        run = run_pytest(sys.executable, args.pytest_args, env=env, log=log, netns=netns)
-    verdict = lane_verdict(args.lane, run, notes=notes)
-    junit.with_suffix(".md").parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(junit.with_suffix(".md"), verdict.markdown())
+def _report(lane: str, project: Project, verdict: Verdict) -> int:
+    md = project.root / "reports" / f"{lane}.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(md, verdict.markdown())
     print(verdict.line())
     for test_id in verdict.failing[:30]:
         print(f"  failing: {test_id}")
     return verdict.exit_code
 
 
-def cmd_netns_check(args: argparse.Namespace) -> int:
+def run_suite(project: Project, lane: str, selection: Sequence[str], *, options: Sequence[str] = (),
+              env_extra: dict[str, str] | None = None, prefix: Sequence[str] = (), notes: Sequence[str] = (),
+              source_env: dict[str, str] | None = None, passthrough: Sequence[str] = ()) -> Verdict:
+    """One pytest run of ``selection`` in the checkout, with a fresh home and TMPDIR, judged."""
+    junit = project.root / "reports" / f"{lane}.xml"
+    with tempfile.TemporaryDirectory(prefix=f"canarchy-{lane}-") as tmp:
+        home, child_tmp = Path(tmp) / "home", Path(tmp) / "tmp"
+        home.mkdir()
+        child_tmp.mkdir()
+        env = build_env(home=home, source=os.environ if source_env is None else source_env, passthrough=passthrough,
+                        extra={"TMPDIR": str(child_tmp), **(env_extra or {})})
+        run = run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", *options, *selection], env=env, cwd=project.root,
+                         echo=True, prefix=prefix)
+    return judge(lane, run, notes=notes)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="pytest-xdist workers (default: one per core when there are several; 0: none)")
+
+
+def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
+    """``python -m canarchy.testing.lanes unit [--jobs N] [-- SELECTION]``."""
+    jobs = workers(args.jobs)
+    options = ["-p", "xdist", "-n", str(jobs)] if jobs else []
+    note = f"{jobs} pytest-xdist workers" if jobs else "one process (no pytest-xdist workers)"
+    print(f"unit: {note}")
+    return _report("unit", project, run_suite(project, "unit", selection, options=options, notes=[note]))
+
+
+def add_integration_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--operator-bus", action="store_true",
+                        help="use the bus named by the exported CANARCHY_PYTHON_CAN_INTERFACE and "
+                             "CANARCHY_DEFAULT_INTERFACE (the tests transmit on it)")
+
+
+def main_integration(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
+    """``python -m canarchy.testing.lanes integration [--operator-bus] [-- SELECTION]``: ``-m integration``."""
+    env = {n: os.environ[n] for n in OPERATOR_BUS_VARIABLES if os.environ.get(n)}
+    netns, notes, error = _integration_bus(env, sys.executable, operator=args.operator_bus)
+    for note in notes:
+        print(f"integration: {note}")
+    if error:
+        return _report("integration", project, Verdict("integration", "CANNOT DECIDE", error, notes=notes))
+    verdict = run_suite(project, "integration", selection, options=["-m", "integration"], env_extra=env,
+                        prefix=netns_command([]) if netns else (), notes=notes)
+    return _report("integration", project, verdict)
+
+
+def main_netns_check(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
     """``netns-check``: say whether the private namespace works and prove a frame round trip."""
     support = netns_support()
     print(f"private network namespace: {'available' if support.available else 'not available'} - {support.reason}")

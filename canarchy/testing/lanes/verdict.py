@@ -1,78 +1,77 @@
-"""A lane's verdict on one pytest run: PASSED, FAILED, NOT PROVEN or CANNOT DECIDE."""
+"""A lane's verdict on one pytest run, from its JUnit report and exit code alone.
+
+pytest's exit codes (``pytest.ExitCode``): 0 all passed, 1 some failed,
+2 interrupted, 3 internal error, 4 usage error, 5 no tests collected.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable
 
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, PytestRun
+from canarchy.testing.lanes.render import markdown_table
+from canarchy.testing.lanes.results import CannotDecide, Report, load_report, totals_text
+from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run
+
+_EXIT_MEANING = {2: "interrupted (or a collection error)", 3: "an internal error", 4: "a usage error",
+                 5: "no tests collected"}
+
 
 @dataclass
 class Verdict:
-    """A lane's verdict: ``status`` PASSED / FAILED / CANNOT DECIDE / NOT PROVEN, a one-line
-    ``detail``, ``failing`` test ids, Markdown ``markdown``; ``exit_code`` 0/1/2."""
+    """``status``: PASSED, NOT PROVEN (every case skipped), FAILED or CANNOT DECIDE."""
 
     lane: str
     status: str
     detail: str
     failing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    report: Report | None = None
 
     @property
     def exit_code(self) -> int:
         return {"PASSED": EXIT_PASSED, "NOT PROVEN": EXIT_PASSED, "FAILED": EXIT_FAILED}.get(
-            self.status, EXIT_CANNOT_DECIDE
-        )
+            self.status, EXIT_CANNOT_DECIDE)
 
     def line(self) -> str:
         return f"{self.lane}: {self.status} - {self.detail}"
 
     def markdown(self) -> str:
         out = [f"# {self.lane}: {self.status}", "", self.detail, ""]
-        if self.notes:
-            out.extend(f"- {n}" for n in self.notes)
-            out.append("")
+        out.extend(f"- {note}" for note in self.notes)
         if self.failing:
-            out.append(f"## Failing ({len(self.failing)})")
-            out.append("")
-            out.extend(f"- `{t}`" for t in self.failing)
-            out.append("")
-        return "\n".join(out)
+            out += ["", f"## Failing ({len(self.failing)})", "", markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
+        return "\n".join(out) + "\n"
 
 
-def summary_text(summary: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} {w}" for w, n in summary.items()) or "no tests ran"
-
-
-def lane_verdict(lane: str, run: PytestRun, *, notes: Iterable[str] = ()) -> Verdict:
-    """Judge one pytest run: cannot decide on a missing/unreadable/empty report, a
-    missing summary line, or a report that disagrees with pytest's count; else
-    FAILED on a non-zero exit; NOT PROVEN when every case skipped; else PASSED."""
-    from canarchy.testing.lanes.results import CannotDecide, load_report, summary_total
-
-    notes = list(notes)
-    where = f"(JUnit: {run.junit}, log: {run.log}, {run.duration:.1f} s)"
+def read_run(run: Run) -> tuple[Report | None, str | None]:
+    """The run's report, or None and why it has no usable one."""
+    if run.returncode not in (0, 1):
+        return None, f"pytest exit code {run.returncode}: {_EXIT_MEANING.get(run.returncode, 'an unknown exit code')}"
+    assert run.junit is not None
     try:
         report = load_report(run.junit)
     except CannotDecide as exc:
-        return Verdict(lane, "CANNOT DECIDE", f"{exc}; pytest exit code {run.returncode} {where}", notes=notes)
-    if run.summary is None:
-        return Verdict(lane, "CANNOT DECIDE", f"pytest printed no summary line; exit code {run.returncode} {where}", notes=notes)
+        return None, f"{exc}; pytest exit code {run.returncode}"
     if not report.cases:
-        return Verdict(lane, "CANNOT DECIDE", f"zero tests selected ({summary_text(run.summary)}) {where}", notes=notes)
-    if report.counted != summary_total(run.summary):
-        return Verdict(
-            lane,
-            "CANNOT DECIDE",
-            f"the report accounts for {report.counted} outcome(s), pytest printed "
-            f"{summary_total(run.summary)} ({summary_text(run.summary)}) {where}",
-            notes=notes,
-        )
-    failing = sorted(k for k, c in report.cases.items() if c.is_failing)
-    if run.returncode != 0 or failing:
-        return Verdict(lane, "FAILED", f"{summary_text(run.summary)}; exit code {run.returncode} {where}", failing, notes)
-    if all(c.outcome == "skipped" for c in report.cases.values()):
-        return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary_text(run.summary)} {where}", notes=notes)
-    return Verdict(lane, "PASSED", f"{summary_text(run.summary)} {where}", notes=notes)
+        return None, f"the report holds zero test cases; pytest exit code {run.returncode}"
+    if run.returncode == 0 and report.failing:
+        return None, f"pytest exited 0 but the report has failing cases: {', '.join(report.failing[:3])}"
+    return report, None
 
 
+def judge(lane: str, run: Run, *, notes: Iterable[str] = ()) -> Verdict:
+    """CANNOT DECIDE without a usable report; FAILED on exit code 1; NOT PROVEN when every case skipped."""
+    notes = list(notes)
+    where = f"(JUnit: {run.junit}, log: {run.log}, {run.duration:.1f} s)"
+    report, why_not = read_run(run)
+    if report is None:
+        return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
+    summary = totals_text(report)
+    if run.returncode == 1:
+        failing = report.failing
+        detail = summary if failing else f"{summary}, yet pytest failed the run (see the log: e.g. the isolation sentinel)"
+        return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", failing, notes, report)
+    if all(case.outcome == "skipped" for case in report.cases.values()):
+        return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary} {where}", notes=notes, report=report)
+    return Verdict(lane, "PASSED", f"{summary} {where}", notes=notes, report=report)

@@ -1,14 +1,74 @@
-"""Installed into child Python processes started by a test (via PYTHONPATH).
+"""Start-up hook of every Python process a test (or a lane) starts, found through PYTHONPATH.
 
-When ``PYTEST_CANARCHY_GUARD=1`` (set by canarchy's pytest plugin for
-isolated tests), the child gets the same CAN bus guard as its parent; a
-refusal names the parent test (from ``PYTEST_CURRENT_TEST``) and is written to
-``PYTEST_CANARCHY_GUARD_DIR`` so the parent test fails even if the child
-swallowed the error. Any ``sitecustomize`` this one shadows is run afterwards.
+- ``PYTEST_CANARCHY_GUARD=1`` (set by canarchy's pytest plugin for isolated
+  tests): the child gets its parent test's guards (:mod:`canarchy.testing.isolation._child`).
+- ``PYTEST_CANARCHY_IMPORT_PROOF=DIR`` with ``PYTEST_CANARCHY_IMPORT_PACKAGES=a,b``
+  (set by the mutation lane): the process writes ``DIR/<pid>-<package>.json``
+  saying where it imports each package from, so the lane can prove every
+  process tested the mutant. Standard library only, and before anything else.
+
+Runs once per process; the ``sitecustomize`` it shadows runs afterwards.
 """
 
+import json
 import os
 import sys
+
+_MARK = "_canarchy_sitecustomize_done"
+
+
+def _command_line() -> list:
+    try:  # the whole command line (sys.argv holds only "-c" for `python -c CODE` this early)
+        with open("/proc/self/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return list(sys.argv)
+
+
+def _record(directory: str, package: str, origin: str) -> None:
+    path = os.path.join(directory, f"{os.getpid()}-{package}.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"pid": os.getpid(), "ppid": os.getppid(), "argv": _command_line(), "cwd": os.getcwd(),
+                       "package": package, "origin": origin}, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a process that cannot report is judged by the lane as one that did not report
+
+
+class _ImportProof:
+    """A meta path finder that notes where each watched top-level package is found."""
+
+    def __init__(self, directory: str, packages: set) -> None:
+        self.directory, self.packages = directory, packages
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+        if fullname in self.packages:
+            self.packages.discard(fullname)
+            spec = None
+            for finder in sys.meta_path:  # what the import system will find after this finder
+                find = getattr(finder, "find_spec", None) if finder is not self else None
+                spec = find(fullname, path, target) if find is not None else None
+                if spec is not None:
+                    break
+            if spec is not None:
+                origin = spec.origin if spec.origin not in (None, "namespace") else \
+                    os.pathsep.join(spec.submodule_search_locations or [])
+                _record(self.directory, fullname, origin or "?")
+        return None
+
+
+def _import_proof() -> None:
+    directory = os.environ.get("PYTEST_CANARCHY_IMPORT_PROOF")
+    packages = {p for p in os.environ.get("PYTEST_CANARCHY_IMPORT_PACKAGES", "").split(",") if p}
+    if not directory or not packages:
+        return
+    for name in sorted(packages):
+        module = sys.modules.get(name)
+        if module is not None:  # imported before this hook ran (a .pth file)
+            _record(directory, name, getattr(module, "__file__", None) or "?")
+    sys.meta_path.insert(0, _ImportProof(directory, {p for p in packages if p not in sys.modules}))
 
 
 def _activate() -> None:
@@ -22,18 +82,28 @@ def _activate() -> None:
 
 
 def _chain() -> None:
-    """Run the sitecustomize that this file shadows, if there is one."""
+    """Run the sitecustomize that this one shadows (not another copy of this one)."""
     import importlib.machinery
     import importlib.util
 
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
+    while True:
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is None or spec.loader is None or spec.origin is None:
+            return
+        origin_dir = os.path.dirname(os.path.abspath(spec.origin))
+        if os.path.basename(origin_dir) == "_subprocess" and \
+                os.path.isfile(os.path.join(os.path.dirname(origin_dir), "_child.py")):
+            rest = [p for p in rest if os.path.abspath(p or os.curdir) != origin_dir]  # another canarchy hook
+            continue
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
         return
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
 
 
-_activate()
-_chain()
+if not getattr(sys, _MARK, False):
+    setattr(sys, _MARK, True)
+    _import_proof()
+    _activate()
+    _chain()

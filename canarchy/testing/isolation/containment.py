@@ -1,0 +1,615 @@
+"""Kernel-level containment of a test run (Linux, root or not).
+
+:func:`enter` moves the calling process, once, while it is still
+single-threaded, and so every process it starts later, into private user,
+mount and (optionally) network namespaces: each path a :class:`Plan` covers
+is an empty read-only view, the read-only trees cannot be written except the
+writable trees inside them, and only ``lo`` exists. A nested user and mount
+namespace then locks that view (``MNT_LOCKED``: no unmount, no remount
+read-write) and leaves the network namespace to an owner the process has no
+capabilities in. Nothing raises for "not possible here": the :class:`Report`
+says what is in force and why not; :func:`probe` asks a child process.
+Design and guarantees: ``docs/design/test-isolation.md`` ("Containment").
+Constants: ``<linux/sched.h>``, ``<linux/mount.h>``, ``<linux/fcntl.h>``,
+``<linux/sockios.h>``; system call numbers: ``asm-generic/unistd.h``. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Iterable
+
+# <linux/sched.h>
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+# <linux/mount.h>, <sys/mount.h>
+MS_REC = 0x4000
+MS_BIND = 0x1000
+MS_PRIVATE = 1 << 18
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+OPEN_TREE_CLONE = 0x1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+FSOPEN_CLOEXEC = 0x1
+FSMOUNT_CLOEXEC = 0x1
+FSCONFIG_CMD_CREATE = 6
+# <linux/fcntl.h>
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+# <linux/sockios.h>, <net/if.h>
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+_IFREQ = "16sH22x"  # struct ifreq: the name, then ifr_flags in the 24-byte union
+# The generic syscall table (asm-generic/unistd.h); every architecture below
+# numbers these (Linux 5.2 to 5.12) alike.
+_SYSCALLS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+             "mount_setattr": 442}
+_GENERIC_TABLE = ("x86_64", "i386", "i486", "i586", "i686", "aarch64", "arm64", "armv6l", "armv7l", "armv8l",
+                  "riscv64", "ppc64le", "ppc64", "s390x", "loongarch64")
+
+PROTECTIONS = ("user namespace", "mount view", "network", "lock")
+HEADER = "canarchy isolation: containment"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`enter` makes of the file system and the network.
+
+    ``covered``: paths that become an empty read-only view where they exist
+    (a directory: an empty read-only tmpfs; anything else: an empty read-only
+    file; a symlink: what it resolves to) and cannot be created where they do
+    not (their nearest existing parent becomes read-only). ``read_only``:
+    trees bind-mounted onto themselves read-only, mounts below included.
+    ``writable``: trees inside those that stay as they were. ``network``: a
+    private network namespace holding only ``lo``, up. Paths are absolute.
+    """
+
+    covered: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    network: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("covered", "read_only", "writable"):
+            paths = tuple(Path(p) for p in getattr(self, name))
+            relative = [str(p) for p in paths if not p.is_absolute()]
+            if relative:
+                raise ValueError(f"Plan.{name} needs absolute paths, got {', '.join(relative)}")
+            object.__setattr__(self, name, paths)
+
+
+@dataclass(frozen=True)
+class Protection:
+    """One protection: ``in_force``, and ``detail`` (what it holds, or why not)."""
+
+    name: str
+    in_force: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`enter` (or :func:`probe`) found: one :class:`Protection`
+    per name in :data:`PROTECTIONS` that was asked for; the paths it covered,
+    made read-only and kept writable (strings, resolved); ``seconds`` spent."""
+
+    protections: tuple[Protection, ...]
+    covered: tuple[str, ...] = ()
+    uncreatable: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def in_force(self) -> bool:
+        """Whether every protection asked for is in force."""
+        return all(p.in_force for p in self.protections)
+
+    @property
+    def reason(self) -> str:
+        """Why not, for the first protection not in force ("" when all are)."""
+        return next((f"{p.name}: {p.detail}" for p in self.protections if not p.in_force), "")
+
+    def protection(self, name: str) -> Protection | None:
+        """The protection called ``name``, None when it was not asked for."""
+        return next((p for p in self.protections if p.name == name), None)
+
+    def header_lines(self) -> list[str]:
+        """The lines for pytest's header, each ``canarchy isolation: containment: ...``."""
+        if not any(p.in_force for p in self.protections):
+            return [f"{HEADER}: not in force ({self.reason})"]
+        lines = [f"{HEADER}: in force" if self.in_force else f"{HEADER}: partly in force ({self.reason})"]
+        return lines + [f"{HEADER}: {p.name}: {p.detail if p.in_force else 'NOT in force: ' + p.detail}"
+                        for p in self.protections]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        data = json.loads(text)
+        data["protections"] = tuple(Protection(**p) for p in data["protections"])
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+# -- system calls --------------------------------------------------------------------
+
+_LIBC = None
+
+
+def _libc() -> ctypes.CDLL:
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+def _checked(result: int, what: str) -> int:
+    if result == -1:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+def _syscall(name: str, *args) -> int:
+    return _checked(_libc().syscall(ctypes.c_long(_SYSCALLS[name]), *args), name)
+
+
+def _path(path: str | os.PathLike | None) -> ctypes.c_char_p:
+    return ctypes.c_char_p(None if path is None else os.fsencode(path))
+
+
+def unshare(flags: int) -> None:
+    """``unshare(2)``: ``os.unshare`` (3.12+) or libc's; OSError with the errno."""
+    if hasattr(os, "unshare"):
+        os.unshare(flags)
+    else:
+        _checked(_libc().unshare(ctypes.c_int(flags)), "unshare")
+
+
+def mount(source, target, fstype, flags: int, data: str | None = None) -> None:
+    """``mount(2)``; OSError with the errno."""
+    _checked(_libc().mount(_path(source), _path(target), _path(fstype), ctypes.c_ulong(flags),
+                           _path(data)), f"mount {target}")
+
+
+def umount2(target, flags: int = 0) -> None:
+    """``umount2(2)``; OSError with the errno."""
+    _checked(_libc().umount2(_path(target), ctypes.c_int(flags)), f"umount {target}")
+
+
+def mount_setattr(target, attr_set: int = 0, attr_clr: int = 0, *, recursive: bool = False,
+                  dirfd: int = AT_FDCWD) -> None:
+    """``mount_setattr(2)`` (Linux 5.12): set/clear ``MOUNT_ATTR_*`` on the
+    mount at ``target`` (or on ``dirfd`` itself when ``target`` is "")."""
+    attr = struct.pack("QQQQ", attr_set, attr_clr, 0, 0)  # struct mount_attr
+    flags = (AT_RECURSIVE if recursive else 0) | (AT_EMPTY_PATH if target == "" else 0)
+    _syscall("mount_setattr", ctypes.c_int(dirfd), _path(target), ctypes.c_uint(flags), attr,
+             ctypes.c_size_t(len(attr)))
+
+
+def _open_tree(target, *, dirfd: int = AT_FDCWD, recursive: bool = True) -> int:
+    """A detached copy of the mount tree at ``target`` (``open_tree(2)``, Linux 5.2)."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0)
+    return _syscall("open_tree", ctypes.c_int(dirfd), _path(target), ctypes.c_uint(flags))
+
+
+def _move_mount(tree: int, target) -> None:
+    """Attach the detached tree ``tree`` at ``target`` (``move_mount(2)``)."""
+    _syscall("move_mount", ctypes.c_int(tree), _path(""), ctypes.c_int(AT_FDCWD), _path(target),
+             ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH))
+
+
+def _new_fs(fstype: str, attributes: int = 0) -> int:
+    """A detached, new instance of ``fstype`` (``fsopen``/``fsconfig``/``fsmount``),
+    nosuid, nodev, noexec and ``attributes`` (``MOUNT_ATTR_*``)."""
+    context = _syscall("fsopen", _path(fstype), ctypes.c_uint(FSOPEN_CLOEXEC))
+    try:
+        _syscall("fsconfig", ctypes.c_int(context), ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0))
+        return _syscall("fsmount", ctypes.c_int(context), ctypes.c_uint(FSMOUNT_CLOEXEC),
+                        ctypes.c_uint(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | attributes))
+    finally:
+        os.close(context)
+
+
+# -- namespaces ----------------------------------------------------------------------
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    """Map ``uid``/``gid`` to themselves in the user namespace just entered."""
+    try:
+        _write("/proc/self/setgroups", "deny")  # required before gid_map without CAP_SETGID outside
+    except FileNotFoundError:  # pragma: no cover - kernels before 3.19
+        pass
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _why_no_user_namespace(exc: OSError) -> str:
+    """A sentence for a failed ``unshare(CLONE_NEWUSER ...)``."""
+    limit = _read("/proc/sys/user/max_user_namespaces")
+    if limit == "0":
+        return "the kernel allows no user namespaces (/proc/sys/user/max_user_namespaces = 0)"
+    if exc.errno == errno.EPERM:
+        if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+            return ("AppArmor refuses unprivileged user namespaces "
+                    "(kernel.apparmor_restrict_unprivileged_userns = 1)")
+        if _read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+            return "the kernel refuses unprivileged user namespaces (kernel.unprivileged_userns_clone = 0)"
+        return "unshare(CLONE_NEWUSER) refused (EPERM: a seccomp filter, a chroot, or a security module)"
+    if exc.errno == errno.EINVAL:
+        threads = _threads()
+        if threads > 1:
+            return f"the process already runs {threads} threads (unshare(CLONE_NEWUSER) needs one)"
+        return "unshare(CLONE_NEWUSER) refused (EINVAL: a kernel without user namespaces?)"
+    if exc.errno == errno.ENOSPC:
+        return f"the user namespace limit is reached (/proc/sys/user/max_user_namespaces = {limit})"
+    if exc.errno == errno.EUSERS:
+        return "user namespaces are nested too deep (32 levels)"
+    return f"unshare(CLONE_NEWUSER): {exc.strerror or exc}"
+
+
+def _mount_points() -> list[str]:
+    """Mount points of this mount namespace (``/proc/self/mountinfo``, field 5;
+    the kernel writes space, tab, newline and backslash as octal escapes)."""
+    with open("/proc/self/mountinfo", "rb") as handle:
+        fields = [line.split(b" ")[4] for line in handle]
+    return [os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), f)) for f in fields]
+
+
+def _private_sysfs() -> None:
+    """A fresh sysfs (read-only) on ``/sys``, so its network entries
+    (``/sys/class/net``, ``/sys/devices/.../net``) are this network namespace's;
+    the mounts that were below ``/sys`` (cgroups, ...) are put back on it."""
+    clones = []
+    try:
+        for path in _outermost(p for p in _mount_points() if p.startswith("/sys/")):
+            clones.append((path, _open_tree(path)))
+        # read-only from the start: a new sysfs may not be less restricted than the one
+        # already visible (the kernel's mount_too_revealing), which is this one when nested
+        fresh = _new_fs("sysfs", MOUNT_ATTR_RDONLY)
+        try:
+            _move_mount(fresh, "/sys")
+        finally:
+            os.close(fresh)
+        for path, tree in clones:
+            try:
+                _move_mount(tree, path)
+            except OSError:  # a mount point the fresh sysfs lacks: that mount stays out of sight
+                pass
+    finally:
+        for _, tree in clones:
+            os.close(tree)
+
+
+def _bring_loopback_up() -> None:
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack(_IFREQ, b"lo", 0)
+        _, flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, SIOCGIFFLAGS, request))
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | IFF_UP))
+
+
+# -- the mount view ------------------------------------------------------------------
+
+def _inside(path: str, tree: str) -> bool:
+    """Whether ``path`` is ``tree`` or below it (both resolved)."""
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+def _depth(path: str) -> tuple[int, str]:
+    return path.rstrip("/").count("/"), path
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """``paths`` without those inside another one, shortest first."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=_depth):
+        if not any(_inside(path, k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _nearest_existing(path: str) -> str:
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    return parent
+
+
+@dataclass
+class _View:
+    """The mount view worked out from a plan at the moment of entering.
+
+    ``layers``: (path, writable) shallowest first, so that where trees nest
+    the deepest one decides; at the same path the writable one does."""
+
+    covers: list[str] = field(default_factory=list)          # existing: made empty
+    uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
+    layers: list[tuple[str, bool]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, plan: Plan) -> _View:
+        view = cls()
+        trees = {os.path.realpath(p) for p in plan.read_only if os.path.lexists(p)}
+        parents = {}
+        for path in plan.covered:
+            target = os.path.realpath(path)  # a symlink: what it resolves to
+            if os.path.exists(target):
+                view.covers.append(target)
+            else:
+                parents[str(path)] = _nearest_existing(target)
+        trees |= set(parents.values())
+        writable = {os.path.realpath(p) for p in plan.writable if os.path.isdir(p)}
+        layers = sorted([(t, False) for t in trees] + [(w, True) for w in writable],
+                        key=lambda layer: (_depth(layer[0]), layer[1]))
+        for path, kind in layers:  # keep a layer only where it changes something
+            if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
+                view.layers.append((path, kind))
+        for path, parent in parents.items():
+            tree, writable_there = view.decides(parent)
+            if writable_there:
+                view.problems.append(f"{path} can be created: {tree} is writable")
+            else:
+                view.uncreatable.append(path)
+        return view
+
+    def decides(self, path: str) -> tuple[str | None, bool]:
+        """The deepest layer holding ``path`` and whether it is writable (None, True: no layer)."""
+        for tree, writable in reversed(self.layers):
+            if _inside(path, tree):
+                return tree, writable
+        return None, True
+
+    @property
+    def read_only(self) -> list[str]:
+        return [path for path, writable in self.layers if not writable]
+
+    @property
+    def writable(self) -> list[str]:
+        return [path for path, writable in self.layers if writable]
+
+    def apply(self) -> None:
+        """Mount it (in a private mount namespace, with capabilities there).
+        A path that cannot be done is recorded in ``problems``; the rest is done."""
+        clones = {path: self._try(path, _open_tree, path) for path in self.writable}  # as they are now
+        for path, writable in self.layers:
+            if not writable:
+                self._try(path, self._read_only, path)
+            elif clones[path] is not None:
+                self._try(path, _move_mount, clones[path], path)
+                os.close(clones[path])
+        if self.covers:
+            self._try("covers", self._cover_all)
+
+    def _try(self, path: str, action, *args):
+        try:
+            return action(*args)
+        except OSError as exc:
+            self.problems.append(f"{path}: {exc.strerror or exc}")
+            return None
+
+    @staticmethod
+    def _read_only(path: str) -> None:
+        mount(path, path, None, MS_BIND | MS_REC)
+        mount_setattr(path, MOUNT_ATTR_RDONLY, recursive=True)
+
+    def _cover_all(self) -> None:
+        staging = _new_fs("tmpfs")  # detached: an empty directory and an empty file to clone
+        try:
+            # modes that let the owner past the permission check, so a write meets EROFS
+            os.mkdir("empty-dir", 0o755, dir_fd=staging)
+            os.close(os.open("empty-file", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=staging))
+            for path in self.covers:
+                self._try(path, self._cover, staging, path)
+        finally:
+            os.close(staging)
+
+    @staticmethod
+    def _cover(staging: int, path: str) -> None:
+        source = "empty-dir" if os.path.isdir(path) else "empty-file"
+        tree = _open_tree(source, dirfd=staging, recursive=False)
+        try:
+            mount_setattr("", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                          dirfd=tree)
+            _move_mount(tree, path)
+        finally:
+            os.close(tree)
+
+    def detail(self) -> str:
+        parts = [f"empty, read-only: {', '.join(self.covers)}" if self.covers else "",
+                 f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
+                 f"read-only: {', '.join(self.read_only)}" if self.read_only else "",
+                 f"writable inside: {', '.join(self.writable)}" if self.writable else ""]
+        return "; ".join(p for p in parts if p) or "nothing to cover"
+
+
+# -- entering ------------------------------------------------------------------------
+
+def _not_possible(plan: Plan, reason: str, started: float) -> Report:
+    names = [n for n in PROTECTIONS if n != "network" or plan.network]
+    return Report(tuple(Protection(n, False, reason) for n in names), seconds=time.perf_counter() - started)
+
+
+def enter(plan: Plan) -> Report:
+    """Move this process (and every process it starts afterwards) into the
+    containment ``plan`` describes; see the module docstring. Call it once,
+    while the process runs a single thread. Never raises for what the machine
+    does not allow: the :class:`Report` says what is in force and why not.
+    Raises ``TypeError`` for something that is not a :class:`Plan`.
+    """
+    if not isinstance(plan, Plan):
+        raise TypeError(f"enter() needs a Plan, got {type(plan).__name__}")
+    started = time.perf_counter()
+    if not sys.platform.startswith("linux"):
+        return _not_possible(plan, f"Linux-only (this is {sys.platform})", started)
+    if platform.machine() not in _GENERIC_TABLE:
+        return _not_possible(plan, f"no system call numbers known for {platform.machine()}", started)
+    threads = _threads()
+    if threads > 1:
+        return _not_possible(plan, f"the process already runs {threads} threads "
+                                   "(unshare(CLONE_NEWUSER) needs one)", started)
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a working directory removed already: nothing to re-resolve
+        cwd = None
+    try:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | (CLONE_NEWNET if plan.network else 0))
+    except OSError as exc:
+        return _not_possible(plan, _why_no_user_namespace(exc), started)
+    try:
+        _map_ids(uid, gid)
+        results = {"user namespace": (True, f"uid {uid} and gid {gid} mapped to themselves; "
+                                            "every other id shows as the overflow id")}
+    except OSError as exc:
+        results = {"user namespace": (False, f"ids not mapped ({exc.strerror}): the process runs as the overflow uid")}
+    view = _View.of(plan)
+    try:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)  # before any mount: nothing propagates out
+        view.apply()
+    except OSError as exc:
+        view.problems.insert(0, str(exc))
+    try:
+        if cwd is not None:
+            os.chdir(cwd)  # it was resolved below the new mounts: resolve it again, through them
+    except OSError as exc:
+        view.problems.append(f"working directory {cwd}: {exc.strerror}")
+    results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()]))
+    if plan.network:
+        notes = []
+        try:
+            _bring_loopback_up()
+        except OSError as exc:
+            notes.append(f"lo is down ({exc.strerror}): nothing reaches a network")
+        try:
+            _private_sysfs()
+        except OSError as exc:
+            notes.append(f"/sys/class/net still lists the host's interfaces ({exc.strerror})")
+        results["network"] = (True, "a private namespace, loopback only: no CAN interface, no route off the machine"
+                                    + "".join(f"; {n}" for n in notes))
+    try:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS)  # copying the view into it locks every mount (MNT_LOCKED)
+    except OSError as exc:
+        results["lock"] = (False, f"nested user namespace refused ({exc.strerror}): "
+                                  "a process with capabilities can unmount the covers")
+    else:
+        results["lock"] = (True, "mounts locked (no unmount, no remount read-write); "
+                                 + ("network namespace owned by an outer user namespace (no new interface or route)"
+                                    if plan.network else "host network kept"))
+        try:
+            _map_ids(uid, gid)
+        except OSError as exc:
+            results["user namespace"] = (False, f"nested ids not mapped ({exc.strerror}): "
+                                                "the process runs as the overflow uid")
+    return Report(
+        tuple(Protection(name, *results[name]) for name in PROTECTIONS if name in results),
+        covered=tuple(view.covers), uncreatable=tuple(view.uncreatable),
+        read_only=tuple(view.read_only), writable=tuple(view.writable),
+        seconds=time.perf_counter() - started,
+    )
+
+
+_PROBED: dict[bool, Report] = {}
+_PROBE_CODE = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('containment', sys.argv[1]);"
+               "m = sys.modules['containment'] = importlib.util.module_from_spec(spec); spec.loader.exec_module(m);"
+               "print(m._probe_here(sys.argv[2], sys.argv[3] == '1').to_json())")
+
+
+def probe(network: bool = True, *, python: str | None = None, timeout: float = 30) -> Report:
+    """What :func:`enter` achieves here, asked of a fresh child process
+    (``python``, default this interpreter; ``-I -S``) that enters a plan on a
+    temporary directory and checks that its covers are empty and read-only and
+    its writable tree writable. This process is not changed. Cached per
+    ``network`` for the default interpreter."""
+    if python is None and network in _PROBED:
+        return _PROBED[network]
+    root = tempfile.mkdtemp(prefix="canarchy-containment-probe-")
+    try:
+        for name in ("state", "writable"):
+            os.mkdir(os.path.join(root, name))
+        with open(os.path.join(root, "state", "config.toml"), "w", encoding="ascii") as handle:
+            handle.write("x = 1\n")
+        with open(os.path.join(root, "state.conf"), "w", encoding="ascii") as handle:
+            handle.write("x = 1\n")
+        argv = [python or sys.executable, "-I", "-S", "-c", _PROBE_CODE, __file__, root, "1" if network else "0"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            raise ValueError(last)
+        report = Report.from_json(lines[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
+        report = _not_possible(Plan(network=network), f"the probe process failed ({exc})", time.perf_counter())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if python is None:
+        _PROBED[network] = report
+    return report
+
+
+def _probe_here(root: str, network: bool) -> Report:
+    """:func:`probe`'s child: enter a plan on ``root``, then check it."""
+    plan = Plan(covered=[f"{root}/state", f"{root}/state.conf", f"{root}/absent"], read_only=[root],
+                writable=[f"{root}/writable"], network=network)
+    report = enter(plan)
+    view = report.protection("mount view")
+    if view is None or not view.in_force:
+        return report
+    failed = []
+    if os.listdir(f"{root}/state") or open(f"{root}/state.conf", "rb").read():
+        failed.append("a covered path is not empty")
+    for path, should in ((f"{root}/absent", False), (f"{root}/writable/new", True)):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            failed += [] if should else [f"{path} could be created"]
+        except OSError as exc:
+            failed += [f"{path}: {exc.strerror}"] if should else []
+    if not failed:
+        return report
+    broken = Protection("mount view", False, "the view does not hold: " + "; ".join(failed))
+    return replace(report, protections=tuple(broken if p.name == "mount view" else p for p in report.protections))

@@ -1,0 +1,328 @@
+"""The one tree manifest: what is in a directory tree, by metadata, at a cost flat in what the user has.
+
+:func:`snapshot` maps relative POSIX paths to :class:`Entry` (kind, size,
+mtime/ctime in ns, inode, mode, link target) from one ``lstat`` per entry; no
+file is opened, no symlink followed. A checkout is walked as git sees it
+(tracked plus untracked-but-not-ignored files, ``git ls-files``), elsewhere
+with ``os.scandir`` minus :data:`SKIPPED_DIRS`. :func:`changes` says what
+differs between two snapshots; :func:`content_differences` compares two trees
+byte for byte (:func:`content_digest`, SHA-256 in 1 MiB blocks) where a copy
+must be proved identical. Errors: an entry that vanishes during the walk is
+left out; a directory that cannot be listed is recorded with ``error`` set.
+Design: ``docs/design/test-isolation.md`` (the sentinel).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import subprocess
+import threading
+from typing import Iterable, Iterator, Mapping, NamedTuple
+
+#: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
+OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
+
+#: Directory names the ``os.scandir`` walk of a checkout leaves out (with all under them):
+#: version-control data, tool environments and caches, build and lane outputs. Also left
+#: out: ``*.egg-info`` and any directory holding ``pyvenv.cfg`` (a virtualenv, whatever its name).
+SKIPPED_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".bzr", "_darcs", ".jj",
+    ".nox", ".tox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules",
+    "build", "dist", "reports",
+})
+SKIPPED_SUFFIXES = (".egg-info",)
+VENV_MARKER = "pyvenv.cfg"
+
+#: ``walk`` values of :func:`snapshot`.
+CHECKOUT, SKIP_LIST, WHOLE = "checkout", "skip-list", "whole"
+WALKS = (CHECKOUT, SKIP_LIST, WHOLE)
+
+BLOCK_SIZE = 1 << 20
+GIT_TIMEOUT_S = 120.0
+# Variables that would make git look somewhere other than the work tree around ``root``.
+_GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
+
+
+class Entry(NamedTuple):
+    """One path: ``kind`` ``file``/``dir``/``link``/``other``; ``size`` in bytes (a link: its
+    target's length; a directory: 0); ``mtime_ns``/``ctime_ns`` (0 for a directory, whose times
+    move with every entry made in it, watched or not); ``inode``; ``mode`` (``st_mode``);
+    ``target`` (a link's); ``error`` (why a directory could not be listed, else "")."""
+
+    kind: str
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    mode: int
+    target: str = ""
+    error: str = ""
+
+
+_new = tuple.__new__  # builds an Entry without NamedTuple's per-call argument handling
+
+
+def _entry(st: os.stat_result, path: str) -> Entry:
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return _new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", ""))
+    if stat.S_ISDIR(mode):
+        return _new(Entry, ("dir", 0, 0, 0, st.st_ino, mode, "", ""))
+    if stat.S_ISLNK(mode):
+        target = os.readlink(path)
+        return Entry("link", len(target), st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, target)
+    return Entry("other", 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode)
+
+
+def _error(exc: OSError) -> str:
+    return f"cannot list: {exc.strerror or exc}"
+
+
+def _record(out: dict[str, Entry], rel: str, path: str) -> Entry | None:
+    """``lstat`` one path into ``out``; None (and nothing recorded) if it is gone."""
+    try:
+        st = os.lstat(path)
+        entry = _entry(st, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # e.g. no search permission on a parent
+        entry = Entry("other", 0, 0, 0, 0, 0, error=f"cannot stat: {exc.strerror or exc}")
+    out[rel] = entry
+    return entry
+
+
+def _scan(out: dict[str, Entry], root: str, start: str, skip: bool) -> None:
+    """Walk the directory ``start`` (relative to ``root``, "" for root itself) into ``out``."""
+    stack = [start]
+    while stack:
+        rel = stack.pop()
+        path = os.path.join(root, rel) if rel else root
+        try:
+            with os.scandir(path) as it:
+                children = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            out.pop(rel, None)  # gone (or replaced) since its parent was listed
+            continue
+        except OSError as exc:
+            key = rel or "."
+            out[key] = out.get(key, Entry("dir", 0, 0, 0, 0, 0))._replace(error=_error(exc))
+            continue
+        if skip and rel and any(child.name == VENV_MARKER for child in children):
+            out.pop(rel, None)  # a virtualenv
+            continue
+        prefix = rel + "/" if rel else ""
+        for child in children:
+            name = child.name
+            if skip and (name in SKIPPED_DIRS or name.endswith(SKIPPED_SUFFIXES)):
+                try:
+                    if child.is_dir(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+            try:
+                entry = _entry(child.stat(follow_symlinks=False), child.path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # vanished since the directory was listed
+            except OSError as exc:
+                entry = Entry("other", 0, 0, 0, 0, 0, error=f"cannot stat: {exc.strerror or exc}")
+            out[prefix + name] = entry
+            if entry.kind == "dir":
+                stack.append(prefix + name)
+
+
+class _GitListing:
+    """``git ls-files -z --cached --others --exclude-standard`` under ``root``, read as it is
+    written (so the caller stats the tracked paths while git still looks for untracked ones).
+    After :meth:`batches` is exhausted, ``ok`` says whether git gave a view of ``root``."""
+
+    def __init__(self, root: str, only: list[str] | None, env: Mapping[str, str] | None) -> None:
+        self.argv = ["git", "-c", "core.fsmonitor=false", "-C", root, "ls-files", "-z", "--cached", "--others",
+                     "--exclude-standard"]
+        if only is not None:
+            self.argv += ["--", *(f":(literal){name}" for name in only)]
+        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _GIT_LOCATION}
+        self.ok = False
+
+    def batches(self) -> Iterator[list[str]]:
+        try:
+            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, env=self.env)
+        except OSError:  # no git
+            return
+        watchdog = threading.Timer(GIT_TIMEOUT_S, proc.kill)
+        watchdog.daemon = True
+        watchdog.start()
+        listed, rest = False, b""
+        try:
+            assert proc.stdout is not None
+            while chunk := proc.stdout.read1(1 << 16):
+                *parts, rest = (rest + chunk).split(b"\0")
+                if parts:
+                    listed = True
+                    yield os.fsdecode(b"\0".join(parts)).split("\0")
+            self.ok = proc.wait() == 0 and listed and not rest
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
+
+
+def git_paths(root: str | os.PathLike[str], only: Iterable[str] | None = None,
+              env: Mapping[str, str] | None = None) -> list[str] | None:
+    """Paths under ``root`` as git sees them: tracked plus untracked files not ignored
+    (``.gitignore``, ``.git/info/exclude``, ``core.excludesFile``), relative to ``root``; an
+    untracked nested repository as its directory. None when ``root`` is not in a git work tree,
+    git cannot be run, or git lists nothing there (``root`` itself ignored). In this mode git
+    does not open an ignored directory (measured with strace, git 2.39)."""
+    listing = _GitListing(os.fspath(root), None if only is None else list(only), env)
+    names = [name.rstrip("/") for batch in listing.batches() for name in batch]
+    return names if listing.ok else None
+
+
+def _from_git(out: dict[str, Entry], root: str, listing: _GitListing) -> bool:
+    """``lstat`` each path git lists, and every directory above one; the hot loop, kept flat."""
+    prefix = os.path.join(root, "")
+    lstat, new, file_type, regular = os.lstat, _new, stat.S_IFMT(0o177777), stat.S_IFREG
+    dirs: set[str] = set()
+    for names in listing.batches():
+        for name in names:
+            try:
+                st = lstat(prefix + name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # tracked but deleted in the work tree, or gone since git listed it
+            except OSError:
+                _record(out, name, prefix + name)
+                continue
+            mode = st.st_mode
+            if mode & file_type == regular:
+                out[name] = new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", ""))
+            else:  # a link, a submodule, an untracked nested repository ("name/")
+                _record(out, name.rstrip("/"), prefix + name.rstrip("/"))
+        dirs.update(name.rstrip("/").rpartition("/")[0] for name in names)
+    if not listing.ok:
+        out.clear()
+        return False
+    for name in list(dirs):
+        parent = name.rpartition("/")[0]
+        while parent and parent not in dirs:
+            dirs.add(parent)
+            parent = parent.rpartition("/")[0]
+    dirs.discard("")
+    for name in dirs:
+        _record(out, name, prefix + name)
+    return True
+
+
+def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None, walk: str | None = None,
+             env: Mapping[str, str] | None = None) -> dict[str, Entry]:
+    """``{relative POSIX path: Entry}`` for what is under ``root`` (``root`` itself not included).
+
+    ``walk``: ``"checkout"`` (default without ``only``): as git sees it when ``root`` is in a git
+    work tree (:func:`git_paths`, run with ``env``), else the ``"skip-list"`` walk, ``os.scandir``
+    minus :data:`SKIPPED_DIRS`, ``*.egg-info`` and virtualenvs; ``"whole"`` (default with ``only``):
+    everything. ``only``: just these names (relative paths) under ``root``, e.g.
+    :data:`OPERATOR_STATE` under a home. A missing ``root`` gives ``{}``.
+    """
+    walk = walk or (WHOLE if only is not None else CHECKOUT)
+    if walk not in WALKS:
+        raise ValueError(f"walk must be one of {', '.join(WALKS)}, not {walk!r}")
+    base = os.fspath(root)
+    names = None if only is None else [os.fspath(n).strip("/") for n in only]
+    out: dict[str, Entry] = {}
+    if walk == CHECKOUT and _from_git(out, base, _GitListing(base, names, env)):
+        return out
+    skip = walk != WHOLE
+    if names is None:
+        _scan(out, base, "", skip)
+        return out
+    for name in names:
+        entry = _record(out, name, os.path.join(base, name))
+        if entry is not None and entry.kind == "dir":
+            _scan(out, base, name, skip)
+    return out
+
+
+def _what(old: Entry, new: Entry, metadata: bool = True) -> str:
+    if old.kind != new.kind:
+        return f"{old.kind} -> {new.kind}"
+    if old.target != new.target:
+        return f"link target {old.target} -> {new.target}"
+    reasons = []
+    if old.error != new.error:
+        reasons.append(new.error or "listable again")
+    if old.size != new.size:
+        reasons.append(f"size {old.size} -> {new.size}")
+    if not metadata:
+        return "; ".join(reasons)
+    if stat.S_IMODE(old.mode) != stat.S_IMODE(new.mode):
+        reasons.append(f"mode {stat.S_IMODE(old.mode):o} -> {stat.S_IMODE(new.mode):o}")
+    if old.inode != new.inode:
+        reasons.append("replaced (new inode)")
+    return "; ".join(reasons) or "content or metadata"
+
+
+def changes(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str]:
+    """Lines ``added: p``, ``removed: p``, ``changed: p (what)`` in path order; [] when nothing changed."""
+    if before == after:
+        return []
+    lines = []
+    for path in sorted(before.keys() | after.keys()):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        if old is None:
+            lines.append(f"added: {path}")
+        elif new is None:
+            lines.append(f"removed: {path}")
+        else:
+            lines.append(f"changed: {path} ({_what(old, new)})")
+    return lines
+
+
+def content_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a regular file's bytes, read in :data:`BLOCK_SIZE` blocks.
+    Raises ``OSError`` (also for a FIFO, device or directory, which is never read)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(BLOCK_SIZE)
+    view = memoryview(buffer)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb", buffering=0) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        while n := fh.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def content_differences(tree_a: str | os.PathLike[str], tree_b: str | os.PathLike[str], *,
+                        only: Iterable[str] | None = None) -> list[str]:
+    """What keeps ``tree_b`` from being a byte-identical copy of ``tree_a``, as :func:`changes`
+    lines (``added``: only in ``tree_b``); [] when identical. Both are walked whole (or just
+    ``only``); kinds, link targets and sizes are compared, and the content of files of equal size.
+    """
+    names = None if only is None else list(only)
+    a = snapshot(tree_a, only=names, walk=WHOLE)
+    b = snapshot(tree_b, only=names, walk=WHOLE)
+    lines = []
+    for path in sorted(a.keys() | b.keys()):
+        old, new = a.get(path), b.get(path)
+        if old is None:
+            lines.append(f"added: {path}")
+        elif new is None:
+            lines.append(f"removed: {path}")
+        elif what := _what(old, new, metadata=False):
+            lines.append(f"changed: {path} ({what})")
+        elif old.kind == "file":
+            try:
+                same = content_digest(os.path.join(tree_a, path)) == content_digest(os.path.join(tree_b, path))
+            except OSError as exc:
+                lines.append(f"changed: {path} (cannot read: {exc.strerror or exc})")
+                continue
+            if not same:
+                lines.append(f"changed: {path} (content)")
+    return lines

@@ -1,0 +1,113 @@
+"""nox sessions over the lanes, for canarchy and for any project that adopts the harness.
+
+A noxfile gets every session by loading this file (docs/adopting.md)::
+
+    from canarchy.testing.lanes.noxsessions import *  # noqa: F403 (nox finds the sessions)
+
+Each session installs the project (``[tool.canarchy.lanes] install``) and runs
+``python -m canarchy.testing.lanes LANE`` in an environment built from an
+allow-list (:mod:`.env`), never the caller's shell; posargs only choose tests.
+Standard library and nox only: nox's interpreter need not have the project's
+dependencies (this file and its two siblings are loaded by path).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import nox
+
+__all__ = ["install", "lane", "unit", "integration", "parity", "mutations", "order", "selftest"]
+
+
+def _sibling(name: str):  # type: ignore[no-untyped-def]
+    key = f"_canarchy_lanes_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[key] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[key]
+
+
+_env = _sibling("env")
+PROJECT = _sibling("project").load_project(Path.cwd())  # nox runs a noxfile from its own directory
+# On Ctrl+C nox forwards SIGINT, then SIGTERM after `interrupt_timeout` and SIGKILL after
+# `terminate_timeout` (0.3 s and 0.2 s by default): too short for a lane to stop its runs.
+STOP_IN_TIME = {"interrupt_timeout": 30.0, "terminate_timeout": 10.0}
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = True
+
+
+def install(session: nox.Session, *extra: str) -> None:
+    """Install the project as its ``[tool.canarchy.lanes] install`` says, plus ``extra`` requirements."""
+    session.install(*PROJECT.install)
+    if extra:
+        session.install(*extra)
+
+
+def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str, ...] = ()) -> None:
+    """Run one lane in the session's virtualenv; the session's posargs choose its tests."""
+    home = Path(session.create_tmp()) / "lane-home"
+    home.mkdir(exist_ok=True)
+    session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
+                env=_env.build_env(home=home, passthrough=passthrough), include_outer_env=False, **STOP_IN_TIME)
+
+
+@nox.session(tags=["tests"])
+def unit(session: nox.Session) -> None:
+    """Run the isolated suite (pytest-xdist where there are several cores; reports/unit.xml)."""
+    install(session)
+    lane(session, "unit")
+
+
+@nox.session(tags=["tests", "bus"])
+def integration(session: nox.Session) -> None:
+    """Run the integration tests on a private loopback bus (with `-- --operator-bus`: the exported one)."""
+    install(session, "python-can[multicast]")
+    operator = "--operator-bus" in session.posargs
+    session.posargs[:] = [a for a in session.posargs if a != "--operator-bus"]
+    lane(session, "integration", *(["--operator-bus"] if operator else []), passthrough=_env.OPERATOR_BUS_VARIABLES)
+
+
+@nox.session(tags=["safety"])
+def parity(session: nox.Session) -> None:
+    """Run the suite with and without an operator's home and shell, each on a copy; fail on a difference."""
+    install(session)
+    lane(session, "parity")
+
+
+@nox.session(tags=["harness"])
+def mutations(session: nox.Session) -> None:
+    """Remove every registered safety guard in turn on a copy; pass only if each is killed by its killers."""
+    install(session)
+    lane(session, "mutation")
+
+
+@nox.session(tags=["harness"])
+def order(session: nox.Session) -> None:
+    """Run the suite reversed and in seeded shuffles; fail on a difference, naming the polluter.
+
+    ``nox -s order -- --seeds 5``: seeds 1..5; ``-- --seed 42``: one seed; other posargs choose tests.
+    """
+    install(session)
+    own, rest, args = [], [], list(session.posargs)
+    while args:
+        token = args.pop(0)
+        if token.split("=", 1)[0] in ("--seeds", "--seed"):
+            own += [token] if "=" in token else [token, args.pop(0) if args else ""]
+        else:
+            rest.append(token)
+    session.posargs[:] = rest
+    lane(session, "order", *own)
+
+
+@nox.session(tags=["harness"])
+def selftest(session: nox.Session) -> None:
+    """Feed the harness its corpus of seeded isolation defects; pass only if each is caught."""
+    install(session)
+    lane(session, "selftest")

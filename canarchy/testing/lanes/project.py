@@ -1,0 +1,133 @@
+"""Where a project keeps its code, tests and harness data: read from its ``pyproject.toml``.
+
+Standard library only (nox's interpreter loads it). The ``[tool.canarchy.lanes]``
+table (docs/adopting.md) overrides what is otherwise derived::
+
+    packages = ["mypkg"]              # import names of the code under test
+    source = "src"                    # the directory holding them ("." or "src" when omitted)
+    tests = ["tests"]                 # default selection (else pytest's testpaths, else "tests")
+    install = ["-e", ".[test]"]       # what a lane's virtualenv installs
+    operator_home = "fixtures/operator-home"
+    parity_allowlist = "fixtures/parity-allowlist.toml"
+    mutations = "fixtures/mutations"
+    leaks = "fixtures/leaks"
+
+Raises :class:`ProjectError` naming the key for anything it cannot use.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+_KEYS = {"packages", "source", "tests", "install", "operator_home", "parity_allowlist", "mutations", "leaks"}
+
+
+class ProjectError(ValueError):
+    """The project's configuration cannot be used; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project's layout, all paths absolute."""
+
+    root: Path
+    packages: tuple[str, ...]  # may be empty: derived from [project] name when not given
+    source: Path
+    tests: tuple[str, ...]
+    install: tuple[str, ...]
+    operator_home: Path | None = None
+    parity_allowlist: Path | None = None
+    mutations: Path | None = None
+    leaks: Path | None = None
+
+    def module_of(self, file: str) -> str:
+        """The dotted module of a project-relative ``file`` (``src/pkg/a.py`` -> ``pkg.a``).
+
+        Raises :class:`ProjectError` when the file is not a module under :attr:`source`.
+        """
+        path = (self.root / file).resolve()
+        try:
+            relative = PurePosixPath(path.relative_to(self.source.resolve()).as_posix())
+        except ValueError:
+            raise ProjectError(f"{file}: not under the project's source directory {self.source}") from None
+        if relative.suffix != ".py":
+            raise ProjectError(f"{file}: not a Python module")
+        parts = list(relative.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        return ".".join(parts)
+
+    def import_root(self) -> str:
+        """The directory to put first on ``PYTHONPATH`` so the packages import from this tree."""
+        return str(self.source)
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ProjectError(f"{where}: expected a non-empty list of strings")
+    return tuple(value)
+
+
+def _inside(root: Path, value: object, where: str) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ProjectError(f"{where}: expected a path relative to the project root")
+    path = (root / value).resolve()
+    if path != root and root not in path.parents:
+        raise ProjectError(f"{where}: {value!r} is outside the project root {root}")
+    return path
+
+
+def _default_packages(root: Path, doc: dict) -> tuple[str, ...]:
+    """The import name derived from ``[project] name`` when such a package exists; else none."""
+    name = doc.get("project", {}).get("name")
+    if isinstance(name, str):
+        module = re.sub(r"[-.]+", "_", name).lower()
+        for base in (root / "src", root):
+            if (base / module).is_dir() or (base / f"{module}.py").is_file():
+                return (module,)
+    return ()
+
+
+def load_project(root: str | os.PathLike[str] = ".") -> Project:
+    """Read ``root/pyproject.toml`` and return the :class:`Project`."""
+    base = Path(root).resolve()
+    pyproject = base / "pyproject.toml"
+    try:
+        doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProjectError(f"{pyproject}: no pyproject.toml (the lanes read the project's layout there)") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ProjectError(f"{pyproject}: cannot read it ({exc})") from None
+    table = doc.get("tool", {}).get("canarchy", {}).get("lanes", {})
+    where = f"{pyproject} [tool.canarchy.lanes]"
+    if not isinstance(table, dict):
+        raise ProjectError(f"{where}: expected a table")
+    unknown = set(table) - _KEYS
+    if unknown:
+        raise ProjectError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(_KEYS)}")
+    packages = _strings(table["packages"], f"{where} packages") if "packages" in table else _default_packages(base, doc)
+    if "source" in table:
+        source = _inside(base, table["source"], f"{where} source")
+    else:
+        src = base / "src"
+        in_src = any((src / p).exists() for p in packages) if packages else src.is_dir()
+        source = src if in_src else base
+    if "tests" in table:
+        tests = _strings(table["tests"], f"{where} tests")
+    else:
+        testpaths = doc.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("testpaths")
+        tests = tuple(testpaths) if isinstance(testpaths, list) and testpaths else ("tests",)
+    if "install" in table:
+        install = _strings(table["install"], f"{where} install")
+    else:
+        extras = doc.get("project", {}).get("optional-dependencies", {})
+        install = ("-e", ".[test]") if isinstance(extras, dict) and "test" in extras else ("-e", ".")
+    paths = {key: _inside(base, table[key], f"{where} {key}") if key in table else None
+             for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
+    return Project(base, packages, source, tests, install, **paths)
