@@ -352,8 +352,15 @@ def parse_candump_line(line: str) -> CanFrame | None:
     _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
                              "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
                              "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
-                             "requested_dlc": 0, TIMESTAMP_TEXT: seconds})
+                             "requested_dlc": 0, TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
     return frame
+
+
+def _json_number(seconds: str) -> bool:
+    """True when ``seconds`` (digits and at most one '.', as the parser checked) is a JSON number:
+    no '.' at either end, no leading zero before another digit."""
+    first = seconds[0]
+    return first != "." and seconds[-1] != "." and (first != "0" or seconds[1:2] in (".", ""))
 
 
 def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, rest: str) -> CanFrame:

@@ -33,8 +33,9 @@ OUTPUT_FORMATS = ("text", "json", "jsonl")
 SPOOL_MEMORY_BYTES = 4 * 2**20
 _EVENT_INDENT = "\n      "  # an event's place in the indented envelope: data -> events -> item
 #: A frame read from text may carry, under this key of its ``__dict__`` (not a field: equality and
-#: ``repr`` ignore it), its timestamp as written in the file; :func:`frame_json_writer` writes that
-#: text when it is a JSON number, since it parses to the very float of ``frame.timestamp``.
+#: ``repr`` ignore it), its timestamp as written in the file when that is a JSON number (digits,
+#: one '.', no leading zero); :func:`frame_json_writer` writes that text: it parses to the very
+#: float of ``frame.timestamp``, and saves formatting the float.
 TIMESTAMP_TEXT = "_timestamp_text"
 
 
@@ -228,20 +229,11 @@ def frame_json_writer(encode: Callable[[Any], str], source: str) -> Callable[[st
             middle = flags[key] = (f', "error_state_indicator": {b[key[0]]}, "is_error_frame": {b[key[1]]}, '
                                    f'"is_extended_id": {b[key[2]]}, "is_fd": {b[key[3]]}, '
                                    f'"is_remote_frame": {b[key[4]]}, "timestamp": ')
-        ts = frame.__dict__.get(TIMESTAMP_TEXT)
-        if ts is None or not _json_number(ts):
-            ts = float_repr(stamp)
+        ts = frame.__dict__.get(TIMESTAMP_TEXT) or float_repr(stamp)
         data = frame.data
         dlc = frame.requested_dlc if remote else len(data)
         return f'{head % frame.arbitration_id}{data.hex()}", "dlc": {dlc:d}{middle}{ts}}}{tail}{ts}}}'
     return write
-
-
-def _json_number(text: str) -> bool:
-    """True for digits, optionally '.' and digits, without a leading zero (JSON's number grammar)."""
-    whole, dot, fraction = text.partition(".")
-    return (whole.isdigit() and whole.isascii() and (whole[0] != "0" or whole == "0")
-            and (not dot or (fraction.isdigit() and fraction.isascii())))
 
 
 class _Writer:
