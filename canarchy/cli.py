@@ -42,6 +42,7 @@ COMMAND_GROUPS = {
     "config": "canarchy.commands.config_cmd",
     "capture": "canarchy.commands.bus",
     "send": "canarchy.commands.bus",
+    "replay": "canarchy.commands.replay",
     "uds": "canarchy.commands.uds",
     "fuzz": "canarchy.commands.fuzz",
     "dbc": "canarchy.commands.caches",

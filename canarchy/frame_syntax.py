@@ -156,3 +156,23 @@ def parse_filter(text: str) -> FrameFilter:
     if not _HEX.issuperset(mask_digits) or not mask_digits or int(mask_digits, 16) > MAX_EXTENDED_ID:
         raise UserInputError("INVALID_FILTER", f"Filter {text!r}: mask {mask!r} is not hex up to 1FFFFFFF.", hint)
     return FrameFilter(can_id, int(mask_digits, 16), extended, inverse)
+
+
+def frame_line(payload: dict) -> str:
+    """One frame payload (:meth:`CanFrame.to_payload`) as candump prints it with ``-ta``:
+    ``(1700000000.123456)  can0  123   [4]  DE AD BE EF``; a CAN FD length as ``[12]``
+    followed by ``FD`` and ``BRS``/``ESI``; ``remote request``; ``ERRORFRAME``."""
+    ident = can_id_text(payload["arbitration_id"], payload["is_extended_id"])
+    dlc = payload["dlc"]
+    head = f"({payload['timestamp']:.6f})  {payload.get('channel') or '-'}  {ident}"
+    if payload.get("is_remote_frame"):
+        return f"{head}   [{dlc}]  remote request"
+    data = bytes.fromhex(payload["data"])
+    body = " ".join(f"{b:02X}" for b in data)
+    if payload.get("is_fd"):
+        marks = " ".join(["FD"] + [m for m, key in (("BRS", "bitrate_switch"), ("ESI", "error_state_indicator"))
+                                   if payload.get(key)])
+        line = f"{head}  [{dlc:02d}]  {body}  {marks}"
+    else:
+        line = f"{head}   [{dlc}]  {body}"
+    return f"{line}  ERRORFRAME" if payload.get("is_error_frame") else line.rstrip()

@@ -164,6 +164,27 @@ class FrameFilter:
         return {"can_id": self.can_id, "can_mask": self.can_mask, "extended": self.extended, "inverse": self.inverse}
 
 
+def to_message(frame: CanFrame, stamped: bool = False) -> Any:
+    """``frame`` as a python-can ``can.Message`` (to send; ``stamped``: with its timestamp,
+    channel and error flag, for a log writer)."""
+    import can
+
+    extra: dict[str, Any] = {}
+    if stamped:
+        extra = {"timestamp": frame.timestamp, "channel": frame.channel, "is_error_frame": frame.is_error_frame}
+    return can.Message(
+        arbitration_id=frame.arbitration_id,
+        data=frame.data,
+        is_extended_id=frame.is_extended_id,
+        is_fd=frame.is_fd,
+        is_remote_frame=frame.is_remote_frame,
+        bitrate_switch=frame.bitrate_switch,
+        error_state_indicator=frame.error_state_indicator,
+        dlc=frame.requested_dlc if frame.is_remote_frame else None,
+        **extra,
+    )
+
+
 def frame_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
     """True when there are no filters, ``frame`` is an error frame, or any filter passes it (candump: OR)."""
     return not filters or frame.is_error_frame or any(f.matches(frame) for f in filters)
@@ -410,18 +431,7 @@ class PythonCanBackend(Backend):
 
     @staticmethod
     def _to_message(frame: CanFrame):
-        import can
-
-        return can.Message(
-            arbitration_id=frame.arbitration_id,
-            data=frame.data,
-            is_extended_id=frame.is_extended_id,
-            is_fd=frame.is_fd,
-            is_remote_frame=frame.is_remote_frame,
-            bitrate_switch=frame.bitrate_switch,
-            error_state_indicator=frame.error_state_indicator,
-            dlc=frame.requested_dlc if frame.is_remote_frame else None,
-        )
+        return to_message(frame)
 
     def _receive_function(self, bus: Any, channel: str,
                           filters: tuple[FrameFilter, ...] = ()) -> Callable[[float], CanFrame | None]:

@@ -157,3 +157,260 @@ def test_the_mcp_send_tool_keeps_its_decimal_or_0x_ids():
     for given in (291, "291", "0x123"):
         outcome = mcp_server.run_tool("send", {"channel": "vcan0", "arbitration_id": given})
         assert outcome.envelope["data"]["frame"]["arbitration_id"] == 0x123, given
+
+
+# -- capture: candump's stop conditions, streaming, filters, files ---------------------------------
+
+import io  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from canarchy.cli import main  # noqa: E402
+
+
+class TimedStream(io.StringIO):
+    """stdout that remembers when each line was written (monotonic), and whether the command had returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            self.lines.append((time.monotonic(), line))
+        return super().write(text)
+
+
+class CaptureThread:
+    """``canarchy capture ARGV`` in a thread (the virtual bus lives in this process)."""
+
+    def __init__(self, *argv: str) -> None:
+        self.out = TimedStream()
+        self.code: int | None = None
+        self.ended: float | None = None
+        self.thread = threading.Thread(target=self._run, args=(list(argv),), daemon=True)
+
+    def _run(self, argv: list[str]) -> None:
+        self.code = main(["capture", *argv], stdout=self.out)
+        self.ended = time.monotonic()
+
+    def __enter__(self) -> "CaptureThread":
+        self.thread.start()
+        time.sleep(0.3)  # the capture's bus is open (a virtual bus delivers only to buses already open)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the capture did not end"
+
+    def jsonl(self) -> list[dict]:
+        return [json.loads(line) for line in self.out.getvalue().splitlines()]
+
+
+def test_count_ten_on_a_100_ms_periodic_message_gets_ten_frames(peer, virtual_channel):
+    """The README's `capture can0 --count 10`: gaps longer than the old 50 ms idle stop do not end it."""
+    task = peer.send_periodic(can.Message(arbitration_id=0x123, data=b"\x01\x02", is_extended_id=False), 0.1)
+    try:
+        with CaptureThread(virtual_channel, "--count", "10", "--jsonl") as capture:
+            pass
+    finally:
+        task.stop()
+    lines = capture.jsonl()
+    assert [line["event_type"] for line in lines[:-1]] == ["frame"] * 10
+    envelope = lines[-1]
+    assert envelope["ok"] is True and envelope["data"]["frame_count"] == 10
+    assert envelope["data"]["stopped_by"] == "count"
+
+
+def test_text_mode_streams_each_frame_as_it_arrives(peer, virtual_channel):
+    with CaptureThread(virtual_channel, "--count", "3", "--text") as capture:
+        for index in range(3):
+            peer.send(can.Message(arbitration_id=0x7E0 + index, data=bytes([index]), is_extended_id=False))
+            time.sleep(0.2)
+    frames = [(at, line) for at, line in capture.out.lines if "[1]" in line]
+    assert len(frames) == 3
+    assert frames[0][0] < capture.ended - 0.3  # the first line was out while the capture still ran
+    assert frames[0][1].endswith(f"{virtual_channel}  7E0   [1]  00") and frames[0][1].startswith("(")
+    assert capture.out.lines[-1][1].startswith(f"capture on {virtual_channel}: 3 frames")
+
+
+def test_duration_and_idle_timeout_end_a_capture(peer, virtual_channel):
+    with CaptureThread(virtual_channel, "--duration", "0.5", "--json") as capture:
+        peer.send(can.Message(arbitration_id=0x123, is_extended_id=False))
+    data = json.loads(capture.out.getvalue())["data"]
+    assert (data["stopped_by"], data["frame_count"], data["duration_s"]) == ("duration", 1, 0.5)
+    assert data["elapsed_s"] >= 0.5
+    with CaptureThread(virtual_channel, "--idle-timeout", "0.4", "--json") as capture:
+        pass
+    data = json.loads(capture.out.getvalue())["data"]
+    assert (data["stopped_by"], data["frame_count"]) == ("idle_timeout", 0)
+
+
+def test_configured_capture_limit_and_timeout_are_defaults_only(peer, virtual_channel):
+    write_user_config("[transport]\ncapture_limit = 2\ncapture_timeout = 5\n")
+    with CaptureThread(virtual_channel, "--json") as capture:
+        for _ in range(3):
+            peer.send(can.Message(arbitration_id=0x123, is_extended_id=False))
+    data = json.loads(capture.out.getvalue())["data"]
+    assert (data["frame_count"], data["stopped_by"], data["idle_timeout_s"]) == (2, "count", 5.0)
+
+
+FRAMES_FOR_FILTERS = [(0x7E0, False), (0x7E8, False), (0x123, False), (0x18DAF110, True), (0x000007E0, True)]
+
+
+@pytest.mark.parametrize("filters,expected", [
+    (["7E0:7F0"], [0x7E0, 0x7E8]),                        # 11-bit frames only: the 29-bit 0x7E0 does not pass
+    (["7E0:7FF", "18DAF100:1FFFFF00"], [0x7E0, 0x18DAF110]),
+    (["000007E0:1FFFFFFF"], [0x7E0]),                     # 8 digits: the 29-bit frame
+    (["7E0~7F0"], [0x123, 0x18DAF110, 0x7E0]),            # inverse: every frame the filter would not pass
+    (["~7E0:7F0", "7E8:7FF"], [0x7E8, 0x123, 0x18DAF110, 0x7E0]),
+])
+def test_filters_pass_what_candump_would(peer, virtual_channel, bus_kwargs_seen, filters, expected):
+    argv = [a for f in filters for a in ("--filter", f)]
+    with CaptureThread(virtual_channel, "--idle-timeout", "0.5", *argv, "--json") as capture:
+        for arbitration_id, extended in FRAMES_FOR_FILTERS:
+            peer.send(can.Message(arbitration_id=arbitration_id, is_extended_id=extended))
+    events = json.loads(capture.out.getvalue())["data"]["events"]
+    assert [e["payload"]["arbitration_id"] for e in events] == expected
+    opened = [kw for kw in bus_kwargs_seen if kw["channel"] == virtual_channel]
+    inverse = any("~" in f for f in filters)
+    # normal filters go to python-can (the kernel or the adapter may apply them); inverse ones are canarchy's
+    assert ("can_filters" in opened[-1]) is not inverse
+
+
+def test_filters_in_python_can_form(peer, virtual_channel, bus_kwargs_seen):
+    with CaptureThread(virtual_channel, "--idle-timeout", "0.2", "--filter", "7E0:7F0", "--filter",
+                       "18DAF100:1FFFFF00", "--json"):
+        pass
+    assert bus_kwargs_seen[-1]["can_filters"] == [{"can_id": 0x7E0, "can_mask": 0x7F0, "extended": False},
+                                                 {"can_id": 0x18DAF100, "can_mask": 0x1FFFFF00, "extended": True}]
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["--filter", "7E0"], "INVALID_FILTER"),
+    (["--filter", "7E0:XYZ"], "INVALID_FILTER"),
+    (["--filter", "800:7FF"], "INVALID_FILTER"),
+    (["--duration", "-1"], "INVALID_ARGUMENTS"),
+    (["--idle-timeout", "soon"], "INVALID_ARGUMENTS"),
+    (["--output", "x.pcap"], "CAPTURE_FORMAT_UNSUPPORTED"),
+])
+def test_capture_refuses_bad_options_before_opening_a_bus(peer, virtual_channel, bus_kwargs_seen, argv, code):
+    result = run_cli("capture", virtual_channel, *argv, "--json")
+    assert (result.code, result.error_codes) == (1, [code]), result.out
+    assert bus_kwargs_seen == []
+
+
+# -- capture --output: python-can's writers, read back with python-can's readers ------------------
+
+SENT = [can.Message(arbitration_id=0x123, data=b"\x11\x22", is_extended_id=False),
+        can.Message(arbitration_id=0x18FEF100, data=bytes.fromhex("F7000004000000FF"), is_extended_id=True),
+        can.Message(arbitration_id=0x456, data=bytes(range(12)), is_fd=True, bitrate_switch=True,
+                    is_extended_id=False),
+        can.Message(arbitration_id=0x7E0, is_remote_frame=True, dlc=4, is_extended_id=False)]
+
+
+def record(peer, virtual_channel, path, *extra) -> dict:
+    with CaptureThread(virtual_channel, "--count", str(len(SENT)), "--output", str(path), *extra, "--json") as cap:
+        for message in SENT:
+            peer.send(message)
+            time.sleep(0.05)
+    assert cap.code == 0, cap.out.getvalue()
+    return json.loads(cap.out.getvalue())
+
+
+READERS = {"log": can.CanutilsLogReader, "asc": can.ASCReader, "blf": can.BLFReader, "trc": can.TRCReader,
+           "csv": can.CSVReader}
+
+
+@pytest.mark.parametrize("suffix", sorted(READERS))
+def test_output_files_read_back_with_python_can(peer, virtual_channel, tmp_path, suffix):
+    path = tmp_path / f"drive.{suffix}"
+    envelope = record(peer, virtual_channel, path)
+    events = envelope["data"]["events"]
+    back = list(READERS[suffix](str(path)))
+    kept = [m for m in SENT if not (suffix == "trc" and (m.is_fd or m.is_remote_frame))]
+    assert [(m.arbitration_id, m.is_extended_id, bytes(m.data), m.is_remote_frame) for m in back] == [
+        (m.arbitration_id, m.is_extended_id, bytes(m.data), m.is_remote_frame) for m in kept]
+    if suffix in ("log", "blf", "asc"):
+        assert [m.is_fd for m in back] == [m.is_fd for m in kept]
+    # timestamps: absolute, or (asc) relative to the first frame, to the format's precision
+    stamps = [e["payload"]["timestamp"] for e in events if not (suffix == "trc" and (e["payload"]["is_fd"]
+                                                                                      or e["payload"]["is_remote_frame"]))]
+    offset = stamps[0] - back[0].timestamp
+    assert [m.timestamp + offset for m in back] == pytest.approx(stamps, abs=1e-4)
+    assert envelope["data"]["output"]["frames_written"] == len(kept)
+    assert bool(envelope["warnings"]) == (suffix in ("trc", "csv", "log"))
+
+
+def test_output_is_never_half_written_and_never_clobbered(peer, virtual_channel, tmp_path):
+    path = tmp_path / "drive.log"
+    path.write_text("precious\n")
+    result = run_cli("capture", virtual_channel, "--count", "1", "--output", str(path), "--json")
+    assert (result.code, result.error_codes) == (1, ["CAPTURE_OUTPUT_EXISTS"])
+    assert path.read_text() == "precious\n"
+    seen_during: list[list[str]] = []
+    with CaptureThread(virtual_channel, "--count", "2", "--output", str(path), "--overwrite", "--json"):
+        peer.send(can.Message(arbitration_id=0x123, is_extended_id=False))
+        time.sleep(0.2)
+        seen_during.append(sorted(p.name for p in tmp_path.iterdir()))
+        peer.send(can.Message(arbitration_id=0x124, is_extended_id=False))
+    assert path.read_text() != "precious\n" and [m.arbitration_id for m in can.CanutilsLogReader(str(path))] == [
+        0x123, 0x124]
+    assert seen_during[0][0].startswith(".drive.log.") and "drive.log" in seen_during[0]  # old file until the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drive.log"]
+
+
+def test_a_capture_recorded_and_replayed_reproduces_frames_and_schedule(monkeypatch, virtual_channel, tmp_path):
+    """capture --output, then replay of that file onto a second peer: same frames, none before its slot."""
+    from tests.test_replay import assert_on_schedule
+
+    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
+    gaps = [0.0, 0.12, 0.05, 0.2, 0.01]
+    path = tmp_path / "drive.blf"
+    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as source:
+        with CaptureThread(virtual_channel, "--count", str(len(gaps)), "--output", str(path), "--json") as capture:
+            for index, gap in enumerate(gaps):
+                time.sleep(gap)
+                source.send(can.Message(arbitration_id=0x100 + index, data=bytes([index]) * 8, is_extended_id=False))
+    recorded = [e["payload"] for e in json.loads(capture.out.getvalue())["data"]["events"]]
+    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as target:
+        result = run_cli("replay", str(path), virtual_channel, "--jsonl")
+        assert result.code == 0, result.out
+        received = []
+        while (message := target.recv(timeout=0.05)) is not None:
+            received.append(message)
+    lines = [json.loads(line) for line in result.out.splitlines()]
+    assert [(m.arbitration_id, bytes(m.data).hex()) for m in received] == [
+        (f["arbitration_id"], f["data"]) for f in recorded]
+    slots = [f["timestamp"] - recorded[0]["timestamp"] for f in recorded]
+    assert [e["payload"]["offset_s"] for e in lines[:-1]] == pytest.approx(slots, abs=1e-5)
+    assert_on_schedule(received, slots, lines[0]["payload"]["late_s"])
+
+
+# -- capture in its own process: SIGTERM and Ctrl+C close with the envelope -------------------------
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_a_capture_with_its_envelope(virtual_channel, signum):
+    from tests.helpers import AS_IN_A_TERMINAL
+
+    env = dict(os.environ, CANARCHY_PYTHON_CAN_INTERFACE="virtual")
+    proc = subprocess.Popen([*AS_IN_A_TERMINAL, sys.executable, "-m", "canarchy", "capture", virtual_channel,
+                             "--duration", "60", "--jsonl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        time.sleep(2.0)  # started (python-can imported, the bus open); the signal then ends the wait
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out + err
+    envelope = json.loads(out.splitlines()[-1])
+    assert envelope["ok"] is True and envelope["data"]["stopped_by"] == signum.name
+    assert "Traceback" not in err

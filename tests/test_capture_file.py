@@ -256,8 +256,9 @@ def test_capture_file_json_reads_every_frame_by_default():
 def test_capture_file_count_and_text():
     result = run_cli("capture", "--file", str(TRUCK), "--count", "2", "--text")
     assert result.code == 0
-    assert result.out.splitlines() == ["can0  18F00E00  [8]  821639C4FFFFFFFF",
-                                       "can0  18FEDF00  [8]  82FFFFFF7D090201", f"capture on {TRUCK}: 2 frames"]
+    assert result.out.splitlines() == ["(1635188455.020850)  can0  18F00E00   [8]  82 16 39 C4 FF FF FF FF",
+                                       "(1635188455.021900)  can0  18FEDF00   [8]  82 FF FF FF 7D 09 02 01",
+                                       f"capture of {TRUCK}: 2 frames"]
 
 
 def test_capture_file_jsonl_streams_events_then_the_envelope(capsys):

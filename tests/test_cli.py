@@ -107,7 +107,7 @@ def test_capture_scaffold_json_and_jsonl(scaffold):
 
 def test_capture_text(scaffold):
     result = run_cli("capture", "scaffold0", "--text")
-    assert "0CF00400  [8]  607D84481400F084" in result.out
+    assert "(1635188455.029900)  scaffold0  0CF00400   [8]  60 7D 84 48 14 00 F0 84" in result.out
 
 
 def test_capture_transport_error_exit_2(scaffold):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import time
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data, parse_int
@@ -29,6 +30,20 @@ def add_bus_arguments(parser: argparse.ArgumentParser, fd: bool = True) -> None:
                             "over [transport.bus_kwargs])")
 
 
+def add_filter_argument(parser: argparse.ArgumentParser) -> None:
+    """``--filter ID:MASK`` / ``ID~MASK`` (candump's syntax, repeatable; see :func:`parse_filters`)."""
+    parser.add_argument("--filter", metavar="ID:MASK", action="append", default=[],
+                        help="pass frames with (ID & MASK) == (FRAME_ID & MASK), hex as in candump (7E0:7F0; "
+                             "8 ID digits: 29-bit frames); ID~MASK passes the others; repeatable: any may pass")
+
+
+def parse_filters(texts: list[str]) -> tuple:
+    """The :class:`~canarchy.transport.FrameFilter` of each ``--filter``. Raises ``INVALID_FILTER``."""
+    from canarchy.frame_syntax import parse_filter
+
+    return tuple(parse_filter(text) for text in texts)
+
+
 def bus_flags(args: argparse.Namespace) -> dict:
     """The bus flags of ``args`` by variable, for :func:`canarchy.transport.transport_backend_config`.
 
@@ -49,13 +64,21 @@ def bus_flags(args: argparse.Namespace) -> dict:
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser("capture", parents=[parent], help="capture frames from a channel")
+    p = subparsers.add_parser("capture", parents=[parent],
+                              help="capture frames from a channel until --count, --duration or Ctrl+C (candump-style)")
     p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
-    p.add_argument("--count", help="stop after N frames (default: [transport].capture_limit; 0 = until Ctrl+C)")
-    p.add_argument("--timeout", type=float, help="stop after this many seconds without a frame")
+    p.add_argument("--count", help="stop after N frames (default: [transport].capture_limit, else none; "
+                   "0 = no limit)")
+    p.add_argument("--duration", metavar="S", help="stop after S seconds")
+    p.add_argument("--idle-timeout", "--timeout", dest="timeout", metavar="S",
+                   help="stop after S seconds without a frame (default: [transport].capture_timeout, else none)")
+    add_filter_argument(p)
+    p.add_argument("--output", dest="output_file", metavar="FILE",
+                   help="also write the frames to FILE as they come: .log (candump -l), .asc, .blf, .trc, .csv")
+    p.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
-                        ".csv ...); --count defaults to every frame, --timeout does not apply")
+                        ".csv, canarchy's .jsonl/.json ...); --count defaults to every frame")
     add_bus_arguments(p)
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_capture,
                    render_event=_render_frame, no_interface_ok=lambda a: a.file is not None)
@@ -93,26 +116,87 @@ def _looks_like_id(text: str | None) -> bool:
         return False
 
 
-def _capture(args: argparse.Namespace) -> CommandResult:
-    if args.file is not None:
-        return _capture_file(args)
-    from canarchy.transport import build_backend, transport_backend_config
+def _seconds(text: str | None, what: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise UserInputError("INVALID_ARGUMENTS", f"{what} {text!r} is not a number of seconds >= 0.",
+                             f"Give {what} in seconds, e.g. {what} 2.5.")
+    return value
 
-    settings = transport_backend_config(bus_flags(args))
+
+def _capture_limits(args: argparse.Namespace, settings) -> tuple[int | None, float | None, float | None]:
+    """``(count, duration, idle timeout)`` from the flags, else the configured defaults; None: no limit."""
     if args.count is None:
         limit = settings.capture_limit
     else:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
-        limit = None if limit == 0 else limit
-    if args.timeout is not None and not args.timeout >= 0:
-        raise UserInputError("INVALID_TIMEOUT", f"--timeout {args.timeout} must be >= 0.", "Give seconds, e.g. 0.5.")
+        limit = limit or None
+    duration = _seconds(args.duration, "--duration")
+    idle = _seconds(args.timeout, "--idle-timeout")
+    return limit, duration, settings.capture_timeout if idle is None else idle
+
+
+def _capture(args: argparse.Namespace) -> CommandResult:
+    """``capture CHANNEL``: frames as they arrive until --count, --duration, --idle-timeout, Ctrl+C or SIGTERM."""
+    if args.file is not None:
+        return _capture_file(args)
+    from canarchy.capture_writer import CaptureWriter
+    from canarchy.transport import CAPTURE_POLL_S, SourceEnded, build_backend, transport_backend_config
+
+    settings = transport_backend_config(bus_flags(args))
+    limit, duration, idle = _capture_limits(args, settings)
+    filters = parse_filters(args.filter)
+    writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # fails before the bus
     backend = build_backend(settings)
     stream = open_stream(args, f"capture:{args.interface}", live=True)
-    with stream.stoppable():  # Ctrl+C ends an unbounded capture; the frames so far stand
-        for frame in backend.capture(args.interface, limit=limit, timeout=args.timeout):
-            stream.emit_frame("frame", frame)
-    return CommandResult(data={"interface": args.interface, "interface_source": args.interface_source,
-                               "frame_count": stream.count})
+    count = 0
+    stopped_by = None
+    started = last = time.monotonic()
+    try:
+        # Ctrl+C or SIGTERM (canarchy.cli.main turns it into KeyboardInterrupt) ends the loop; the frames stand.
+        with stream.stoppable(), backend.receiver(args.interface, filters) as recv:
+            while True:
+                now = time.monotonic()
+                if limit is not None and count >= limit:
+                    stopped_by = "count"
+                    break
+                if duration is not None and now - started >= duration:
+                    stopped_by = "duration"
+                    break
+                if idle is not None and now - last >= idle:
+                    stopped_by = "idle_timeout"
+                    break
+                wait = CAPTURE_POLL_S
+                if duration is not None:
+                    wait = min(wait, started + duration - now)
+                if idle is not None:
+                    wait = min(wait, last + idle - now)
+                try:
+                    frame = recv(max(0.0, wait))
+                except SourceEnded:
+                    stopped_by = "end_of_source"
+                    break
+                if frame is None:
+                    continue
+                count += 1
+                last = time.monotonic()
+                if writer is not None:
+                    writer.write(frame)
+                stream.emit_frame("frame", frame)
+    finally:
+        if writer is not None:
+            writer.close()  # the frames so far stand, however the capture ended
+    data = {"interface": args.interface, "interface_source": args.interface_source, "frame_count": count,
+            "stopped_by": stopped_by or stream.stopped_by or "SIGINT", "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
+            "duration_s": duration, "idle_timeout_s": idle, "filters": [f.to_payload() for f in filters],
+            "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
+                                                   "frames_written": writer.frame_count}}
+    return CommandResult(data=data, warnings=[] if writer is None else writer.warnings())
 
 
 def _capture_file(args: argparse.Namespace) -> CommandResult:
@@ -180,20 +264,23 @@ def _send(args: argparse.Namespace) -> CommandResult:
                          warnings=[warning, *notes])
 
 
-def _frame_line(f: dict) -> str:
-    width = 8 if f["is_extended_id"] else 3
-    return f"{f['channel'] or '-'}  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}"
-
-
 def _render_frame(event: dict) -> str:
-    return _frame_line(event["payload"])
+    from canarchy.frame_syntax import frame_line
+
+    return frame_line(event["payload"])
 
 
 def _render_capture(result: CommandResult) -> str:
     data = result.data
-    return f"capture on {data['interface'] or data['file']}: {data['frame_count']} frames"
+    if "stopped_by" not in data:  # capture --file
+        return f"capture of {data['file']}: {data['frame_count']} frames"
+    output = data["output"]
+    return (f"capture on {data['interface']}: {data['frame_count']} frames in {data['elapsed_s']:.3f} s "
+            f"(stopped by {data['stopped_by']})" + (f", written to {output['path']}" if output else ""))
 
 
 def _render_send(result: CommandResult) -> str:
+    from canarchy.frame_syntax import frame_line
+
     data = result.data
-    return "\n".join([f"{data['mode']} on {data['interface']}", _frame_line(data["frame"])])
+    return "\n".join([f"{data['mode']} on {data['interface']}", frame_line(data["frame"])])

@@ -325,18 +325,20 @@ def _ecu(args: argparse.Namespace) -> CommandResult:
     warning = active_gate("simulate ecu", args.interface,
                           f"answer UDS requests on 0x{request_id:X} with responses on 0x{response_id:X}",
                           args.ack_active)
-    return _run(args, profile, settings.bus_type, request_id, response_id, duration, max_requests, common, warning)
+    return _run(args, profile, settings.bus_type, request_id, response_id, duration, max_requests, common, warning,
+                bus_options=settings.bus_options)
 
 
 def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int, response_id: int,
-         duration: float | None, max_requests: int | None, common: dict[str, Any], warning: str) -> CommandResult:
+         duration: float | None, max_requests: int | None, common: dict[str, Any], warning: str,
+         bus_options: dict[str, Any] | None = None) -> CommandResult:
     from canarchy import uds
     from canarchy.simulator import SimulatedEcu
 
     stream = open_stream(args, f"simulate.ecu:{args.interface}", live=True,
                          keep=getattr(args, "output", "text") == "jsonl")
     ecu = SimulatedEcu(bus_type=bus_type, channel=args.interface, request_id=request_id, response_id=response_id,
-                       profile=profile)
+                       profile=profile, bus_options=bus_options)  # bit rates and [transport.bus_kwargs], as every bus
     emit = stream.emit
 
     by_sid: dict[str, int] = {}

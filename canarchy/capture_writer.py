@@ -1,0 +1,154 @@
+"""Writing captured frames to a log file through python-can's writers, frame by frame.
+
+=============  ==============================================================
+suffix         python-can writer
+=============  ==============================================================
+``.log``       ``CanutilsLogWriter`` (candump ``-l``: can-utils, canplayer)
+``.asc``       ``ASCWriter`` (Vector ASCII)
+``.blf``       ``BLFWriter`` (Vector binary logging format)
+``.trc``       ``TRCWriter`` (PEAK trace)
+``.csv``       ``CSVWriter`` (python-can's CSV layout)
+=============  ==============================================================
+
+The writer class comes from this fixed table (a python-can writer plugin
+cannot take a suffix over). The file is written under a temporary name in the
+target's directory and renamed to the target by :meth:`CaptureWriter.close`,
+so the target is never a half-written file: it appears complete (with the
+frames up to the end of the capture, however it ended) or not at all. An
+existing target is refused unless ``overwrite``.
+
+What a format cannot hold (python-can 4.6) is said in :meth:`CaptureWriter.warnings`:
+``.trc`` has no CAN FD or remote frames (they are not written), ``.csv`` no
+CAN FD flag, ``.log`` no DLC of a remote frame.
+
+Errors (before the bus is opened): ``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1),
+``CAPTURE_OUTPUT_EXISTS`` (exit 1); ``CAPTURE_WRITE_FAILED`` (exit 2) when the
+file cannot be created, written or renamed (the temporary file is removed).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from canarchy.errors import TransportError, UserInputError
+from canarchy.transport import CanFrame, to_message
+
+WRITER_SUFFIXES = (".log", ".asc", ".blf", ".trc", ".csv")
+
+
+def _writer_class(suffix: str) -> Any:
+    if suffix == ".log":
+        from can.io.canutils import CanutilsLogWriter as writer
+    elif suffix == ".asc":
+        from can.io.asc import ASCWriter as writer
+    elif suffix == ".blf":
+        from can.io.blf import BLFWriter as writer
+    elif suffix == ".trc":
+        from can.io.trc import TRCWriter as writer
+    else:
+        from can.io.csv import CSVWriter as writer
+    return writer
+
+
+def _failed(path: Path, exc: BaseException) -> TransportError:
+    return TransportError("CAPTURE_WRITE_FAILED", f"Cannot write {str(path)!r}: {getattr(exc, 'strerror', None) or exc}.",
+                          "Check that the directory exists and is writable and that the disk is not full.")
+
+
+class CaptureWriter:
+    """An open capture log (see the module docstring): :meth:`write` each frame, then :meth:`close`.
+
+    ``path``: the target; ``format``: its suffix without the dot; ``frame_count``: frames written.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], overwrite: bool = False) -> None:
+        self.path = Path(path)
+        suffix = self.path.suffix.lower()
+        if suffix not in WRITER_SUFFIXES:
+            raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED",
+                                 f"--output {str(path)!r}: canarchy writes {', '.join(WRITER_SUFFIXES)}, not "
+                                 f"{suffix or '(no suffix)'!r}.",
+                                 "Name the file .log (candump -l), .asc, .blf, .trc or .csv; "
+                                 "--jsonl > FILE keeps canarchy's own events.")
+        if self.path.exists() and not overwrite:
+            raise UserInputError("CAPTURE_OUTPUT_EXISTS", f"--output {str(path)!r} exists.",
+                                 "Choose another name, or add --overwrite to replace it when the capture ends.")
+        if self.path.is_dir():
+            raise UserInputError("CAPTURE_OUTPUT_EXISTS", f"--output {str(path)!r} is a directory.",
+                                 "Give a file name, e.g. drive.log.")
+        self.format = suffix[1:]
+        self.frame_count = 0
+        self._not_written = 0
+        self._degraded = 0
+        writer_class = _writer_class(suffix)
+        try:
+            fd, self._temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=f".part{suffix}",
+                                              dir=self.path.parent if str(self.path.parent) else ".")
+            os.close(fd)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self._temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
+            self._writer = writer_class(self._temp)
+        except OSError as exc:
+            self._discard()
+            raise _failed(self.path, exc) from None
+        self._closed = False
+
+    def write(self, frame: CanFrame) -> None:
+        """Append one frame (its own timestamp and channel). Raises ``CAPTURE_WRITE_FAILED``."""
+        if self.format == "trc" and (frame.is_fd or frame.is_remote_frame):
+            self._not_written += 1
+            return
+        if (self.format == "csv" and frame.is_fd) or (self.format == "log" and frame.is_remote_frame
+                                                      and frame.requested_dlc):
+            self._degraded += 1
+        try:
+            self._writer.on_message_received(to_message(frame, stamped=True))
+        except (OSError, ValueError) as exc:
+            self.close(keep=False)
+            raise _failed(self.path, exc) from None
+        self.frame_count += 1
+
+    def warnings(self) -> list[str]:
+        """What the format could not hold of the frames written so far (see the module docstring)."""
+        notes = []
+        if self._not_written:
+            notes.append(f"{self.path}: {self._not_written} CAN FD or remote frame(s) not written: python-can's "
+                         "TRC writer cannot log them (use .log, .asc or .blf)")
+        if self._degraded:
+            what = "CAN FD flag" if self.format == "csv" else "remote frames' DLC"
+            notes.append(f"{self.path}: the {what} of {self._degraded} frame(s) is not in a .{self.format} file "
+                         "(use .blf or .asc to keep it)")
+        return notes
+
+    def close(self, keep: bool = True) -> None:
+        """Finish the file and rename it to the target (``keep=False``: remove it). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._writer.stop()
+            if keep:
+                os.replace(self._temp, self.path)
+                return
+        except OSError as exc:
+            self._discard()
+            raise _failed(self.path, exc) from None
+        self._discard()
+
+    def _discard(self) -> None:
+        temp = getattr(self, "_temp", None)
+        if temp is not None:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "CaptureWriter":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

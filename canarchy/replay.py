@@ -1,0 +1,86 @@
+"""Replaying a recording onto a bus with its original timing (as can-utils' ``canplayer``
+and python-can's ``can.player`` do).
+
+The schedule (:func:`schedule`): frame *i* of pass *k* may go out at
+
+    start + (pass_offset(k) + gap-capped (t_i - t_0)) / speed
+
+where *t* are the recording's timestamps, a gap longer than ``skip`` seconds
+counts as ``skip`` (python-can ``MessageSync(skip=...)``), a negative gap
+(timestamps out of order) as 0, and each pass starts where the previous one
+ended: the first frame of a pass follows the last of the one before at once.
+The recording is read again for each pass, never held in memory.
+
+:func:`play` sends each slot no earlier than its time, in order (sleeping to
+it; a late frame goes out at once and the schedule does not move), and
+reports each send; how late it was is ``late_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from canarchy.transport import CanFrame
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One planned send: ``index`` (0.. over the whole replay), ``loop`` (0..), ``offset_s``
+    (seconds after the start, at ``speed``), the recorded ``frame``."""
+
+    index: int
+    loop: int
+    offset_s: float
+    frame: CanFrame
+
+
+def schedule(passes: Callable[[], Iterable[CanFrame]], *, speed: float = 1.0, loops: int | None = 1,
+             skip: float | None = None) -> Iterator[Slot]:
+    """Yield the slots of ``loops`` passes (None: forever) over ``passes()`` (a new
+    iterable of the recording's frames per call). See the module docstring."""
+    index = 0
+    elapsed = 0.0  # recording seconds before the current pass
+    loop = 0
+    while loops is None or loop < loops:
+        previous: float | None = None
+        position = elapsed
+        empty = True
+        for frame in passes():
+            empty = False
+            if previous is not None:
+                gap = max(0.0, frame.timestamp - previous)
+                position += gap if skip is None else min(gap, skip)
+            previous = frame.timestamp
+            yield Slot(index, loop, position / speed, frame)
+            index += 1
+        if empty:
+            return
+        elapsed = position
+        loop += 1
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A slot as sent: ``sent_at`` (s since the epoch) and ``late_s`` (after its time, >= 0)."""
+
+    slot: Slot
+    sent_at: float
+    late_s: float
+
+
+def play(slots: Iterable[Slot], send: Callable[[CanFrame], None], *,
+         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Iterator[Sent]:
+    """Send each slot's frame at ``start + offset_s`` (``start``: the first call of ``clock``)
+    or later, in order; yield a :class:`Sent` after each send. Raises what ``send`` raises."""
+    start = clock()
+    for slot in slots:
+        due = start + slot.offset_s
+        wait = due - clock()
+        while wait > 0:
+            sleep(wait)
+            wait = due - clock()
+        sent_at = time.time()
+        send(slot.frame)
+        yield Sent(slot, sent_at, max(0.0, -wait))
