@@ -13,6 +13,7 @@ suffix                       reader
 ``.csv``                     python-can ``CSVReader`` (python-can's own CSV layout)
 ``.mf4``                     python-can ``MF4Reader`` (ASAM MDF 4; needs ``asammdf``)
 ``.db``                      python-can ``SqliteReader`` (python-can's SQLite layout)
+``.jsonl``, ``.json``        canarchy's own ``--jsonl`` / ``--json`` output (``frame``, ``frame_sent`` events)
 ===========================  ==========================================================
 
 candump ``-l`` lines (can-utils ``lib.c``; the layout python-can's
@@ -61,7 +62,11 @@ from canarchy.warning_log import WarningLog
 
 CANDUMP_SUFFIXES = (".log", ".candump")
 PYTHON_CAN_SUFFIXES = (".asc", ".blf", ".trc", ".csv", ".mf4", ".db")
-SUPPORTED_SUFFIXES = CANDUMP_SUFFIXES + PYTHON_CAN_SUFFIXES
+#: canarchy's own output: ``--jsonl`` lines, a ``--json`` envelope (its ``frame``/``frame_sent`` events).
+JSON_SUFFIXES = (".jsonl", ".json")
+SUPPORTED_SUFFIXES = CANDUMP_SUFFIXES + PYTHON_CAN_SUFFIXES + JSON_SUFFIXES
+#: Event types whose payload is a frame on the bus (``frame_planned`` of a dry run is not).
+FRAME_EVENTS = frozenset({"frame", "frame_sent"})
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _COMPRESSION_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
@@ -108,7 +113,11 @@ class CaptureFile:
         self.frame_count = self.line_count = self.malformed_count = self.error_frame_count = 0
         self.log = WarningLog()
         self._stopped = None
-        return self._iter_candump() if self.format == "candump" else self._iter_python_can()
+        if self.format == "candump":
+            return self._iter_candump()
+        if self.format in ("jsonl", "json"):
+            return self._iter_json()
+        return self._iter_python_can()
 
     def all_warnings(self) -> list[str]:
         """The warnings of the read as strings (see :meth:`WarningLog.render`)."""
@@ -177,6 +186,51 @@ class CaptureFile:
             finally:
                 self.line_count = lineno
                 self.frame_count = frames
+        self._end()
+
+    def _iter_json(self) -> Iterator[CanFrame]:
+        """Frames of canarchy's own output: each ``--jsonl`` line (a ``--json`` file: its
+        ``data.events``) whose ``event_type`` is in :data:`FRAME_EVENTS`. Other events and the
+        closing envelope are skipped; a line that is not JSON or a payload that is no frame is a
+        warning. ``.json`` is parsed whole (``--jsonl`` streams: prefer it for long recordings)."""
+        import json
+
+        try:
+            handle = self._open_text()
+        except OSError as exc:
+            raise _unavailable(self.path, exc) from None
+        with handle:
+            if self.format == "json":
+                try:
+                    document = json.load(handle)
+                except ValueError as exc:
+                    raise DecodeError("CAPTURE_FORMAT_INVALID", f"{self.path!r} is not a JSON document: {exc}.",
+                                      "Give the output of a canarchy command run with --json.") from None
+                data = document.get("data") if isinstance(document, dict) else None
+                lines: Any = enumerate((data or {}).get("events") or [], 1)
+                where = "event"
+            else:
+                lines = enumerate(handle, 1)
+                where = "line"
+            for number, item in lines:
+                self.line_count = number
+                try:
+                    event = json.loads(item) if isinstance(item, str) else item
+                    if not isinstance(event, dict) or event.get("event_type") not in FRAME_EVENTS:
+                        continue  # the envelope, another kind of event, a blank line
+                    frame = CanFrame.from_payload(event["payload"])
+                except (ValueError, KeyError, TypeError, AttributeError, UserInputError) as exc:
+                    if isinstance(item, str) and not item.strip():
+                        continue
+                    self.malformed_count += 1
+                    self.log.add("CAPTURE_EVENT_INVALID", f"{self.path}:{where} {number}: not a canarchy frame "
+                                 f"event: {_why(exc)}", file=self.path, **{where: number})
+                    continue
+                if frame.is_error_frame:
+                    self.error_frame_count += 1
+                    continue
+                self.frame_count += 1
+                yield frame
         self._end()
 
     def _iter_python_can(self) -> Iterator[CanFrame]:
@@ -269,7 +323,7 @@ def capture_format(path: str) -> str:
     suffix = Path(name).suffix
     if suffix in CANDUMP_SUFFIXES:
         return "candump"
-    if suffix in PYTHON_CAN_SUFFIXES:
+    if suffix in PYTHON_CAN_SUFFIXES or suffix in JSON_SUFFIXES:
         return suffix[1:]
     raise UserInputError(
         "CAPTURE_FORMAT_UNSUPPORTED",

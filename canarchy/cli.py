@@ -30,7 +30,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence, TextIO
 
-from canarchy.errors import EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, UserInputError
+from canarchy.errors import COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, UserInputError
 from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, Printer
 
 #: The one command table: each top-level command and the module in
@@ -220,10 +220,10 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     printer = Printer(_requested_format(argv), out)
     result: CommandResult | None = None
     error: CanarchyError | None = None
-    from canarchy import config
-
+    config_warnings: list[str] = []
+    token = COMMAND_WARNINGS.set(config_warnings)  # unknown keys of the config file, as it is read
     try:
-        with _terminate_as_interrupt(), config.collect_warnings() as config_warnings:  # unknown config keys
+        with _terminate_as_interrupt():
             try:
                 args = build_parser(argv).parse_args(argv)
                 printer.fmt = getattr(args, "output", printer.fmt)
@@ -240,6 +240,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
                 error = exc
             except KeyboardInterrupt:
                 pass  # interrupted before it could report: the printer closes what was streamed
+            finally:
+                COMMAND_WARNINGS.reset(token)
             if result is not None and config_warnings:
                 result.warnings[:0] = config_warnings
             printer.finish(result, error)

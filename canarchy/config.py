@@ -10,22 +10,20 @@ python-can bus keyword arguments (:func:`resolve_bus_kwargs`).
 A key or table the file has but canarchy does not know is a *finding*
 (:func:`check_document`, with the nearest known name from :mod:`difflib`):
 each command that reads the file reports it as a warning (on stderr at once,
-and in the envelope through :func:`collect_warnings`); ``config check`` fails
-on it.
+and in the envelope: ``canarchy.errors.COMMAND_WARNINGS``); ``config check``
+fails on it.
 """
 
 from __future__ import annotations
 
-import contextvars
 import os
 import re
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from canarchy.errors import ConfigError
+from canarchy.errors import COMMAND_WARNINGS, ConfigError
 
 BACKENDS = ("python-can", "scaffold")
 _TRUE = {"1", "true", "yes", "on"}
@@ -132,7 +130,6 @@ RESERVED_BUS_KWARGS = frozenset({"channel", "interface", "bustype", "ignore_conf
 #: Bus keyword arguments that have a setting of their own.
 OWN_SETTING_BUS_KWARGS = {"bitrate": "transport.bitrate", "data_bitrate": "transport.data_bitrate",
                           "fd": "transport.fd"}
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def bus_kwarg_value(text: str) -> Any:
@@ -175,7 +172,7 @@ def parse_bus_kwargs_text(text: str) -> dict[str, Any]:
     result: dict[str, Any] = {}
     position = 0
     while position < len(raw):
-        match = _KWARG_ITEM.match(raw, position)
+        match = re.compile(_KWARG_ITEM).match(raw, position)  # re caches the compiled pattern
         if match is None:
             raise ValueError(f"expected KEY=VALUE, got {raw[position:].split(',')[0].split()[0]!r}")
         result[match.group(1)] = bus_kwarg_value(match.group(2))
@@ -184,11 +181,11 @@ def parse_bus_kwargs_text(text: str) -> dict[str, Any]:
 
 
 # KEY=VALUE, the value quoted or up to the next comma or space; then separators.
-_KWARG_ITEM = re.compile(r"""\s*([^=,\s]+)=("[^"]*"|'[^']*'|[^,\s]*)(?:\s*,\s*|\s+|\Z)""")
+_KWARG_ITEM = r"""\s*([^=,\s]+)=("[^"]*"|'[^']*'|[^,\s]*)(?:\s*,\s*|\s+|\Z)"""
 
 
 def _check_bus_kwarg(key: Any, value: Any) -> None:
-    if not isinstance(key, str) or not _IDENTIFIER.match(key):
+    if not isinstance(key, str) or not (key.isascii() and key.isidentifier()):
         raise ValueError(f"{key!r} is not a keyword argument name")
     if key in OWN_SETTING_BUS_KWARGS:
         raise ValueError(f"{key} has a setting of its own: use {OWN_SETTING_BUS_KWARGS[key]}")
@@ -293,24 +290,10 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
 
 # --- unknown keys and tables -------------------------------------------------------------------
 
-# The warnings of the running command (a list), set by collect_warnings(); None outside a command.
-_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("canarchy_config_warnings",
-                                                                             default=None)
-
-
-@contextmanager
-def collect_warnings() -> Iterator[list[str]]:
-    """Within this block (one command), each finding of the config file is written
-    once to stderr when the file is read, and kept in the yielded list (for the envelope)."""
-    token = _WARNINGS.set([])
-    try:
-        yield _WARNINGS.get()  # type: ignore[misc]
-    finally:
-        _WARNINGS.reset(token)
-
-
 def _report(findings: list[str]) -> None:
-    collected = _WARNINGS.get()
+    """Each finding not yet reported in the running command: once on stderr, and kept for its
+    envelope (``canarchy.errors.COMMAND_WARNINGS``, set by the CLI; outside a command: nothing)."""
+    collected = COMMAND_WARNINGS.get()
     if collected is None:
         return
     for finding in findings:

@@ -15,6 +15,13 @@ is never empty.
 
 from __future__ import annotations
 
+import contextvars
+
+#: Warnings of the running command that come from outside its handler (the config
+#: file's unknown keys): a list while ``canarchy.cli.main`` runs a command, else None.
+COMMAND_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("canarchy_command_warnings",
+                                                                                    default=None)
+
 EXIT_OK = 0
 EXIT_USER = 1
 EXIT_TRANSPORT = 2

@@ -177,7 +177,7 @@ _TOOL_LIST = (
              "Show the active session and the saved ones of the server's working directory."),
     ToolSpec("capture", "bus", ("capture",),
              "Capture at most `count` frames from a CAN channel (listen only; nothing is sent). Stops after "
-             "`count` frames or `timeout` seconds without a frame (default: [transport].capture_timeout).",
+             f"`count` frames or `timeout` seconds without a frame (default {CAPTURE_MAX_TIMEOUT:g}).",
              {"channel": {"type": "string", "pattern": _CHANNEL_PATTERN, "description": "CAN channel, e.g. can0"},
               "count": {"type": "integer", "minimum": 1, "maximum": CAPTURE_MAX_COUNT,
                         "description": f"frames to capture at most (1..{CAPTURE_MAX_COUNT})"},
@@ -291,8 +291,9 @@ def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
     argv = list(spec.command)
     if name == "capture":
         argv += [arguments["channel"], "--count", str(arguments["count"])]
-        if arguments.get("timeout") is not None:
-            argv += ["--timeout", repr(float(arguments["timeout"]))]
+        # A capture now runs until stopped; the tool is always bounded by an idle timeout.
+        timeout = arguments.get("timeout")
+        argv += ["--timeout", repr(float(CAPTURE_MAX_TIMEOUT if timeout is None else timeout))]
     elif name == "send":
         # The tool's ID is decimal or 0x-hex; the command line's is hex (can-utils), so pass 0x form.
         raw = str(arguments["arbitration_id"]).strip()

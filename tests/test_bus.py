@@ -414,3 +414,64 @@ def test_a_signal_ends_a_capture_with_its_envelope(virtual_channel, signum):
     envelope = json.loads(out.splitlines()[-1])
     assert envelope["ok"] is True and envelope["data"]["stopped_by"] == signum.name
     assert "Traceback" not in err
+
+
+def test_the_mcp_capture_tool_stays_bounded_on_a_quiet_bus(monkeypatch, virtual_channel):
+    """A command-line capture runs until stopped; the MCP tool always ends (count or its idle timeout)."""
+    from canarchy import mcp_server
+
+    monkeypatch.setattr(mcp_server, "CAPTURE_MAX_TIMEOUT", 0.3)
+    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    outcome = mcp_server.run_tool("capture", {"channel": virtual_channel, "count": 5})
+    data = outcome.envelope["data"]
+    assert (outcome.exit_code, data["frame_count"], data["stopped_by"], data["idle_timeout_s"]) == (
+        0, 0, "idle_timeout", 0.3)
+
+
+@pytest.mark.parametrize("argv", [
+    ["uds", "services", "--request-id", "7E0", "--dry-run"],
+    ["simulate", "ecu", "--request-id", "7E0", "--dry-run"],
+    ["fuzz", "guided", "--id", "7E0", "--dry-run"],
+])
+def test_ids_of_the_other_commands_are_hex_too(argv):
+    result = run_cli(*argv, "--json")
+    assert result.code == 0, result.out
+    assert result.data.get("request_id", result.data.get("arbitration_id")) == 0x7E0
+
+
+# -- canarchy's JSON output read back as a recording ------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_captured_json_reads_back_and_replays(peer, virtual_channel, tmp_path, fmt):
+    path = tmp_path / f"drive.{fmt}"
+    with CaptureThread(virtual_channel, "--count", str(len(SENT)), f"--{fmt}") as capture:
+        for message in SENT:
+            peer.send(message)
+            time.sleep(0.05)
+    path.write_text(capture.out.getvalue())
+    back = run_cli("capture", "--file", str(path), "--json")
+    assert back.code == 0, back.out
+    frames = [e["payload"] for e in back.data["events"]]
+    original = [e["payload"] for e in capture.jsonl()[:-1]] if fmt == "jsonl" else [
+        e["payload"] for e in json.loads(capture.out.getvalue())["data"]["events"]]
+    assert frames == original and back.data["format"] == fmt
+    assert frames[2]["is_fd"] and frames[2]["bitrate_switch"] and frames[3]["dlc"] == 4
+    dry = run_cli("replay", str(path), "--dry-run", "--json")
+    assert [e["payload"]["offset_s"] for e in dry.data["events"]] == pytest.approx(
+        [f["timestamp"] - frames[0]["timestamp"] for f in frames], abs=1e-6)  # offsets are rounded to 1 us
+
+
+def test_json_lines_that_are_no_frames_are_warnings_not_errors(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"event_type": "frame", "payload": {"arbitration_id": 0x123, "data": "01", "timestamp": 1.0}}),
+        json.dumps({"event_type": "uds_request", "payload": {"index": 1}}),
+        "not json",
+        json.dumps({"event_type": "frame", "payload": {"arbitration_id": 0x900, "data": "01"}}),  # 11-bit > 0x7FF
+        json.dumps({"ok": True, "command": "capture", "data": {}, "errors": [], "warnings": []}),
+    ]) + "\n")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0, result.out
+    assert [e["payload"]["arbitration_id"] for e in result.data["events"]] == [0x123]
+    warnings = result.envelope["warnings"]
+    assert len(warnings) == 2 and ":line 3:" in warnings[0] and ":line 4:" in warnings[1]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.commands._common import StopSignals, parse_hex_data, parse_int
+from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import TransportError, UserInputError
 from canarchy.output import CommandResult, open_stream
 
@@ -263,13 +263,12 @@ def describe_profile(profile: Any) -> dict[str, Any]:
 
 
 def _ids(args: argparse.Namespace, from_profile: tuple[int | None, int | None]) -> tuple[int, int]:
-    hint = "Use an 11-bit ID (0x000-0x7FF) or a 29-bit ID up to 0x1FFFFFFF."
     request_id = from_profile[0] if from_profile[0] is not None else DEFAULT_REQUEST_ID
     if args.request_id is not None:
-        request_id = parse_int(args.request_id, "INVALID_FRAME", "--request-id", 0, 0x1FFFFFFF, hint)
+        request_id = parse_arbitration_id(args.request_id)[0]  # hex, as every ID on the command line
     response_id = from_profile[1]
     if args.response_id is not None:
-        response_id = parse_int(args.response_id, "INVALID_FRAME", "--response-id", 0, 0x1FFFFFFF, hint)
+        response_id = parse_arbitration_id(args.response_id)[0]
     if response_id is None:
         response_id = _default_response_id(request_id)
     if response_id == request_id:

@@ -19,7 +19,7 @@ from typing import Any
 
 from canarchy import uds
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.commands._common import parse_int
+from canarchy.commands._common import parse_arbitration_id, parse_int
 from canarchy.errors import UserInputError
 from canarchy.output import CommandResult, open_stream
 from canarchy.transport import can_id_text
@@ -30,7 +30,6 @@ DEFAULT_SCAN_TIMEOUT = 0.1
 DEFAULT_SCAN_IDS = "0x700-0x7FF"
 DEFAULT_SCAN_TARGETS = "0x00-0xFF"
 DEFAULT_LISTEN = 0.2
-_ID_HINT = "Use an 11-bit ID (0x000-0x7FF) or a 29-bit ID up to 0x1FFFFFFF."
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -118,7 +117,7 @@ def _range(text: str, what: str, lo: int, hi: int, code: str) -> tuple[int, int]
 
 
 def _target(args: argparse.Namespace) -> tuple[int, int]:
-    request_id = parse_int(args.request_id, "INVALID_FRAME", "Request ID", 0, 0x1FFFFFFF, _ID_HINT)
+    request_id = parse_arbitration_id(args.request_id)[0]  # hex, as every ID on the command line
     if args.response_id is None:
         from canarchy.isotp import default_response_id
 
@@ -127,7 +126,7 @@ def _target(args: argparse.Namespace) -> tuple[int, int]:
             raise UserInputError("INVALID_ARGUMENTS", f"There is no usual response ID for request ID "
                                  f"0x{request_id:X}.", "Pass --response-id with the ID the ECU answers on.")
     else:
-        response_id = parse_int(args.response_id, "INVALID_FRAME", "Response ID", 0, 0x1FFFFFFF, _ID_HINT)
+        response_id = parse_arbitration_id(args.response_id)[0]
     if response_id == request_id:
         raise UserInputError("INVALID_ARGUMENTS", f"Request and response ID are both 0x{request_id:X}.",
                              "The ECU answers on another ID than it listens on, e.g. 0x7E0 and 0x7E8.")
