@@ -79,6 +79,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
                         ".csv, canarchy's .jsonl/.json ...); --count defaults to every frame")
+    p.add_argument("--summary", action="store_true",
+                   help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     add_bus_arguments(p)
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_capture,
                    render_event=_render_frame, no_interface_ok=lambda a: a.file is not None)
@@ -145,6 +147,9 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     """``capture CHANNEL``: frames as they arrive until --count, --duration, --idle-timeout, Ctrl+C or SIGTERM."""
     if args.file is not None:
         return _capture_file(args)
+    if args.summary:
+        raise UserInputError("INVALID_ARGUMENTS", "capture: --summary summarises a file; give --file PATH.",
+                             "Use `capture --file PATH --summary`, or drop --summary to capture from the channel.")
     from canarchy.capture_writer import CaptureWriter
     from canarchy.transport import CAPTURE_POLL_S, SourceEnded, build_backend, transport_backend_config
 
@@ -215,6 +220,8 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
     capture = open_capture(args.file)
+    if args.summary:
+        return _capture_summary(args, capture, limit)
     stream = open_stream(args, f"file:{args.file}")
     emit = stream.emit_frame
     with stream.stoppable():
@@ -222,6 +229,20 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
             emit("frame", frame)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, **capture.log.to_data()}
+    return CommandResult(data=data, warnings=capture.all_warnings())
+
+
+def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:
+    """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of the file."""
+    from canarchy.capture_stats import CaptureStats
+
+    stats = CaptureStats()
+    for frame in capture:
+        if limit is not None and stats.frame_count >= limit:
+            break
+        stats.feed(frame)
+    data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
+            "summary": True, **stats.to_dict(), **capture.log.to_data()}
     return CommandResult(data=data, warnings=capture.all_warnings())
 
 
@@ -272,6 +293,10 @@ def _render_frame(event: dict) -> str:
 
 def _render_capture(result: CommandResult) -> str:
     data = result.data
+    if data.get("summary"):  # capture --file --summary
+        from canarchy.capture_stats import render_ids
+
+        return render_ids(data)
     if "stopped_by" not in data:  # capture --file
         return f"capture of {data['file']}: {data['frame_count']} frames"
     output = data["output"]
