@@ -14,7 +14,8 @@ import pytest
 
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
-from canarchy.testing.lanes import manifest, parity, runner, unit, workspace
+from canarchy.testing.isolation.tree import changes, snapshot
+from canarchy.testing.lanes import parity, runner, unit, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
 from canarchy.testing.lanes.results import totals_text
@@ -156,60 +157,10 @@ def test_choose_tests_keeps_to_the_checkout(tmp_path, path):
         lane_env.choose_tests(["tests/escape/test_x.py"], root=checkout)
 
 
-# --------------------------------------------------------------------------- manifests
-
-
-def _tree(root: Path) -> Path:
-    (root / "a" / "b").mkdir(parents=True)
-    (root / "a" / "b" / "f.txt").write_text("one")
-    (root / "empty").mkdir()
-    (root / ".hidden").write_text("h")
-    (root / "link").symlink_to("a/b/f.txt")
-    return root
-
-
-def test_manifest_records_files_dirs_and_links(tmp_path):
-    m = manifest.manifest(_tree(tmp_path / "t"))
-    assert sorted(m) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link"]
-    assert m["a/b/f.txt"] == manifest.Entry("file", 3, "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed")
-    assert m["link"].kind == "link" and m["empty"].kind == "dir"
-
-
-@pytest.mark.parametrize(
-    "change, line",
-    [
-        (lambda r: (r / "a" / "b" / "f.txt").write_text("two"), "changed: a/b/f.txt (same size, different content)"),
-        (lambda r: (r / "a" / "b" / "f.txt").write_text("three"), "changed: a/b/f.txt (3 -> 5 bytes)"),
-        (lambda r: (r / "new").write_text(""), "added: new"),
-        (lambda r: (r / "empty" / "sub").mkdir(), "added: empty/sub"),
-        (lambda r: (r / ".hidden").unlink(), "removed: .hidden"),
-        (lambda r: ((r / "link").unlink(), (r / "link").symlink_to("empty")), "changed: link (link target changed)"),
-    ],
-)
-def test_diff_manifests_names_each_change(tmp_path, change, line):
-    root = _tree(tmp_path / "t")
-    before = manifest.manifest(root)
-    change(root)
-    assert manifest.diff_manifests(before, manifest.manifest(root)) == [line]
-
-
-def test_unchanged_tree_has_no_diff(tmp_path):
-    root = _tree(tmp_path / "t")
-    assert manifest.diff_manifests(manifest.manifest(root), manifest.manifest(root)) == []
-
-
-def test_tree_manifest_leaves_out_ignored_outputs(tmp_path):
-    root = _tree(tmp_path / "t")
-    for name in (".git/HEAD", "reports/unit.xml", "pkg/__pycache__/m.pyc", "canarchy.egg-info/PKG-INFO", ".nox/x"):
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("x")
-    assert sorted(manifest.tree_manifest(root)) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link", "pkg"]
-
-
 def test_operator_home_fixture_is_complete():
     """The files the parity lane relies on (fixtures/operator-home/README.md) are all there."""
     home = Path(__file__).resolve().parents[1] / "fixtures" / "operator-home"
-    files = {k for k, e in manifest.manifest(home).items() if e.kind == "file"}
+    files = {k for k, e in snapshot(home, walk="whole").items() if e.kind == "file"}
     for required in (
         ".canarchy/config.toml",
         ".canarchy/j1939_spns.json",
@@ -484,13 +435,16 @@ def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
 
 
 FLAKY = """
+import os
 from pathlib import Path
 
 def test_flaky():
-    counter = Path({counter!r})
-    n = int(counter.read_text() or 0) + 1 if counter.exists() else 1
+    # Its own count in each configuration (they run at the same time): the first run fails in
+    # the clean one and passes in the operator's, and every run differs from the one before.
+    counter = Path({counter!r} + os.environ["PYTHONHASHSEED"])
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
     counter.write_text(str(n))
-    assert n % 2 == 0
+    assert (n + int(os.environ["PYTHONHASHSEED"])) % 2
 
 def test_stable():
     pass
@@ -510,7 +464,8 @@ def test_a_flaky_test_is_reported_and_fails_parity_only_when_strict(tmp_path):
     result = _parity(project)
     assert [(f.id, f.kind) for f in result.findings] == [("tests.test_p::test_flaky", "flaky")], parity.render(result)
     assert result.exit_code == 0 and "flaky" in parity.render(result)
-    (tmp_path / "counter").unlink()
+    for counter in tmp_path.glob("counter*"):
+        counter.unlink()
     assert _parity(project, strict=True).exit_code == 1
 
 
@@ -534,11 +489,11 @@ def test_ids_that_follow_the_hash_seed_are_not_an_operator_difference(tmp_path):
 def test_a_test_writing_into_its_checkout_is_reported_not_a_difference(tmp_path):
     project = _project(tmp_path / "p", "from pathlib import Path\n\ndef test_writes():\n"
                                        "    (Path(__file__).parent / 'scratch.txt').write_text('x')\n")
-    before = manifest.tree_manifest(project.root)
+    before = snapshot(project.root)
     result = _parity(project)
     assert result.exit_code == 0 and result.findings == [], parity.render(result)
     assert any("added: tests/scratch.txt" in line for line in result.checkout_writes)
-    assert manifest.diff_manifests(before, manifest.tree_manifest(project.root)) == []
+    assert changes(before, snapshot(project.root)) == []
 
 
 MEET = """

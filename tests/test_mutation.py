@@ -22,7 +22,8 @@ import pytest
 
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
-from canarchy.testing.lanes import manifest, mutation
+from canarchy.testing.isolation.tree import WHOLE, changes, snapshot
+from canarchy.testing.lanes import mutation
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.netns import NetnsSupport
 from canarchy.testing.lanes.project import load_project
@@ -123,12 +124,12 @@ def _run(project: Path, mutation_path: Path, timeout: float = 120) -> mutation.M
 
 def assert_tree_untouched(project: Path, before: dict, temp_root: Path) -> None:
     """The working tree is byte-identical and no temporary copy is left."""
-    assert manifest.diff_manifests(before, manifest.manifest(project)) == []
+    assert changes(before, snapshot(project, walk=WHOLE)) == []
     assert list(temp_root.iterdir()) == []
 
 
 def test_guard_removal_is_killed_and_the_tree_is_untouched(project, temp_root, tmp_path):
-    before = manifest.manifest(project)
+    before = snapshot(project, walk=WHOLE)
     result = _run(project, _mutation_file(tmp_path / "m.toml"))
     assert result.status == "killed", result.reason
     assert result.exit_code == 0
@@ -167,7 +168,7 @@ def test_import_error_is_not_a_kill_and_a_broken_control_cannot_decide(project, 
 
 @pytest.mark.parametrize("search, count", [("    return", 2), ("    if channel is None and False:\n", 0)])
 def test_search_must_occur_exactly_once(project, temp_root, tmp_path, search, count):
-    before = manifest.manifest(project)
+    before = snapshot(project, walk=WHOLE)
     result = _run(project, _mutation_file(tmp_path / "m.toml", search=search))
     assert result.status == "cannot decide"
     assert f"occurs {count} times (exactly 1 required)" in result.reason
@@ -231,7 +232,7 @@ def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(proj
     temp_root.mkdir()
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
-    before = manifest.manifest(project)
+    before = snapshot(project, walk=WHOLE)
     env = lane_env.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": str(REPO)})
     runner = subprocess.Popen(
         [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project), "mutation", str(path)],
@@ -264,7 +265,7 @@ def test_a_timeout_cannot_decide_and_cleans_up(project, temp_root, tmp_path):
     """A killer that outlives the per-run timeout: cannot decide, child stopped, copy removed, tree untouched."""
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
-    before = manifest.manifest(project)
+    before = snapshot(project, walk=WHOLE)
     result = _run(project, path, timeout=5)
     assert result.status == "cannot decide" and "ran over 5 s" in result.reason
     assert_tree_untouched(project, before, temp_root)
@@ -483,5 +484,8 @@ def test_the_registry_covers_every_protection():
         "issue-530", "reference-no-transport", "active-ack-gate", "iso-home-redirect", "iso-test-home",
         "iso-canarchy-scrub", "iso-can-scrub", "iso-import-time-redirect", "iso-session-layer",
         "iso-guard-by-name", "iso-guard-class", "iso-unswallowable-refusal", "iso-child-guard",
-        "iso-sentinel", "iso-test-cwd", "iso-env-restore",
+        "iso-sentinel", "iso-test-cwd", "iso-env-restore", "iso-access-guard", "iso-access-children",
+        "iso-containment", "iso-putenv", "iso-environ-replaced", "iso-python-can-globals", "iso-signal-handlers",
+        "iso-umask", "iso-stale-bus", "iso-import-time-containers", "iso-stuck", "iso-earliest-start",
+        "iso-required-import", "iso-stray-config",
     } <= names

@@ -74,7 +74,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="stop after S seconds without a frame (default: [transport].capture_timeout, else none)")
     add_filter_argument(p)
     p.add_argument("--output", dest="output_file", metavar="FILE",
-                   help="also write the frames to FILE as they come: .log (candump -l), .asc, .blf, .trc, .csv")
+                   help="also write the frames to FILE as they come: .log (candump -l), .asc, .blf, .trc, .csv "
+                        "(with --file: convert a recording)")
     p.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
@@ -162,9 +163,11 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     count = 0
     stopped_by = None
     started = last = time.monotonic()
+    opened = False
     try:
         # Ctrl+C or SIGTERM (canarchy.cli.main turns it into KeyboardInterrupt) ends the loop; the frames stand.
         with stream.stoppable(), backend.receiver(args.interface, filters) as recv:
+            opened = True
             while True:
                 now = time.monotonic()
                 if limit is not None and count >= limit:
@@ -195,7 +198,7 @@ def _capture(args: argparse.Namespace) -> CommandResult:
                 stream.emit_frame("frame", frame)
     finally:
         if writer is not None:
-            writer.close()  # the frames so far stand, however the capture ended
+            writer.close(keep=opened)  # the frames so far stand, however the capture ended; no bus, no file
     data = {"interface": args.interface, "interface_source": args.interface_source, "frame_count": count,
             "stopped_by": stopped_by or stream.stopped_by or "SIGINT", "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
             "duration_s": duration, "idle_timeout_s": idle, "filters": [f.to_payload() for f in filters],
@@ -215,21 +218,40 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     if args.interface_source == "cli":
         raise UserInputError("INVALID_ARGUMENTS", f"capture: give a channel ({args.channel}) or --file, not both.",
                              "Drop the channel to read the file, or drop --file to capture from the channel.")
+    for flag, value in (("--duration", args.duration), ("--idle-timeout", args.timeout)):
+        if value is not None:
+            raise UserInputError("INVALID_ARGUMENTS", f"capture: {flag} applies to a bus, not to --file.",
+                                 "Use --count to read part of a recording, or drop the option.")
     limit = None
     if args.count is not None:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
+    filters = parse_filters(args.filter)
     capture = open_capture(args.file)
     if args.summary:
         return _capture_summary(args, capture, limit)
+    from canarchy.capture_writer import CaptureWriter
+    from canarchy.transport import frame_passes
+
+    writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # a conversion
     stream = open_stream(args, f"file:{args.file}")
     emit = stream.emit_frame
-    with stream.stoppable():
-        for frame in capture if limit is None else itertools.islice(capture, limit):
-            emit("frame", frame)
+    frames = capture if not filters else (frame for frame in capture if frame_passes(frame, filters))
+    try:
+        with stream.stoppable():
+            for frame in frames if limit is None else itertools.islice(frames, limit):
+                if writer is not None:
+                    writer.write(frame)
+                emit("frame", frame)
+    finally:
+        if writer is not None:
+            writer.close()
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
-            "frame_count": stream.count, **capture.log.to_data()}
-    return CommandResult(data=data, warnings=capture.all_warnings())
+            "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
+            "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
+                                                   "frames_written": writer.frame_count},
+            **capture.log.to_data()}
+    return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
 def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:

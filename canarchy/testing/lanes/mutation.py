@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
-from canarchy.testing.lanes.manifest import diff_manifests, manifest
+from canarchy.testing.isolation.tree import SKIP_LIST, changes, snapshot
 from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.project import Project, ProjectError
 from canarchy.testing.lanes.render import markdown_table, table
@@ -234,10 +234,10 @@ class _Workspace:
             shutil.rmtree(self.tree)
         self.tree.mkdir()
         copy_tree(self.project.root, self.tree, self.files)
-        self.pristine = manifest(self.tree, exclude=("__pycache__",))
+        self.pristine = snapshot(self.tree, walk=SKIP_LIST)
 
     def changes(self) -> list[str]:
-        return diff_manifests(self.pristine, manifest(self.tree, exclude=("__pycache__",)))
+        return changes(self.pristine, snapshot(self.tree, walk=SKIP_LIST))
 
     @property
     def import_root(self) -> Path:
