@@ -200,7 +200,8 @@ def _capture(args: argparse.Namespace) -> CommandResult:
         if writer is not None:
             writer.close(keep=opened)  # the frames so far stand, however the capture ended; no bus, no file
     data = {"interface": args.interface, "interface_source": args.interface_source, "frame_count": count,
-            "stopped_by": stopped_by or stream.stopped_by or "SIGINT", "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
+            "stopped_by": stopped_by or stream.stopped_by or "SIGINT",
+            "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
             "duration_s": duration, "idle_timeout_s": idle, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
                                                    "frames_written": writer.frame_count}}
