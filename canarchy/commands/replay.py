@@ -131,8 +131,8 @@ def _transmit(args: argparse.Namespace, slots: Any, common: dict[str, Any], stat
     with backend.sender(args.interface) as send, stream.stoppable():  # Ctrl+C / SIGTERM: the frames sent stand
         for done in play(slots, lambda frame: send(_on_channel(frame, args.interface))):
             max_late = max(max_late, done.late_s)
-            payload = dict(_slot_payload(done.slot), late_s=round(done.late_s, 6), channel=args.interface,
-                           timestamp=done.sent_at)
+            payload = dict(_slot_payload(done.slot), late_s=round(done.late_s, 6), due_at=done.due_at,
+                           channel=args.interface, timestamp=done.sent_at)
             stream.emit("frame_sent", payload, done.sent_at)
     data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=stream.count,
                 stopped_by="interrupt" if stream.stopped_by else "end", elapsed_s=round(time.monotonic() - started, 6),
