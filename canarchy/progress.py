@@ -24,14 +24,14 @@ class Progress:
     ``close()`` erases it. ``active``: false when the stream is not a terminal,
     and then every call does nothing. Use as a context manager."""
 
-    def __init__(self, stream: TextIO | None = None, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, stream: TextIO | None = None, interval: float | None = None) -> None:
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         try:
             self.active = bool(isatty and isatty())
         except (OSError, ValueError):  # a closed or odd stream
             self.active = False
-        self.interval = interval
+        self.interval = DEFAULT_INTERVAL if interval is None else interval
         self._last = float("-inf")
         self._shown = False
 
