@@ -136,6 +136,7 @@ def test_jsonl_streams_one_event_per_finding(ecu, virtual_channel, tmp_path):
     assert result.code == 0
     *events, envelope = [json.loads(line) for line in result.out.splitlines()]
     assert events and all(e["event_type"] == "fuzz_finding" for e in events)
+    assert envelope["ok"] is True
     assert len(events) == len(list(next(tmp_path.iterdir()).glob("finding-*.json")))
     assert envelope["command"] == "fuzz guided" and envelope["data"]["findings_count"] == len(events)
     assert "events" not in envelope["data"]
