@@ -104,8 +104,8 @@ class Protection:
     file only itself); ``read_only``: trees where writes are refused;
     ``writable``: trees where writes are allowed; ``watched``: trees where
     writes are allowed and recorded, except under a path component named in
-    ``unwatched_names``. Where trees nest, the innermost decides; ``refused``
-    always wins. Writes of Python's byte code (``__pycache__``) are never
+    ``unwatched_names``. Where trees nest, the innermost decides (for one
+    root: watched, writable, read-only); ``refused`` always wins. Writes of Python's byte code (``__pycache__``) are never
     refused nor recorded outside ``refused``.
     """
 
@@ -172,17 +172,18 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
 
 # -- judging --------------------------------------------------------------------------
 
-_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD, _OPEN = 0, 1, 2, 4, 8, 16
+_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD, _DIRECTORY, _OPEN = 0, 1, 2, 4, 8, 16, 32
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # _NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
-# _TREE: it acts on everything below the path too (refused if a protected tree lies below it).
+# _TREE: it acts on everything below the path too (refused if a protected tree lies below it);
+# _DIRECTORY: the path names a directory (its resolution is remembered whole).
 _SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
-    "os.listdir": ((0, None, "list", _READ | _NONE_IS_CWD),),
-    "os.scandir": ((0, None, "list", _READ | _NONE_IS_CWD),),
-    "os.walk": ((0, None, "walk", _READ),),
-    "os.fwalk": ((0, 4, "walk", _READ | _TREE),),  # it lists by descriptor below the top
-    "os.chdir": ((0, None, "chdir", _READ),),
+    "os.listdir": ((0, None, "list", _READ | _NONE_IS_CWD | _DIRECTORY),),
+    "os.scandir": ((0, None, "list", _READ | _NONE_IS_CWD | _DIRECTORY),),
+    "os.walk": ((0, None, "walk", _READ | _DIRECTORY),),
+    "os.fwalk": ((0, 4, "walk", _READ | _TREE | _DIRECTORY),),  # it lists by descriptor below the top
+    "os.chdir": ((0, None, "chdir", _READ | _DIRECTORY),),
     "os.mkdir": ((0, 2, "mkdir", _WRITE | _NOFOLLOW),),
     "os.rmdir": ((0, 1, "rmdir", _WRITE | _NOFOLLOW),),
     "os.remove": ((0, 1, "remove", _WRITE | _NOFOLLOW),),
@@ -208,9 +209,9 @@ _SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "shutil.chown": ((0, None, "chown", _WRITE),),
     "shutil.make_archive": ((0, None, "make an archive at", _WRITE), (2, None, "archive", _READ)),
     "shutil.unpack_archive": ((0, None, "unpack", _READ), (1, None, "unpack into", _WRITE | _NONE_IS_CWD)),
-    "pathlib.Path.glob": ((0, None, "glob", _READ),),
-    "pathlib.Path.rglob": ((0, None, "glob", _READ),),
-    "subprocess.Popen": ((2, None, "start a process in", _READ),),
+    "pathlib.Path.glob": ((0, None, "glob", _READ | _DIRECTORY),),
+    "pathlib.Path.rglob": ((0, None, "glob", _READ | _DIRECTORY),),
+    "subprocess.Popen": ((2, None, "start a process in", _READ | _DIRECTORY),),
 }
 # Events after which a directory may resolve differently (the resolution cache is dropped).
 _RELINKING = frozenset({"os.symlink", "os.rename", "os.link", "shutil.move", "shutil.copytree",
@@ -229,7 +230,7 @@ def _glob_targets(args: tuple) -> Iterable[_Target]:
     root_dir = _text(args[2])
     if root_dir and not os.path.isabs(directory):
         directory = os.path.join(root_dir, directory)
-    return ((directory or os.curdir, args[3], "glob", _READ),)
+    return ((directory or os.curdir, args[3], "glob", _READ | _DIRECTORY),)
 
 
 def _sqlite_targets(args: tuple) -> Iterable[_Target]:
@@ -343,10 +344,10 @@ class _Zones:
         self.refused_prefixes = tuple(_with_sep(r) for r in protection.refused)
         # the directories above a refused path: a descriptor of one reaches it by a relative path
         self.holding = {a: r for r in reversed(protection.refused) for a in _parents(r)}
-        trees = [(root, "read-only") for root in protection.read_only]
+        trees = [(root, "watched") for root in protection.watched]
         trees += [(root, "writable") for root in protection.writable]
-        trees += [(root, "watched") for root in protection.watched]
-        trees.sort(key=lambda tree: len(tree[0]), reverse=True)
+        trees += [(root, "read-only") for root in protection.read_only]
+        trees.sort(key=lambda tree: len(tree[0]), reverse=True)  # stable: for one root, watched, writable, read-only
         self.trees = tuple((root, _with_sep(root), zone) for root, zone in trees)
         self.roots = self.refused | {root for root, _ in trees}
         self.prefixes = tuple(_with_sep(root) for root in self.roots)
@@ -390,6 +391,46 @@ class _Zones:
         return None
 
 
+class _ReportLog:
+    """The report file, read from where the last look stopped (complete lines only)."""
+
+    def __init__(self, directory: Any = None, fd: int | None = None) -> None:
+        self.directory, self.fd, self.offset = directory, fd, 0
+
+    @classmethod
+    def open(cls, directory: Any) -> _ReportLog:
+        """Open the report file of ``directory`` for reading, making it if missing; a log with no
+        descriptor (tried again at the next look) when that fails."""
+        path = os.path.join(directory, REPORT_FILE)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+            return cls(directory, os.open(path, os.O_RDONLY))
+        except OSError:  # no report directory (yet)
+            return cls()
+
+    def read_new(self) -> bytes:
+        """The complete lines appended since the last call (a line still being written waits)."""
+        if self.fd is None:
+            return b""
+        try:
+            size = os.lseek(self.fd, 0, os.SEEK_END)
+            if size <= self.offset:
+                return b""
+            os.lseek(self.fd, self.offset, os.SEEK_SET)
+            new = os.read(self.fd, size - self.offset)
+        except OSError:
+            return b""
+        complete = new[:new.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return complete
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        self.fd = None
+
+
 class AccessGuard:
     """The process-wide guard state. One instance, :data:`GUARD`.
 
@@ -408,7 +449,7 @@ class AccessGuard:
         self._refusals: list[Access] = []
         self._watched: list[Access] = []
         self._lock = threading.Lock()
-        self._log = ("", 0)  # report file read, and how far
+        self._log = _ReportLog()  # the report file of report_dir, and how far it was read
         self._local = threading.local()
         self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
@@ -478,26 +519,22 @@ class AccessGuard:
 
     def _collect_reports(self) -> None:
         """Move the records other processes appended to ``report_dir/access.jsonl`` into memory.
-        One ``stat`` when nothing was added (the file only grows: its size says what is new)."""
-        if self.report_dir is None:
+        The file only grows, so its size says what is new: one ``lseek`` on a descriptor kept
+        open when nothing was added."""
+        report_dir = self.report_dir
+        if report_dir is None:
             return
-        log = os.path.join(self.report_dir, REPORT_FILE)
-        if log != self._log[0]:
-            self._log = (log, 0)
         local = self._local
         before, local.busy = getattr(local, "busy", False), True  # reading the reports is not judged
         try:
-            try:
-                if os.stat(log).st_size <= self._log[1]:
-                    return
-                with open(log, "rb") as handle:
-                    handle.seek(self._log[1])
-                    new = handle.read()
-            except OSError:  # not there (yet, or any more): nothing written
-                return
-            complete = new[:new.rfind(b"\n") + 1]  # a line still being written waits for the next look
-            self._log = (log, self._log[1] + len(complete))
-            for line in complete.splitlines():
+            if report_dir is not self._log.directory:
+                if self._log.fd is not None and os.fspath(report_dir) == os.fspath(self._log.directory):
+                    self._log.directory = report_dir  # the same directory again: read on where we were
+                else:
+                    self._log.close()
+                    self._log = _ReportLog.open(report_dir)
+            new = self._log.read_new()
+            for line in new.splitlines():
                 try:
                     access = Access(**json.loads(line))
                 except (ValueError, TypeError):
@@ -554,7 +591,10 @@ class AccessGuard:
         resolved = None if flags & _NOFOLLOW else self._dirs.get(text)  # a directory judged before
         if resolved is None:
             try:
-                resolved = self._resolve(text, not flags & _NOFOLLOW)
+                if flags & _DIRECTORY and os.path.isabs(text):
+                    resolved = self._directory(text)
+                else:
+                    resolved = self._resolve(text, not flags & _NOFOLLOW)
             except (OSError, ValueError):
                 return
         zones = self._zones
