@@ -91,14 +91,15 @@ class TestRow:
 
 @dataclass
 class MutationResult:
-    """``status``: ``killed``, ``survived`` or ``cannot decide``; ``imported``: the mutated modules' files."""
+    """``status``: ``killed``, ``survived`` or ``cannot decide``; ``imported``: the mutated modules' files;
+    ``importers``: each Python process of the mutant's run that imported the copy (``pid: command line``)."""
 
     mutation: Mutation
     status: str = "cannot decide"
     reason: str = ""
     rows: list[TestRow] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)
-    processes: int = 0
+    importers: list[str] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -270,8 +271,9 @@ class _Workspace:
         records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(proof.glob("*.json"))]
         return {n: report.cases[case_key(n)] for n in node_ids}, records
 
-    def prove_imports(self, label: str, records: list[dict], packages: Sequence[str]) -> int:
-        """CannotDecide unless some process reported and every one imported ``packages`` from the copy."""
+    def prove_imports(self, label: str, records: list[dict], packages: Sequence[str]) -> list[str]:
+        """Each process that reported (``pid: command line``); CannotDecide unless some process
+        reported and every one imported ``packages`` from the copy."""
         if not records:
             raise CannotDecide(f"{label}: the import proof heard from no process (is {HOOK_DIR} on PYTHONPATH?)")
         tree = str(self.tree.resolve())
@@ -282,7 +284,7 @@ class _Workspace:
                     f"{label}: process {r['pid']} ({' '.join(map(str, r['argv']))[:120]}, cwd {r['cwd']}) imported "
                     f"{r['package']} from {r['origin']}, not from the copy {tree}: an installed or stale copy would "
                     "be tested instead")
-        return len({r["pid"] for r in records})
+        return list({r["pid"]: f"{r['pid']}: {' '.join(map(str, r['argv']))[:160]}" for r in records}.values())
 
     def probe(self, mutation: Mutation, texts: dict[str, tuple[str, str]]) -> list[str]:
         """Import each mutated module in a fresh interpreter from the copy: its file must hold the mutant."""
@@ -437,7 +439,7 @@ def _one(work: _Workspace, result: MutationResult, texts: dict[str, tuple[str, s
             (work.tree / file).write_text(mutated, encoding="utf-8")
         result.imported = work.probe(m, texts)
         cases, records = work.pytest(f"{m.name}-mutant", m.node_ids, packages)
-        result.processes = work.prove_imports(f"{m.name} on the mutant", records, packages)
+        result.importers = work.prove_imports(f"{m.name} on the mutant", records, packages)
         _judge(result, cases)
     except (CannotDecide, ProjectError) as exc:
         result.status, result.reason = "cannot decide", str(exc)
@@ -449,7 +451,7 @@ def _one(work: _Workspace, result: MutationResult, texts: dict[str, tuple[str, s
             work.make_copy()
     result.durations["mutant"] = time.monotonic() - started
     echo(f"mutation {m.name}: {result.status.upper()} ({len(result.killed)}/{len(m.killers)} killers failed; "
-         f"{result.processes} process(es) imported the copy)")
+         f"{len(result.importers)} process(es) imported the copy)")
 
 
 # -- reports -----------------------------------------------------------------------------
@@ -465,8 +467,10 @@ def render(result: MutationResult) -> str:
              f"killed by {len(result.killed)}/{len(m.killers)}: {', '.join(_short(r.node_id) for r in result.killed) or '-'}",
              f"reason: {result.reason}"]
     lines += [f"imported mutant: {f} (in the temporary copy, now removed)" for f in result.imported]
-    if result.processes:
-        lines.append(f"import proof: {result.processes} Python process(es) of the run imported the copy, none elsewhere")
+    if result.importers:
+        lines.append(f"import proof: {len(result.importers)} Python process(es) of the run imported the copy, "
+                     "none elsewhere:")
+        lines += [f"  {importer}" for importer in result.importers]
     if result.rows:
         lines += ["", table(["test", "role", "unmutated", "mutant", "verdict"],
                             [[r.node_id, r.role, r.baseline, r.mutant, r.verdict] for r in result.rows])]
@@ -498,7 +502,8 @@ def render_markdown(result: MutationResult) -> str:
     out = [f"# Mutation {m.name} (issue {m.issue}): {result.status}", "", m.description, "",
            f"- files: {', '.join(f'`{f}`' for f in m.files)}",
            f"- killed by {len(result.killed)}/{len(m.killers)}", f"- reason: {result.reason}",
-           f"- processes that imported the copy: {result.processes}",
+           f"- processes that imported the copy: {len(result.importers)}",
+           *(f"  - `{importer}`" for importer in result.importers),
            "- durations (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.durations.items()), "",
            markdown_table(["test", "role", "unmutated", "mutant", "verdict"],
                           [[f"`{r.node_id}`", r.role, r.baseline, r.mutant, r.verdict] for r in result.rows])]

@@ -240,7 +240,11 @@ _KIND_TEXT = {"operator": "depends on the operator", "flaky": "flaky", "hash see
 def render(result: ParityResult) -> str:
     """The terminal view: the verdict line, the twins, each finding and check."""
     c = result.comparison
-    lines = [f"parity: {result.status} - results {c.verdict}" + (f" ({len(c.report_a.cases)} tests)" if c.report_a else "")]
+    verdict = c.verdict
+    if c.differences and not c.undecided and not result.of_kind("operator"):
+        reported = [f"{len(result.of_kind(kind))} {kind}" for kind in ("flaky", "hash seed") if result.of_kind(kind)]
+        verdict = f"identical but for {' and '.join(reported)} test" + ("s" if len(result.findings) > 1 else "")
+    lines = [f"parity: {result.status} - results {verdict}" + (f" ({len(c.report_a.cases)} tests)" if c.report_a else "")]
     for twin in result.twins.values():
         run = f"{twin.run.duration:.1f} s, exit code {twin.run.returncode}" if twin.run else "not run"
         lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({run}, PYTHONHASHSEED={twin.hashseed})")
@@ -294,6 +298,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
     """``python -m canarchy.testing.lanes parity [--reruns N] [--strict] [-- SELECTION]``."""
+    if project.operator_home is None:
+        print("parity: CANNOT DECIDE - the project names no operator home ([tool.canarchy.lanes] operator_home)")
+        return EXIT_CANNOT_DECIDE
     result = run_parity(project, selection, source_env=os.environ, reruns=args.reruns, strict=args.strict)
     print(render(result))
     md = project.root / "reports" / "parity.md"
