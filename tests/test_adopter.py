@@ -13,6 +13,7 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
@@ -105,6 +106,7 @@ def test_parity_reports_the_load_sensitive_test_as_flaky(parity_lane):
     flaky = "tests.test_throughput.TestThroughput::test_decoding_keeps_up_with_a_busy_bus"
     assert [(f.id, f.kind) for f in result.findings] == [(flaky, "flaky")], parity.render(result)
     assert "results identical but for 1 flaky test" in parity.render(result)
+    assert dataclasses.replace(result, strict=True).exit_code == 1  # --strict fails a flaky test
 
 
 def test_the_mutation_is_killed_with_the_import_proof_covering_a_child(mutation_lane):
