@@ -39,13 +39,11 @@ def _lane(project: Project, seeds=(1,), **kwargs) -> order.OrderResult:
                                 **kwargs)
 
 
-PAIR = {
-    "shared.py": "STATE = []\n",
-    "test_a_victim.py": "from tests.shared import STATE\ndef test_victim():\n    assert STATE == []\n",
-    "test_b_fillers.py": "".join(f"def test_filler_{i}(): pass\n" for i in range(3)),
-    "test_c_polluter.py": "from tests.shared import STATE\ndef test_polluter():\n    STATE.append('left behind')\n",
-    "__init__.py": "",
-}
+#: The seeded corpus's order-dependent pair (one definition of that defect): the selftest lane
+#: runs it through its ``order`` detector, this module through the order lane's command line.
+PAIR = {"test_pair.py": (REPO / "fixtures" / "leaks" / "leak_order_pair.py").read_text(encoding="utf-8")}
+VICTIM = "tests/test_pair.py::test_victim_assumes_an_empty_registry"
+POLLUTER = "tests/test_pair.py::test_polluter_registers_and_forgets"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +53,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, int, str]:
     project = _project(tmp_path_factory.mktemp("pair") / "p", PAIR)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = lanes_cli.main(["--project", str(project.root), "order", "--seeds", "1", "--", "-k", "not test_filler_0"])
+        code = lanes_cli.main(["--project", str(project.root), "order", "--seeds", "1", "--", "-k", "not test_filler_1"])
     return project, code, out.getvalue()
 
 
@@ -67,18 +65,17 @@ def _ran(project: Project, label: str) -> list[str]:
 def test_order_lane_finds_and_names_the_polluter(pair):
     project, code, out = pair
     assert code == 1 and "order: FAILED" in out and "normal vs reverse: DIFFERENT" in out, out
-    assert "tests.test_a_victim::test_victim  passed  failed" in out
-    assert "victim tests/test_a_victim.py::test_victim (reverse run): polluted by tests/test_c_polluter.py::test_polluter" in out
-    assert "reproduce: python -m pytest -p randomly --randomly-seed=1 -k not test_filler_0 tests" in out
+    assert "tests.test_pair::test_victim_assumes_an_empty_registry  passed  failed" in out
+    assert f"victim {VICTIM} (reverse run): polluted by {POLLUTER}" in out
+    assert "reproduce: python -m pytest -p randomly --randomly-seed=1 -k not test_filler_1 tests" in out
     md = (project.root / "reports" / "order.md").read_text()
-    assert md.startswith("# Order lane: FAILED")
-    assert "| `tests/test_a_victim.py::test_victim` | reverse | `tests/test_c_polluter.py::test_polluter` |" in md
+    assert md.startswith("# Order lane: FAILED") and f"| `{VICTIM}` | reverse | `{POLLUTER}` |" in md
 
 
 def test_reverse_runs_backwards_after_deselection_and_a_seed_really_shuffles(pair):
     project, _code, _out = pair
     normal, reverse, shuffled = _ran(project, "normal"), _ran(project, "reverse"), _ran(project, "seed-1")
-    assert len(normal) == 4 and "tests.test_b_fillers::test_filler_0" not in normal
+    assert len(normal) == 4 and "tests.test_pair::test_filler_1" not in normal
     assert reverse == normal[::-1]
     assert sorted(shuffled) == sorted(normal) and shuffled not in (normal, reverse)
 
