@@ -36,7 +36,7 @@ def mutation_530(session: nox.Session) -> None:
 @nox.session(tags=["harness"])
 def adopter(session: nox.Session) -> None:
     """Adopt the harness as another project would (fixtures/adopter, docs/adopting.md): its lanes on a copy."""
-    base = Path(session.create_tmp()) / "adopter"
+    base = Path(session.create_tmp()).resolve() / "adopter"
     shutil.rmtree(base, ignore_errors=True)  # the copy alone in its directory: its flaky test counts runs beside it
     project = base / "busprobe"
     shutil.copytree(ROOT / "fixtures" / "adopter", project, ignore=shutil.ignore_patterns("reports", ".nox",
