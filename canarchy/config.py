@@ -87,20 +87,18 @@ BITRATE_RANGE = (1_000, 1_000_000)
 DATA_BITRATE_RANGE = (1_000, 16_000_000)
 
 
-def _convert_bitrate(raw: Any) -> int:
-    value = _integer(raw)
-    low, high = BITRATE_RANGE
-    if not low <= value <= high:
-        raise ValueError(f"expected bit/s in {low}..{high}, e.g. 500000")
-    return value
+def _bit_rate(low: int, high: int, example: int) -> Callable[[Any], int]:
+    def convert(raw: Any) -> int:
+        value = _integer(raw)
+        if not low <= value <= high:
+            raise ValueError(f"expected bit/s in {low}..{high}, e.g. {example}")
+        return value
+
+    return convert
 
 
-def _convert_data_bitrate(raw: Any) -> int:
-    value = _integer(raw)
-    low, high = DATA_BITRATE_RANGE
-    if not low <= value <= high:
-        raise ValueError(f"expected bit/s in {low}..{high}, e.g. 2000000")
-    return value
+_convert_bitrate = _bit_rate(*BITRATE_RANGE, 500_000)
+_convert_data_bitrate = _bit_rate(*DATA_BITRATE_RANGE, 2_000_000)
 
 
 def _convert_bool(raw: Any) -> bool:

@@ -2,35 +2,17 @@
 
 Every tool builds a canarchy argv, runs it in this process through
 ``canarchy.cli.main(argv, stdout=buffer)`` with ``--json``, and answers with
-the command's envelope ``{ok, command, data, warnings, errors}``: as
-``structuredContent`` and as the JSON text of the one content block. A tool
-error is an envelope with ``ok = false`` and ``isError = true``. Shapes, the
-registry and safety rules: ``docs/mcp.md``.
-
-Three kinds of tool (:data:`TOOLS`):
-
-- **reference** (:data:`REFERENCE_ONLY_TOOLS`): ``config_show``,
-  ``uds_services``, ``j1939_pgn``, ``j1939_spn``, ``j1587_pid``,
-  ``j2497_mid``, ``dbc_cache_list``, ``skills_cache_list``, ``session_show``.
-  Their input schemas have no channel, interface, acknowledgement or dry-run
-  property, and the argv built for each is checked before it runs
-  (:func:`check_reference_argv`): a channel positional for ``uds services``,
-  ``--ack-active``, ``--dry-run`` or an active command word is
-  ``REFERENCE_ONLY_TOOL_VIOLATION`` and nothing runs.
-- **bus**: ``capture`` (listen only), bounded by a required ``count``
-  (1..1000 frames) and a ``timeout`` gap of at most 10 s.
-- **active**: ``send``. ``dry_run`` defaults to true. Transmitting needs
-  ``dry_run: false`` *and* ``ack_active: true``; without the acknowledgement
-  the answer is ``ACTIVE_TRANSMIT_REQUIRES_ACK`` (exit-1 class) and no command
-  runs. With it the command runs with ``--ack-active`` inside
-  :func:`canarchy.active.caller_acknowledged` (context-local): the gate asks
-  no ``YES`` on stdin, which is the protocol, and no environment variable or
-  other process-wide state is set.
-
-The module imports neither python-can nor the MCP SDK at import time: the
-registry, :func:`build_argv`, :func:`check_reference_argv` and
-:func:`run_tool` are plain Python; :func:`build_server` and
-:func:`serve_stdio` import the SDK (``mcp`` >= 2: ``mcp.server.lowlevel``).
+the command's envelope as ``structuredContent`` and as JSON text. Kinds
+(:data:`TOOLS`): **reference** lookups and **file** tools (recordings under
+a directory the operator allowed, :class:`ServerPolicy`), which never touch
+a bus (:data:`REFERENCE_ONLY_TOOLS`, their argv checked by
+:func:`check_argv`); **bus** (``capture``, listens); **active** (``send``),
+which transmits only on a channel the operator allowed, with the call's
+``ack_active`` and, under ``require_active_ack``, a person's confirmation
+asked through the client (MCP elicitation). Arguments are checked with
+jsonschema against each tool's input schema. Neither python-can nor the SDK
+is imported at import time; :func:`build_server` and :func:`serve_stdio`
+import the SDK. Shapes and rules: ``docs/mcp.md``.
 """
 
 from __future__ import annotations
@@ -38,16 +20,16 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import sys
 import threading
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from canarchy import __version__, cli
-from canarchy.active import caller_acknowledged
+from canarchy.active import caller_acknowledged, preflight_warning
 from canarchy.errors import CanarchyError, UserInputError
 
 SERVER_NAME = "canarchy"
@@ -56,12 +38,16 @@ SERVER_NAME = "canarchy"
 CAPTURE_MAX_COUNT = 1000
 #: Largest ``timeout`` the ``capture`` tool accepts (seconds without a frame).
 CAPTURE_MAX_TIMEOUT = 10.0
+#: Events a file tool returns by default, and at most (``limit``).
+FILE_EVENTS_DEFAULT = 200
+FILE_EVENTS_MAX = 1000
 
 #: Input properties a reference-only tool may never declare.
 FORBIDDEN_REFERENCE_PROPERTIES = frozenset({"channel", "interface", "ack_active", "dry_run"})
 #: Words of commands a reference-only tool must never run: they transmit on a bus
-#: (send, fuzz guided), listen to one (capture) or write state (prune, save, load).
-ACTIVE_COMMAND_WORDS = frozenset({"send", "fuzz", "guided", "capture", "prune", "save", "load"})
+#: (send, fuzz guided, generate, simulate, scan), listen to one (capture) or write state (prune, save, load).
+ACTIVE_COMMAND_WORDS = frozenset({"send", "fuzz", "guided", "capture", "prune", "save", "load", "generate",
+                                  "simulate", "scan", "dids", "web"})
 #: Flags that make a command active or plan active traffic.
 ACTIVE_FLAGS = ("--ack-active", "--dry-run")
 
@@ -72,9 +58,11 @@ _OUTPUT_FLAG = "--json"
 _NUMBER_PATTERN = r"^(0[xX][0-9A-Fa-f]+|[0-9]+)$"
 # A python-can channel: can0, vcan0, PCAN_USBBUS1, /dev/ttyACM0@115200 ... Never
 # a bare number (the CLI's `send ID DATA` form relies on that) and never "-...".
-_CHANNEL_PATTERN = r"^[A-Za-z/][A-Za-z0-9_.:/@-]{0,127}$"
+CHANNEL_PATTERN = r"^[A-Za-z/][A-Za-z0-9_.:/@-]{0,127}$"
 # A payload as `send` reads it: hex digits, optionally 0x-prefixed, with spaces, colons or dots.
 _DATA_PATTERN = r"^((0[xX])?[0-9A-Fa-f][0-9A-Fa-f :.]{0,254})?$"
+# A path inside an allowed directory: relative or absolute, never "-..." nor empty.
+_PATH_PATTERN = r"^[^-\x00][^\x00]{0,4095}$"
 
 ENVELOPE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -96,16 +84,62 @@ ENVELOPE_SCHEMA: dict[str, Any] = {
     "required": ["ok", "command", "data", "warnings", "errors"],
 }
 
+#: What the client shows its user before an active call runs under ``require_active_ack``.
+CONFIRMATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"transmit": {"type": "boolean", "title": "Transmit",
+                                "description": "true to let canarchy transmit as described; anything else refuses"}},
+    "required": ["transmit"],
+}
+
+
+@dataclass(frozen=True)
+class ServerPolicy:
+    """What the person who started the server allowed (``mcp serve --files DIR --allow-active CH``).
+
+    ``file_roots``: directories whose files the file tools may read (resolved,
+    absolute); ``active_channels``: channels the active tools may transmit on.
+    The default allows neither.
+    """
+
+    file_roots: tuple[Path, ...] = ()
+    active_channels: frozenset[str] = frozenset()
+
+    @classmethod
+    def build(cls, files: Iterable[str] = (), allow_active: Iterable[str] = ()) -> "ServerPolicy":
+        """Check and resolve the operator's options. Raises ``UserInputError``
+        ``MCP_FILES_INVALID`` (a directory that does not exist) or ``INVALID_ARGUMENTS`` (a bad channel)."""
+        import re
+
+        roots = []
+        for text in files:
+            path = Path(text).expanduser()
+            if not path.is_dir():
+                raise UserInputError("MCP_FILES_INVALID", f"--files {text!r} is not a directory.",
+                                     "Give an existing directory that holds the recordings an agent may read.")
+            roots.append(path.resolve())
+        channels = frozenset(allow_active)
+        for channel in sorted(channels):
+            if not re.fullmatch(CHANNEL_PATTERN, channel):
+                raise UserInputError("INVALID_ARGUMENTS", f"--allow-active {channel!r} is not a channel name.",
+                                     "Name one channel per --allow-active, e.g. --allow-active can0.")
+        return cls(tuple(dict.fromkeys(roots)), channels)
+
 
 @dataclass(frozen=True)
 class ToolSpec:
     """One MCP tool: its name, the canarchy command it runs and its input schema.
 
-    ``kind``: ``"reference"`` (offline lookups), ``"bus"`` (listens to a
-    channel) or ``"active"`` (transmits). ``command``: the command words, e.g.
-    ``("j1939", "pgn")``. ``positionals``: input properties passed, in order,
-    as positional arguments after the command words. ``properties`` and
-    ``required``: the JSON Schema of the input (an object; no other keys
+    ``kind``: ``"reference"`` (offline lookups), ``"file"`` (reads a recording
+    under an allowed directory), ``"bus"`` (listens to a channel) or
+    ``"active"`` (transmits). ``command``: the command words, e.g. ``("j1939",
+    "pgn")``. ``positionals``: input properties passed, in order, after the
+    command words; ``options``: property -> flag, passed in that order (a
+    boolean property is the bare flag when true); ``paths``: properties that
+    are file paths (resolved and checked against the allowed directories);
+    ``flags``: fixed flags always passed (e.g. ``--summary``); ``hex``:
+    number properties the command reads as hex (passed in 0x form); ``properties``
+    and ``required``: the JSON Schema of the input (an object; no other keys
     allowed).
     """
 
@@ -116,6 +150,10 @@ class ToolSpec:
     properties: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     required: tuple[str, ...] = ()
     positionals: tuple[str, ...] = ()
+    options: Mapping[str, str] = field(default_factory=dict)
+    paths: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    hex: tuple[str, ...] = ()
 
     @property
     def command_name(self) -> str:
@@ -150,6 +188,17 @@ def _number(description: str) -> dict[str, Any]:
     return {"type": ["integer", "string"], "minimum": 0, "pattern": _NUMBER_PATTERN, "description": description}
 
 
+def _path(description: str) -> dict[str, Any]:
+    return {"type": "string", "pattern": _PATH_PATTERN, "description": description}
+
+
+_CHANNEL = {"type": "string", "pattern": CHANNEL_PATTERN, "description": "CAN channel, e.g. can0"}
+_FILE = _path("recording: a path inside a directory the server was started with (mcp serve --files DIR), "
+              "relative to it or absolute; candump .log, .asc, .blf, .trc, .csv ... (optionally .gz)")
+_SUMMARY = {"type": "boolean", "default": False, "description": "counts and value ranges only, no events"}
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": FILE_EVENTS_MAX, "default": FILE_EVENTS_DEFAULT,
+          "description": f"events returned at most (1..{FILE_EVENTS_MAX}); the counts cover the whole file"}
+
 _TOOL_LIST = (
     ToolSpec("config_show", "reference", ("config", "show"),
              "Show every canarchy setting with its value and source (env, file, default) and the config file read."),
@@ -175,19 +224,48 @@ _TOOL_LIST = (
              "List the providers and files in the local skills cache."),
     ToolSpec("session_show", "reference", ("session", "show"),
              "Show the active session and the saved ones of the server's working directory."),
+    ToolSpec("capture_summary", "file", ("capture",),
+             "Summarise a recording: frames, time span, and per arbitration ID the count, rate, period, DLCs "
+             "and last data (like `capture --file F --summary`). Reads the file only.",
+             {"file": _FILE}, ("file",), options={"file": "--file"}, paths=("file",), flags=("--summary",)),
+    ToolSpec("decode_file", "file", ("decode",),
+             "Decode a recording's signals with a DBC (cantools; J1939 by PGN, ISO-TP for long messages), like "
+             "`decode --file F --dbc DB`. Returns the summary (counts, min/max/last per signal) and up to `limit` "
+             "decoded messages.",
+             {"file": _FILE, "dbc": _path("signal database (.dbc .kcd .sym .arxml) inside an allowed directory"),
+              "j1939": {"type": "boolean", "default": False,
+                        "description": "match every 29-bit message by PGN"},
+              "summary": _SUMMARY, "limit": _LIMIT},
+             ("file", "dbc"), options={"file": "--file", "dbc": "--dbc", "j1939": "--j1939", "summary": "--summary"},
+             paths=("file", "dbc")),
+    ToolSpec("isotp_decode_file", "file", ("isotp", "decode"),
+             "Reassemble a recording's ISO-TP (ISO 15765-2) exchanges on a request/response ID pair into UDS, "
+             "OBD-II or KWP2000 messages (the VIN, DTCs ...), like `isotp decode --file F`.",
+             {"file": _FILE, "request_id": _number("request arbitration ID (default 0x7E0)"),
+              "response_id": _number("response arbitration ID (default 0x7E8)"),
+              "summary": _SUMMARY, "limit": _LIMIT},
+             ("file",), options={"file": "--file", "request_id": "--request-id", "response_id": "--response-id",
+                                 "summary": "--summary"}, paths=("file",), hex=("request_id", "response_id")),
+    ToolSpec("j1939_decode_file", "file", ("j1939", "decode"),
+             "Decode a recording's SAE J1939 traffic: PGN, source address, SPN values, transport protocol, DM1 "
+             "faults, like `j1939 decode --file F`.",
+             {"file": _FILE, "pgn": _number("only events of this PGN (the summary covers every frame)"),
+              "summary": _SUMMARY, "limit": _LIMIT},
+             ("file",), options={"file": "--file", "pgn": "--pgn", "summary": "--summary"}, paths=("file",)),
     ToolSpec("capture", "bus", ("capture",),
              "Capture at most `count` frames from a CAN channel (listen only; nothing is sent). Stops after "
              f"`count` frames or `timeout` seconds without a frame (default {CAPTURE_MAX_TIMEOUT:g}).",
-             {"channel": {"type": "string", "pattern": _CHANNEL_PATTERN, "description": "CAN channel, e.g. can0"},
+             {"channel": _CHANNEL,
               "count": {"type": "integer", "minimum": 1, "maximum": CAPTURE_MAX_COUNT,
                         "description": f"frames to capture at most (1..{CAPTURE_MAX_COUNT})"},
               "timeout": {"type": "number", "minimum": 0, "maximum": CAPTURE_MAX_TIMEOUT,
                           "description": f"seconds without a frame that end the capture (0..{CAPTURE_MAX_TIMEOUT:g})"}},
-             ("channel", "count")),
+             ("channel", "count"), ("channel",), {"count": "--count", "timeout": "--timeout"}),
     ToolSpec("send", "active", ("send",),
-             "ACTIVE: send one CAN frame. Plans only (dry run) unless dry_run is false; transmitting also needs "
-             "ack_active: true, else the answer is ACTIVE_TRANSMIT_REQUIRES_ACK and nothing is sent.",
-             {"channel": {"type": "string", "pattern": _CHANNEL_PATTERN, "description": "CAN channel, e.g. can0"},
+             "ACTIVE: send one CAN frame. Plans only (dry run) unless dry_run is false. Transmitting needs "
+             "ack_active: true and a channel the person running the server allowed (mcp serve --allow-active CH); "
+             "with [safety] require_active_ack that person also confirms each transmission through the client.",
+             {"channel": _CHANNEL,
               "arbitration_id": _number("arbitration ID, e.g. \"0x123\" or 291; above 0x7FF a 29-bit ID"),
               "data": {"type": "string", "pattern": _DATA_PATTERN, "default": "",
                        "description": "payload as hex, e.g. \"0210\" or \"02:10\" (at most 64 bytes)"},
@@ -195,24 +273,27 @@ _TOOL_LIST = (
                              "description": "acknowledge that this call transmits on the bus"},
               "dry_run": {"type": "boolean", "default": True,
                           "description": "plan only, send nothing (the default)"}},
-             ("channel", "arbitration_id")),
+             ("channel", "arbitration_id"), ("channel", "arbitration_id", "data"),
+             {"dry_run": "--dry-run", "ack_active": "--ack-active"}, hex=("arbitration_id",)),
 )
 
 #: Every tool, by name, in listing order.
 TOOLS: dict[str, ToolSpec] = {spec.name: spec for spec in _TOOL_LIST}
-#: The registry of reference-only tools: everything but ``capture`` and ``send``.
-REFERENCE_ONLY_TOOLS: frozenset[str] = frozenset(name for name, spec in TOOLS.items() if spec.kind == "reference")
+#: Tools that never touch a bus: the reference lookups and the file tools.
+REFERENCE_ONLY_TOOLS: frozenset[str] = frozenset(
+    name for name, spec in TOOLS.items() if spec.kind in ("reference", "file"))
 
 
 def _check_registry() -> None:
-    """Fail at import if a reference-only tool declares a bus or active input."""
+    """Fail at import if a reference-only tool declares a bus or active input, or an option that is a bus flag."""
     for name in REFERENCE_ONLY_TOOLS:
-        declared = set(TOOLS[name].properties)
+        spec = TOOLS[name]
+        declared = set(spec.properties)
         if declared & FORBIDDEN_REFERENCE_PROPERTIES:
             raise RuntimeError(f"reference-only MCP tool {name!r} declares {sorted(declared & FORBIDDEN_REFERENCE_PROPERTIES)}")
+        if any(_is_active_flag(flag) for flag in (*spec.options.values(), *spec.flags)):
+            raise RuntimeError(f"reference-only MCP tool {name!r} passes an active flag")
 
-
-_check_registry()
 
 # One canarchy command at a time: commands share the process's cwd and stderr.
 _COMMAND_LOCK = threading.Lock()
@@ -227,85 +308,100 @@ def _bad_input(spec: ToolSpec, message: str) -> UserInputError:
                           "are enforced and no other properties are accepted.")
 
 
-def _type_ok(value: Any, kind: str) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return False
-
-
 def validate_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check ``arguments`` against ``spec``'s input schema; return them with defaults filled in.
+    """Check ``arguments`` against ``spec``'s input schema (jsonschema, JSON Schema 2020-12);
+    return them with the schema's defaults filled in.
 
-    Enforces ``required``, ``additionalProperties: false``, ``type``,
-    ``minimum``/``maximum`` (numbers) and ``pattern`` (strings).
-    Raises ``UserInputError`` ``INVALID_ARGUMENTS`` naming the property.
+    Raises ``UserInputError`` ``INVALID_ARGUMENTS`` naming the property and what is wrong.
     """
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, Mapping):
         raise _bad_input(spec, "arguments must be a JSON object.")
-    unknown = sorted(set(arguments) - set(spec.properties))
-    if unknown:
-        raise _bad_input(spec, f"unknown propert{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}.")
-    missing = [name for name in spec.required if name not in arguments]
-    if missing:
-        raise _bad_input(spec, f"missing required {', '.join(missing)}.")
-    values: dict[str, Any] = {}
+    error = best_match(Draft202012Validator(spec.input_schema()).iter_errors(dict(arguments)))
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path)
+        raise _bad_input(spec, f"{where + ': ' if where else ''}{error.message}.")
+    values = dict(arguments)
     for name, prop in spec.properties.items():
-        if name not in arguments:
-            if "default" in prop:
-                values[name] = prop["default"]
-            continue
-        value = arguments[name]
-        kinds = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
-        if not any(_type_ok(value, kind) for kind in kinds):
-            raise _bad_input(spec, f"{name} must be {' or '.join(kinds)}, not {type(value).__name__}.")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if "minimum" in prop and value < prop["minimum"]:
-                raise _bad_input(spec, f"{name} {value} is below the minimum {prop['minimum']}.")
-            if "maximum" in prop and value > prop["maximum"]:
-                raise _bad_input(spec, f"{name} {value} is above the maximum {prop['maximum']}.")
-        if isinstance(value, str) and "pattern" in prop and not re.fullmatch(prop["pattern"], value):
-            raise _bad_input(spec, f"{name} {value!r} does not match {prop['pattern']}.")
-        values[name] = value
+        if name not in values and "default" in prop:
+            values[name] = prop["default"]
     return values
+
+
+# --- files -----------------------------------------------------------------------------------------
+
+
+def resolve_paths(spec: ToolSpec, values: Mapping[str, Any], policy: ServerPolicy) -> dict[str, Any]:
+    """``values`` with each path property resolved to an absolute path inside ``policy.file_roots``.
+
+    A relative path is tried under each allowed directory in order (the first
+    where it exists wins, else the first). ``..`` and symbolic links are
+    resolved first, so neither leads out. Raises ``UserInputError``
+    ``MCP_FILES_NOT_ALLOWED`` (the server was started without ``--files``) or
+    ``MCP_PATH_NOT_ALLOWED`` (the path resolves outside every allowed directory).
+    """
+    if not spec.paths:
+        return dict(values)
+    if not policy.file_roots:
+        raise UserInputError("MCP_FILES_NOT_ALLOWED", f"Tool {spec.name!r} reads files, and this server allows none.",
+                             "The person running the server can allow a directory: `canarchy mcp serve --files DIR`.")
+    out = dict(values)
+    for name in spec.paths:
+        if name not in out:
+            continue
+        raw = Path(out[name]).expanduser()
+        options = [raw] if raw.is_absolute() else [root / raw for root in policy.file_roots]
+        resolved = [candidate.resolve() for candidate in options]
+        chosen = next((path for path in resolved if path.exists()), resolved[0])
+        if not any(chosen == root or chosen.is_relative_to(root) for root in policy.file_roots):
+            raise UserInputError(
+                "MCP_PATH_NOT_ALLOWED",
+                f"Tool {spec.name!r}: {name} {out[name]!r} resolves to {chosen}, outside the allowed "
+                f"director{'y' if len(policy.file_roots) == 1 else 'ies'} "
+                f"{', '.join(str(root) for root in policy.file_roots)}.",
+                "Give a path inside an allowed directory (relative to it, or absolute); `..` and symbolic links "
+                "that lead out are refused.")
+        out[name] = str(chosen)
+    return out
 
 
 # --- argv -----------------------------------------------------------------------------------------
 
 
-def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
-    """The canarchy argv for tool ``name`` with validated ``arguments`` (``--json`` included).
+def _token(value: Any, prop: Mapping[str, Any], hex_form: bool = False) -> str:
+    if prop.get("type") == "number" and not isinstance(value, bool):
+        return repr(float(value))
+    if hex_form:  # the tool's number is decimal or 0x-hex; this command line reads hex (can-utils): pass 0x form
+        return f"0x{_tool_number(value):X}"
+    return str(value)
 
-    ``capture``: ``capture CHANNEL --count N [--timeout S]``; ``send``:
-    ``send CHANNEL ID DATA`` plus ``--dry-run`` and/or ``--ack-active`` as
-    asked; every other tool: its command words, then its positionals.
-    """
+
+def _tool_number(value: Any) -> int:
+    """A number property's value (an integer, or a string matching ``_NUMBER_PATTERN``) as an int."""
+    raw = str(value).strip()
+    return int(raw, 16) if raw.lower().startswith("0x") else int(raw, 10)
+
+
+def build_argv(name: str, arguments: Mapping[str, Any]) -> list[str]:
+    """The canarchy argv for tool ``name`` with validated ``arguments`` (``--json`` included):
+    the command words, the positionals in order, then each option given (a
+    true boolean as its bare flag; a false or absent one not at all)."""
     spec = TOOLS[name]
     argv = list(spec.command)
-    if name == "capture":
-        argv += [arguments["channel"], "--count", str(arguments["count"])]
-        # A capture now runs until stopped; the tool is always bounded by an idle timeout.
-        timeout = arguments.get("timeout")
-        argv += ["--timeout", repr(float(CAPTURE_MAX_TIMEOUT if timeout is None else timeout))]
-    elif name == "send":
-        # The tool's ID is decimal or 0x-hex; the command line's is hex (can-utils), so pass 0x form.
-        raw = str(arguments["arbitration_id"]).strip()
-        number = int(raw, 16) if raw.lower().startswith("0x") else int(raw, 10)
-        argv += [arguments["channel"], f"0x{number:X}", arguments.get("data", "")]
-        if arguments.get("dry_run", True):
-            argv.append("--dry-run")
-        if arguments.get("ack_active", False):
-            argv.append("--ack-active")
-    else:
-        argv += [str(arguments[positional]) for positional in spec.positionals]
-    return argv + [_OUTPUT_FLAG]
+    argv += [_token(arguments.get(positional, ""), spec.properties[positional], positional in spec.hex)
+             for positional in spec.positionals]
+    for prop_name, flag in spec.options.items():
+        value = arguments.get(prop_name)
+        if name == "capture" and prop_name == "timeout" and value is None:
+            value = CAPTURE_MAX_TIMEOUT  # a command-line capture runs until stopped; the tool always ends
+        if value is None or value is False:
+            continue
+        argv += [flag] if value is True else [flag, _token(value, spec.properties[prop_name], prop_name in spec.hex)]
+    return argv + list(spec.flags) + [_OUTPUT_FLAG]
 
 
 def _is_active_flag(token: str) -> bool:
@@ -314,33 +410,56 @@ def _is_active_flag(token: str) -> bool:
     return bare.startswith("--") and len(bare) > 2 and any(flag.startswith(bare) for flag in ACTIVE_FLAGS)
 
 
-def check_reference_argv(spec: ToolSpec, argv: Sequence[str]) -> None:
-    """Check that ``argv`` is a reference-only run of ``spec``'s command; raise otherwise.
+_check_registry()
+
+
+def check_argv(spec: ToolSpec, argv: Sequence[str], policy: ServerPolicy | None = None) -> None:
+    """Check that ``argv`` is a bus-free run of ``spec``'s command (a reference or file tool); raise otherwise.
 
     Rejected: an argv that does not start with the tool's command words; a
     channel (any positional) for ``uds services``; more positionals than the
     tool declares; ``--ack-active``, ``--dry-run`` or an abbreviation of them;
-    any flag but ``--json``; an active command word (:data:`ACTIVE_COMMAND_WORDS`)
-    anywhere. Raises ``UserInputError`` ``REFERENCE_ONLY_TOOL_VIOLATION``.
+    any flag but ``--json`` and the tool's own options; an active command word
+    (:data:`ACTIVE_COMMAND_WORDS`) anywhere past the command words; a path
+    option whose value is not an absolute path inside ``policy.file_roots``.
+    Raises ``UserInputError`` ``REFERENCE_ONLY_TOOL_VIOLATION``.
     """
     argv = [str(token) for token in argv]
     words = list(spec.command)
     problems = []
     if argv[:len(words)] != words:
         problems.append(f"it does not start with `{spec.command_name}`")
-    rest = argv[len(words):]
-    positionals = [token for token in rest if not token.startswith("-")]
+    flags = {flag: prop for prop, flag in spec.options.items()}
+    positionals, rest, index = [], argv[len(words):], 0
+    while index < len(rest):
+        token = rest[index]
+        index += 1
+        if _is_active_flag(token):
+            problems.append(f"active flag {token!r}")
+        elif token == _OUTPUT_FLAG or token in spec.flags:
+            pass
+        elif token in flags:
+            prop = spec.properties[flags[token]]
+            if prop.get("type") == "boolean":
+                continue
+            if index >= len(rest):
+                problems.append(f"option {token!r} without a value")
+                continue
+            value = rest[index]
+            index += 1
+            if flags[token] in spec.paths and not _inside(value, policy):
+                problems.append(f"path {value!r} outside the allowed directories")
+        elif token.startswith("-"):
+            problems.append(f"unexpected option {token!r}")
+        else:
+            positionals.append(token)
     if spec.command == ("uds", "services") and positionals:
         problems.append(f"a channel positional ({positionals[0]!r}) would make `uds services` active")
     elif len(positionals) > len(spec.positionals):
         problems.append(f"unexpected positionals {positionals[len(spec.positionals):]!r}")
-    for token in argv:
-        if _is_active_flag(token):
-            problems.append(f"active flag {token!r}")
-        elif token.startswith("-") and token != _OUTPUT_FLAG:
-            problems.append(f"unexpected option {token!r}")
-        if token in ACTIVE_COMMAND_WORDS:
-            problems.append(f"active command word {token!r}")
+    problems += [f"active command word {token!r}" for token in argv[len(words):] if token in ACTIVE_COMMAND_WORDS]
+    if any(word in ACTIVE_COMMAND_WORDS for word in words) and spec.kind != "file":
+        problems.append(f"active command word {words[0]!r}")
     if problems:
         raise UserInputError(
             "REFERENCE_ONLY_TOOL_VIOLATION",
@@ -348,6 +467,21 @@ def check_reference_argv(spec: ToolSpec, argv: Sequence[str]) -> None:
             "This is a bug in canarchy's MCP server, stopped before it reached a bus; report it. "
             "Use the `send` tool (with ack_active) for active work.",
         )
+
+
+def check_reference_argv(spec: ToolSpec, argv: Sequence[str]) -> None:
+    """:func:`check_argv` for a reference tool (no file roots)."""
+    check_argv(spec, argv)
+
+
+def _inside(value: str, policy: ServerPolicy | None) -> bool:
+    if policy is None or not os.path.isabs(value):
+        return False
+    path = Path(value).resolve()
+    return any(path == root or path.is_relative_to(root) for root in policy.file_roots)
+
+
+# --- active tools ----------------------------------------------------------------------------------
 
 
 def _requires_ack() -> UserInputError:
@@ -358,12 +492,52 @@ def _requires_ack() -> UserInputError:
     )
 
 
+def _not_allowed(channel: str, policy: ServerPolicy) -> UserInputError:
+    allowed = ", ".join(sorted(policy.active_channels)) or "none"
+    return UserInputError(
+        "MCP_ACTIVE_NOT_ALLOWED",
+        f"This server may not transmit on {channel!r} (channels allowed by the person who started it: {allowed}). "
+        "Nothing was sent.",
+        "Only the person running the server can allow a channel: `canarchy mcp serve --allow-active "
+        f"{channel}`. Plan with dry_run: true meanwhile.",
+    )
+
+
 def _check_active_argv(arguments: Mapping[str, Any], argv: Sequence[str]) -> None:
     """Fail closed (``ACTIVE_TRANSMIT_REQUIRES_ACK``) unless ``argv`` transmits only when the
     call acknowledged it: without ``ack_active`` it must plan (``--dry-run``) and carry no ``--ack-active``."""
     acknowledged = bool(arguments.get("ack_active"))
     if not acknowledged and ("--dry-run" not in argv or "--ack-active" in argv):
         raise _requires_ack()
+
+
+def _transmits(argv: Sequence[str]) -> bool:
+    return "--dry-run" not in argv
+
+
+def _confirm_transmission(spec: ToolSpec, values: Mapping[str, Any],
+                          confirm: Callable[[str], bool | None] | None) -> None:
+    """Under ``require_active_ack``: ask the person through the client (``confirm``); raise unless they said yes."""
+    from canarchy import config
+
+    required, _source = config.resolve("CANARCHY_REQUIRE_ACTIVE_ACK")
+    if not required:
+        return
+    action = f"send frame 0x{_tool_number(values['arbitration_id']):X} [{values.get('data') or '-'}]"
+    message = (preflight_warning(spec.command_name, values["channel"], action) +
+               " An agent asks for it through MCP; [safety] require_active_ack asks you to confirm.")
+    answer = None if confirm is None else confirm(message)
+    if answer is None:
+        raise UserInputError(
+            "MCP_CONFIRMATION_UNAVAILABLE",
+            "[safety] require_active_ack is set and this MCP client cannot ask its user to confirm (it does not "
+            "support elicitation). Nothing was sent.",
+            "Use a client that supports MCP elicitation, or plan with dry_run: true; the agent's ack_active alone "
+            "is not a person's consent.")
+    if answer is not True:
+        raise UserInputError("ACTIVE_CONFIRMATION_DECLINED",
+                             f"The transmission on {values['channel']} was not confirmed by the user. Nothing was sent.",
+                             "Ask the user; plan with dry_run: true meanwhile.")
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -384,44 +558,76 @@ def _execute(argv: list[str], acknowledged: bool) -> ToolOutcome:
     return ToolOutcome(code, json.loads(out.getvalue()))
 
 
-def run_tool(name: str, arguments: Mapping[str, Any] | None = None) -> ToolOutcome:
+def _bound_events(outcome: ToolOutcome, limit: int) -> ToolOutcome:
+    """At most ``limit`` of the envelope's ``data.events``; the rest is counted (``events_total``) and warned of."""
+    data = outcome.envelope.get("data") or {}
+    events = data.get("events")
+    if not isinstance(events, list) or len(events) <= limit:
+        return outcome
+    data["events_total"] = len(events)
+    data["events"] = events[:limit]
+    outcome.envelope["warnings"].append(
+        f"MCP_EVENTS_TRUNCATED: {limit} of {len(events)} events returned; the counts and summaries cover the whole "
+        "file (raise limit up to 1000, or narrow the question, e.g. by PGN)")
+    return outcome
+
+
+def run_tool(name: str, arguments: Mapping[str, Any] | None = None, policy: ServerPolicy | None = None,
+             confirm: Callable[[str], bool | None] | None = None) -> ToolOutcome:
     """Run one tool in this process; return its exit code and envelope.
 
-    Order: look the tool up (``MCP_UNKNOWN_TOOL``), validate the arguments
-    (``INVALID_ARGUMENTS``), refuse an unacknowledged transmission
-    (``ACTIVE_TRANSMIT_REQUIRES_ACK``), build the argv (:func:`build_argv`),
-    check it (:func:`check_reference_argv` for reference-only tools), then
-    ``canarchy.cli.main(argv)``. Each refusal is an error envelope with exit
-    code 1, and nothing has run. Exceptions other than ``CanarchyError`` (bugs)
-    propagate.
+    ``policy``: what the operator allowed (default: no files, no channel to
+    transmit on); ``confirm(message)``: asks the person through the client,
+    returning True (yes), False (no) or None (cannot ask). Order: look the
+    tool up (``MCP_UNKNOWN_TOOL``), validate the arguments
+    (``INVALID_ARGUMENTS``), resolve paths (``MCP_FILES_NOT_ALLOWED``,
+    ``MCP_PATH_NOT_ALLOWED``), for a transmission: the channel allowed
+    (``MCP_ACTIVE_NOT_ALLOWED``), ``ack_active`` (``ACTIVE_TRANSMIT_REQUIRES_ACK``),
+    the person's confirmation under ``require_active_ack``
+    (``MCP_CONFIRMATION_UNAVAILABLE``, ``ACTIVE_CONFIRMATION_DECLINED``); then
+    build and check the argv and run ``canarchy.cli.main(argv)``. Each refusal
+    is an error envelope with exit code 1, and nothing has run. Exceptions
+    other than ``CanarchyError`` (bugs) propagate.
     """
+    policy = ServerPolicy() if policy is None else policy
     spec = TOOLS.get(name)
     if spec is None:
         return _failure("mcp", UserInputError(
             "MCP_UNKNOWN_TOOL", f"There is no tool named {name!r}.",
             f"List the tools; canarchy serves {', '.join(TOOLS)}."))
     try:
-        values = validate_arguments(spec, arguments)
-        if spec.kind == "active" and not values["dry_run"] and not values["ack_active"]:
-            raise _requires_ack()
+        values = resolve_paths(spec, validate_arguments(spec, arguments), policy)
+        if spec.kind == "active" and not values["dry_run"]:
+            if values["channel"] not in policy.active_channels:
+                raise _not_allowed(values["channel"], policy)
+            if not values["ack_active"]:
+                raise _requires_ack()
         argv = build_argv(name, values)
         if name in REFERENCE_ONLY_TOOLS:
-            check_reference_argv(spec, argv)
+            check_argv(spec, argv, policy)
         elif spec.kind == "active":
             _check_active_argv(values, argv)
+            if _transmits(argv):
+                if values["channel"] not in policy.active_channels or argv[1] != values["channel"]:
+                    raise _not_allowed(values["channel"], policy)
+                _confirm_transmission(spec, values, confirm)
         elif list(argv[:len(spec.command)]) != list(spec.command):
             raise UserInputError("INVALID_ARGUMENTS", f"Tool {name!r} built {argv!r}.",
                                  "This is a bug in canarchy's MCP server; report it.")
     except CanarchyError as exc:
         return _failure(spec.command_name, exc)
-    acknowledged = spec.kind == "active" and "--ack-active" in argv and "--dry-run" not in argv
-    return _execute(argv, acknowledged)
+    acknowledged = spec.kind == "active" and "--ack-active" in argv and _transmits(argv)
+    outcome = _execute(argv, acknowledged)
+    if "limit" in spec.properties:
+        outcome = _bound_events(outcome, values["limit"])
+    return outcome
 
 
-def _run_tool_reporting_bugs(name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
+def _run_tool_reporting_bugs(name: str, arguments: Mapping[str, Any] | None, policy: ServerPolicy | None = None,
+                             confirm: Callable[[str], bool | None] | None = None) -> ToolOutcome:
     """:func:`run_tool`, with a bug reported as an ``INTERNAL_ERROR`` envelope (traceback on stderr)."""
     try:
-        return run_tool(name, arguments)
+        return run_tool(name, arguments, policy, confirm)
     except Exception as exc:  # the server must answer; the traceback goes to the server's log
         traceback.print_exc(file=sys.stderr)
         spec = TOOLS.get(name)
@@ -434,7 +640,7 @@ def _run_tool_reporting_bugs(name: str, arguments: Mapping[str, Any] | None) -> 
 
 
 def _annotations(spec: ToolSpec, types: Any) -> Any:
-    if spec.kind == "reference":
+    if spec.kind in ("reference", "file"):
         return types.ToolAnnotations(title=spec.name, read_only_hint=True, destructive_hint=False,
                                      idempotent_hint=True, open_world_hint=False)
     if spec.kind == "bus":
@@ -455,17 +661,23 @@ def tool_result(outcome: ToolOutcome, types: Any) -> Any:
     )
 
 
-def build_server(runner: Callable[[str, Mapping[str, Any] | None], ToolOutcome] | None = None) -> Any:
-    """Return an ``mcp.server.lowlevel.Server`` serving :data:`TOOLS` (not started).
+def build_server(policy: ServerPolicy | None = None,
+                 runner: Callable[..., ToolOutcome] | None = None) -> Any:
+    """Return an ``mcp.server.lowlevel.Server`` serving :data:`TOOLS` under ``policy`` (not started).
 
-    ``runner`` runs one call (default: :func:`run_tool`, with bugs reported as
-    ``INTERNAL_ERROR``); it runs in a worker thread so a capture does not stall
-    the protocol. Building the server touches no process-wide state.
+    ``runner(name, arguments, policy, confirm)`` runs one call (default:
+    :func:`run_tool`, with bugs reported as ``INTERNAL_ERROR``) in a worker
+    thread, so a capture does not stall the protocol; ``confirm`` asks the
+    client's user through MCP elicitation (None when the client cannot).
+    Building the server touches no process-wide state.
     """
+    import functools
+
     import anyio
     import mcp.types as types
     from mcp.server.lowlevel import Server
 
+    policy = ServerPolicy() if policy is None else policy
     run = runner or _run_tool_reporting_bugs
     tools = [
         types.Tool(name=spec.name, title=spec.name, description=spec.description,
@@ -478,12 +690,31 @@ def build_server(runner: Callable[[str, Mapping[str, Any] | None], ToolOutcome] 
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        outcome = await anyio.to_thread.run_sync(run, params.name, params.arguments)
+        session = ctx.session
+        capabilities = getattr(session, "client_capabilities", None)
+
+        def confirm(message: str) -> bool | None:
+            """Ask the user (from the worker thread, through the event loop); None: the client cannot."""
+            if capabilities is None or capabilities.elicitation is None:
+                return None
+            try:
+                result = anyio.from_thread.run(functools.partial(
+                    session.elicit_form, message, CONFIRMATION_SCHEMA, ctx.request_id))
+            except Exception:  # the client failed to ask: no consent
+                traceback.print_exc(file=sys.stderr)
+                return None
+            return result.action == "accept" and (result.content or {}).get("transmit") is True
+
+        outcome = await anyio.to_thread.run_sync(run, params.name, params.arguments, policy, confirm)
         return tool_result(outcome, types)
 
+    allowed = ", ".join(sorted(policy.active_channels)) or "none"
     return Server(SERVER_NAME, version=__version__,
-                  instructions="canarchy CAN toolkit. Reference tools never touch a bus. `send` is active: it "
-                               "plans (dry_run) by default and transmits only with dry_run false and ack_active true.",
+                  instructions="canarchy CAN toolkit. Reference and file tools never touch a bus; file tools read "
+                               f"recordings under the directories the operator allowed ({len(policy.file_roots)}). "
+                               "`send` is active: it plans (dry_run) by default and transmits only with dry_run "
+                               f"false, ack_active true, on a channel the operator allowed ({allowed}), and, under "
+                               "require_active_ack, after the user confirms.",
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
@@ -535,13 +766,13 @@ async def _wire_lines(fd: int) -> Any:
         yield pending.decode("utf-8", errors="replace")
 
 
-async def _serve_stdio() -> str:
+async def _serve_stdio(policy: ServerPolicy) -> str:
     import signal
 
     import anyio
     from mcp.server.stdio import stdio_server
 
-    server = build_server()
+    server = build_server(policy)
     stopped_by = "eof"
     handled = (signal.SIGINT, signal.SIGTERM)
     saved = {signum: signal.getsignal(signum) for signum in handled}
@@ -568,8 +799,8 @@ async def _serve_stdio() -> str:
     return stopped_by
 
 
-def serve_stdio() -> str:
-    """Serve MCP on this process's stdin/stdout until end-of-file, SIGINT or SIGTERM.
+def serve_stdio(policy: ServerPolicy | None = None) -> str:
+    """Serve MCP under ``policy`` on this process's stdin/stdout until end-of-file, SIGINT or SIGTERM.
 
     Returns what stopped it: ``"eof"``, ``"SIGINT"`` or ``"SIGTERM"`` (the
     CLI exits 0 for each). While serving, fd 0 reads the null device and fd 1
@@ -580,4 +811,4 @@ def serve_stdio() -> str:
     """
     import anyio
 
-    return anyio.run(_serve_stdio)
+    return anyio.run(_serve_stdio, ServerPolicy() if policy is None else policy)

@@ -20,9 +20,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "without it they would write into your ~/.canarchy and this checkout. "
             f"Remove `-p no:{_PLUGIN}` (from the command line or PYTEST_ADDOPTS)."
         )
-    from canarchy.testing.isolation.plugin import require_private_network
+    from canarchy.testing.isolation.plugin import require_containment
 
-    require_private_network(config)  # also when -c named another config file (pyproject's ini is lost then)
+    require_containment(config)  # also when -c named another config file (pyproject's ini is lost then)
 
 
 @pytest.fixture

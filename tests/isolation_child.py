@@ -88,6 +88,7 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     project.mkdir(parents=True, exist_ok=True)
     files = {"conftest.py": 'pytest_plugins = ["canarchy.testing.isolation.plugin"]\n', **files}
     for name, source in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(textwrap.dedent(source))
     home = make_operator_home(base)
     run_env = operator_environment(home, hostile)

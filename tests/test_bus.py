@@ -163,6 +163,7 @@ def test_the_mcp_send_tool_keeps_its_decimal_or_0x_ids():
 
 import io  # noqa: E402
 import json  # noqa: E402
+from pathlib import Path  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
@@ -186,10 +187,19 @@ class TimedStream(io.StringIO):
         return super().write(text)
 
 
+def receivers(channel: str) -> int:
+    """Buses open on a python-can virtual channel (python-can's own registry)."""
+    from can.interfaces import virtual
+
+    with virtual.channels_lock:
+        return len(virtual.channels.get(channel, ()))
+
+
 class CaptureThread:
     """``canarchy capture ARGV`` in a thread (the virtual bus lives in this process)."""
 
     def __init__(self, *argv: str) -> None:
+        self.argv = argv
         self.out = TimedStream()
         self.code: int | None = None
         self.ended: float | None = None
@@ -200,8 +210,14 @@ class CaptureThread:
         self.ended = time.monotonic()
 
     def __enter__(self) -> "CaptureThread":
+        channel = self.argv[0]
+        already = receivers(channel)
         self.thread.start()
-        time.sleep(0.3)  # the capture's bus is open (a virtual bus delivers only to buses already open)
+        # A virtual bus delivers only to buses already open: wait until the capture's is.
+        deadline = time.monotonic() + 30
+        while receivers(channel) <= already and self.thread.is_alive():
+            assert time.monotonic() < deadline, "the capture's bus never opened"
+            time.sleep(0.01)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -231,10 +247,13 @@ def test_text_mode_streams_each_frame_as_it_arrives(peer, virtual_channel):
     with CaptureThread(virtual_channel, "--count", "3", "--text") as capture:
         for index in range(3):
             peer.send(can.Message(arbitration_id=0x7E0 + index, data=bytes([index]), is_extended_id=False))
-            time.sleep(0.2)
+            deadline = time.monotonic() + 30
+            while len(capture.out.lines) <= index:  # its line is out before the next frame is sent
+                assert time.monotonic() < deadline, f"frame {index} was not printed while the capture ran"
+                time.sleep(0.01)
+            assert capture.thread.is_alive() or index == 2
     frames = [(at, line) for at, line in capture.out.lines if "[1]" in line]
     assert len(frames) == 3
-    assert frames[0][0] < capture.ended - 0.3  # the first line was out while the capture still ran
     assert frames[0][1].endswith(f"{virtual_channel}  7E0   [1]  00") and frames[0][1].startswith("(")
     assert capture.out.lines[-1][1].startswith(f"capture on {virtual_channel}: 3 frames")
 
@@ -395,6 +414,21 @@ def test_a_capture_recorded_and_replayed_reproduces_frames_and_schedule(monkeypa
 
 # -- capture in its own process: SIGTERM and Ctrl+C close with the envelope -------------------------
 
+def wait_for_sigterm_handler(pid: int, timeout: float = 60) -> None:
+    """Until process ``pid`` catches SIGTERM (Linux: ``SigCgt`` of ``/proc/PID/status``)."""
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        time.sleep(3)  # no /proc: give it time
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        caught = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("SigCgt:")), "0")
+        if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the capture never installed its SIGTERM handler")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_a_capture_with_its_envelope(virtual_channel, signum):
     from tests.helpers import AS_IN_A_TERMINAL
@@ -404,7 +438,8 @@ def test_a_signal_ends_a_capture_with_its_envelope(virtual_channel, signum):
                              "--duration", "60", "--jsonl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
     try:
-        time.sleep(2.0)  # started (python-can imported, the bus open); the signal then ends the wait
+        wait_for_sigterm_handler(proc.pid)  # installed as the capture starts: then the signal ends the wait
+        time.sleep(0.5)
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -475,3 +510,31 @@ def test_json_lines_that_are_no_frames_are_warnings_not_errors(tmp_path):
     assert [e["payload"]["arbitration_id"] for e in result.data["events"]] == [0x123]
     warnings = result.envelope["warnings"]
     assert len(warnings) == 2 and ":line 3:" in warnings[0] and ":line 4:" in warnings[1]
+
+
+def test_capture_file_filters_and_converts_a_recording(tmp_path):
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "obd2_skoda_7e0_7e8.log"
+    target = tmp_path / "answers.blf"
+    result = run_cli("capture", "--file", str(source), "--filter", "7E8:7FF", "--count", "20", "--output",
+                     str(target), "--json")
+    assert result.code == 0, result.out
+    originals = [m for m in can.CanutilsLogReader(str(source)) if m.arbitration_id == 0x7E8][:20]
+    converted = list(can.BLFReader(str(target)))
+    assert [(m.arbitration_id, bytes(m.data)) for m in converted] == [
+        (m.arbitration_id, bytes(m.data)) for m in originals]
+    assert [m.timestamp for m in converted] == pytest.approx([m.timestamp for m in originals], abs=1e-5)
+    assert result.data["output"]["frames_written"] == 20 == result.data["frame_count"]
+
+
+def test_capture_file_refuses_bus_only_options(tmp_path):
+    result = run_cli("capture", "--file", str(tmp_path / "x.log"), "--duration", "3", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
+
+
+def test_no_output_file_when_the_bus_never_opened(monkeypatch, tmp_path):
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    result = run_cli("capture", "missing0", "--output", str(tmp_path / "x.log"), "--json")
+    assert (result.code, result.error_codes) == (2, ["TRANSPORT_UNAVAILABLE"])
+    assert list(tmp_path.iterdir()) == []

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import containment
-from canarchy.testing.isolation.sandbox import manifest, manifest_diff
+from canarchy.testing.isolation.tree import WHOLE, changes, snapshot
 
 MODULE = Path(containment.__file__).resolve()
 REFUSED = {"EROFS", "EACCES", "EPERM", "EBUSY"}
@@ -303,7 +303,9 @@ def run_child(base: Path, spec: dict, mode: str = "all", *, prefix: tuple[str, .
 
 def home_manifest(base: Path) -> dict:
     """Everything under ``base`` but the writable trees (the child writes there by design)."""
-    return manifest(base, None, ("checkout", "sandbox", "tmp", "child.py"))
+    skipped = ("checkout", "sandbox", "tmp", "child.py")
+    return {path: entry for path, entry in snapshot(base, walk=WHOLE).items()
+            if not set(path.split("/")) & set(skipped)}
 
 
 @pytest.fixture(scope="module")
@@ -424,7 +426,7 @@ def test_an_env_i_child_sees_the_same(contained):
 
 def test_the_operator_files_are_untouched(contained):
     spec, _, before, after = contained
-    assert manifest_diff(before, after) == []
+    assert changes(before, after) == []
     assert Path(spec["canarchy"], "config.toml").read_text().startswith("[transport]")
     assert "config.toml" in {p.split("/")[-1] for p in before}
 
@@ -591,7 +593,7 @@ def test_an_ordinary_user_gets_the_same(possible):
     assert escape_refused(result["nested escape"], result["report"]["covered"])
     assert result["nested escape"]["proc root"] == {"error": "EACCES"}
     assert result["network"]["interfaces"] == ["lo"] and result["network"]["tcp"] == "ENETUNREACH"
-    assert manifest_diff(before, after) == []
+    assert changes(before, after) == []
 
 
 def escape_refused(escape: dict, covers: list[str]) -> bool:

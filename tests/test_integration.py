@@ -131,9 +131,9 @@ def _canarchy(*argv: str, timeout: float = 60, **popen) -> subprocess.CompletedP
 
 
 def _operator_state() -> dict:
-    from canarchy.testing.isolation.sandbox import OPERATOR_STATE, manifest
+    from canarchy.testing.isolation.tree import OPERATOR_STATE, snapshot
 
-    return manifest(Path.home(), OPERATOR_STATE)
+    return snapshot(Path.home(), only=OPERATOR_STATE)
 
 
 def test_send_and_capture_round_trip_between_two_processes():

@@ -14,7 +14,8 @@ import pytest
 
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
-from canarchy.testing.lanes import manifest, parity, runner, unit, workspace
+from canarchy.testing.isolation.tree import changes, snapshot
+from canarchy.testing.lanes import parity, runner, unit, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
 from tests.helpers import WAITING_TEST, interrupt_once_started
@@ -154,60 +155,10 @@ def test_choose_tests_keeps_to_the_checkout(tmp_path, path):
         lane_env.choose_tests(["tests/escape/test_x.py"], root=checkout)
 
 
-# --------------------------------------------------------------------------- manifests
-
-
-def _tree(root: Path) -> Path:
-    (root / "a" / "b").mkdir(parents=True)
-    (root / "a" / "b" / "f.txt").write_text("one")
-    (root / "empty").mkdir()
-    (root / ".hidden").write_text("h")
-    (root / "link").symlink_to("a/b/f.txt")
-    return root
-
-
-def test_manifest_records_files_dirs_and_links(tmp_path):
-    m = manifest.manifest(_tree(tmp_path / "t"))
-    assert sorted(m) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link"]
-    assert m["a/b/f.txt"] == manifest.Entry("file", 3, "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed")
-    assert m["link"].kind == "link" and m["empty"].kind == "dir"
-
-
-@pytest.mark.parametrize(
-    "change, line",
-    [
-        (lambda r: (r / "a" / "b" / "f.txt").write_text("two"), "changed: a/b/f.txt (same size, different content)"),
-        (lambda r: (r / "a" / "b" / "f.txt").write_text("three"), "changed: a/b/f.txt (3 -> 5 bytes)"),
-        (lambda r: (r / "new").write_text(""), "added: new"),
-        (lambda r: (r / "empty" / "sub").mkdir(), "added: empty/sub"),
-        (lambda r: (r / ".hidden").unlink(), "removed: .hidden"),
-        (lambda r: ((r / "link").unlink(), (r / "link").symlink_to("empty")), "changed: link (link target changed)"),
-    ],
-)
-def test_diff_manifests_names_each_change(tmp_path, change, line):
-    root = _tree(tmp_path / "t")
-    before = manifest.manifest(root)
-    change(root)
-    assert manifest.diff_manifests(before, manifest.manifest(root)) == [line]
-
-
-def test_unchanged_tree_has_no_diff(tmp_path):
-    root = _tree(tmp_path / "t")
-    assert manifest.diff_manifests(manifest.manifest(root), manifest.manifest(root)) == []
-
-
-def test_tree_manifest_leaves_out_ignored_outputs(tmp_path):
-    root = _tree(tmp_path / "t")
-    for name in (".git/HEAD", "reports/unit.xml", "pkg/__pycache__/m.pyc", "canarchy.egg-info/PKG-INFO", ".nox/x"):
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("x")
-    assert sorted(manifest.tree_manifest(root)) == [".hidden", "a", "a/b", "a/b/f.txt", "empty", "link", "pkg"]
-
-
 def test_operator_home_fixture_is_complete():
     """The files the parity lane relies on (fixtures/operator-home/README.md) are all there."""
     home = Path(__file__).resolve().parents[1] / "fixtures" / "operator-home"
-    files = {k for k, e in manifest.manifest(home).items() if e.kind == "file"}
+    files = {k for k, e in snapshot(home, walk="whole").items() if e.kind == "file"}
     for required in (
         ".canarchy/config.toml",
         ".canarchy/j1939_spns.json",
@@ -498,7 +449,7 @@ def every_kind(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, parit
                        pyproject=UNISOLATED)
     first = _position_under(1)
     other = next(seed for seed in range(2, 60) if _position_under(seed) != first)
-    before = manifest.tree_manifest(project.root)
+    before = snapshot(project.root)
     caller = dict(os.environ, LEAKY_CALLER_VARIABLE="1", CANARCHY_CALLER="x")
     result = parity.run_parity(project, ["tests"], source_env=caller, hashseeds=(1, other), reruns=1)
     return project, result, {"before": before, "meeting": base / "meeting"}
@@ -529,7 +480,7 @@ def test_parity_checks_the_operator_home_the_logs_and_the_checkout(every_kind):
     assert {"clean twin's copy after its run: added: tests/scratch.txt",
             "operator twin's copy after its run: added: tests/scratch.txt"} <= set(result.checkout_writes)
     assert result.checkout_changes == []
-    assert manifest.diff_manifests(seen["before"], manifest.tree_manifest(project.root)) == []
+    assert changes(seen["before"], snapshot(project.root)) == []
 
 
 def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(every_kind):

@@ -56,8 +56,8 @@ def cli_calls(monkeypatch):
     return calls
 
 
-def in_process(*calls):
-    """Run ``(tool, arguments)`` calls through an in-process server and the SDK's client.
+def in_process(*calls, policy=None):
+    """Run ``(tool, arguments)`` calls through an in-process server (under ``policy``) and the SDK's client.
 
     Returns ``(tools, results)``: the listed ``Tool`` models and one
     ``CallToolResult`` per call.
@@ -65,7 +65,7 @@ def in_process(*calls):
     from mcp import Client
 
     async def session():
-        async with Client(mcp_server.build_server(), mode="legacy") as client:
+        async with Client(mcp_server.build_server(policy), mode="legacy") as client:
             listed = await client.list_tools()
             return listed.tools, [await client.call_tool(name, arguments) for name, arguments in calls]
 
@@ -79,7 +79,7 @@ def assert_reference_envelope(envelope):
     data = envelope["data"]
     assert data["mode"] == "reference"
     assert [s["service"] for s in data["services"]] == CATALOG_SIDS
-    assert data["service_count"] == 27
+    assert data["service_count"] == 27 == len(uds.SERVICES)
     assert "probe_count" not in data and "interface" not in data
 
 
@@ -110,10 +110,12 @@ def assert_reference_schemas(tools):
 def test_registry_kinds():
     kinds = {name: spec.kind for name, spec in mcp_server.TOOLS.items()}
     assert kinds.pop("capture") == "bus" and kinds.pop("send") == "active"
-    assert set(kinds.values()) == {"reference"}
+    assert {name for name, kind in kinds.items() if kind == "file"} == {
+        "capture_summary", "decode_file", "isotp_decode_file", "j1939_decode_file"}
     assert mcp_server.REFERENCE_ONLY_TOOLS == set(kinds) == {
         "config_show", "uds_services", "j1939_pgn", "j1939_spn", "j1587_pid", "j2497_mid",
-        "dbc_cache_list", "skills_cache_list", "session_show"}
+        "dbc_cache_list", "skills_cache_list", "session_show",
+        "capture_summary", "decode_file", "isotp_decode_file", "j1939_decode_file"}
 
 
 def test_schemas_listed_by_a_real_client():
@@ -238,7 +240,7 @@ def test_mcp_ref_stdio_stays_reference(tmp_path):
     assert services.is_error is False
     assert_reference_envelope(services.structured_content)
     assert send.is_error is True
-    assert error_codes(send.structured_content) == ["ACTIVE_TRANSMIT_REQUIRES_ACK"]
+    assert error_codes(send.structured_content) == ["MCP_ACTIVE_NOT_ALLOWED"]  # no --allow-active
     assert send.meta == {"canarchy/exit_code": 1}
     stderr = errlog.read_text(encoding="utf-8")
     assert "ACTIVE TRANSMIT" not in stderr  # no active path began: no preflight warning
@@ -260,10 +262,11 @@ def test_send_without_ack_sends_nothing(monkeypatch, virtual_channel, cli_calls,
     import can
 
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    policy = mcp_server.ServerPolicy(active_channels=frozenset({virtual_channel}))  # allowed, but not acknowledged
     with can.Bus(channel=virtual_channel, interface="virtual") as peer:
         for arguments in ({"dry_run": False}, {"dry_run": False, "ack_active": False}):
             outcome = mcp_server.run_tool("send", {"channel": virtual_channel, "arbitration_id": "0x7E0",
-                                                   "data": "0210", **arguments})
+                                                   "data": "0210", **arguments}, policy)
             assert outcome.exit_code == 1
             assert error_codes(outcome.envelope) == ["ACTIVE_TRANSMIT_REQUIRES_ACK"]
             assert outcome.envelope["command"] == "send"
@@ -276,12 +279,13 @@ def test_send_with_ack_reaches_a_virtual_peer_without_reading_stdin(monkeypatch,
     import can
 
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    monkeypatch.setenv("CANARCHY_REQUIRE_ACTIVE_ACK", "true")
     operator_stdin = io.StringIO("no\n")  # were the gate to read the real stdin, it would decline
     monkeypatch.setattr(sys, "stdin", operator_stdin)
+    policy = mcp_server.ServerPolicy(active_channels=frozenset({virtual_channel}))
     with can.Bus(channel=virtual_channel, interface="virtual") as peer:
         outcome = mcp_server.run_tool("send", {"channel": virtual_channel, "arbitration_id": "0x7E0",
-                                               "data": "0210010000000000", "ack_active": True, "dry_run": False})
+                                               "data": "0210010000000000", "ack_active": True, "dry_run": False},
+                                      policy)
         frame = peer.recv(timeout=1.0)
     assert outcome.exit_code == 0, outcome.envelope["errors"]
     assert outcome.envelope["data"]["mode"] == "active"
@@ -292,11 +296,70 @@ def test_send_with_ack_reaches_a_virtual_peer_without_reading_stdin(monkeypatch,
     assert "ACTIVE TRANSMIT" in capsys.readouterr().err
 
 
+def test_require_active_ack_needs_the_users_confirmation(monkeypatch, virtual_channel, capsys):
+    """Under require_active_ack the agent's ack_active is not enough: the person confirms, through the client."""
+    import can
+
+    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    monkeypatch.setenv("CANARCHY_REQUIRE_ACTIVE_ACK", "true")
+    policy = mcp_server.ServerPolicy(active_channels=frozenset({virtual_channel}))
+    call = {"channel": virtual_channel, "arbitration_id": "0x7E0", "data": "023E00", "ack_active": True,
+            "dry_run": False}
+    asked = []
+    with can.Bus(channel=virtual_channel, interface="virtual") as peer:
+        for answer, code in ((None, "MCP_CONFIRMATION_UNAVAILABLE"), (False, "ACTIVE_CONFIRMATION_DECLINED")):
+            outcome = mcp_server.run_tool("send", call, policy, lambda message, a=answer: asked.append(message) or a)
+            assert (outcome.exit_code, error_codes(outcome.envelope)) == (1, [code])
+            assert peer.recv(timeout=0.1) is None
+        assert "ACTIVE TRANSMIT" not in capsys.readouterr().err  # refused before the command ran
+        outcome = mcp_server.run_tool("send", call, policy, lambda message: asked.append(message) or True)
+        frame = peer.recv(timeout=1.0)
+    assert outcome.exit_code == 0, outcome.envelope["errors"]
+    assert frame is not None and bytes(frame.data) == bytes.fromhex("023E00")
+    assert len(asked) == 3 and all(virtual_channel in m and "0x7E0" in m for m in asked)
+
+
+def test_without_allow_active_nothing_reaches_the_bus(monkeypatch, virtual_channel, cli_calls, capsys):
+    """Whatever the call says, a channel the operator did not allow is never transmitted on."""
+    import can
+
+    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    other = mcp_server.ServerPolicy(active_channels=frozenset({"can9"}))
+    with can.Bus(channel=virtual_channel, interface="virtual") as peer:
+        for policy in (None, mcp_server.ServerPolicy(), other):
+            for arguments in ATTEMPTS:
+                outcome = mcp_server.run_tool("send", {"channel": virtual_channel, "arbitration_id": "0x7E0",
+                                                       **arguments}, policy, lambda message: True)
+                if outcome.ok:
+                    assert outcome.envelope["data"]["mode"] == "dry_run", arguments
+                else:
+                    assert error_codes(outcome.envelope) in (["MCP_ACTIVE_NOT_ALLOWED"], ["INVALID_ARGUMENTS"]), \
+                        (arguments, outcome.envelope["errors"])
+        assert peer.recv(timeout=0.2) is None
+    assert all("--dry-run" in argv for argv in cli_calls)  # only plans ever ran
+    assert "ACTIVE TRANSMIT" not in capsys.readouterr().err
+
+
+#: Calls an agent might make to get a frame out: none may transmit without --allow-active.
+ATTEMPTS = [
+    {"dry_run": False, "ack_active": True},
+    {"dry_run": False, "ack_active": True, "data": "0210010000000000"},
+    {"dry_run": False},
+    {"ack_active": True},
+    {"dry_run": False, "ack_active": True, "channel_override": "x"},
+    {"dry_run": "false", "ack_active": "true"},
+    {"dry_run": 0, "ack_active": 1},
+    {"dry_run": None, "ack_active": True},
+    {"dry_run": False, "ack_active": True, "data": "--ack-active"},
+]
+
+
 def test_ack_is_scoped_to_the_call_even_when_it_fails(monkeypatch):
     monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
     stdin_before = sys.stdin
     outcome = mcp_server.run_tool("send", {"channel": "down0", "arbitration_id": 1, "ack_active": True,
-                                           "dry_run": False})
+                                           "dry_run": False},
+                                  mcp_server.ServerPolicy(active_channels=frozenset({"down0"})))
     assert (outcome.exit_code, error_codes(outcome.envelope)) == (2, ["TRANSPORT_UNAVAILABLE"])
     assert sys.stdin is stdin_before
     assert NONINTERACTIVE not in os.environ
@@ -399,6 +462,7 @@ def test_hosting_in_process_leaves_no_process_state(monkeypatch):
                   "dry_run": False}),
         ("uds_services", {}),
         ("send", {"channel": "scaffold0", "arbitration_id": "0x123", "dry_run": False}),
+        policy=mcp_server.ServerPolicy(active_channels=frozenset({"scaffold0"})),
     )
     assert results[0].structured_content["data"]["mode"] == "active"
     assert_reference_envelope(results[1].structured_content)
@@ -481,3 +545,154 @@ def test_the_cli_does_not_import_the_sdk_or_python_can():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# -- over stdio: consent and recordings, with the SDK's own client ---------------------------------------
+
+CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "captures"
+
+
+def over_stdio(serve_args, calls, tmp_path, *, env=None, elicitation=None):
+    """Run ``python -m canarchy mcp serve SERVE_ARGS`` and make ``calls`` (``(tool, arguments)``) with the
+    SDK's ``ClientSession`` (``elicitation``: its elicitation callback, None: the client has none).
+    Returns ``(results, server stderr)``."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    child_env = dict(os.environ, HOME=str(Path.home()), **(env or {}))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "canarchy", "mcp", "serve", *serve_args],
+                                   env=child_env)
+    errlog = tmp_path / f"server-stderr-{len(list(tmp_path.glob('server-stderr-*')))}.txt"
+
+    async def session():
+        with open(errlog, "w", encoding="utf-8") as err:
+            async with stdio_client(params, errlog=err) as (read_stream, write_stream):
+                async with ClientSession(read_stream, write_stream, elicitation_callback=elicitation) as client:
+                    await client.initialize()
+                    return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    results = anyio.run(session)
+    return results, errlog.read_text(encoding="utf-8")
+
+
+def _accept(*answers, seen=None):
+    """An elicitation callback whose user answers ``transmit: True/False`` in turn (always True when none given)."""
+    import mcp.types as types
+
+    queue = list(answers)
+
+    async def callback(context, params):
+        if seen is not None:
+            seen.append(params.message)
+        return types.ElicitResult(action="accept", content={"transmit": queue.pop(0) if queue else True})
+    return callback
+
+
+def test_stdio_server_without_allow_active_never_transmits(tmp_path, virtual_channel):
+    env = {"CANARCHY_PYTHON_CAN_INTERFACE": "virtual"}
+    base = {"channel": virtual_channel, "arbitration_id": "0x7E0"}
+    calls = [("send", {**base, **arguments}) for arguments in ATTEMPTS]
+    # even a client whose user would say yes to everything
+    results, stderr = over_stdio([], calls, tmp_path, env=env, elicitation=_accept())
+    for (_name, arguments), result in zip(calls, results):
+        envelope = result.structured_content
+        if envelope["ok"]:
+            assert envelope["data"]["mode"] == "dry_run", arguments
+        else:
+            assert error_codes(envelope) in (["MCP_ACTIVE_NOT_ALLOWED"], ["INVALID_ARGUMENTS"]), arguments
+    assert sum(error_codes(r.structured_content) == ["MCP_ACTIVE_NOT_ALLOWED"] for r in results) >= 3
+    assert "ACTIVE TRANSMIT" not in stderr and "Traceback" not in stderr  # no active path even began
+    # The control: the same call on a server whose operator allowed the channel does transmit.
+    results, stderr = over_stdio(["--allow-active", virtual_channel], calls[:1] + [
+        ("send", {**calls[0][1], "channel": "vcan9"})], tmp_path, env=env)
+    assert results[0].is_error is False and results[0].structured_content["data"]["mode"] == "active"
+    assert error_codes(results[1].structured_content) == ["MCP_ACTIVE_NOT_ALLOWED"]  # another channel: no
+    assert stderr.count("ACTIVE TRANSMIT") == 1 and virtual_channel in stderr
+
+
+def test_stdio_require_active_ack_asks_the_person(tmp_path, virtual_channel):
+    write_user_config('[safety]\nrequire_active_ack = true\n')
+    env = {"CANARCHY_PYTHON_CAN_INTERFACE": "virtual"}
+    call = [("send", {"channel": virtual_channel, "arbitration_id": "0x7E0", "data": "023E00",
+                      "ack_active": True, "dry_run": False})]
+    serve = ["--allow-active", virtual_channel]
+    [no_elicitation], _ = over_stdio(serve, call, tmp_path, env=env)
+    assert error_codes(no_elicitation.structured_content) == ["MCP_CONFIRMATION_UNAVAILABLE"]
+    seen = []
+    (refused, confirmed), stderr = over_stdio(serve, call * 2, tmp_path, env=env,
+                                              elicitation=_accept(False, True, seen=seen))
+    assert error_codes(refused.structured_content) == ["ACTIVE_CONFIRMATION_DECLINED"]
+    assert confirmed.is_error is False, confirmed.structured_content["errors"]
+    assert confirmed.structured_content["data"]["mode"] == "active"
+    assert len(seen) == 2 and all(virtual_channel in m and "0x7E0" in m and "ACTIVE TRANSMIT" in m for m in seen)
+    assert stderr.count("ACTIVE TRANSMIT") == 1
+
+
+def test_stdio_file_tools_decode_the_real_recordings(tmp_path):
+    truck, dbc = "j1939_truck_idle.log", "css_j1939_demo.dbc"
+    calls = [
+        ("capture_summary", {"file": truck}),
+        ("decode_file", {"file": truck, "dbc": dbc}),
+        ("decode_file", {"file": str(CAPTURES / truck), "dbc": dbc, "summary": True}),
+        ("j1939_decode_file", {"file": truck, "pgn": 65226}),
+        ("isotp_decode_file", {"file": "obd2_skoda_7e0_7e8.log", "summary": True}),
+        ("isotp_decode_file", {"file": "nissan_leaf_uds_79b_7bb.log", "request_id": "0x79B",
+                               "response_id": "0x7BB", "limit": 5}),
+        ("capture_summary", {"file": "../../README.md"}),
+        ("capture_summary", {"file": "/etc/hostname"}),
+    ]
+    results, stderr = over_stdio(["--files", str(CAPTURES)], calls, tmp_path)
+    summary, decoded, decoded_summary, j1939, obd, leaf, dotdot, absolute = (r.structured_content for r in results)
+    assert summary["ok"] and (summary["data"]["frame_count"], summary["data"]["id_count"]) == (3582, 45)
+    eec1 = next(row for row in summary["data"]["ids"] if row["id"] == "0CF00400")
+    stamps = [float(line.split()[0][1:-1]) for line in (CAPTURES / truck).read_text().splitlines()
+              if line.split()[2].startswith("0CF00400#")]
+    assert (eec1["count"], eec1["rate_hz"]) == (len(stamps), round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 3))
+    assert decoded["ok"] and decoded["data"]["decoded_count"] == 1100
+    assert len(decoded["data"]["events"]) == mcp_server.FILE_EVENTS_DEFAULT and decoded["data"]["events_total"] == 1100
+    assert any(w.startswith("MCP_EVENTS_TRUNCATED") for w in decoded["warnings"])
+    assert decoded_summary["data"]["decoded_count"] == 1100 and "events" not in decoded_summary["data"]
+    assert j1939["ok"] and j1939["data"]["dm1_count"] == 10 and j1939["data"]["pgn_filter"] == 65226
+    assert obd["ok"] and obd["data"]["vin"] == "TMBZZZ0X0NY000001"
+    assert leaf["ok"] and len(leaf["data"]["events"]) == 5 and leaf["data"]["request_id"] == 0x79B
+    for refused in (dotdot, absolute):
+        assert error_codes(refused) == ["MCP_PATH_NOT_ALLOWED"], refused
+    assert "Traceback" not in stderr
+
+
+def test_stdio_paths_cannot_leave_the_allowed_directory(tmp_path):
+    root = tmp_path / "recordings"
+    root.mkdir()
+    (root / "inside.log").write_bytes((CAPTURES / "obd2_skoda_7e0_7e8.log").read_bytes()[:4000])
+    (root / "escape.log").symlink_to(CAPTURES / "obd2_skoda_7e0_7e8.log")   # a link that leads out
+    (root / "etc").symlink_to("/etc", target_is_directory=True)
+    calls = [("capture_summary", {"file": "inside.log"}), ("capture_summary", {"file": "escape.log"}),
+             ("capture_summary", {"file": "etc/hostname"}), ("capture_summary", {"file": "sub/../../x.log"}),
+             ("capture_summary", {"file": "-x"})]
+    results, _ = over_stdio(["--files", str(root)], calls, tmp_path)
+    inside, escape, etc, dotdot, option = (r.structured_content for r in results)
+    assert inside["ok"] and inside["data"]["frame_count"] > 10
+    assert [error_codes(e) for e in (escape, etc, dotdot)] == [["MCP_PATH_NOT_ALLOWED"]] * 3
+    assert error_codes(option) == ["INVALID_ARGUMENTS"]
+    [no_files], _ = over_stdio([], calls[:1], tmp_path)
+    assert error_codes(no_files.structured_content) == ["MCP_FILES_NOT_ALLOWED"]
+
+
+def test_file_tools_argv_check(tmp_path):
+    policy = mcp_server.ServerPolicy(file_roots=(CAPTURES,))
+    spec = mcp_server.TOOLS["capture_summary"]
+    good = ["capture", "--file", str(CAPTURES / "j1939_truck_idle.log"), "--summary", "--json"]
+    mcp_server.check_argv(spec, good, policy)  # does not raise
+    for bad in (["capture", "vcan0", "--summary", "--json"],                       # a channel: a live capture
+                ["capture", "--file", "/etc/hostname", "--summary", "--json"],      # outside the roots
+                ["capture", "--file", str(CAPTURES / "j1939_truck_idle.log"), "--count", "5", "--json"],
+                good[:-1] + ["send", "--json"]):
+        with pytest.raises(UserInputError) as caught:
+            mcp_server.check_argv(spec, bad, policy)
+        assert caught.value.code == "REFERENCE_ONLY_TOOL_VIOLATION", bad
+
+
+def test_serve_refuses_a_files_directory_that_does_not_exist(tmp_path):
+    result = run_cli("mcp", "serve", "--files", str(tmp_path / "missing"))
+    assert result.code == 1 and result.out.startswith("error: MCP_FILES_INVALID")
+    result = run_cli("mcp", "serve", "--allow-active", "-x")
+    assert result.code == 1

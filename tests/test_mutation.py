@@ -22,7 +22,8 @@ import pytest
 
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
-from canarchy.testing.lanes import manifest, mutation
+from canarchy.testing.isolation.tree import WHOLE, changes, snapshot
+from canarchy.testing.lanes import mutation
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.netns import NetnsSupport
 from canarchy.testing.lanes.project import load_project
@@ -112,7 +113,7 @@ def _run(project: Path, mutation_path: Path, timeout: float = 120) -> mutation.M
 
 def assert_tree_untouched(project: Path, before: dict, temp_root: Path) -> None:
     """The working tree is byte-identical and no temporary copy is left."""
-    assert manifest.diff_manifests(before, manifest.manifest(project)) == []
+    assert changes(before, snapshot(project, walk=WHOLE)) == []
     assert list(temp_root.iterdir()) == []
 
 
@@ -177,7 +178,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
         definitions.append(mutation.load_mutation(path))
     temp_root = base / "tmproot"
     temp_root.mkdir()
-    before = manifest.manifest(repo)
+    before = snapshot(repo, walk=WHOLE)
     lines: list[str] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tempfile, "tempdir", str(temp_root))
@@ -335,7 +336,7 @@ def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(proj
     temp_root.mkdir()
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
-    before = manifest.manifest(project)
+    before = snapshot(project, walk=WHOLE)
     env = lane_env.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": str(REPO)})
     runner = subprocess.Popen(
         [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project), "mutation", str(path)],
@@ -368,7 +369,7 @@ def test_a_timeout_cannot_decide_and_cleans_up(project, temp_root, tmp_path):
     """A killer that outlives the per-run timeout: cannot decide, child stopped, copy removed, tree untouched."""
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
-    before = manifest.manifest(project)
+    before = snapshot(project, walk=WHOLE)
     result = _run(project, path, timeout=3)
     assert result.status == "cannot decide" and "ran over 3 s" in result.reason
     assert_tree_untouched(project, before, temp_root)
@@ -520,5 +521,8 @@ def test_the_registry_covers_every_protection():
         "issue-530", "reference-no-transport", "active-ack-gate", "iso-home-redirect", "iso-test-home",
         "iso-canarchy-scrub", "iso-can-scrub", "iso-import-time-redirect", "iso-session-layer",
         "iso-guard-by-name", "iso-guard-class", "iso-unswallowable-refusal", "iso-child-guard",
-        "iso-sentinel", "iso-test-cwd", "iso-env-restore",
+        "iso-sentinel", "iso-test-cwd", "iso-env-restore", "iso-access-guard", "iso-access-children",
+        "iso-containment", "iso-putenv", "iso-environ-replaced", "iso-python-can-globals", "iso-signal-handlers",
+        "iso-umask", "iso-stale-bus", "iso-import-time-containers", "iso-stuck", "iso-earliest-start",
+        "iso-required-import", "iso-stray-config",
     } <= names

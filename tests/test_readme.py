@@ -32,6 +32,7 @@ import pytest
 
 from canarchy.cli import main
 from canarchy.simulator import SimulatedEcu
+from tests.test_bus import receivers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,7 +140,9 @@ def _record(virtual: str) -> list[tuple[int, bytes]]:
     sent = []
     with can.Bus(channel=virtual, interface="virtual", ignore_config=True) as peer:
         thread.start()
-        time.sleep(0.5)
+        while receivers(virtual) < 2:  # the capture's bus is open (it sees only what is sent after)
+            assert thread.is_alive(), outcome
+            time.sleep(0.01)
         for index in range(12):
             arbitration_id = (0x7E0, 0x7E8, 0x123)[index % 3]
             message = can.Message(arbitration_id=arbitration_id, data=bytes([index]) * 8, is_extended_id=False)

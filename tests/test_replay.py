@@ -18,6 +18,7 @@ import pytest
 from canarchy import replay, transport
 from canarchy.transport import CanFrame
 from tests.helpers import run_cli
+from tests.test_bus import peer  # noqa: F401  (the fixture: a peer on the test's virtual channel)
 
 #: Receive timestamps and the scheduler's clock are different clocks read at slightly
 #: different moments: a frame may appear this much before its slot.
@@ -33,14 +34,6 @@ RECORDING = """\
 OFFSETS = [0.0, 0.05, 0.10, 0.10, 0.30]
 FRAMES = [(0x123, False, "11"), (0x18FEF100, True, "f7000004000000ff"), (0x7E0, False, "0210010000000000"),
           (0x123, False, ""), (0x456, False, "000102030405060708090a0b")]
-
-
-@pytest.fixture
-def peer(monkeypatch, virtual_channel):
-    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
-    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as bus:
-        yield bus
 
 
 @pytest.fixture

@@ -77,11 +77,14 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="stop after S seconds without a frame (default: [transport].capture_timeout, else none)")
     add_filter_argument(p)
     p.add_argument("--output", dest="output_file", metavar="FILE",
-                   help="also write the frames to FILE as they come: .log (candump -l), .asc, .blf, .trc, .csv")
+                   help="also write the frames to FILE as they come: .log (candump -l), .asc, .blf, .trc, .csv "
+                        "(with --file: convert a recording)")
     p.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
                         ".csv, canarchy's .jsonl/.json ...); --count defaults to every frame")
+    p.add_argument("--summary", action="store_true",
+                   help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     add_bus_arguments(p)
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames,
                    no_interface_ok=lambda a: a.file is not None)
@@ -165,6 +168,9 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     """``capture CHANNEL``: frames as they arrive until --count, --duration, --idle-timeout, Ctrl+C or SIGTERM."""
     if args.file is not None:
         return _capture_file(args)
+    if args.summary:
+        raise UserInputError("INVALID_ARGUMENTS", "capture: --summary summarises a file; give --file PATH.",
+                             "Use `capture --file PATH --summary`, or drop --summary to capture from the channel.")
     from canarchy.capture_writer import CaptureWriter
     from canarchy.transport import CAPTURE_POLL_S, SourceEnded, build_backend, transport_backend_config
 
@@ -177,8 +183,10 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     count = 0
     stopped_by = "SIGINT"
     started = last = time.monotonic()
+    opened = False
     try:
         with _sigterm_interrupts(), backend.receiver(args.interface, filters) as recv:
+            opened = True
             while True:
                 now = time.monotonic()
                 if limit is not None and count >= limit:
@@ -211,7 +219,7 @@ def _capture(args: argparse.Namespace) -> CommandResult:
         stopped_by = "SIGTERM" if str(exc) == "SIGTERM" else "SIGINT"
     finally:
         if writer is not None:
-            writer.close()  # the frames so far stand, however the capture ended
+            writer.close(keep=opened)  # the frames so far stand, however the capture ended; no bus, no file
     data = {"interface": args.interface, "interface_source": args.interface_source, "frame_count": count,
             "stopped_by": stopped_by, "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
             "duration_s": duration, "idle_timeout_s": idle, "filters": [f.to_payload() for f in filters],
@@ -254,31 +262,67 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     if args.interface_source == "cli":
         raise UserInputError("INVALID_ARGUMENTS", f"capture: give a channel ({args.channel}) or --file, not both.",
                              "Drop the channel to read the file, or drop --file to capture from the channel.")
+    for flag, value in (("--duration", args.duration), ("--idle-timeout", args.timeout)):
+        if value is not None:
+            raise UserInputError("INVALID_ARGUMENTS", f"capture: {flag} applies to a bus, not to --file.",
+                                 "Use --count to read part of a recording, or drop the option.")
     limit = None
     if args.count is not None:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
+    filters = parse_filters(args.filter)
     capture = open_capture(args.file)
+    if args.summary:
+        return _capture_summary(args, capture, limit)
+    from canarchy.capture_writer import CaptureWriter
+    from canarchy.transport import frame_passes
+
+    writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # a conversion
     source = f"file:{args.file}"
     streaming = getattr(args, "output", "text") == "jsonl"
     events = []
     count = 0
-    for frame in capture:
-        if limit is not None and count >= limit:
-            break
-        count += 1
-        event = make_event("frame", frame.to_payload(), source=source, timestamp=frame.timestamp)
-        if streaming:
-            args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-        else:
-            events.append(event)
+    try:
+        for frame in capture:
+            if limit is not None and count >= limit:
+                break
+            if not frame_passes(frame, filters):
+                continue
+            count += 1
+            if writer is not None:
+                writer.write(frame)
+            event = make_event("frame", frame.to_payload(), source=source, timestamp=frame.timestamp)
+            if streaming:
+                args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+            else:
+                events.append(event)
+    finally:
+        if writer is not None:
+            writer.close()
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
-            "frame_count": count}
+            "frame_count": count, "filters": [f.to_payload() for f in filters],
+            "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
+                                                   "frames_written": writer.frame_count}}
+    warnings = capture.all_warnings() + ([] if writer is None else writer.warnings())
     if streaming:
         args.stdout.flush()
         # Events are out; the closing line is the envelope (frame_count, warnings).
-        return CommandResult(data=data, warnings=capture.all_warnings())
-    return CommandResult(data=data, warnings=capture.all_warnings(), events=events)
+        return CommandResult(data=data, warnings=warnings)
+    return CommandResult(data=data, warnings=warnings, events=events)
+
+
+def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:
+    """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of the file."""
+    from canarchy.capture_stats import CaptureStats
+
+    stats = CaptureStats()
+    for frame in capture:
+        if limit is not None and stats.frame_count >= limit:
+            break
+        stats.feed(frame)
+    data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
+            "summary": True, **stats.to_dict()}
+    return CommandResult(data=data, warnings=capture.all_warnings())
 
 
 def _frame_to_send(args: argparse.Namespace):
@@ -321,6 +365,10 @@ def _send(args: argparse.Namespace) -> CommandResult:
 
 
 def _render_frames(result: CommandResult) -> str:
+    if result.data.get("summary"):
+        from canarchy.capture_stats import render_ids
+
+        return render_ids(result.data)
     from canarchy.frame_syntax import frame_line
 
     data = result.data

@@ -2,7 +2,9 @@
 
 The server itself is :mod:`canarchy.mcp_server`; this module only registers
 the command and imports it (and the MCP SDK) when the command runs, so no
-other command pays for the SDK. Tools, schemas and safety: ``docs/mcp.md``.
+other command pays for the SDK. ``--files DIR`` lets the file tools read
+recordings under DIR; ``--allow-active CHANNEL`` lets the active tools
+transmit on CHANNEL (neither by default). Tools, schemas and safety: ``docs/mcp.md``.
 
 stdout belongs to the protocol: the command prints nothing of its own there,
 and ``--json``/``--jsonl`` are refused (``INVALID_ARGUMENTS``) before the
@@ -25,6 +27,10 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     sub.required = True
     p = sub.add_parser("serve", parents=[parent],
                        help="serve canarchy's tools over MCP on stdin/stdout (stops on EOF, SIGINT, SIGTERM)")
+    p.add_argument("--files", action="append", default=[], metavar="DIR",
+                   help="let the file tools read recordings under DIR (repeatable; default: no files)")
+    p.add_argument("--allow-active", action="append", default=[], metavar="CHANNEL",
+                   help="let the active tools transmit on CHANNEL (repeatable; default: on none)")
     p.set_defaults(command="mcp serve", handler=_serve, render_text=_render_text)
 
 
@@ -36,10 +42,13 @@ def _serve(args: argparse.Namespace) -> CommandResult:
             f"`mcp serve` speaks MCP on stdout; --{output} does not apply.",
             "Run `canarchy mcp serve` without an output flag; each tool answers with a JSON envelope.",
         )
+    from canarchy.mcp_server import ServerPolicy
+
+    policy = ServerPolicy.build(args.files, args.allow_active)
     try:
         from canarchy import mcp_server
 
-        stopped_by = mcp_server.serve_stdio()
+        stopped_by = mcp_server.serve_stdio(policy)
     except ModuleNotFoundError as exc:
         if not (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
             raise

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from canarchy.testing.isolation.sandbox import OPERATOR_STATE
+from canarchy.testing.isolation.tree import OPERATOR_STATE
 
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
@@ -44,6 +44,9 @@ FIXES = (
     "write to pytest's tmp_path (or tmp_path_factory)",
     "if the test must see the operator's real home, mark it @pytest.mark.real_home and run it with -m real_home",
 )
+# The file system calls the guard makes itself, bound once: a test that patches os.scandir or
+# os.lstat (to count calls) sees only its own, and cannot steer the guard.
+_scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
 _WINDOWS = os.name == "nt"
 _SEP = os.sep
 _FOLD_CASE = sys.platform in ("win32", "darwin")  # file systems that ignore case by default
@@ -143,7 +146,7 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     ``environ`` (the one pytest started with) and whose account database home
     is ``account_home`` (:func:`account_database_home`).
 
-    Refused: in each home the names the sentinel hashes (``sandbox.OPERATOR_STATE``) and
+    Refused: in each home the operator-state names (``tree.OPERATOR_STATE``) and
     ``AppData/Roaming/can.ini``;
     ``%APPDATA%/can.ini``, ``/etc/can.conf``, ``can.ini`` in ``cwd`` (the
     operator's working directory, default the current one), and every file in
@@ -553,13 +556,13 @@ class AccessGuard:
         existing directory), then the final component, followed when ``follow`` and a symlink."""
         dirs = self._dirs
         if _WINDOWS or text[:1] != _SEP:
-            text = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)  # not abspath: it folds '..'
+            text = text if os.path.isabs(text) else os.path.join(_getcwd(), text)  # not abspath: it folds '..'
             head, name = os.path.split(text)
         else:
             cut = text.rfind(_SEP)
             head, name = text[:cut] or _SEP, text[cut + 1:]
         if not name or name == os.curdir or name == os.pardir:
-            return self._directory(text) if follow else _normcase(os.path.realpath(text))
+            return self._directory(text) if follow else _normcase(_realpath(text))
         directory = dirs.get(head)
         if directory is None:
             directory = self._directory(head)
@@ -570,18 +573,18 @@ class AccessGuard:
                 links = self._scan_links(directory)
             if links is None:  # not listed: ask the file system
                 try:
-                    if stat.S_ISLNK(os.lstat(path).st_mode):
-                        path = _normcase(os.path.realpath(path))
+                    if stat.S_ISLNK(_lstat(path).st_mode):
+                        path = _normcase(_realpath(path))
                 except OSError:
                     pass
             elif (name.casefold() if _FOLD_CASE else name) in links:
-                path = _normcase(os.path.realpath(path))
+                path = _normcase(_realpath(path))
         return path
 
     def _directory(self, text: str) -> str:
         """``realpath(text)``, remembered when it is an existing directory."""
-        resolved = _normcase(os.path.realpath(text))
-        if os.path.isdir(resolved):
+        resolved = _normcase(_realpath(text))
+        if _isdir(resolved):
             if len(self._dirs) >= _CACHED:
                 self._dirs.clear()
             self._dirs[text] = resolved
@@ -592,7 +595,7 @@ class AccessGuard:
         when it cannot be listed or is too large to remember."""
         names = []
         try:
-            with os.scandir(directory) as entries:
+            with _scandir(directory) as entries:
                 for count, entry in enumerate(entries):
                     if count >= _CACHED:
                         return None
@@ -609,8 +612,21 @@ class AccessGuard:
 GUARD = AccessGuard()
 
 
+#: Other watchers of audit events, sharing the one hook (an audit hook costs on every event of
+#: the process): event -> callbacks ``callback(args)``, called whether or not the guard is enabled.
+_OBSERVERS: dict[str, list[Callable[[tuple], None]]] = {}
+_EVENTS: set[str] = set(JUDGED_EVENTS)
+
+
+def observe(event: str, callback: Callable[[tuple], None]) -> None:
+    """Call ``callback(args)`` on every ``event`` from now on (once :func:`install` has run)."""
+    _OBSERVERS.setdefault(event, []).append(callback)
+    _EVENTS.add(event)
+
+
 def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
-    events = JUDGED_EVENTS
+    events = _EVENTS
+    observers = _OBSERVERS
     relinking = _RELINKING
     local = guard._local
     audit = guard._audit
@@ -619,6 +635,12 @@ def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
     def hook(event: str, args: tuple) -> None:
         if event not in events:  # the fast path: every audited event of the process comes here
             return
+        watchers = observers.get(event)
+        if watchers is not None:
+            for watcher in watchers:
+                watcher(args)
+            if event not in JUDGED_EVENTS:
+                return
         if event in relinking:
             forget()
         if not guard.enabled or getattr(local, "busy", False):

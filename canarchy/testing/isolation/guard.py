@@ -93,7 +93,7 @@ class BusGuard:
         self.owner = "<outside any test>"
         self.refusals: list[Refusal] = []
         self.report_dir: Path | None = None
-        self._created: list[weakref.ReferenceType] = []
+        self._created: list[tuple[weakref.ReferenceType, str]] = []
         self._lock = threading.Lock()
         self._counter = 0
 
@@ -143,17 +143,17 @@ class BusGuard:
 
     # -- tracking ------------------------------------------------------------
     def track(self, bus: Any) -> None:
-        """Remember a bus that was let through (weakly)."""
-        self._created.append(weakref.ref(bus))
+        """Remember a bus that was let through (weakly), and who opened it (:attr:`owner`)."""
+        self._created.append((weakref.ref(bus), self.owner))
 
-    def take_unclosed(self) -> list[Any]:
-        """Return the tracked buses that are still open and forget all tracked buses."""
+    def take_unclosed(self) -> list[tuple[Any, str]]:
+        """Return ``(bus, who opened it)`` for the tracked buses still open; forget all tracked buses."""
         created, self._created = self._created, []
         open_buses = []
-        for ref in created:
+        for ref, owner in created:
             bus = ref()
             if bus is not None and not getattr(bus, "_is_shutdown", True):
-                open_buses.append(bus)
+                open_buses.append((bus, owner))
         return open_buses
 
     # -- the checks --------------------------------------------------------

@@ -1,57 +1,32 @@
-"""canarchy's hermetic pytest plugin.
+"""canarchy's hermetic pytest plugin: load it with ``-p canarchy.testing.isolation.plugin``.
 
-Activate it explicitly in a conftest.py::
-
-    pytest_plugins = ["canarchy.testing.isolation.plugin"]
-
-Layers (``docs/design/test-isolation.md``):
-
-1. Session (``pytest_configure``, before collection imports any test module):
-   the process moves into a disposable session home, ``CANARCHY_*`` and
-   python-can's ``CAN_*`` variables are removed, children inherit the bus
-   guard (PYTHONPATH hook), and the bus guard is on. Collection, import-time
-   constants and module/class/session-scoped fixtures all see this.
-2. Per test (``isolate_canarchy_state``, autouse): a fresh, empty home and
-   working directory, the variables removed again, import-time paths
-   re-pointed, ``can.rc`` emptied; everything restored afterwards, so what a
-   test sets in ``os.environ`` does not reach the next one.
-3. Bus guard (``forbid_real_can_bus``, autouse): only python-can's
-   ``virtual`` interface; a refusal fails the test even if it was caught; a
-   bus left open fails the test.
-4. Markers: ``integration`` (real environment and real bus), ``real_bus``
-   (guard off, home isolated), ``real_home`` (the operator's home and
-   environment, guard on); each deselected unless the ``-m`` expression
-   names it, so a plain ``pytest`` touches nothing of the operator's.
-5. Network (``canarchy_network_namespace = true`` in the ini file; Linux,
-   root): the session moves into a private network namespace holding only
-   ``lo`` before anything else runs, so even a child process the guard
-   cannot reach finds no CAN interface (``canarchy.testing.isolation.network``).
-6. Sentinel: the operator's canarchy/python-can state (from the first
-   configure hook) and the checkout (from session start, after every plugin
-   has set up) are hashed and compared after the run; any change fails it.
+Named with ``-p`` (in ``addopts``), its session layer starts in
+``pytest_load_initial_conftests``, before any conftest is imported; loaded
+by a conftest's ``pytest_plugins`` only, in ``pytest_configure``. The layers,
+their requirements and tests: ``docs/design/test-isolation.md``; the options
+an adopting project sets: ``docs/adopting.md``.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
 import logging
 import os
 import re
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
-from canarchy.testing.isolation import network as _network
-from canarchy.testing.isolation.sandbox import (
-    CHECKOUT_IGNORED,
-    OPERATOR_STATE,
-    EnvironmentSnapshot,
-    Sandbox,
-    apply_environment,
-    manifest,
-    manifest_diff,
-)
+from canarchy.testing.isolation.procstate import STATE as _STATE
+from canarchy.testing.isolation import tree as _tree
+from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
+from canarchy.testing.isolation.settings import Settings, add_options
 
 MARKERS = {
     "integration": "uses the real environment and a real CAN bus; deselected unless -m names it",
@@ -60,16 +35,21 @@ MARKERS = {
     "real_home": "sees the operator's real home and environment; the bus guard stays on; "
                  "deselected unless -m names it",
 }
+#: JUnit test-suite property naming each test the plugin deselected (lanes read it, not pytest's summary).
+DESELECTED_PROPERTY = "canarchy_deselected"
+#: JUnit test-case property naming each write a test made into the checkout.
+CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
+REQUIRED_MODULE = "canarchy.testing.required"
+
 _CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
-_SANDBOX = pytest.StashKey[Sandbox]()
-_SENTINEL = pytest.StashKey[dict]()
 _BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
+_START_UP = "<pytest start-up, before collection>"
+_CONFTESTS = "<import of the initial conftest.py files>"
 
 
 class _ShutdownRecords(logging.Handler):
-    """Collects python-can's "was not properly shut down" log records
-    (a log record from ``BusABC.__del__``, not a warning)."""
+    """python-can's "was not properly shut down" log records (from ``BusABC.__del__``: not a warning)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -88,38 +68,46 @@ class _ShutdownRecords(logging.Handler):
 _SHUTDOWN_RECORDS = _ShutdownRecords()
 
 
+@dataclass
+class _Run:
+    """The session layer of one pytest process."""
+
+    settings: Settings
+    sandbox: Sandbox
+    started: str
+    homes: list[str]
+    guarded: list[str]
+    containment: _containment.Report | None = None
+    network_note: str = ""
+    header: list[str] = field(default_factory=list)
+    home_before: dict | None = None
+    checkout_before: dict | None = None
+    writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
+    problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
+
+
+_RUN = pytest.StashKey[_Run]()
 _ACTIVE: list[Sandbox] = []
 
 
 def active_sandbox() -> Sandbox | None:
-    """The :class:`Sandbox` of the pytest run configured in this process, or
-    None when the plugin is not active here (not loaded, disabled with
-    ``-p no:``, or the run is over). For helpers that must refuse to write
-    anywhere but a disposable home."""
+    """The :class:`Sandbox` of the pytest run configured in this process, or None when the
+    plugin is not active here. For helpers that must refuse to write anywhere but a disposable home."""
     return _ACTIVE[0] if _ACTIVE else None
-
-
-def _sandbox(config: pytest.Config) -> Sandbox:
-    return config.stash[_SANDBOX]
 
 
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-# -- session layer ------------------------------------------------------------------
+def _markexpr(config: pytest.Config) -> str:
+    try:
+        return config.getoption("markexpr", "") or ""
+    except (AttributeError, ValueError):
+        return getattr(config.known_args_namespace, "markexpr", "") or ""
 
-NETWORK_INI = "canarchy_network_namespace"
-_NETWORK = pytest.StashKey[tuple]()  # (entered, header note)
 
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini(
-        NETWORK_INI, type="bool", default=False,
-        help="canarchy: run the session in a private network namespace holding only loopback "
-             "(Linux, root; skipped when -m names integration or real_bus)",
-    )  # fmt: skip
-
+# -- the -m expression ------------------------------------------------------------------
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 
@@ -175,42 +163,110 @@ def asks_for(markexpr: str, marker: str) -> bool:
     return found
 
 
-def _private_network(config: pytest.Config, wanted: bool | None = None) -> None:
-    """Enter a private network namespace if ``wanted`` (default: the ini
-    option) and the run does not select tests that use a real bus; keep the
-    header note (and whether it was entered) in the config's stash."""
-    if not (config.getini(NETWORK_INI) if wanted is None else wanted):
-        entered, note = False, f"the host's ({NETWORK_INI} is off)"
-    elif named := [n for n in ("integration", "real_bus") if asks_for(config.getoption("markexpr", "") or "", n)]:
-        entered, note = False, f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
-    else:
-        entered, note = _network.enter_private_network()
-    config.stash[_NETWORK] = (entered, note)
+# -- the session layer --------------------------------------------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """The earliest start: before the initial conftest.py files are imported (an xdist worker
+    waits for ``pytest_configure``: the controller's view of the operator arrives there)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _start(early_config, "before the initial conftests are imported")
+        _set_owners(_CONFTESTS)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    if not _is_worker(config):  # xdist workers start later, inside it
-        _private_network(config)
-    operator_env = config.workerinput.get("canarchy_operator_env") if _is_worker(config) else None
-    sandbox = Sandbox(operator_env)
+    if _RUN not in config.stash:
+        late = "in this pytest-xdist worker" if _is_worker(config) else (
+            "at pytest_configure: a conftest loaded the plugin, so the top of the initial conftests ran "
+            "outside it (load it with -p canarchy.testing.isolation.plugin for the earliest start)")
+        _start(config, late)
+    _set_owners(_START_UP)
+    _check_configuration(config)
+
+
+def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
+    writable = {str(config.rootpath), tempfile.gettempdir(), str(run.sandbox.root)}
+    basetemp = getattr(config.known_args_namespace, "basetemp", None)
+    if basetemp:
+        writable.add(os.path.abspath(basetemp))
+    covered = run.guarded if run.settings.containment else []
+    read_only = [h for h in run.homes if os.path.dirname(h) != h] if run.settings.containment else []
+    return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network)
+
+
+def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
+    if not (settings.network_namespace if wanted is None else wanted):
+        return False, "the host's (canarchy_network_namespace is off)"
+    named = [n for n in ("integration", "real_bus") if asks_for(_markexpr(config), n)]
+    if named:
+        return False, f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
+    return True, ""
+
+
+def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None = None,
+                       mounts: bool | None = None) -> None:
+    """Enter the namespaces the options ask for (once; never in an xdist worker: it inherits them)."""
+    if run.containment is not None or _is_worker(config):
+        return
+    if mounts is not None:
+        run.settings = Settings(**{**run.settings.__dict__, "containment": mounts})
+    want_network, note = _network_wanted(config, run.settings, network)
+    if not (run.settings.containment or want_network):
+        run.network_note = note or "the host's"
+        return
+    with _access.GUARD.exempt():
+        run.containment = _containment.enter(_containment_plan(config, run, want_network))
+    run.network_note = note if not want_network else (
+        "a private namespace (loopback only)" if run.containment.protection("network") and
+        run.containment.protection("network").in_force else f"the host's ({run.containment.reason})")
+
+
+def _start(config: pytest.Config, where: str) -> None:
+    """Move this process into the disposable session home behind the guards (once)."""
+    settings = Settings.from_config(config)
+    operator_env = config.workerinput["canarchy_operator_env"] if _is_worker(config) else dict(os.environ)
+    account_home = _access.account_database_home()
+    homes = _access.operator_homes(operator_env, account_home)
+    sandbox = Sandbox(operator_env, scrub_prefixes=settings.scrub_prefixes, scan_packages=settings.scan_packages,
+                      account_home=account_home)
+    run = _Run(settings, sandbox, where, homes, settings.guarded_under(homes))
+    config.stash[_RUN] = run
     _ACTIVE[:] = [sandbox]
-    config.stash[_SANDBOX] = sandbox
     if not _is_worker(config):
-        config.stash[_SENTINEL] = {"home": manifest(sandbox.real_home, OPERATOR_STATE)}
+        run.home_before = _guarded_manifest(run)  # before the containment hides the real files
+    _enter_containment(config, run)
+    protection = _access.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
+    protection = _access.Protection(
+        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])), read_only=protection.read_only,
+        writable=(*protection.writable, str(sandbox.root)), watched=(str(config.rootpath),))
+    _access.GUARD.configure(protection)
+    _access.GUARD.report_dir = sandbox.refusal_dir
+    _access.GUARD.owner = _START_UP
+    _STATE.expected_python_can = sandbox.python_can_expected
+    _access.observe("os.putenv", _STATE.on_putenv)
+    _access.observe("os.unsetenv", _STATE.on_unsetenv)
+    _access.install()
+    _access.GUARD.enabled = True
     pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
-    if sandbox.operator_env.get("PYTHONPATH"):
-        pythonpath.append(sandbox.operator_env["PYTHONPATH"])
+    if operator_env.get("PYTHONPATH"):
+        pythonpath.append(operator_env["PYTHONPATH"])
     sandbox.enter_session({
         # an xdist worker's own identity (PYTEST_XDIST_WORKER, ...) is not the controller's
         **{k: v for k, v in os.environ.items() if k.startswith("PYTEST_XDIST_")},
+        **_access.GUARD.to_environment(),
         "PYTEST_CANARCHY_GUARD": "1",
         "PYTEST_CANARCHY_GUARD_DIR": str(sandbox.refusal_dir),
         "PYTHONPATH": os.pathsep.join(pythonpath),
     })
-    _guard.GUARD.owner = _BETWEEN_TESTS
+    _STATE.changed_between_tests()  # the session's own environment is not a test's doing
+    _guard.GUARD.owner = _START_UP
     _guard.GUARD.report_dir = sandbox.refusal_dir
     _guard.GUARD.enabled = True
     _guard.install()
@@ -218,73 +274,146 @@ def pytest_configure(config: pytest.Config) -> None:
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
 
 
+def _guarded_manifest(run: _Run) -> dict:
+    """The operator's guarded paths (as the sentinel compares them), keyed by path."""
+    found: dict = {}
+    with _access.GUARD.exempt():
+        for path in run.guarded:
+            base, name = os.path.split(path)
+            found.update({os.path.join(base, k): v for k, v in _tree.snapshot(base, only=[name]).items()})
+    return found
+
+
+def _check_configuration(config: pytest.Config) -> None:
+    """Name a pytest configuration that shadows the project's own (a stray pytest.ini, tox.ini or
+    setup.cfg section) in the header, and refuse it when it loses the plugin's settings."""
+    run = config.stash[_RUN]
+    inipath = config.inipath
+    if inipath is None:
+        return
+    for directory in (inipath.parent, *inipath.parent.parents):
+        own = directory / "pyproject.toml"
+        if own == inipath:
+            return
+        if own.is_file():
+            try:
+                import tomllib
+
+                table = tomllib.loads(own.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {}).get(
+                    "ini_options")
+            except (OSError, ValueError):
+                return
+            if not table:
+                continue
+            run.header.append(f"configuration: {inipath} shadows {own}'s [tool.pytest.ini_options]")
+            lost = sorted(k for k in table if k.startswith("canarchy_") and config.getini(k) != table[k])
+            addopts = " ".join(table.get("addopts", []) if isinstance(table.get("addopts"), list)
+                               else [str(table.get("addopts", ""))])
+            if "canarchy.testing.isolation.plugin" in addopts and "canarchy.testing.isolation.plugin" not in " ".join(
+                    config.getini("addopts")):
+                lost.append("addopts (-p canarchy.testing.isolation.plugin)")
+            if lost:
+                raise pytest.UsageError(
+                    f"{inipath} shadows the project's configuration in {own} and loses canarchy's isolation "
+                    f"settings ({', '.join(lost)}): remove the stray file, or give it the same settings")
+            return
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """pytest-xdist: hand each worker the operator's environment (the
-    controller's own was already scrubbed)."""
-    node.workerinput["canarchy_operator_env"] = _sandbox(node.config).operator_env
+    """pytest-xdist: hand each worker the operator's environment (the controller's own is scrubbed)."""
+    node.workerinput["canarchy_operator_env"] = node.config.stash[_RUN].sandbox.operator_env
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    sandbox = config.stash.get(_SANDBOX, None)
-    if sandbox is None:
+    run = config.stash.get(_RUN, None)
+    if run is None:
         return
     _guard.GUARD.enabled = False
     _guard.GUARD.report_dir = None
+    _access.GUARD.enabled = False
+    _access.GUARD.report_dir = None
     logging.getLogger("can.bus").removeHandler(_SHUTDOWN_RECORDS)
-    apply_environment(sandbox.operator_env)
-    sandbox.restore_python_can()
-    sandbox.cleanup()
+    _STATE.quietly_apply(run.sandbox.operator_env)
+    run.sandbox.restore_python_can()
+    run.sandbox.cleanup()
     _ACTIVE.clear()
 
 
-def require_private_network(config: pytest.Config) -> None:
-    """For a project's conftest.py (``pytest_configure``): enter the private
-    network namespace even when the ini option was lost (``-c`` naming another
-    configuration file). A no-op when the run is already in one, when ``-m``
-    asks for tests that use a real bus, in xdist workers (they inherit it), and
-    where the machine does not allow it (the header says why)."""
-    if _is_worker(config) or config.stash.get(_NETWORK, (False, ""))[0]:
-        return
-    _private_network(config, wanted=True)
+def require_containment(config: pytest.Config) -> None:
+    """For a project's conftest.py (``pytest_configure``): enter the containment and the
+    private network namespace even when the ini options were lost (``-c`` naming another
+    configuration file). A no-op where they are in force already, in xdist workers, when
+    ``-m`` asks for tests that use a real bus (for the network), and where the machine does
+    not allow it (the header says why)."""
+    run = config.stash.get(_RUN, None)
+    if run is not None:
+        _enter_containment(config, run, network=True, mounts=True)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
-    network = config.stash.get(_NETWORK, None)
-    return f"canarchy isolation: network: {network[1]}" if network is not None else None
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = config.stash.get(_RUN, None)
+    if run is None:
+        return []
+    lines = [f"canarchy isolation: session layer started {run.started}",
+             f"canarchy isolation: network: {run.network_note or 'the host’s'}",
+             "canarchy isolation: access guard: refuses reads and writes of the operator's state "
+             f"({len(run.guarded)} paths) and writes under {', '.join(run.homes) or 'no home'}"]
+    if run.containment is not None:
+        lines += run.containment.header_lines()
+    elif not _is_worker(config):
+        lines.append("canarchy isolation: containment: off (canarchy_containment is false)")
+    return lines + [f"canarchy isolation: {note}" for note in run.header]
+
+
+# -- collection ------------------------------------------------------------------------
+
+def _set_owners(owner: str) -> None:
+    _guard.GUARD.owner = owner
+    _access.GUARD.owner = owner
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:
-    _guard.GUARD.owner = f"<collection of {collector.nodeid or 'the session'}>"
+    _set_owners(f"<collection of {collector.nodeid or 'the session'}>")
+
+
+def _imports_required(path: Path) -> bool:
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return True  # pytest reports a module it cannot read itself
+    return any(isinstance(node, ast.Import) and any(a.name == REQUIRED_MODULE for a in node.names)
+               for node in tree.body)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector):
-    """A bus opened while a module is collected (module-level code) makes that
-    module's collection fail with the guard's message, instead of surfacing
-    later on whichever test runs first."""
+    """A refusal made while a module is collected (module-level code) fails that module's
+    collection with the guard's message; with ``canarchy_require_import``, so does a test
+    module that does not import :data:`REQUIRED_MODULE`."""
     owner = f"<collection of {collector.nodeid or 'the session'}>"
-    _guard.GUARD.owner = owner
+    _set_owners(owner)
     report = yield
-    refusals = _guard.GUARD.take_refusals(owner)
-    if refusals and report.outcome != "failed":
+    messages = [r.message() for r in _guard.GUARD.take_refusals(owner)]
+    messages += [a.message() for a in _access.GUARD.take_refusals(owner)]
+    run = collector.config.stash.get(_RUN, None)
+    if (run is not None and run.settings.require_import and isinstance(collector, pytest.Module)
+            and not _imports_required(collector.path)):
+        messages.append(f"{collector.nodeid} does not import {REQUIRED_MODULE} (canarchy_require_import is on): "
+                        f"add `import {REQUIRED_MODULE}  # noqa: F401` at its top, so it cannot run without "
+                        "the isolation")
+    if messages and report.outcome != "failed":
         report.outcome = "failed"
-        report.longrepr = "\n".join(r.message() for r in refusals)
+        report.longrepr = "\n".join(messages)
     return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect every test carrying an opt-out marker (``integration``,
-    ``real_bus``, ``real_home``: each reaches the operator's bus or home)
-    unless the ``-m`` expression asks for each of the opt-out markers it
-    carries (:func:`asks_for`): ``-m uds`` and ``-m "not integration"``
-    keep them all out; ``-m integration`` lets the integration tests in, and
-    a test marked both ``real_home`` and ``real_bus`` runs only when the
-    expression asks for both (pytest's own ``-m`` filtering then applies as
-    usual). A plain ``pytest`` therefore runs only tests that touch nothing of
-    the operator's."""
-    _guard.GUARD.owner = _BETWEEN_TESTS
-    markexpr = config.getoption("markexpr", "") or ""
+    """Deselect every test carrying an opt-out marker (:data:`MARKERS`) unless the ``-m``
+    expression asks for each of the opt-out markers it carries (:func:`asks_for`): a plain
+    ``pytest`` runs only tests that touch nothing of the operator's."""
+    _set_owners(_BETWEEN_TESTS)
+    markexpr = _markexpr(config)
     asked = {name for name in MARKERS if asks_for(markexpr, name)}
     kept, dropped = [], []
     for item in items:
@@ -293,10 +422,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
         _junit_suite_properties(config, [(DESELECTED_PROPERTY, item.nodeid) for item in dropped])
-
-
-#: JUnit test-suite property naming each test the plugin deselected (lanes read it, not pytest's summary).
-DESELECTED_PROPERTY = "canarchy_deselected"
 
 
 def _junit_suite_properties(config: pytest.Config, properties: list[tuple[str, str]]) -> None:
@@ -314,26 +439,30 @@ def _junit_suite_properties(config: pytest.Config, properties: list[tuple[str, s
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
     """Name the fixture in a refusal made while a wider-scoped fixture is set up."""
-    if fixturedef.scope != "function":
-        previous = _guard.GUARD.owner
-        item = getattr(request, "_pyfuncitem", None)  # the test that needed the fixture
-        needed_by = f", set up for {item.nodeid}" if item is not None else ""
-        _guard.GUARD.owner = f"{fixturedef.scope}-scoped fixture {fixturedef.argname!r}{needed_by}"
-        try:
-            return (yield)
-        finally:
-            _guard.GUARD.owner = previous
-    return (yield)
+    if fixturedef.scope == "function":
+        return (yield)
+    previous = _guard.GUARD.owner
+    item = getattr(request, "_pyfuncitem", None)  # the test that needed the fixture
+    needed_by = f", set up for {item.nodeid}" if item is not None else ""
+    owner = f"{fixturedef.scope}-scoped fixture {fixturedef.argname!r}{needed_by}"
+    # Finalizers run last-in first-out: these two bracket the fixture's own teardown.
+    fixturedef.addfinalizer(lambda: _set_owners(_BETWEEN_TESTS))
+    _set_owners(owner)
+    try:
+        return (yield)
+    finally:
+        fixturedef.addfinalizer(lambda: _set_owners(owner.replace(", set up for", " (teardown), set up for")
+                                                    if needed_by else f"{owner} (teardown)"))
+        _set_owners(previous)
 
 
-# -- per-test layers ----------------------------------------------------------------
+# -- per test ------------------------------------------------------------------------------
 
 _OPT_OUTS = pytest.StashKey[frozenset]()
 
 
 def _opt_outs_of(item: pytest.Item) -> frozenset:
-    """The opt-out markers (:data:`MARKERS`) an item carries, looked up once
-    (at collection) and kept in its stash for the per-test fixtures."""
+    """The opt-out markers (:data:`MARKERS`) an item carries, looked up once."""
     found = item.stash.get(_OPT_OUTS, None)
     if found is None:
         found = item.stash[_OPT_OUTS] = frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
@@ -341,89 +470,128 @@ def _opt_outs_of(item: pytest.Item) -> frozenset:
 
 
 def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
-    """Whether the test carries any of the opt-out ``markers``."""
     return not _opt_outs_of(request.node).isdisjoint(markers)
 
 
 @pytest.fixture(autouse=True)
 def isolate_canarchy_state(request: pytest.FixtureRequest):
-    """Autouse, function scope: give the test a fresh, empty home and working
-    directory; remove ``CANARCHY_*``/``CAN_*``; re-point import-time paths;
-    empty ``can.rc``. Afterwards the environment, working directory and paths
-    are put back as they were, so nothing a test sets reaches the next test.
-
-    Stands down (the operator's environment and home) for ``integration`` and
-    ``real_home`` tests. Yields the test's home directory.
-    """
-    sandbox = _sandbox(request.config)
-    before = EnvironmentSnapshot()
+    """Autouse, function scope: a fresh, empty home and working directory (or the rootdir, with
+    ``canarchy_test_cwd = rootdir``); import-time paths re-pointed; afterwards every variable,
+    signal handler, the umask and python-can's globals put back as they were, and a test that
+    left one changed in a way it should not (``os.putenv``, a replaced ``os.environ``, a handler)
+    fails, named. Stands down (the operator's environment and home) for ``integration`` and
+    ``real_home`` tests. Yields the test's home directory."""
+    run: _Run = request.config.stash[_RUN]
+    sandbox = run.sandbox
     cwd_before = os.getcwd()
     dirs = None
+    for key in _STATE.changed_between_tests():  # left by collection or a wider-scoped fixture
+        if key.startswith(run.settings.scrub_prefixes):
+            _STATE.quietly(key, None)
     if _opts_out(request, "integration", "real_home"):
         env = dict(sandbox.operator_env)
-        if not _opts_out(request, "integration"):
-            env.update({k: v for k, v in os.environ.items() if k.startswith("PYTEST_CANARCHY_") or k == "PYTHONPATH"})
-        apply_environment(env)
+        keep = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_") if _opts_out(request, "integration") else (
+            "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "PYTEST_CANARCHY_", "PYTHONPATH")
+        env.update({k: v for k, v in os.environ.items() if k.startswith(keep)})
+        _STATE.quietly_apply(env)
         sandbox.rebase(sandbox.real_home)
         sandbox.restore_python_can()
         home = sandbox.real_home
     else:
         home, cwd = dirs = sandbox.new_test_dirs()
-        before.scrub()
-        os.environ.update(sandbox.home_environment(home))
+        for key, value in sandbox.home_environment(home).items():
+            _STATE.quietly(key, value)
         sandbox.rebase(home)
         sandbox.scrub_python_can()
-        os.chdir(cwd)
+        os.chdir(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
+    _STATE.begin()
     try:
+        stuck = sandbox.take_stuck()
+        if stuck:
+            pytest.fail("canarchy test isolation: import-time paths under the operator's home that cannot be "
+                        "re-pointed into the test's home (seen while setting up "
+                        f"{request.node.nodeid}):\n" + "\n".join(f"  {s.name} = {s.value!r}: {s.reason}"
+                                                               for s in stuck), pytrace=False)
         yield home
     finally:
+        problems = _STATE.finish()
         os.chdir(cwd_before)
-        before.restore()
+        if dirs is None:
+            _STATE.quietly_apply({**sandbox.session_env, **{k: v for k, v in os.environ.items()
+                                                            if k == "PYTEST_CURRENT_TEST"}})
+        else:
+            for key in HOME_VARIABLES:
+                _STATE.quietly(key, sandbox.session_env.get(key))
         sandbox.rebase(sandbox.session_home)
         sandbox.scrub_python_can()
         if dirs is not None:
             sandbox.release_test_dirs(*dirs)
+    if problems:
+        pytest.fail(f"canarchy test isolation: {request.node.nodeid} " + "; ".join(problems), pytrace=False)
 
 
 @pytest.fixture(autouse=True)
-def forbid_real_can_bus(request: pytest.FixtureRequest):
-    """Autouse, function scope: refuse every python-can bus but ``virtual``
-    while the test runs, and fail the test at teardown if it tried to open
-    one (even if the error was caught), left a bus open, or python-can logged
-    "was not properly shut down". Stands down for ``integration`` and
-    ``real_bus`` tests. Yields the guard (see the ``bus_guard`` fixture).
-    """
-    guard = _guard.GUARD
+def guard_operator_access(request: pytest.FixtureRequest):
+    """Autouse, function scope: while the test runs, refuse every python-can bus but
+    ``virtual`` and every read or write of the operator's state, at the moment of the
+    attempt; at teardown fail the test for a refusal (even one the code under test caught),
+    a bus it left open, or python-can's "was not properly shut down". A bus still open from
+    outside the test (collection, import, a wider-scoped fixture) fails its setup and is shut
+    down. The test's writes into the checkout are recorded in the JUnit report. The bus
+    guard stands down for ``integration`` and ``real_bus`` tests, the access guard for
+    ``integration`` and ``real_home`` tests. Yields the bus guard (see ``bus_guard``)."""
+    run: _Run = request.config.stash[_RUN]
+    bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
-    earlier = guard.take_refusals()
-    guard.take_unclosed()
+    earlier = [r.message() for r in bus.take_refusals()] + [a.message() for a in files.take_refusals()]
+    _remember_writes(run, files.take_watched())
+    stale = bus.take_unclosed()
+    for open_bus, _owner in stale:
+        open_bus.shutdown()
     _SHUTDOWN_RECORDS.take()
-    if earlier:
-        pytest.fail(_report("before this test, outside any test", earlier, [], []), pytrace=False)
-    stand_down = _opts_out(request, "integration", "real_bus")
-    guard.owner = nodeid
-    guard.enabled = not stand_down
+    if earlier or stale:
+        lines = [f"before {nodeid}, outside any test:", *earlier]
+        lines += [f"a python-can bus {type(b).__name__}({getattr(b, 'channel_info', '?')}) opened by {owner} was "
+                  f"still open when {nodeid} started: shut it down where it was opened (it is shut down now, "
+                  "so none of its frames reach this test)" for b, owner in stale]
+        pytest.fail("\n".join(lines), pytrace=False)
+    bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
+    _set_owners(nodeid)
+    bus.enabled, files.enabled = not bus_down, not files_down
     try:
-        yield guard
+        yield bus
     finally:
-        guard.enabled = True
-        guard.owner = _BETWEEN_TESTS
-    refusals = guard.take_refusals()
-    unclosed = guard.take_unclosed()
-    for bus in unclosed:
-        bus.shutdown()
+        bus.enabled = files.enabled = True
+        _set_owners(_BETWEEN_TESTS)
+    refusals = [r.message() for r in bus.take_refusals()]
+    refused, watched = files.take()
+    refusals += [a.message() for a in refused]
+    _remember_writes(run, watched)
+    for access in watched:
+        if access.owner == nodeid:
+            request.node.user_properties.append((CHECKOUT_WRITE_PROPERTY, f"{access.operation} {access.resolved}"))
+    unclosed = bus.take_unclosed()
+    for open_bus, _owner in unclosed:
+        open_bus.shutdown()
     records = _SHUTDOWN_RECORDS.take()
-    if stand_down:
+    if bus_down and files_down:
         return
+    if bus_down:
+        unclosed, records = [], []
     if refusals or unclosed or records:
-        pytest.fail(_report(nodeid, refusals, unclosed, records), pytrace=False)
+        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records), pytrace=False)
 
 
-def _report(nodeid: str, refusals: list, unclosed: list, records: list[str]) -> str:
+def _remember_writes(run: _Run, watched: list) -> None:
+    for access in watched:
+        run.writes.setdefault(access.resolved, access.owner)
+
+
+def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str]) -> str:
     parts = []
     if refusals:
-        parts.append(f"{len(refusals)} real CAN bus attempt(s) refused (the error may have been caught):")
-        parts.extend(r.message() for r in refusals)
+        parts.append(f"{len(refusals)} attempt(s) refused (the error may have been caught):")
+        parts.extend(refusals)
     if unclosed:
         parts.append(f"{nodeid} left {len(unclosed)} python-can bus(es) open: "
                      + ", ".join(f"{type(b).__name__}({getattr(b, 'channel_info', '?')})" for b in unclosed)
@@ -435,17 +603,23 @@ def _report(nodeid: str, refusals: list, unclosed: list, records: list[str]) -> 
 
 @pytest.fixture
 def bus_guard():
-    """The bus guard. ``bus_guard.take_refusals()`` returns (and clears) the
-    refusals recorded so far, for tests that expect one."""
+    """The bus guard. ``bus_guard.take_refusals()`` returns (and clears) the refusals recorded
+    so far, for tests that expect one."""
     return _guard.GUARD
+
+
+@pytest.fixture
+def access_guard():
+    """The access guard. ``access_guard.take_refusals()`` returns (and clears) its refusals."""
+    return _access.GUARD
 
 
 _virtual_channels = itertools.count(1)
 
 
 def new_virtual_channel() -> str:
-    """A python-can ``virtual`` channel name not handed out before in this run
-    (the pid keeps xdist workers apart)."""
+    """A python-can ``virtual`` channel name not handed out before in this run (the pid keeps
+    xdist workers apart)."""
     return f"canarchy-test-{os.getpid()}-{next(_virtual_channels)}"
 
 
@@ -458,63 +632,87 @@ def virtual_channel() -> str:
 @pytest.fixture(scope="session")
 def canarchy_sandbox(request: pytest.FixtureRequest) -> Sandbox:
     """The session's :class:`~canarchy.testing.isolation.sandbox.Sandbox` (root, homes, operator env)."""
-    return _sandbox(request.config)
+    return request.config.stash[_RUN].sandbox
 
 
-# -- the sentinel -------------------------------------------------------------------
-
-def _take_sentinel(config: pytest.Config, sandbox: Sandbox) -> dict:
-    return {
-        "home": manifest(sandbox.real_home, OPERATOR_STATE),
-        "checkout": manifest(config.rootpath, None, CHECKOUT_IGNORED),
-    }
-
+# -- the sentinel --------------------------------------------------------------------------
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The checkout's baseline, once pytest and every installed plugin have
-    set up: a third-party plugin's own working files made at start-up (e.g.
-    pytest-benchmark's ``.benchmarks/`` in the working directory) are the
-    operator's tooling, not the run's. Collection, fixtures and tests all come
-    after this point, so everything they write is still compared."""
-    before = session.config.stash.get(_SENTINEL, None)
-    if before is not None:
-        before["checkout"] = manifest(session.config.rootpath, None, CHECKOUT_IGNORED)
+    """The checkout's baseline, once pytest and every installed plugin have set up (their own
+    working files are the operator's tooling); collection, fixtures and tests come after."""
+    run = session.config.stash.get(_RUN, None)
+    if run is not None and not _is_worker(session.config):
+        with _access.GUARD.exempt():
+            run.checkout_before = _checkout_manifest(session.config.rootpath)
+        _set_owners(_BETWEEN_TESTS)
+
+
+def _checkout_manifest(root: Path) -> dict:
+    """The checkout as git sees it (what it ignores is never walked)."""
+    return _tree.snapshot(root)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """After every fixture (session scope included) is torn down: fail the run
-    if the operator's state or the checkout changed, or a refusal is pending."""
+    """After every fixture (session scope included) is torn down: fail the run if a refusal is
+    pending, or the operator's state or the checkout changed (naming the writer where the
+    access guard saw it)."""
     config = session.config
-    lines = []
-    pending = _guard.GUARD.take_refusals()
+    run = config.stash.get(_RUN, None)
+    if run is None:
+        return
+    lines = run.problems
+    pending = [r.message() for r in _guard.GUARD.take_refusals()]
+    refused, watched = _access.GUARD.take()
+    pending += [a.message() for a in refused]
+    _remember_writes(run, watched)
     if pending:
-        lines.append("real CAN bus attempts outside any test (collection or session fixtures):")
-        lines.extend(r.message() for r in pending)
-    before = config.stash.get(_SENTINEL, None)
-    if before is not None:
-        sandbox = _sandbox(config)
-        after = _take_sentinel(config, sandbox)
-        for label, where in (("home", f"the operator's home ({sandbox.real_home})"),
-                             ("checkout", f"the checkout ({config.rootpath})")):
-            if label not in before:  # the session never started
-                continue
-            diff = manifest_diff(before[label], after[label])
+        lines.append("attempts refused outside any test (collection, fixtures, start-up):")
+        lines.extend(pending)
+    with _access.GUARD.exempt():
+        if run.home_before is not None:
+            view = run.containment.protection("mount view") if run.containment is not None else None
+            diff = _covers_broken(run.containment) if view is not None and view.in_force else \
+                _tree.changes(run.home_before, _guarded_manifest(run))
             if diff:
-                lines.append(f"the test run changed {where}:")
-                lines.extend(f"  {line}" for line in diff)
+                lines.append("the test run changed the operator's state:")
+                lines.extend(f"  {line}" + _writer(run, line) for line in diff)
+        if run.checkout_before is not None:
+            diff = _tree.changes(run.checkout_before, _checkout_manifest(config.rootpath))
+            if diff:
+                lines.append(f"the test run changed the checkout ({config.rootpath}):")
+                lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
     if lines:
-        config.stash[_SENTINEL_FAILURE] = lines
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_SENTINEL_FAILURE = pytest.StashKey[list]()
+def _covers_broken(report: _containment.Report) -> list[str]:
+    """Under the containment the operator's state is out of reach: only check that each cover
+    is still an empty view and each missing path still missing (metadata, nothing read)."""
+    broken = []
+    for path in report.covered:
+        try:
+            empty = not os.listdir(path) if os.path.isdir(path) else os.stat(path).st_size == 0
+        except OSError:
+            empty = False
+        if not empty:
+            broken.append(f"changed: {path} (its empty read-only cover is gone)")
+    broken += [f"added: {path} (it could not be created under the containment)" for path in report.uncreatable
+               if os.path.lexists(path)]
+    return broken
+
+
+def _writer(run: _Run, line: str, root: Path | None = None) -> str:
+    path = line.split(":", 1)[1].strip().split(" (", 1)[0]
+    full = str(root / path) if root is not None else path
+    owner = run.writes.get(full) or next((o for p, o in run.writes.items() if p.startswith(full + os.sep)), None)
+    return f" (written by {owner})" if owner else ""
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lines = config.stash.get(_SENTINEL_FAILURE, None)
-    if lines:
+    run = config.stash.get(_RUN, None)
+    if run is not None and run.problems:
         terminalreporter.section("canarchy isolation sentinel", red=True, bold=True)
-        for line in lines:
+        for line in run.problems:
             terminalreporter.write_line(line)

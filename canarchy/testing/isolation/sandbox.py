@@ -18,14 +18,14 @@ No pytest import here: the plugin drives it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
+
+from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
 
 # Variables that decide where "home" is, on POSIX and Windows.
 HOME_VARIABLES: Mapping[str, str] = {
@@ -78,9 +78,9 @@ def scrub_python_can() -> list[str] | None:
     return original
 
 
-def is_scrubbed(name: str) -> bool:
-    """True for a variable the suite removes (``CANARCHY_*``, python-can's ``CAN_*``)."""
-    return name.startswith(SCRUBBED_PREFIXES)
+def is_scrubbed(name: str, prefixes: tuple[str, ...] = SCRUBBED_PREFIXES) -> bool:
+    """True for a variable the suite removes (default: ``CANARCHY_*``, python-can's ``CAN_*``)."""
+    return name.startswith(prefixes)
 
 
 def home_environment(home: Path) -> dict[str, str]:
@@ -88,78 +88,15 @@ def home_environment(home: Path) -> dict[str, str]:
     return {name: str(home / sub) if sub else str(home) for name, sub in HOME_VARIABLES.items()}
 
 
-def apply_environment(target: Mapping[str, str], environ: os._Environ | dict = os.environ) -> None:
-    """Make ``environ`` equal to ``target``, touching only what differs."""
+def apply_environment(target: Mapping[str, str], environ: os._Environ | dict | None = None) -> None:
+    """Make ``environ`` (default ``os.environ``) equal to ``target``, touching only what differs."""
+    environ = os.environ if environ is None else environ
     current = environ.copy()
     for name in current.keys() - target.keys():
         del environ[name]
     for name, value in target.items():
         if current.get(name) != value:
             environ[name] = value
-
-
-class EnvironmentSnapshot:
-    """``os.environ`` as it was at one moment, to be put back later.
-
-    Per test this is taken once and restored once, so it is built for speed
-    (``docs/benchmarks.md``, isolation): on POSIX CPython it copies the
-    interpreter's own bytes mapping behind ``os.environ`` (one C-level dict
-    copy, where ``os.environ.copy()`` decodes every key and value), compares
-    it in one C-level ``==`` and writes back only the keys that differ through
-    ``os.environb``, which shares that mapping and calls ``putenv``/``unsetenv``.
-    Where that mapping is not there (Windows, another interpreter) it falls
-    back to ``os.environ.copy()`` and :func:`apply_environment`. Either way
-    the result is the same: ``os.environ`` (and the C environment children
-    inherit) equal to the snapshot.
-    """
-
-    __slots__ = ("_saved", "_raw")
-
-    def __init__(self) -> None:
-        raw = getattr(os.environ, "_data", None) if os.supports_bytes_environ else None
-        self._raw = raw if isinstance(raw, dict) else None
-        self._saved: dict = self._raw.copy() if self._raw is not None else os.environ.copy()
-
-    def scrub(self) -> None:
-        """Remove every ``CANARCHY_*``/``CAN_*`` variable that was set when the snapshot was taken."""
-        if self._raw is not None:
-            for key in [k for k in self._saved if k.startswith(_SCRUBBED_PREFIXES_BYTES)]:
-                os.environb.pop(key, None)
-        else:
-            for name in [k for k in self._saved if is_scrubbed(k)]:
-                os.environ.pop(name, None)
-
-    def restore(self) -> None:
-        """Make ``os.environ`` equal to the snapshot again, touching only what differs."""
-        if self._raw is None or os.environ._data is not self._raw:  # type: ignore[attr-defined]
-            apply_environment({os.fsdecode(k): os.fsdecode(v) for k, v in self._saved.items()}
-                              if self._raw is not None else self._saved)
-            return
-        raw, saved = self._raw, self._saved
-        if raw == saved:
-            return
-        for key in raw.keys() - saved.keys():
-            os.environb.pop(key, None)
-        for key, value in saved.items():
-            if raw.get(key) != value:
-                os.environb[key] = value
-
-
-_SCRUBBED_PREFIXES_BYTES = tuple(prefix.encode() for prefix in SCRUBBED_PREFIXES)
-
-
-@dataclass
-class PathTarget:
-    """An import-time path found in a module: ``module.attribute`` (or a
-    function's default argument), its path relative to the home it was under,
-    and the type to rebuild (``Path``/``str``)."""
-
-    module: str
-    attribute: str
-    relative: PurePath
-    kind: type
-    function: Any = None  # a function whose __defaults__/__kwdefaults__ hold it
-    slot: Any = None      # index in __defaults__ or name in __kwdefaults__
 
 
 class Sandbox:
@@ -169,8 +106,12 @@ class Sandbox:
     tests that opt out); ``real_home``: the operator's home directory.
     """
 
-    def __init__(self, operator_env: Mapping[str, str] | None = None, parent: str | None = None) -> None:
+    def __init__(self, operator_env: Mapping[str, str] | None = None, parent: str | None = None, *,
+                 scrub_prefixes: tuple[str, ...] = SCRUBBED_PREFIXES, scan_packages: tuple[str, ...] = ("canarchy",),
+                 account_home: str | None = None) -> None:
         self.operator_env = dict(os.environ if operator_env is None else operator_env)
+        self.scrub_prefixes = scrub_prefixes
+        self.scan_packages = scan_packages
         self.real_home = Path(self.operator_env.get("HOME") or os.path.expanduser("~")).resolve()
         self.root = Path(tempfile.mkdtemp(prefix="canarchy-pytest-", dir=parent)).resolve()
         self.session_home = self.root / "home"
@@ -179,7 +120,11 @@ class Sandbox:
         self.refusal_dir.mkdir()
         self.session_env: dict[str, str] = {}
         self._tests = 0
-        self._targets: dict[tuple[str, str, Any], PathTarget] = {}
+        self.real_homes = list(dict.fromkeys(
+            [str(self.real_home), *(str(Path(h).resolve()) for h in (account_home,) if h)]))
+        self._targets: list[Target] = []
+        self.stuck: list[Stuck] = []
+        self._stuck_reported = 0
         self._scanned: set[str] = set()
         self._modules_seen = -1
         self._python_can_files: list[str] | None = None
@@ -189,7 +134,8 @@ class Sandbox:
     # -- environments ------------------------------------------------------
     def isolated_environment(self, home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: the operator's) without scrubbed variables, homes moved to ``home``."""
-        env = {k: v for k, v in (self.operator_env if base is None else base).items() if not is_scrubbed(k)}
+        env = {k: v for k, v in (self.operator_env if base is None else base).items()
+               if not is_scrubbed(k, self.scrub_prefixes)}
         env.update(home_environment(home))
         return env
 
@@ -250,6 +196,12 @@ class Sandbox:
         if original is not None and self._python_can_files is None:
             self._python_can_files = original
 
+    def python_can_expected(self) -> tuple[dict, list[str]] | None:
+        """What isolated tests find in python-can's globals: ``(can.rc, CONFIG_FILES)`` contents."""
+        if self._python_can_files is None:
+            return None
+        return {}, [f for f in self._python_can_files if f not in PYTHON_CAN_ABSOLUTE_CONFIG_FILES]
+
     def restore_python_can(self) -> None:
         """Give python-can back its original config-file list (for opt-out tests)."""
         util = sys.modules.get("can.util")
@@ -258,154 +210,88 @@ class Sandbox:
             files[:] = self._python_can_files
 
     # -- import-time paths -------------------------------------------------
-    def _relative_home_path(self, value: Any) -> PurePath | None:
-        """If ``value`` is a path under a home this sandbox knows (the real home,
-        the session home or any test home), return it relative to that home."""
+    def _relative_home_path(self, value: Any) -> tuple[PurePath, type] | None:
+        """If ``value`` is a path (str, bytes or ``PurePath``) under a home this sandbox knows
+        (a real home, the session home or any test home): ``(path relative to it, its type)``."""
         if isinstance(value, PurePath):
             text = str(value)
         elif isinstance(value, str) and value.startswith(os.sep) and len(value) < 4096:
             text = value
+        elif isinstance(value, bytes) and value.startswith(os.fsencode(os.sep)) and len(value) < 4096:
+            text = os.fsdecode(value)
         else:
             return None
-        root, real = str(self.root), str(self.real_home)
+        kind = type(value)
+        root = str(self.root)
         if text == root or text.startswith(root + os.sep):
             parts = PurePath(text).relative_to(self.root).parts
             if parts[:1] == ("home",):
-                return PurePath(*parts[1:])
+                return PurePath(*parts[1:]), kind
             if parts[:1] == ("tests",) and parts[2:3] == ("home",):
-                return PurePath(*parts[3:])
+                return PurePath(*parts[3:]), kind
             return None
-        if text == real or text.startswith(real + os.sep):
-            return PurePath(text).relative_to(self.real_home)
+        for real in self.real_homes:
+            if text == real or text.startswith(real + os.sep):
+                return PurePath(text).relative_to(real), kind
         return None
 
-    def scan(self, force: bool = False) -> list[PathTarget]:
-        """Find import-time home paths in ``canarchy`` modules not scanned yet
-        (all of them with ``force``): module attributes and function defaults."""
+    def _contains_real_home(self, text: str) -> bool:
+        return any(real + os.sep in text for real in self.real_homes if real != os.sep)
+
+    def scan(self, force: bool = False) -> list[Target]:
+        """Find import-time home paths in the scanned packages' modules not scanned yet (all of
+        them with ``force``); returns the new targets (see :mod:`.importpaths`)."""
         if not force and len(sys.modules) == self._modules_seen:
             return []
         self._modules_seen = len(sys.modules)
-        found = []
+        finder = Finder(self._relative_home_path, self._contains_real_home, self.scan_packages)
         for name, module in list(sys.modules.items()):
-            if module is None or not (name == "canarchy" or name.startswith("canarchy.")):
+            if module is None or not self._scanned_package(name) or name.startswith(_EXEMPT_PREFIX):
                 continue
-            if name.startswith(_EXEMPT_PREFIX) or (name in self._scanned and not force):
+            if name in self._scanned and not force:
                 continue
             self._scanned.add(name)
-            for attribute, value in list(vars(module).items()):
-                found.extend(self._targets_in(name, attribute, value))
-        for target in found:
-            self._targets[(target.module, target.attribute, target.slot)] = target
-        return found
+            finder.walk_module(name, module)
+        known = {t.name for t in self._targets}
+        new = [t for t in finder.targets if t.name not in known]
+        self._targets.extend(new)
+        self.stuck.extend(s for s in finder.stuck if s not in self.stuck)
+        return new
 
-    def _targets_in(self, module: str, attribute: str, value: Any) -> Iterable[PathTarget]:
-        relative = self._relative_home_path(value)
-        if relative is not None:
-            yield PathTarget(module, attribute, relative, type(value))
-            return
-        function = getattr(value, "__func__", value)
-        if not callable(function) or getattr(function, "__module__", None) != module:
-            return
-        for index, default in enumerate(getattr(function, "__defaults__", None) or ()):
-            relative = self._relative_home_path(default)
-            if relative is not None:
-                yield PathTarget(module, f"{attribute}(default #{index})", relative, type(default), function, index)
-        for key, default in (getattr(function, "__kwdefaults__", None) or {}).items():
-            relative = self._relative_home_path(default)
-            if relative is not None:
-                yield PathTarget(module, f"{attribute}(default {key}=)", relative, type(default), function, key)
+    def _scanned_package(self, name: str) -> bool:
+        """Whether module ``name`` belongs to a package whose import-time paths are scanned."""
+        return any(name == p or name.startswith(p + ".") for p in self.scan_packages)
 
     def rebase(self, home: Path) -> None:
-        """Point every import-time home path found so far (and the known ones) at ``home``."""
+        """Point every import-time home path found so far at ``home``; a holder that refuses
+        the new value joins :attr:`stuck`."""
         self.scan()
-        for module_name, attribute in KNOWN_IMPORT_TIME_PATHS:
-            module = sys.modules.get(module_name)
-            if module is not None and (module_name, attribute, None) not in self._targets:
-                self._targets.update({(t.module, t.attribute, t.slot): t
-                                      for t in self._targets_in(module_name, attribute, getattr(module, attribute, None))})
-        for target in self._targets.values():
-            value = target.kind(home / target.relative) if target.kind is not str else str(home / target.relative)
-            if target.function is None:
-                module = sys.modules.get(target.module)
-                if module is not None:
-                    setattr(module, target.attribute, value)
-            elif isinstance(target.slot, int):
-                defaults = list(target.function.__defaults__)
-                defaults[target.slot] = value
-                target.function.__defaults__ = tuple(defaults)
-            else:
-                target.function.__kwdefaults__[target.slot] = value
+        for target in list(self._targets):
+            try:
+                target.point(home)
+            except (AttributeError, TypeError, ValueError) as exc:
+                self._targets.remove(target)
+                self.stuck.append(Stuck(target.name, str(target.current()), f"its holder refuses a new value ({exc})"))
+
+    def take_stuck(self) -> list[Stuck]:
+        """Return and forget the home paths found since the last call that cannot be re-pointed."""
+        taken = self.stuck[self._stuck_reported:]
+        self._stuck_reported = len(self.stuck)
+        return taken
 
     def paths_under_real_home(self) -> list[str]:
-        """Audit: every ``module.attribute`` (or default) in a ``canarchy`` module
-        that still holds a path under the operator's real home."""
-        self.scan(force=True)
-        offenders = []
+        """Audit: every value the scan can reach in the scanned packages that still holds a path
+        under a real home (``module.attribute[key] = path``), and every one it cannot re-point."""
+        finder = Finder(lambda value: self._under_real(value), self._contains_real_home, self.scan_packages)
         for name, module in list(sys.modules.items()):
-            if module is None or not (name == "canarchy" or name.startswith("canarchy.")):
-                continue
-            if name.startswith(_EXEMPT_PREFIX):
-                continue
-            for attribute, value in list(vars(module).items()):
-                for target in self._targets_in(name, attribute, value):
-                    current = value if target.function is None else (
-                        target.function.__defaults__[target.slot] if isinstance(target.slot, int)
-                        else target.function.__kwdefaults__[target.slot])
-                    text = str(current)
-                    real = str(self.real_home)
-                    if text == real or text.startswith(real + os.sep):
-                        offenders.append(f"{name}.{target.attribute} = {text}")
-        return offenders
+            if module is not None and self._scanned_package(name) and not name.startswith(_EXEMPT_PREFIX):
+                finder.walk_module(name, module)
+        return [f"{t.name} = {t.current()}" for t in finder.targets] + [f"{s.name} = {s.value} ({s.reason})"
+                                                                          for s in finder.stuck]
 
-
-# -- the operator-state manifest ---------------------------------------------------
-
-# What of the operator's home the suite must never change (product.md §1).
-OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
-# What of a checkout a test run may change.
-CHECKOUT_IGNORED = (".git", ".nox", ".pytest_cache", "reports", "__pycache__", "build", "dist", ".venv")
-
-
-def manifest(base: Path, names: Iterable[str] | None = None, ignored: Iterable[str] = ()) -> dict[str, tuple]:
-    """``{relative path: (kind, size, sha256)}`` for ``names`` under ``base``
-    (everything when None), skipping any path component in ``ignored`` and
-    ``*.egg-info``. Symlinks are recorded by target, not followed."""
-    ignored = set(ignored)
-    result: dict[str, tuple] = {}
-    starts = [base / n for n in names] if names is not None else [base]
-
-    def visit(path: Path) -> None:
-        rel = str(path.relative_to(base)) if path != base else "."
-        try:
-            if path.is_symlink():
-                result[rel] = ("link", 0, os.readlink(path))
-            elif path.is_dir():
-                if path != base:
-                    result[rel] = ("dir", 0, "")
-                for child in sorted(os.listdir(path)):
-                    if child in ignored or child.endswith(".egg-info"):
-                        continue
-                    visit(path / child)
-            elif path.is_file():
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                result[rel] = ("file", path.stat().st_size, digest)
-        except FileNotFoundError:
-            pass
-
-    for start in starts:
-        if os.path.lexists(start):
-            visit(start)
-    return result
-
-
-def manifest_diff(before: Mapping[str, tuple], after: Mapping[str, tuple]) -> list[str]:
-    """Human-readable lines for every path added, removed or changed."""
-    lines = []
-    for path in sorted(set(before) | set(after)):
-        if path not in after:
-            lines.append(f"removed: {path}")
-        elif path not in before:
-            lines.append(f"added:   {path}")
-        elif before[path] != after[path]:
-            lines.append(f"changed: {path}")
-    return lines
+    def _under_real(self, value: Any) -> tuple[PurePath, type] | None:
+        found = self._relative_home_path(value)
+        if found is None:
+            return None
+        text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
+        return found if any(text == r or text.startswith(r + os.sep) for r in self.real_homes) else None

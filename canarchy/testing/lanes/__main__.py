@@ -102,7 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    import signal
+
     from canarchy.testing.lanes.runner import own_signals
 
     own_signals()
-    sys.exit(main())
+    code = main()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the lane has reported: a late signal must not change
+        signal.signal(sig, signal.SIG_IGN)      # the exit code (CPython resets handlers at exit, not SIG_IGN)
+    sys.exit(code)

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
-from canarchy.testing.lanes.manifest import diff_manifests, manifest
+from canarchy.testing.isolation.tree import SKIP_LIST, changes, snapshot
 from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.project import Project, ProjectError
 from canarchy.testing.lanes.render import markdown_table, table
@@ -235,10 +235,16 @@ class _Workspace:
             shutil.rmtree(self.tree)
         self.tree.mkdir()
         copy_tree(self.project.root, self.tree, self.files)
-        self.pristine = manifest(self.tree, exclude=("__pycache__",))
+        self.pristine = snapshot(self.tree, walk=SKIP_LIST)
 
     def changes(self) -> list[str]:
-        return diff_manifests(self.pristine, manifest(self.tree, exclude=("__pycache__",)))
+        return changes(self.pristine, snapshot(self.tree, walk=SKIP_LIST))
+
+    def restore(self, texts: dict[str, tuple[str, str]]) -> None:
+        """Write each mutated file's original text back; a file the lane itself rewrote is no change."""
+        for file, (original, _mutated) in texts.items():
+            (self.tree / file).write_text(original, encoding="utf-8")
+        self.pristine.update(snapshot(self.tree, only=list(texts)))
 
     @property
     def import_root(self) -> Path:
@@ -444,8 +450,7 @@ def _one(work: _Workspace, result: MutationResult, texts: dict[str, tuple[str, s
     except (CannotDecide, ProjectError) as exc:
         result.status, result.reason = "cannot decide", str(exc)
     finally:
-        for file, (original, _mutated) in texts.items():
-            (work.tree / file).write_text(original, encoding="utf-8")
+        work.restore(texts)
         if work.changes():
             echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
             work.make_copy()

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env, hostile_env
-from canarchy.testing.lanes.manifest import diff_manifests, manifest, tree_manifest
+from canarchy.testing.isolation.tree import changes, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import ABSENT, Comparison, Report, case_key, compare, load_allowlist, totals_text
@@ -153,8 +153,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
     out = reports or project.root / "reports"
     out.mkdir(parents=True, exist_ok=True)
     seeds = hashseeds or tuple(random.sample(range(1, 2**31), 2))
-    checkout_before = tree_manifest(project.root)
-    fixture = manifest(project.operator_home)
+    checkout_before = snapshot(project.root)
     files = tree_files(project.root)
     with tempfile.TemporaryDirectory(prefix="canarchy-parity-") as tmp:
         base = Path(tmp)
@@ -173,7 +172,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
             if name == "operator":
                 extra.update(hostile_env(op_home))
             twins[name] = Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
-        copies_before = {name: tree_manifest(t.copy) for name, t in twins.items()}
+        copies_before = {name: snapshot(t.copy) for name, t in twins.items()}
         concurrently([lambda t=t: _run_twin(t, selection, out, python) for t in twins.values()])
         comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
                              allowlist=load_allowlist(project.parity_allowlist))
@@ -185,13 +184,13 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         for name, twin in twins.items():
             result.checkout_writes += [f"{key}: {path}" for key, case in (twin.report.cases.items() if twin.report else ())
                                        for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
-            changed = diff_manifests(copies_before[name], tree_manifest(twin.copy))
+            changed = changes(copies_before[name], snapshot(twin.copy))
             result.checkout_writes += [f"{name} twin's copy after its run: {line}" for line in changed]
             result.not_shut_down[name] = [line.strip() for line in (twin.run.output if twin.run else "").splitlines()
                                           if _NOT_SHUT_DOWN in line]
         result.checkout_writes = sorted(set(result.checkout_writes))
-        result.home_changes = diff_manifests(fixture, manifest(op_home))
-    result.checkout_changes = diff_manifests(checkout_before, tree_manifest(project.root))
+        result.home_changes = content_differences(project.operator_home, op_home)
+    result.checkout_changes = changes(checkout_before, snapshot(project.root))
     return result
 
 

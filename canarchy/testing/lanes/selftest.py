@@ -79,7 +79,7 @@ from typing import Callable, Sequence
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.isolation.plugin import DESELECTED_PROPERTY
 from canarchy.testing.lanes.env import build_env, hostile_env
-from canarchy.testing.lanes.manifest import diff_manifests, manifest
+from canarchy.testing.isolation.tree import content_differences
 from canarchy.testing.lanes.parity import run_parity
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
@@ -313,7 +313,7 @@ def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, h
     problems = []
     if run.returncode != 0 or _SENTINEL_SECTION in run.output:
         problems.append(f"hostile run exit code {run.returncode}")
-    changed = diff_manifests(manifest(operator_home), manifest(home))
+    changed = content_differences(operator_home, home)
     if changed:
         problems.append("operator home changed: " + "; ".join(changed[:3]))
     parity = _parity(project, operator_home)

@@ -1,0 +1,194 @@
+"""Process state a test may change and must give back, checked and restored after each test.
+
+- the environment: which variables a test set or removed is known from the
+  ``os.putenv``/``os.unsetenv`` audit events (``os.environ`` writes raise them
+  too), so only those are compared and put back; one set with ``os.putenv``
+  alone (the C-level environment children inherit, invisible to
+  ``os.environ``) is named; so is ``os.environ`` replaced by another object;
+- python-can's module-level configuration: ``can.rc``, ``can.util.CONFIG_FILES``
+  and the ``virtual`` entry of ``can.interfaces.BACKENDS``;
+- signal handlers and the umask.
+
+Everything changed is put back; :meth:`ProcessState.finish` returns what the
+test should not have left changed, in words. No pytest import here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from typing import Any
+
+_ENVIRON = os.environ
+_SIGNALS = tuple(s for s in signal.Signals if s not in (signal.SIGKILL, getattr(signal, "SIGSTOP", None)))
+_MISSING = object()
+
+
+def _key(value: Any) -> str:
+    return os.fsdecode(value) if isinstance(value, bytes) else str(value)
+
+
+def _c_getenv() -> Any:
+    try:
+        getenv = ctypes.CDLL(None).getenv
+    except (OSError, AttributeError):  # pragma: no cover - no C library to ask (Windows)
+        return None
+    getenv.restype = ctypes.c_char_p
+    getenv.argtypes = [ctypes.c_char_p]
+    return getenv
+
+
+class ProcessState:
+    """The watcher: :meth:`begin` before a test, :meth:`finish` after it. One instance, :data:`STATE`;
+    the audit hook feeds it through :meth:`on_putenv`/:meth:`on_unsetenv`."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self._quiet = False
+        self._before: dict[str, str | None] = {}
+        self._between: set[str] = set()  # variables changed outside any test (collection, wider fixtures)
+        self._getenv = _c_getenv()
+        self._signals: dict[int, Any] = {}
+        self._umask = 0
+        self._can: tuple | None = None
+        #: ``() -> (rc contents, CONFIG_FILES contents)`` an isolated test starts with, for a test
+        #: that imports python-can itself (nothing of it to note at :meth:`begin`); set by the plugin.
+        self.expected_python_can: Any = None
+
+    # -- the audit events (os.environ has not changed yet when they arrive) --
+    def on_putenv(self, args: tuple) -> None:
+        if self._quiet:
+            return
+        key = _key(args[0])
+        if not self.active:
+            self._between.add(key)
+        elif key not in self._before:
+            self._before[key] = _ENVIRON.get(key)
+
+    def on_unsetenv(self, args: tuple) -> None:
+        self.on_putenv(args)
+
+    # -- a test ----------------------------------------------------------------
+    def changed_between_tests(self) -> set[str]:
+        """Return and forget the variables set or removed since the last test (outside any test)."""
+        changed, self._between = self._between, set()
+        return changed
+
+    def quietly(self, key: str, value: str | None) -> None:
+        """Set (or, for None, remove) a variable without it counting as the test's change."""
+        self._quiet = True
+        try:
+            if value is None:
+                _ENVIRON.pop(key, None)
+            else:
+                _ENVIRON[key] = value
+        finally:
+            self._quiet = False
+
+    def quietly_apply(self, target: dict[str, str]) -> None:
+        """Make ``os.environ`` equal to ``target`` without it counting as anyone's change."""
+        from canarchy.testing.isolation.sandbox import apply_environment
+
+        self._quiet = True
+        try:
+            apply_environment(target, _ENVIRON)
+        finally:
+            self._quiet = False
+
+    def begin(self) -> None:
+        """Note the state the test starts with."""
+        self._before.clear()
+        self._signals = {s: signal.getsignal(s) for s in _SIGNALS}
+        self._umask = os.umask(0o077)
+        os.umask(self._umask)
+        self._can = self._python_can()
+        self.active = True
+
+    def finish(self) -> list[str]:
+        """Put back what the test changed; the changes it should not have left, in words."""
+        self.active = False
+        problems: list[str] = []
+        if os.environ is not _ENVIRON:
+            problems.append("replaced os.environ with another object (put back)")
+            os.environ = _ENVIRON
+        self._quiet = True
+        try:
+            for key, value in self._before.items():
+                if self._getenv is not None and self._c_value(key) != _ENVIRON.get(key):
+                    problems.append(f"changed {key} with os.putenv/os.unsetenv: the C-level environment every "
+                                    "later child inherits, not os.environ (put back)")
+                if value is None:
+                    _ENVIRON.pop(key, None)
+                    os.unsetenv(key)
+                else:
+                    _ENVIRON[key] = value
+        finally:
+            self._quiet = False
+            self._before.clear()
+        problems += self._restore_signals()
+        umask = os.umask(self._umask)
+        if umask != self._umask:
+            problems.append(f"left the umask at {umask:04o} (was {self._umask:04o}; put back)")
+        problems += self._restore_python_can()
+        return problems
+
+    def _c_value(self, key: str) -> str | None:
+        raw = self._getenv(os.fsencode(key))
+        return None if raw is None else os.fsdecode(raw)
+
+    def _restore_signals(self) -> list[str]:
+        problems = []
+        for sig, handler in self._signals.items():
+            now = signal.getsignal(sig)
+            if now is not handler and now != handler:
+                problems.append(f"left a handler for {sig.name} installed (put back)")
+                try:
+                    signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+                except (ValueError, OSError, TypeError):  # not the main thread, or a handler set from C
+                    pass
+        return problems
+
+    # -- python-can -------------------------------------------------------------
+    @staticmethod
+    def _python_can() -> tuple | None:
+        can, util, interfaces = (sys.modules.get(n) for n in ("can", "can.util", "can.interfaces"))
+        if can is None or util is None:
+            return None
+        rc, files = getattr(can, "rc", None), getattr(util, "CONFIG_FILES", None)
+        backends = getattr(interfaces, "BACKENDS", None) if interfaces is not None else None
+        virtual = backends.get("virtual", _MISSING) if isinstance(backends, dict) else _MISSING
+        return (rc, dict(rc) if isinstance(rc, dict) else rc, files, list(files) if isinstance(files, list) else files,
+                backends, virtual)
+
+    def _restore_python_can(self) -> list[str]:
+        before, now = self._can, self._python_can()
+        if now is None:
+            return []
+        if before is None:  # imported during the test: compare with what the isolation makes of it
+            expected = self.expected_python_can() if self.expected_python_can is not None else None
+            if expected is None:
+                return []
+            before = (now[0], expected[0], now[2], expected[1], now[4], now[5])
+        rc, rc_items, files, file_items, backends, virtual = before
+        problems = []
+        can, util = sys.modules["can"], sys.modules["can.util"]
+        if now[0] is not rc or now[1] != rc_items:
+            problems.append("changed python-can's can.rc (put back)")
+            can.rc = rc
+            if isinstance(rc, dict):
+                rc.clear()
+                rc.update(rc_items)
+        if now[2] is not files or now[3] != file_items:
+            problems.append("changed python-can's config-file list can.util.CONFIG_FILES (put back)")
+            util.CONFIG_FILES = files
+            if isinstance(files, list):
+                files[:] = file_items
+        if isinstance(backends, dict) and now[5] is not virtual and virtual is not _MISSING:
+            problems.append("changed python-can's 'virtual' backend entry (put back)")
+            backends["virtual"] = virtual
+        return problems
+
+
+STATE = ProcessState()

@@ -1,0 +1,67 @@
+"""The plugin's ini options, for canarchy and for any project that adopts it (docs/adopting.md)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+#: name -> (ini type, default, help). canarchy's own values are in its pyproject.toml.
+OPTIONS: dict[str, tuple[str, object, str]] = {
+    "canarchy_containment": ("bool", False, "enter private user and mount namespaces in which the operator's "
+                             "guarded paths are empty and read-only and the real home cannot be written (Linux)"),
+    "canarchy_network_namespace": ("bool", False, "also a private network namespace holding only loopback "
+                                   "(Linux; skipped when -m asks for integration or real_bus tests)"),
+    "canarchy_test_cwd": ("string", "empty", "each test's working directory: 'empty' (a fresh directory) or "
+                          "'rootdir' (the project's root, for tests that open files by relative path)"),
+    "canarchy_require_import": ("bool", False, "every test module must import canarchy.testing.required "
+                                "(which refuses to import without the plugin)"),
+    "canarchy_scrub_prefixes": ("args", ["CANARCHY_", "CAN_"], "environment variables removed from every test "
+                                "(prefixes)"),
+    "canarchy_guarded_paths": ("args", ["~/.canarchy", "~/.canrc", "~/can.conf", "~/.can", "/etc/can.conf"],
+                               "the operator's state: never read or written by a test (~ is each real home)"),
+    "canarchy_scan_packages": ("args", ["canarchy"], "packages whose import-time paths under the home are "
+                               "re-pointed into each test's home"),
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    for name, (kind, default, text) in OPTIONS.items():
+        parser.addini(name, type=kind, default=default, help=f"canarchy: {text}")  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options of one run, checked."""
+
+    containment: bool
+    network_namespace: bool
+    test_cwd: str
+    require_import: bool
+    scrub_prefixes: tuple[str, ...]
+    guarded_paths: tuple[str, ...]
+    scan_packages: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        """Raises ``pytest.UsageError`` naming the option for a value it cannot use."""
+        test_cwd = config.getini("canarchy_test_cwd").strip()
+        if test_cwd not in ("empty", "rootdir"):
+            raise pytest.UsageError(f"canarchy_test_cwd = {test_cwd!r}: use 'empty' or 'rootdir'")
+        prefixes = tuple(p for p in config.getini("canarchy_scrub_prefixes") if p)
+        guarded = tuple(config.getini("canarchy_guarded_paths"))
+        bad = [p for p in guarded if not (p.startswith("~/") or os.path.isabs(p))]
+        if bad:
+            raise pytest.UsageError(f"canarchy_guarded_paths: {', '.join(bad)}: give ~/... or an absolute path")
+        return cls(bool(config.getini("canarchy_containment")), bool(config.getini("canarchy_network_namespace")),
+                   test_cwd, bool(config.getini("canarchy_require_import")), prefixes, guarded,
+                   tuple(config.getini("canarchy_scan_packages")))
+
+    def guarded_under(self, homes: list[str]) -> list[str]:
+        """The guarded paths, ``~`` expanded to each of ``homes``."""
+        found: list[str] = []
+        for path in self.guarded_paths:
+            found += [str(Path(home) / path[2:]) for home in homes] if path.startswith("~/") else [path]
+        return list(dict.fromkeys(found))

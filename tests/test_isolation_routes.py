@@ -1,0 +1,366 @@
+"""Routes around the redirection, each refused or contained at the moment of access (REQ-TISO-21..27).
+
+Each route is a test file of a child project run under the plugin as an operator
+(a copy of a hostile operator home, ``CANARCHY_*``/``CAN_*`` exported); one child
+pytest carries many routes, and each test here asserts on its own route's outcome
+in that run's report. The operator home copy must stay byte-identical.
+"""
+
+from __future__ import annotations
+
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
+import pytest
+
+from canarchy.testing.isolation import containment
+from canarchy.testing.isolation.tree import content_differences
+from tests.isolation_child import make_operator_home, run_child
+
+EARLY = ("-p", "canarchy.testing.isolation.plugin")
+
+HOME_ROUTES = """
+import os, getpass, sqlite3, subprocess, sys
+from pathlib import Path
+
+def real_config(sandbox):
+    return sandbox.real_home / ".canarchy" / "config.toml"
+
+def test_deleted_home_falls_back_to_a_guarded_home():
+    del os.environ["HOME"]
+    open(Path.home() / ".canarchy" / "config.toml")  # the account database's home: refused
+
+def test_deleted_home_cannot_write_there():
+    del os.environ["HOME"]
+    (Path.home() / ".canarchy" / "findings").mkdir()  # nested: nothing is made even where .canarchy is absent
+
+def test_home_set_back_to_the_operator(canarchy_sandbox):
+    os.environ["HOME"] = str(canarchy_sandbox.real_home)
+    from canarchy import transport
+    transport._load_user_config()
+
+def test_an_empty_home_reaches_nothing_of_the_operator():
+    os.environ["HOME"] = ""
+    from canarchy import transport
+    assert transport._load_user_config() == {}
+
+def test_tilde_user(canarchy_sandbox):
+    open(os.path.expanduser("~" + getpass.getuser() + "/.canarchy/config.toml"))
+
+def test_a_symlink_out_of_the_test_home(canarchy_sandbox):
+    (Path.home() / "out").symlink_to(canarchy_sandbox.real_home / ".canarchy")
+    (Path.home() / "out" / "config.toml").read_text()
+
+def test_a_dotdot_path(canarchy_sandbox):
+    up = "/..".join("" for _ in Path.home().parts) + "/"  # from the test home up to /
+    open(str(Path.home()) + up + str(real_config(canarchy_sandbox)).lstrip("/"))
+
+def test_sqlite_in_the_operator_home(canarchy_sandbox):
+    sqlite3.connect(canarchy_sandbox.real_home / ".canarchy" / "state.db")
+
+def test_a_caught_refusal(canarchy_sandbox):
+    try:
+        real_config(canarchy_sandbox).read_text()
+    except Exception:
+        pass
+
+def test_a_child_python_reads_it(canarchy_sandbox):
+    code = f"open({str(real_config(canarchy_sandbox))!r}).read()"
+    subprocess.run([sys.executable, "-c", code], capture_output=True)
+"""
+
+PROCESS_ROUTES = """
+import os, signal, subprocess, sys
+
+def test_a_putenv():
+    os.putenv("LEAK_C_LEVEL", "1")
+
+def test_after_a_putenv_children_see_nothing():
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('LEAK_C_LEVEL'))"],
+                         capture_output=True, text=True).stdout
+    assert out.strip() == "None"
+
+def test_environ_replaced():
+    os.environ = dict(os.environ)
+
+def test_after_environ_replaced():
+    assert type(os.environ).__name__ == "_Environ"
+
+def test_python_can_config_files_extended(canarchy_sandbox):
+    import can.util
+    can.util.CONFIG_FILES.append(str(canarchy_sandbox.real_home / ".canrc"))
+
+def test_after_the_config_files_were_extended(canarchy_sandbox):
+    import can.util
+    assert str(canarchy_sandbox.real_home / ".canrc") not in can.util.CONFIG_FILES
+
+def test_a_signal_handler_left_installed():
+    signal.signal(signal.SIGUSR1, lambda *args: None)
+
+def test_a_umask_left_changed():
+    os.umask(0)
+
+def test_a_chdir_is_put_back():
+    os.chdir("/")
+
+def test_after_a_chdir():
+    from pathlib import Path
+    assert Path.cwd() != Path("/") and list(Path.cwd().iterdir()) == []
+"""
+
+STALE_BUS = """
+import can
+
+BUS = can.Bus(interface="virtual", channel="stale-channel", ignore_config=True)
+TASK = BUS.send_periodic(can.Message(arbitration_id=0x123, data=b"\\x01"), 0.01)
+
+def test_a_first():
+    pass
+
+def test_b_later_on_the_same_channel():
+    with can.Bus(interface="virtual", channel="stale-channel", ignore_config=True) as bus:
+        assert bus.recv(0.3) is None
+"""
+
+IMPORT_TIME = {
+    "leakpkg/__init__.py": "",
+    "leakpkg/paths.py": """
+        import functools
+        from dataclasses import dataclass
+        from pathlib import Path
+        from typing import NamedTuple
+
+        HOME = Path.home()
+        CONFIG = {"cache": HOME / ".canarchy" / "cache", "nested": [("x", str(HOME / ".canarchy" / "n"))]}
+        PAIR = (1, HOME / ".canarchy" / "pair")
+        ROOTS = frozenset({HOME / ".canarchy" / "a"})
+
+        class Settings:
+            path = HOME / ".canarchy" / "class"
+
+        @dataclass
+        class Options:
+            path: Path = HOME / ".canarchy" / "dataclass"
+
+        class Where(NamedTuple):
+            path: Path = HOME / ".canarchy" / "namedtuple"
+
+        def where(path=HOME / ".canarchy" / "default"):
+            return path
+
+        OPEN = functools.partial(where, HOME / ".canarchy" / "partial")
+    """,
+    "test_import_time.py": """
+        from pathlib import Path
+        import leakpkg.paths as p
+
+        def under(path):
+            return Path(path).is_relative_to(Path.home())
+
+        def test_every_kind_of_holder_follows_the_test_home():
+            assert under(p.CONFIG["cache"]) and under(p.CONFIG["nested"][0][1])
+            assert under(p.PAIR[1]) and all(under(r) for r in p.ROOTS)
+            assert under(p.Settings.path) and under(p.Options().path) and under(p.Where().path)
+            assert under(p.where()) and under(p.OPEN())
+    """,
+}
+
+STUCK = {
+    "stuckpkg/__init__.py": "",
+    "stuckpkg/flags.py": """
+        import os, pwd
+        REAL = pwd.getpwuid(os.getuid()).pw_dir
+        ARGS = "--config=" + REAL + "/.canarchy/config.toml"
+    """,
+    "test_stuck.py": """
+        import stuckpkg.flags
+
+        def test_one():
+            pass
+    """,
+}
+
+CONFTEST_TOP = {
+    "conftest.py": """
+        import os
+        from pathlib import Path
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
+        (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "from-conftest").mkdir()
+    """,
+    "test_anything.py": "def test_anything():\n    pass\n",
+}
+
+CONTAINED = """
+import ctypes, os, subprocess
+
+REAL = os.environ["CHILD_REAL_CONFIG"]
+
+def test_a_shell_child_reads_nothing_and_cannot_write():
+    read = subprocess.run(["sh", "-c", f"cat '{REAL}'"], capture_output=True, text=True)
+    write = subprocess.run(["sh", "-c", f"echo x > '{REAL}.new'"], capture_output=True, text=True)
+    assert read.stdout == "" and write.returncode != 0, (read, write)
+
+def test_an_env_i_child_reads_nothing():
+    read = subprocess.run(["env", "-i", "/bin/cat", REAL], capture_output=True, text=True)
+    assert read.stdout == ""
+
+def test_a_c_level_open_reads_nothing():
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.open(REAL.encode(), os.O_RDONLY)
+    data = os.read(fd, 100) if fd >= 0 else b""
+    assert data == b""
+"""
+
+
+def _run(tmp_path_factory, name: str, files: dict[str, str], *args: str, env: dict | None = None):
+    base = tmp_path_factory.mktemp(name)
+    pristine = make_operator_home(base / "pristine")
+    run = run_child(base, files, *args, env=env)
+    return run, content_differences(pristine, run.home)
+
+
+@pytest.fixture(scope="module")
+def routes(tmp_path_factory):
+    files = {"test_home_routes.py": HOME_ROUTES, "test_process_state.py": PROCESS_ROUTES, **IMPORT_TIME}
+    return _run(tmp_path_factory, "routes", files, *EARLY, "-o", "canarchy_scan_packages=leakpkg")
+
+
+def assert_refused(run, module: str, test: str, operation: str) -> None:
+    """The test failed, and the refusal names it, the operation and a path in the operator's state."""
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+    assert f"{module}::{test} tried to {operation}" in messages and ".canarchy" in messages, messages
+    assert "Refused" in messages
+
+
+HOME_ROUTE_CASES = [
+    ("test_deleted_home_falls_back_to_a_guarded_home", "open for reading"),
+    ("test_deleted_home_cannot_write_there", "mkdir"),
+    ("test_home_set_back_to_the_operator", "open for reading"),
+    ("test_tilde_user", "open for reading"),
+    ("test_a_symlink_out_of_the_test_home", "open for reading"),
+    ("test_a_dotdot_path", "open for reading"),
+    ("test_sqlite_in_the_operator_home", "sqlite3.connect"),
+]
+
+
+@pytest.mark.parametrize("test, operation", HOME_ROUTE_CASES, ids=[c[0].removeprefix("test_") for c in HOME_ROUTE_CASES])
+def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, operation):
+    run, _ = routes
+    assert_refused(run, "test_home_routes.py", test, operation)
+
+
+def test_an_empty_home_variable_reaches_nothing_of_the_operator(routes):
+    run, _ = routes
+    assert run.outcomes("test_an_empty_home_reaches_nothing_of_the_operator") == {"passed"}, run.output
+
+
+def test_a_caught_refusal_still_fails_its_test(routes):
+    run, _ = routes
+    messages = run.messages("test_a_caught_refusal")
+    assert "the error may have been caught" in messages and "test_a_caught_refusal tried to open" in messages
+
+
+def test_a_child_python_s_read_is_refused_naming_the_parent_test(routes):
+    run, _ = routes
+    messages = run.messages("test_a_child_python_reads_it")
+    assert "test_home_routes.py::test_a_child_python_reads_it tried to open for reading" in messages
+    assert "in child process" in messages
+
+
+@pytest.mark.parametrize("test, words", [
+    ("test_a_putenv", "changed LEAK_C_LEVEL with os.putenv"),
+    ("test_environ_replaced", "replaced os.environ with another object"),
+    ("test_python_can_config_files_extended", "can.util.CONFIG_FILES"),
+    ("test_a_signal_handler_left_installed", "left a handler for SIGUSR1 installed"),
+    ("test_a_umask_left_changed", "left the umask at 0000"),
+], ids=["putenv", "environ", "can-config", "signal", "umask"])
+def test_process_state_left_changed_is_put_back_and_named(routes, test, words):
+    run, _ = routes
+    assert run.outcomes(test) == {"error"}, run.output  # the call passed; the teardown put it back, named
+    assert f"test_process_state.py::{test}" in run.messages(test) and words in run.messages(test)
+
+
+@pytest.mark.parametrize("test", ["test_after_a_putenv_children_see_nothing", "test_after_environ_replaced",
+                                  "test_after_the_config_files_were_extended", "test_a_chdir_is_put_back",
+                                  "test_after_a_chdir"], ids=["putenv", "environ", "can-config", "chdir", "cwd"])
+def test_the_next_test_sees_the_state_put_back(routes, test):
+    run, _ = routes
+    assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+def test_a_bus_opened_at_collection_fails_the_first_test_and_feeds_no_later_one(tmp_path_factory):
+    run, _ = _run(tmp_path_factory, "stale-bus", {"test_stale_bus.py": STALE_BUS}, *EARLY)
+    messages = run.messages("test_a_first")
+    assert run.outcomes("test_a_first") == {"error"} and "opened by <collection of test_stale_bus.py>" in messages
+    assert run.outcomes("test_b_later_on_the_same_channel") == {"passed"}, run.messages("test_b_later_on_the_same_channel")
+
+
+def test_import_time_paths_in_every_kind_of_holder_follow_the_test_home(routes):
+    run, _ = routes
+    assert run.outcomes("test_every_kind_of_holder_follows_the_test_home") == {"passed"}, run.output
+
+
+def test_the_operator_home_is_byte_identical_after_every_route(routes):
+    _, changed = routes
+    assert changed == []
+
+
+def test_an_import_time_path_that_cannot_be_repointed_is_named(tmp_path_factory):
+    run, changed = _run(tmp_path_factory, "stuck", STUCK, *EARLY, "-o", "canarchy_scan_packages=stuckpkg")
+    messages = run.messages("test_one")
+    assert run.outcomes("test_one") == {"error"}, run.output
+    assert "stuckpkg.flags.ARGS" in messages and "cannot be re-pointed" in messages
+    assert changed == []
+
+
+def test_code_at_the_top_of_the_initial_conftest_is_refused_too(tmp_path_factory):
+    """With -p the session layer starts before the initial conftests are imported."""
+    base = tmp_path_factory.mktemp("conftest-top")
+    pristine = make_operator_home(base / "pristine")
+    run = run_child(base, CONFTEST_TOP, *EARLY, env={"CHILD_OPERATOR_HOME": str(base / "operator-home")})
+    changed = content_differences(pristine, run.home)
+    assert run.returncode != 0 and "<import of the initial conftest.py files> tried to mkdir" in run.output, run.output
+    assert "test_anything" not in run.results
+    assert changed == []
+
+
+def _containment_or_skip() -> None:
+    report = containment.probe()
+    view = report.protection("mount view")
+    if view is None or not view.in_force:
+        pytest.skip(f"no containment on this machine: {report.reason}")
+
+
+def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty(tmp_path_factory):
+    _containment_or_skip()
+    base = tmp_path_factory.mktemp("contained")
+    home = make_operator_home(base / "pristine")
+    files = {"test_contained.py": CONTAINED,
+             "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
+    run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
+                                                                        / "config.toml")})
+    for test in ("test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
+                 "test_a_c_level_open_reads_nothing"):
+        assert run.outcomes(test) == {"passed"}, run.output
+    assert content_differences(home, run.home) == []
+
+
+def test_a_module_without_the_required_import_is_a_collection_error(tmp_path_factory):
+    files = {"test_with.py": "import canarchy.testing.required  # noqa: F401\n\ndef test_a():\n    pass\n",
+             "test_without.py": "def test_b():\n    pass\n"}
+    run, _ = _run(tmp_path_factory, "required", files, *EARLY, "-o", "canarchy_require_import=true")
+    assert run.returncode == 2 and "test_b" not in run.results, run.output  # a collection error stops the run
+    assert "test_without.py does not import canarchy.testing.required" in run.output
+
+
+def test_a_stray_configuration_that_loses_the_plugin_s_settings_is_refused(tmp_path_factory):
+    """A tests/pytest.ini shadows pyproject.toml's [tool.pytest.ini_options] for `pytest tests`."""
+    files = {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n'
+                               "canarchy_require_import = false\ncanarchy_test_cwd = \"rootdir\"\n",
+             "tests/pytest.ini": "[pytest]\nxfail_strict = true\n",
+             "tests/conftest.py": 'pytest_plugins = ["canarchy.testing.isolation.plugin"]\n',
+             "tests/test_a.py": "def test_a():\n    pass\n"}
+    run, _ = _run(tmp_path_factory, "stray", files, "tests")
+    assert run.returncode == 4, run.output
+    assert "tests/pytest.ini shadows the project's configuration in" in run.output
+    assert "canarchy_test_cwd" in run.output and "addopts (-p canarchy.testing.isolation.plugin)" in run.output
