@@ -1,46 +1,17 @@
 """Response-feedback fuzzing of one arbitration ID (``fuzz guided``).
 
 The loop: pick an input from the corpus, mutate it, send it, observe the
-replies on the response ID, turn them into *markers*, and keep the input if
-it produced a marker this campaign has not seen yet (a *finding*). Markers:
+replies on the response ID and turn them into *markers* (``positive:67``,
+``nrc:27:35``, ``silence``, ``timing:slow``, ``isotp:fc:30`` ...). An input
+is a *finding* when a reply's *response class* is new for its *request
+shape* (:func:`request_shape`, :func:`response_class`): a new NRC for the
+service under test is news, the tenth random SID answered 0x11 is not.
+Findings are written as they happen and reported to ``on_finding``.
 
-==========================  ================================================
-``positive:<RSID>``         positive response, e.g. ``positive:67`` (ISO 14229-1)
-``nrc:<SID>:<NRC>``         negative response ``7F SID NRC``, e.g. ``nrc:27:35``
-``silence``                 no reply within the timeout
-``timing:slow``             first reply later than the slow threshold
-                            (default 0.05 s, P2server_max, ISO 14229-2)
-``isotp:fc:<FS>``           an ISO-TP flow control frame (ISO 15765-2), e.g. after
-                            a first frame the ECU accepted: ``isotp:fc:30``
-``isotp:cf`` / ``isotp:invalid``  a consecutive frame / a frame with no valid PCI
-``other:<byte>``            an ISO-TP payload that is neither 7F nor >= 0x40
-==========================  ================================================
-
-Hex in markers is upper case, two digits. Replies are parsed as ISO-TP
-single frames (first frames: the SID after the 2-byte PCI).
-
-Mutation (seeded ``random.Random``: the same ``--seed``, corpus and replies
-give the same sequence): when an input is a valid ISO-TP single frame, the
-UDS bytes after the PCI are mutated and the length nibble is rewritten (the
-padding kept); one time in eight the raw frame is mutated instead, PCI and
-all. Operators: bit flip, random byte, small arithmetic (+-1..4),
-interesting value (00 01 02 03 7F 80 FE FF), insert, append, delete,
-truncate; one or two per input. In a UDS body the SID byte is chosen one
-time in ten, so a campaign mostly explores the service it was seeded with.
-Parents are drawn by weight (:func:`marker_weight`). The first iterations
-send the corpus as is (the seed payload, then the ``--corpus`` entries).
-
-Storage: findings under ``<root>/<campaign_id>/`` (``campaign.json`` and one
-``finding-<iteration:08d>.json`` per finding), corpus entries as raw
-``<sha256[:16]>.bin`` files in ``--corpus DIR``; every file is written
-atomically (temp file in the same directory, fsync, ``os.replace``). The root
-is ``--findings-dir``, else ``<corpus>/findings``, else
-:func:`default_findings_root` — resolved when called, never at import.
-
-Errors: ``UserInputError`` ``INVALID_ARGUMENTS`` (exit 1, no default
-response ID); :class:`FuzzPersistenceError`
-(``FUZZ_GUIDED_PERSISTENCE_FAILED``, a ``TransportError``, exit 2): a file
-could not be written, and transmission stopped at once.
+One bus is opened for the whole campaign; latency is measured from the moment
+each request is handed to the bus, and the first exchange after opening it is
+not judged for timing. Markers, shapes, classes, mutation, storage and errors:
+``docs/fuzz-guided.md``.
 """
 
 from __future__ import annotations
@@ -51,6 +22,7 @@ import os
 import random
 import secrets
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -117,19 +89,12 @@ def default_response_id(arbitration_id: int, is_extended_id: bool) -> int:
 
 def isotp_payload(data: bytes) -> bytes | None:
     """The UDS bytes of an ISO-TP single frame, or the first bytes of a first frame; None otherwise."""
-    if not data:
-        return None
-    kind = data[0] >> 4
-    if kind == 0:
-        length = data[0] & 0x0F
-        if length == 0 and len(data) > MAX_CLASSIC_DATA and 1 <= data[1] <= len(data) - 2:
-            return data[2:2 + data[1]]  # CAN FD single frame escape
-        if 1 <= length <= len(data) - 1:
-            return data[1:1 + length]
-        return None
-    if kind == 1 and len(data) > 2:
-        return data[2:]
-    return None
+    from canarchy.isotp import PCI_FIRST, single_frame_payload
+
+    payload = single_frame_payload(data)
+    if payload is None and data and data[0] >> 4 == PCI_FIRST and len(data) > 2:
+        return bytes(data[2:])
+    return payload
 
 
 def reply_marker(data: bytes) -> str:
@@ -162,6 +127,44 @@ def markers_for(replies: list[CanFrame], latency: float | None, slow_threshold: 
     if latency is not None and latency > slow_threshold:
         markers.add(MARKER_SLOW)
     return sorted(markers)
+
+
+# -- novelty: request shapes and response classes --
+
+SHAPE_RAW = "raw"
+SHAPE_OTHER_SID = "sid:*"
+
+
+def seeded_sids(entries: list[bytes]) -> frozenset[int]:
+    """The SIDs of the initial corpus entries that are valid ISO-TP single frames: the services under test."""
+    return frozenset(split[0][0] for entry in entries if (split := _split_single_frame(entry)) is not None)
+
+
+def request_shape(payload: bytes, seeded: frozenset[int]) -> str:
+    """The request shape of an input: ``sid:XX`` for a valid single frame whose SID is a service
+    under test (:func:`seeded_sids`), ``sid:*`` for one with any other SID, ``raw`` for a frame
+    that is not a valid single frame (a mutated PCI)."""
+    split = _split_single_frame(payload)
+    if split is None:
+        return SHAPE_RAW
+    sid = split[0][0]
+    return f"sid:{sid:02X}" if sid in seeded else SHAPE_OTHER_SID
+
+
+def response_class(marker: str) -> str:
+    """The response class of a marker: the NRC without the SID it repeats (``nrc:27:35`` -> ``nrc:35``);
+    every other marker is its own class."""
+    if marker.startswith("nrc:") and marker.count(":") == 2:
+        return "nrc:" + marker.rsplit(":", 1)[1]
+    return marker
+
+
+def novelty_keys(shape: str, markers: list[str]) -> dict[str, str]:
+    """``{key: marker}``: the novelty key ``"<shape> <class>"`` of each marker (the first marker of a class)."""
+    keys: dict[str, str] = {}
+    for marker in markers:
+        keys.setdefault(f"{shape} {response_class(marker)}", marker)
+    return keys
 
 
 # -- input generation --
@@ -388,6 +391,9 @@ class CampaignResult:
     findings: list[dict[str, Any]]
     corpus_size: int
     elapsed: float
+    classes: list[str] = field(default_factory=list)
+    other_sids: dict[str, list[str]] = field(default_factory=dict)
+    late_replies: int = 0
 
 
 def _campaign_document(settings: CampaignSettings, campaign_id: str, started_at: float) -> dict[str, Any]:
@@ -415,6 +421,7 @@ def _campaign_document(settings: CampaignSettings, campaign_id: str, started_at:
         "frames_sent": 0,
         "findings_count": 0,
         "markers": [],
+        "classes": [],
         "stopped_reason": None,
     }
 
@@ -432,15 +439,45 @@ def _create_campaign_dir(root: Path) -> tuple[str, Path]:
     raise FileExistsError(f"no free campaign id under {root}")
 
 
+def _exchange(link: Any, request: CanFrame, accept: Callable[[CanFrame], bool],
+              timeout: float) -> tuple[float, list[CanFrame], int]:
+    """One request on an open bus: ``(send time, accepted replies, late replies discarded first)``.
+
+    Frames still queued from earlier iterations are discarded before sending
+    (those on the response ID counted as late). Replies are collected until
+    ``timeout`` passes after the last 0x78 (responsePending), or the first other reply.
+    """
+    late = 0
+    while (stale := link.recv(0)) is not None:
+        late += accept(stale)
+    sent_at = link.send(request)
+    replies: list[CanFrame] = []
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        frame = link.recv(remaining)
+        if frame is None:
+            break
+        if not accept(frame):
+            continue
+        replies.append(frame)
+        if not is_response_pending(frame):
+            break
+        deadline = time.monotonic() + timeout
+    return sent_at, replies, late
+
+
 def run_campaign(settings: CampaignSettings, backend: Backend,
                  on_finding: Callable[[dict[str, Any]], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> CampaignResult:
-    """Run one campaign against ``settings.channel`` through ``backend.transaction``.
+                 sleep: Callable[[float], None] = time.sleep,
+                 on_iteration: Callable[[dict[str, Any]], None] | None = None) -> CampaignResult:
+    """Run one campaign against ``settings.channel`` on one bus (``backend.session``).
 
     Creates ``<findings_root>/<campaign_id>/campaign.json`` before the first
     frame, writes a ``finding-<iteration:08d>.json`` (and a corpus entry when
-    ``corpus_dir`` is set) for every input with a new marker, and rewrites
+    ``corpus_dir`` is set) for every input with a new novelty key and calls
+    ``on_finding`` with it at once; calls ``on_iteration`` after every
+    iteration with ``{iterations, frames_sent, findings, elapsed_s}``; rewrites
     ``campaign.json`` at the end. Stops on ``max_iterations``, ``max_seconds``
     or Ctrl+C (``stopped_reason``: ``max_iterations`` / ``max_seconds`` /
     ``interrupted``).
@@ -451,6 +488,7 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
     started_wall = time.time()
     frames_sent = 0
     iterations = 0
+    late_replies = 0
     try:
         campaign_id, campaign_dir = _create_campaign_dir(settings.findings_root)
     except OSError as exc:
@@ -470,8 +508,12 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
                 pass
         raise FuzzPersistenceError(target, exc, 0, 0) from exc
 
-    generator = InputGenerator([settings.seed_data, *settings.corpus], settings.rng_seed)
-    seen: set[str] = set()
+    initial = [settings.seed_data, *settings.corpus]
+    generator = InputGenerator(initial, settings.rng_seed)
+    seeded = seeded_sids(initial)
+    seen_markers: set[str] = set()
+    seen_keys: set[str] = set()
+    other_sids: dict[str, set[str]] = {}
     findings: list[dict[str, Any]] = []
     interval = 1.0 / settings.rate
     start = clock()
@@ -484,79 +526,80 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
 
     def finish(status: str, reason: str) -> None:
         document.update(status=status, stopped_reason=reason, finished_at=time.time(), iterations=iterations,
-                        frames_sent=frames_sent, findings_count=len(findings), markers=sorted(seen))
+                        frames_sent=frames_sent, findings_count=len(findings), markers=sorted(seen_markers),
+                        classes=sorted(seen_keys))
         write_json_atomic(campaign_dir / "campaign.json", document)
 
+    def transport_failed(exc: TransportError) -> TransportError:
+        try:
+            finish("failed", "transport_error")
+        except OSError:
+            pass
+        return TransportError(exc.code, f"{exc.message} (fuzz campaign {campaign_id}: stopped after "
+                                        f"{frames_sent} frame(s) sent)", exc.hint)
+
     try:
-        while iterations < settings.max_iterations:
-            now = clock()
-            if deadline is not None and now >= deadline:
-                stopped_reason = "max_seconds"
-                break
-            due = start + iterations * interval
-            if due > now:
-                if deadline is not None and due >= deadline:
+        with ExitStack() as stack:
+            try:
+                link = stack.enter_context(backend.session(settings.channel))
+            except TransportError as exc:  # the bus could not be opened
+                raise transport_failed(exc) from exc
+            while iterations < settings.max_iterations:
+                now = clock()
+                if deadline is not None and now >= deadline:
                     stopped_reason = "max_seconds"
                     break
-                sleep(due - now)
-            payload, parent, ops = generator.next()
-            request = CanFrame(settings.arbitration_id, payload, settings.is_extended_id)
-            sent_at = time.time()
-            try:
-                replies = backend.transaction(settings.channel, request, accept, settings.timeout,
-                                              settle=is_response_pending)
-            except TransportError as exc:
+                due = start + iterations * interval
+                if due > now:
+                    if deadline is not None and due >= deadline:
+                        stopped_reason = "max_seconds"
+                        break
+                    sleep(due - now)
+                payload, parent, ops = generator.next()
+                request = CanFrame(settings.arbitration_id, payload, settings.is_extended_id)
                 try:
-                    finish("failed", "transport_error")
-                except OSError:
-                    pass
-                raise TransportError(
-                    exc.code,
-                    f"{exc.message} (fuzz campaign {campaign_id}: stopped after {frames_sent} frame(s) sent)",
-                    exc.hint,
-                ) from exc
-            frames_sent += 1
-            iterations += 1
-            latency = max(0.0, replies[0].timestamp - sent_at) if replies else None
-            markers = markers_for(replies, latency, settings.slow_threshold)
-            new = [marker for marker in markers if marker not in seen]
-            if not new:
-                continue
-            seen.update(new)
-            iteration = iterations - 1
-            finding = {
-                "campaign_id": campaign_id,
-                "iteration": iteration,
-                "timestamp": sent_at,
-                "arbitration_id": settings.arbitration_id,
-                "is_extended_id": settings.is_extended_id,
-                "response_id": settings.response_id,
-                "data": payload.hex(),
-                "parent": None if parent is None else parent.hex(),
-                "mutations": ops,
-                "markers": markers,
-                "new_markers": new,
-                "latency_s": latency,
-                "replies": [{"arbitration_id": f.arbitration_id, "data": f.data.hex(), "timestamp": f.timestamp}
-                            for f in replies],
-            }
-            path = campaign_dir / f"finding-{iteration:08d}.json"
-            try:
-                write_json_atomic(path, finding)
-                if generator.add(payload, marker_weight(new)) and settings.corpus_dir is not None:
-                    path_corpus = settings.corpus_dir / corpus_entry_name(payload)
-                    if not path_corpus.exists():
-                        write_bytes_atomic(path_corpus, payload)
-            except OSError as exc:
-                try:
-                    finish("failed", "persistence_failed")
-                except OSError:
-                    pass
-                raise FuzzPersistenceError(path, exc, frames_sent, iterations) from exc
-            finding = dict(finding, path=str(path))
-            findings.append(finding)
-            if on_finding is not None:
-                on_finding(finding)
+                    sent_at, replies, late = _exchange(link, request, accept, settings.timeout)
+                except TransportError as exc:
+                    raise transport_failed(exc) from exc
+                late_replies += late
+                frames_sent += 1
+                iterations += 1
+                latency = max(0.0, replies[0].timestamp - sent_at) if replies else None
+                # The first exchange after opening the bus is a warm-up: its latency is not judged.
+                judged = iterations > 1
+                markers = markers_for(replies, latency if judged else None, settings.slow_threshold)
+                shape = request_shape(payload, seeded)
+                keys = novelty_keys(shape, markers)
+                seen_markers.update(markers)
+                if shape == SHAPE_OTHER_SID:
+                    other_sids.setdefault(f"0x{_split_single_frame(payload)[0][0]:02X}", set()).update(
+                        response_class(marker) for marker in markers)
+                new = [key for key in keys if key not in seen_keys]
+                if new:
+                    seen_keys.update(new)
+                    finding = _finding(settings, campaign_id, iterations - 1, sent_at, payload, parent, ops,
+                                       markers, shape, keys, new, latency, judged, replies)
+                    path = campaign_dir / f"finding-{iterations - 1:08d}.json"
+                    try:
+                        write_json_atomic(path, finding)
+                        if generator.add(payload, marker_weight(finding["new_markers"])) and \
+                                settings.corpus_dir is not None:
+                            path_corpus = settings.corpus_dir / corpus_entry_name(payload)
+                            if not path_corpus.exists():
+                                write_bytes_atomic(path_corpus, payload)
+                    except OSError as exc:
+                        try:
+                            finish("failed", "persistence_failed")
+                        except OSError:
+                            pass
+                        raise FuzzPersistenceError(path, exc, frames_sent, iterations) from exc
+                    finding = dict(finding, path=str(path))
+                    findings.append(finding)
+                    if on_finding is not None:
+                        on_finding(finding)
+                if on_iteration is not None:
+                    on_iteration({"iterations": iterations, "frames_sent": frames_sent, "findings": len(findings),
+                                  "elapsed_s": round(clock() - start, 3)})
     except KeyboardInterrupt:
         stopped_reason = "interrupted"
     try:
@@ -568,9 +611,38 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
         campaign_dir=campaign_dir,
         iterations=iterations,
         frames_sent=frames_sent,
-        markers=sorted(seen),
+        markers=sorted(seen_markers),
         stopped_reason=stopped_reason,
         findings=findings,
         corpus_size=len(generator.corpus),
         elapsed=clock() - start,
+        classes=sorted(seen_keys),
+        other_sids={sid: sorted(classes) for sid, classes in sorted(other_sids.items())},
+        late_replies=late_replies,
     )
+
+
+def _finding(settings: CampaignSettings, campaign_id: str, iteration: int, sent_at: float, payload: bytes,
+             parent: bytes | None, ops: list[str], markers: list[str], shape: str, keys: dict[str, str],
+             new: list[str], latency: float | None, judged: bool, replies: list[CanFrame]) -> dict[str, Any]:
+    """The finding document (``docs/fuzz-guided.md``, Findings layout)."""
+    return {
+        "campaign_id": campaign_id,
+        "iteration": iteration,
+        "timestamp": sent_at,
+        "arbitration_id": settings.arbitration_id,
+        "is_extended_id": settings.is_extended_id,
+        "response_id": settings.response_id,
+        "data": payload.hex(),
+        "parent": None if parent is None else parent.hex(),
+        "mutations": ops,
+        "markers": markers,
+        "new_markers": sorted({keys[key] for key in new}),
+        "request_shape": shape,
+        "response_classes": sorted(keys),
+        "new_classes": sorted(new),
+        "latency_s": latency,
+        "timing_judged": judged,
+        "replies": [{"arbitration_id": f.arbitration_id, "data": f.data.hex(), "timestamp": f.timestamp}
+                    for f in replies],
+    }

@@ -450,8 +450,9 @@ class IsoTpTester:
                 waits += 1
                 continue
             if status != FLOW_STATUS_CONTINUE:
+                overflow = ", overflow" if status == FLOW_STATUS_OVERFLOW else ""
                 exchange.warnings.append(f"ISO-TP 0x{self.request_id:X}: segmented request refused "
-                                         f"(flow status {status}{', overflow' if status == FLOW_STATUS_OVERFLOW else ''})")
+                                         f"(flow status {status}{overflow})")
                 return False
             waits = 0
             block, gap = frame.data[1], st_min_seconds(frame.data[2])

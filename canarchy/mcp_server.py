@@ -290,7 +290,8 @@ def _check_registry() -> None:
         spec = TOOLS[name]
         declared = set(spec.properties)
         if declared & FORBIDDEN_REFERENCE_PROPERTIES:
-            raise RuntimeError(f"reference-only MCP tool {name!r} declares {sorted(declared & FORBIDDEN_REFERENCE_PROPERTIES)}")
+            forbidden = sorted(declared & FORBIDDEN_REFERENCE_PROPERTIES)
+            raise RuntimeError(f"reference-only MCP tool {name!r} declares {forbidden}")
         if any(_is_active_flag(flag) for flag in (*spec.options.values(), *spec.flags)):
             raise RuntimeError(f"reference-only MCP tool {name!r} passes an active flag")
 
@@ -536,7 +537,8 @@ def _confirm_transmission(spec: ToolSpec, values: Mapping[str, Any],
             "is not a person's consent.")
     if answer is not True:
         raise UserInputError("ACTIVE_CONFIRMATION_DECLINED",
-                             f"The transmission on {values['channel']} was not confirmed by the user. Nothing was sent.",
+                             f"The transmission on {values['channel']} was not confirmed by the user. "
+                             "Nothing was sent.",
                              "Ask the user; plan with dry_run: true meanwhile.")
 
 

@@ -1,16 +1,20 @@
-"""A live progress line on stderr, for a person watching a long active run.
+"""Live reporting of a long active run: its events as they happen, and a progress line.
 
-Shown only when stderr is a terminal (``isatty()``): a pipe or a log file
-gets nothing, so scripts and ``--jsonl`` consumers see only the output.
-The line is redrawn in place (carriage return, erase to end of line) at
-most ``interval`` seconds apart, and erased by :meth:`Progress.close`.
+:class:`ActiveRun` emits each event at once (``--jsonl``: one line, flushed)
+or keeps it for the envelope, and owns a :class:`Progress` line: shown on
+stderr only when stderr is a terminal (``isatty()``), so a pipe or a log file
+gets nothing and scripts see only the output. The line is redrawn in place
+(carriage return, erase to end of line) at most ``interval`` seconds apart
+and erased at the end.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 #: Seconds between two redraws.
 DEFAULT_INTERVAL = 0.25
@@ -64,3 +68,42 @@ class Progress:
 def rate(count: int, elapsed: float) -> str:
     """``"12.3/s"``: ``count`` per second over ``elapsed`` seconds (``"-/s"`` before any time passed)."""
     return f"{count / elapsed:.1f}/s" if elapsed > 0 else "-/s"
+
+
+class ActiveRun:
+    """One active command's reporting: ``emit(event_type, payload, timestamp=None)`` streams an
+    event as it happens (``--jsonl``) or keeps it for the envelope; ``progress`` is the
+    terminal line; :meth:`result` closes both and builds the :class:`canarchy.cli.CommandResult`."""
+
+    def __init__(self, args: argparse.Namespace, source: str) -> None:
+        self.args = args
+        self.source = source
+        self.stream = getattr(args, "output", "text") == "jsonl"
+        self.events: list[dict[str, Any]] = []
+        self.count = 0
+        self.progress = Progress()
+        self.started = time.monotonic()
+
+    def emit(self, event_type: str, payload: dict[str, Any], timestamp: float | None = None) -> None:
+        from canarchy.cli import make_event
+
+        self.count += 1
+        event = make_event(event_type, payload, self.source, timestamp)
+        if self.stream:
+            self.args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+            self.args.stdout.flush()
+        else:
+            self.events.append(event)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def result(self, data: dict[str, Any], warnings: list[str]) -> Any:
+        """The command's result: ``data`` with ``elapsed_s``; the events kept, unless they were streamed."""
+        from canarchy.cli import CommandResult
+
+        self.progress.close()
+        data.setdefault("elapsed_s", round(self.elapsed(), 3))
+        if self.stream:  # the events are out; the closing envelope line carries the summary
+            return CommandResult(data=data, warnings=warnings)
+        return CommandResult(data=data, warnings=warnings, events=self.events)

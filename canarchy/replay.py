@@ -63,11 +63,13 @@ def schedule(passes: Callable[[], Iterable[CanFrame]], *, speed: float = 1.0, lo
 
 @dataclass(frozen=True)
 class Sent:
-    """A slot as sent: ``sent_at`` (s since the epoch) and ``late_s`` (after its time, >= 0)."""
+    """A slot as sent: ``due_at`` (its time, s since the epoch: the start's wall-clock time plus
+    its offset), ``sent_at`` (s since the epoch) and ``late_s`` (after its time, >= 0)."""
 
     slot: Slot
     sent_at: float
     late_s: float
+    due_at: float = 0.0
 
 
 def play(slots: Iterable[Slot], send: Callable[[CanFrame], None], *,
@@ -75,6 +77,7 @@ def play(slots: Iterable[Slot], send: Callable[[CanFrame], None], *,
     """Send each slot's frame at ``start + offset_s`` (``start``: the first call of ``clock``)
     or later, in order; yield a :class:`Sent` after each send. Raises what ``send`` raises."""
     start = clock()
+    start_wall = time.time()
     for slot in slots:
         due = start + slot.offset_s
         wait = due - clock()
@@ -83,4 +86,4 @@ def play(slots: Iterable[Slot], send: Callable[[CanFrame], None], *,
             wait = due - clock()
         sent_at = time.time()
         send(slot.frame)
-        yield Sent(slot, sent_at, max(0.0, -wait))
+        yield Sent(slot, sent_at, max(0.0, -wait), start_wall + slot.offset_s)

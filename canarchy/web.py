@@ -1,56 +1,35 @@
-"""A read-only local dashboard of a capture file: an HTML page, a JSON status route and a
-live event stream, served with the standard library (``http.server``) from a thread.
+"""A read-only local dashboard of a capture file, served with the standard library
+(``http.server``) from a thread: per-ID counts and rates, decoded signals with
+server-rendered SVG plots, the first frames, and a live replay.
 
-Routes (``GET`` only; any other method is ``405`` with ``Allow: GET``; an unknown
-path is ``404``; error bodies are canarchy envelopes with one error):
-
-- ``GET /``: an HTML page rendered on the server (the capture's first
-  :data:`PAGE_ROWS` frames, with the decoded message of each when a DBC is
-  given, and a summary of every decoded signal) plus a small script that
-  follows ``/api/events`` and prepends what arrives. Every value is escaped;
-  the page's Content-Security-Policy allows exactly its own inline script and
-  style (by SHA-256) and connections to this server.
-- ``GET /api/status``: envelope, ``data``: ``file``, ``format``, ``dbc``,
-  ``frame_count``, ``decoded_count`` (None without a DBC), ``message_count``,
-  ``url``, ``started_at`` (Unix time), ``uptime_s``, ``requests``,
-  ``streams_active``, ``speed``, ``event_limit``; ``warnings``: the capture's.
-- ``GET /api/events[?limit=N&speed=X]``: Server-Sent Events (WHATWG HTML
-  §9.2) replaying the capture: ``event: frame`` and ``event: decoded_message``,
-  each ``data:`` a canarchy event ``{event_type, payload, source, timestamp}``
-  (the payloads of ``capture --file`` and ``decode``), ``id:`` its number.
-  Paced by the capture's own timestamps divided by ``speed`` (0: no pacing; a
-  gap is never longer than :data:`MAX_GAP_S`), at most ``limit`` events (the
-  stream is bounded), then ``event: end`` with ``{event_count, truncated,
-  reason}`` (``end_of_capture``, ``limit`` or ``server_stopping``). At most
-  ``max_streams`` streams at once (``503`` beyond).
-
-Nothing here writes anything or opens a CAN bus. The capture is read once at
-start (counts, the page's rows, the signal summary: bounded memory) and again
-by each event stream, one frame at a time.
-
-Binding (:func:`parse_bind`): ``HOST:PORT`` or ``[IPv6]:PORT``; port 0 asks the
-OS for a free port (the real one is in :attr:`DashboardServer.url`). Only a
-loopback host unless ``allow_remote``; when bound to loopback, a request whose
-``Host`` header names another host is refused (``403``), which defeats DNS
-rebinding. Errors: ``UserInputError`` ``WEB_BIND_INVALID`` (exit 1),
-``TransportError`` ``WEB_BIND_FAILED`` (exit 2: the address is in use or cannot
-be bound).
+Routes (``GET`` only, else ``405``; unknown path ``404``; error bodies are
+canarchy envelopes): ``/`` (the page), ``/signal`` and ``/plot.svg``
+(``?message=M&signal=S``), ``/api/status``, ``/api/ids``, ``/api/events``
+(Server-Sent Events replaying the whole recording, paced by its timestamps).
+Times on the pages are seconds since the capture's first frame; IDs are
+written as candump writes them. The capture is read once at start and again,
+one frame at a time, by each stream and plot: memory does not grow with it.
+Only loopback unless ``allow_remote``; a foreign ``Host`` header is ``403``.
+Errors: ``WEB_BIND_INVALID`` (exit 1), ``WEB_BIND_FAILED`` (exit 2). Details:
+``docs/web.md``.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import html
 import ipaddress
 import json
+import math
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from canarchy.errors import CanarchyError, TransportError, UserInputError
 
@@ -59,9 +38,9 @@ DEFAULT_PORT = 8765
 DEFAULT_BIND = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 #: Frames listed on the page.
 PAGE_ROWS = 200
-#: Events one ``/api/events`` stream sends by default, and at most.
-DEFAULT_EVENT_LIMIT = 1000
-MAX_EVENT_LIMIT = 100_000
+#: Events one ``/api/events`` stream sends by default (None: the whole recording), and the largest ``limit``.
+DEFAULT_EVENT_LIMIT: int | None = None
+MAX_EVENT_LIMIT = 10_000_000
 #: Concurrent event streams.
 DEFAULT_MAX_STREAMS = 8
 #: The longest pause between two replayed events, in seconds (a recording may hold long silences).
@@ -137,12 +116,15 @@ def parse_bind(text: str, allow_remote: bool = False) -> Bind:
 
 
 class Dashboard:
-    """What the routes show, read from a capture file (and a DBC) once at start.
+    """What the routes show, read from a capture file (and a DBC) once at start, in bounded memory.
 
-    Attributes: ``file``, ``dbc``, ``format``, ``frame_count``,
-    ``decoded_count`` (None without a DBC), ``rows`` (the first ``page_rows``
-    frames: ``(frame payload, [decoded message names])``), ``summary`` (the
-    DBC decoder's summary, or None), ``warnings``.
+    Attributes: ``file``, ``dbc``, ``format``, ``frame_count``, ``start``
+    (timestamp of the first frame: page times are relative to it), ``stats``
+    (:class:`canarchy.capture_stats.CaptureStats`: per-ID counts and rates),
+    ``decoded_count`` (None without a DBC), ``rows`` (the first
+    ``page_rows`` frames: ``(frame payload, [decoded message names])``),
+    ``summary`` (the DBC decoder's summary, or None), ``message_ids``
+    (message name -> the arbitration IDs it was decoded from), ``warnings``.
 
     Raises what :func:`canarchy.capture_file.open_capture` and
     :func:`canarchy.decode.load_dbc` raise (``CAPTURE_SOURCE_UNAVAILABLE``,
@@ -151,6 +133,7 @@ class Dashboard:
 
     def __init__(self, file: str, dbc: str | None = None, page_rows: int = PAGE_ROWS) -> None:
         from canarchy.capture_file import open_capture
+        from canarchy.capture_stats import CaptureStats
 
         self.file = file
         self.dbc = dbc
@@ -161,15 +144,23 @@ class Dashboard:
             from canarchy.decode import load_dbc
 
             self._database, dbc_warnings = load_dbc(dbc)
-            warnings += dbc_warnings
+            warnings += list(dbc_warnings)
         decoder = self._decoder()
+        self.stats = CaptureStats()
         self.rows: list[tuple[dict[str, Any], list[str]]] = []
+        self.message_ids: dict[str, set[int]] = {}
+        self.id_messages: dict[int, set[str]] = {}
         for frame in capture:
+            self.stats.feed(frame)
             decoded = decoder.feed(frame) if decoder is not None else []
+            for payload in decoded:
+                self.message_ids.setdefault(payload["message"], set()).add(payload["arbitration_id"])
+                self.id_messages.setdefault(payload["arbitration_id"], set()).add(payload["message"])
             if len(self.rows) < page_rows:
                 self.rows.append((frame.to_payload(), [d["message"] for d in decoded]))
         self.format = capture.format
         self.frame_count = capture.frame_count
+        self.start = self.stats.start or 0.0
         self.summary = None
         self.decoded_count = None
         if decoder is not None:
@@ -199,6 +190,144 @@ class Dashboard:
                 for payload in decoder.feed(frame):
                     yield make_event("decoded_message", payload, source, payload["timestamp"])
 
+    def signal(self, message: str, signal: str) -> dict[str, Any] | None:
+        """The summary of one decoded signal (``count``, ``min``, ``max``, ``last``, ``unit``), or None."""
+        if self.summary is None:
+            return None
+        return (self.summary["messages"].get(message) or {}).get("signals", {}).get(signal)
+
+    def series(self, message: str, signal: str) -> Iterator[tuple[float, float]]:
+        """``(timestamp, value)`` of every numeric value of ``message.signal``, read from the file again."""
+        from canarchy.capture_file import open_capture
+
+        decoder = self._decoder()
+        if decoder is None:
+            return
+        for frame in open_capture(self.file):
+            for payload in decoder.feed(frame):
+                if payload["message"] != message:
+                    continue
+                value = (payload["signals"].get(signal) or {}).get("value")
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    yield payload["timestamp"], float(value)
+
+
+# --- the plot ---------------------------------------------------------------------------------
+
+#: Size of a plot (px) and of its margins; one bucket per pixel column of the plot area.
+PLOT_WIDTH, PLOT_HEIGHT = 900, 320
+_MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 70, 20, 28, 42
+
+
+class MinMaxBuckets:
+    """Values over ``[start, end]`` reduced to ``count`` buckets, each keeping its minimum and
+    maximum (value and time) and its count: a line through them draws every peak of any number
+    of points in bounded memory (one bucket per pixel column)."""
+
+    def __init__(self, start: float, end: float, count: int) -> None:
+        self.start = start
+        self.span = max(end - start, 1e-9)
+        self.count = count
+        self.buckets: dict[int, list[float]] = {}  # index -> [n, t_min, v_min, t_max, v_max]
+        self.points = 0
+
+    def add(self, stamp: float, value: float) -> None:
+        self.points += 1
+        index = min(self.count - 1, max(0, int((stamp - self.start) / self.span * self.count)))
+        bucket = self.buckets.get(index)
+        if bucket is None:
+            self.buckets[index] = [1, stamp, value, stamp, value]
+            return
+        bucket[0] += 1
+        if value < bucket[2]:
+            bucket[1], bucket[2] = stamp, value
+        if value > bucket[4]:
+            bucket[3], bucket[4] = stamp, value
+
+    def line(self) -> list[tuple[float, float]]:
+        """``(time, value)`` points in time order: per bucket its minimum and maximum, earlier first."""
+        points: list[tuple[float, float]] = []
+        for index in sorted(self.buckets):
+            _n, t_min, v_min, t_max, v_max = self.buckets[index]
+            pair = sorted({(t_min, v_min), (t_max, v_max)})
+            points += pair
+        return points
+
+
+def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round values covering ``low..high`` (1, 2, 5 x 10^n steps)."""
+    if high <= low:
+        return [low]
+    raw = (high - low) / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def render_plot(dashboard: "Dashboard", message: str, signal: str, width: int = PLOT_WIDTH,
+                height: int = PLOT_HEIGHT) -> str:
+    """An SVG line plot of ``message.signal`` over the capture's time (relative seconds on x).
+
+    The values are read again from the file and reduced with :class:`MinMaxBuckets` (one bucket
+    per pixel column). Every text is escaped. Raises KeyError when the signal is unknown.
+    """
+    summary = dashboard.signal(message, signal)
+    if summary is None:
+        raise KeyError(f"{message}.{signal}")
+    stats = dashboard.stats
+    end = stats.end if stats.end is not None else dashboard.start
+    plot_w = width - _MARGIN_LEFT - _MARGIN_RIGHT
+    plot_h = height - _MARGIN_TOP - _MARGIN_BOTTOM
+    buckets = MinMaxBuckets(dashboard.start, end, plot_w)
+    for stamp, value in dashboard.series(message, signal):
+        buckets.add(stamp, value)
+    line = buckets.line()
+    unit = summary.get("unit") or ""
+    title = f"{message}.{signal}" + (f" ({unit})" if unit else "")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" class="plot" '
+             f'data-message="{_e(message)}" data-signal="{_e(signal)}" data-points="{buckets.points}">',
+             f"<title>{_e(title)}: {buckets.points} values over {end - dashboard.start:.3f} s</title>",
+             f'<rect x="{_MARGIN_LEFT}" y="{_MARGIN_TOP}" width="{plot_w}" height="{plot_h}" fill="#fbfbfb" '
+             'stroke="#ccc"/>',
+             f'<text x="{_MARGIN_LEFT}" y="18" font-size="13" font-family="sans-serif">{_e(title)}</text>']
+    if not line:
+        parts.append(f'<text x="{_MARGIN_LEFT + 10}" y="{_MARGIN_TOP + 24}" font-size="12" '
+                     'font-family="sans-serif">no numeric values</text></svg>')
+        return "".join(parts)
+    values = [v for _t, v in line]
+    low, high = min(values), max(values)
+    if high == low:
+        low, high = low - 1, high + 1
+    span_t = max(end - dashboard.start, 1e-9)
+
+    def x(stamp: float) -> float:
+        return _MARGIN_LEFT + (stamp - dashboard.start) / span_t * plot_w
+
+    def y(value: float) -> float:
+        return _MARGIN_TOP + plot_h - (value - low) / (high - low) * plot_h
+
+    for tick in _ticks(low, high):
+        parts.append(f'<line x1="{_MARGIN_LEFT}" x2="{_MARGIN_LEFT + plot_w}" y1="{y(tick):.1f}" '
+                     f'y2="{y(tick):.1f}" stroke="#e4e4e4"/>'
+                     f'<text class="ytick" x="{_MARGIN_LEFT - 6}" y="{y(tick) + 4:.1f}" font-size="11" '
+                     f'text-anchor="end" font-family="sans-serif">{_e(f"{tick:g}")}</text>')
+    for tick in _ticks(0.0, span_t):
+        parts.append(f'<text class="xtick" x="{x(dashboard.start + tick):.1f}" y="{_MARGIN_TOP + plot_h + 16}" '
+                     f'font-size="11" text-anchor="middle" font-family="sans-serif">{_e(f"{tick:g}")}</text>')
+    parts.append(f'<text x="{_MARGIN_LEFT + plot_w / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle" '
+                 'font-family="sans-serif">time since the first frame (s)</text>')
+    points = " ".join(f"{x(t):.2f},{y(v):.2f}" for t, v in line)
+    parts.append(f'<polyline class="series" fill="none" stroke="#1f5fa8" stroke-width="1.3" points="{points}"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
 
 # --- the server -------------------------------------------------------------------------------
 
@@ -215,7 +344,7 @@ class DashboardServer(ThreadingHTTPServer):
     allow_reuse_address = True  # a restarted dashboard may take its port back at once (TIME_WAIT)
 
     def __init__(self, bind: Bind, dashboard: Dashboard, speed: float = 1.0,
-                 event_limit: int = DEFAULT_EVENT_LIMIT, max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+                 event_limit: int | None = DEFAULT_EVENT_LIMIT, max_streams: int = DEFAULT_MAX_STREAMS) -> None:
         self.address_family = bind.family
         self.bind = bind
         self.dashboard = dashboard
@@ -331,34 +460,55 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
 table { border-collapse: collapse; font: 12px/1.3 ui-monospace, monospace; }
 th, td { border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } .meta { color: #555; } .num { text-align: right; }
+.cols { display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start; }
+svg.plot { border: 1px solid #ddd; background: #fff; }
 """
 
 _SCRIPT = """
 (function () {
+  var start = parseFloat(document.body.getAttribute("data-start")) || 0;
   var body = document.getElementById("live-body");
   var status = document.getElementById("live-status");
-  var count = 0;
-  function hexId(p) {
-    var s = p.arbitration_id.toString(16).toUpperCase();
-    while (s.length < (p.is_extended_id ? 8 : 3)) { s = "0" + s; }
+  var cells = {};
+  Array.prototype.forEach.call(document.querySelectorAll("td[data-live-id]"), function (td) {
+    cells[td.getAttribute("data-live-id")] = td;
+  });
+  var counts = {}, recent = [], count = 0, pending = false, ended = null, opened = Date.now();
+  function hexId(id, extended) {
+    var s = id.toString(16).toUpperCase();
+    while (s.length < (extended ? 8 : 3)) { s = "0" + s; }
     return s;
   }
-  function add(cells) {
-    var tr = document.createElement("tr");
-    cells.forEach(function (text) {
-      var td = document.createElement("td");
-      td.textContent = text;
-      tr.appendChild(td);
-    });
-    body.insertBefore(tr, body.firstChild);
-    while (body.rows.length > 200) { body.deleteRow(-1); }
+  function render() {
+    pending = false;
+    var rows = document.createDocumentFragment();
+    for (var i = recent.length - 1; i >= 0; i--) {
+      var tr = document.createElement("tr");
+      recent[i].forEach(function (text) {
+        var td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      rows.appendChild(tr);
+    }
+    while (body.firstChild) { body.removeChild(body.firstChild); }
+    body.appendChild(rows);
+    Object.keys(counts).forEach(function (id) { if (cells[id]) { cells[id].textContent = String(counts[id]); } });
+    var seconds = (Date.now() - opened) / 1000;
+    status.textContent = count + " events" + (seconds > 0 ? " (" + Math.round(count / seconds) + "/s)" : "") +
+      (ended ? "; replay ended (" + ended + ")" : "");
+  }
+  function add(cellsOfRow) {
+    recent.push(cellsOfRow);
+    if (recent.length > 200) { recent.shift(); }
     count += 1;
-    status.textContent = count + " events";
+    if (!pending) { pending = true; setTimeout(render, 100); }
   }
   var source = new EventSource("/api/events");
   source.addEventListener("frame", function (e) {
-    var p = JSON.parse(e.data).payload;
-    add([p.timestamp.toFixed(6), "frame", hexId(p), String(p.dlc), p.data.toUpperCase()]);
+    var p = JSON.parse(e.data).payload, id = hexId(p.arbitration_id, p.is_extended_id);
+    counts[id] = (counts[id] || 0) + 1;
+    add([(p.timestamp - start).toFixed(6), "frame", id, String(p.dlc), p.data.toUpperCase()]);
   });
   source.addEventListener("decoded_message", function (e) {
     var p = JSON.parse(e.data).payload;
@@ -366,17 +516,18 @@ _SCRIPT = """
       var s = p.signals[name];
       return name + "=" + s.value + (s.unit ? " " + s.unit : "");
     });
-    add([p.timestamp.toFixed(6), p.message, "0x" + p.arbitration_id.toString(16).toUpperCase(), "",
+    add([(p.timestamp - start).toFixed(6), p.message, hexId(p.arbitration_id, p.arbitration_id > 0x7FF), "",
          values.join("  ")]);
   });
   source.addEventListener("end", function (e) {
-    var info = JSON.parse(e.data);
-    status.textContent = count + " events; replay ended (" + info.reason + ")";
+    ended = JSON.parse(e.data).reason;
     source.close();
+    render();
   });
   source.onerror = function () {
-    status.textContent = count + " events; the stream closed";
+    ended = ended || "the stream closed";
     source.close();
+    render();
   };
 })();
 """
@@ -386,7 +537,7 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
-#: The page's Content-Security-Policy: its own inline script and style, connections to this origin.
+#: The pages' Content-Security-Policy: their own inline script and style, connections to this origin.
 CONTENT_SECURITY_POLICY = (f"default-src 'none'; script-src {_sha256(_SCRIPT)}; style-src {_sha256(_STYLE)}; "
                            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
@@ -401,45 +552,122 @@ def _number(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _utc(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+
+
+def _head(title: str) -> str:
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>canarchy: {_e(title)}</title><style>{_STYLE}</style></head>")
+
+
+def _signal_link(message: str, signal: str) -> str:
+    return f"/signal?{urlencode({'message': message, 'signal': signal})}"
+
+
 def render_page(server: DashboardServer) -> str:
-    """The dashboard's HTML (every capture and DBC value escaped)."""
+    """The dashboard's HTML (every capture and DBC value escaped; times relative to the first frame)."""
     d = server.dashboard
     decoded = "" if d.decoded_count is None else f", {d.decoded_count} decoded messages with {_e(d.dbc)}"
     parts = [
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f"<title>canarchy: {_e(d.file)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>canarchy web: {_e(d.file)}</h1>",
-        f"<p class=\"meta\" id=\"summary\">{d.frame_count} frames ({_e(d.format)}){decoded}. "
-        f"Read-only; status as JSON at <a href=\"/api/status\">/api/status</a>, "
-        f"events at <a href=\"/api/events\">/api/events</a>.</p>",
+        _head(d.file),
+        f"<body data-start=\"{d.start!r}\"><h1>canarchy web: {_e(d.file)}</h1>",
+        f"<p class=\"meta\" id=\"summary\">{d.frame_count} frames ({_e(d.format)}){decoded}, "
+        f"{d.stats.duration:.3f} s from {_utc(d.stats.start)} (t = 0). "
+        f"Read-only; status as JSON at <a href=\"/api/status\">/api/status</a>, IDs at "
+        f"<a href=\"/api/ids\">/api/ids</a>, events at <a href=\"/api/events\">/api/events</a>.</p>",
     ]
     if d.warnings:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in d.warnings) + "</ul>")
     if d.summary is not None:
-        parts.append("<h2>Decoded signals</h2><table id=\"signals\"><thead><tr><th>message</th><th>ID</th>"
-                     "<th class=\"num\">count</th><th>signal</th><th class=\"num\">min</th><th class=\"num\">max</th>"
-                     "<th class=\"num\">last</th><th>unit</th></tr></thead><tbody>")
-        for name, message in d.summary["messages"].items():
-            for signal_name, s in message["signals"].items():
-                parts.append(f"<tr><td>{_e(name)}</td><td>0x{message['arbitration_id']:X}</td>"
-                             f"<td class=\"num\">{s['count']}</td><td>{_e(signal_name)}</td>"
-                             f"<td class=\"num\">{_e(_number(s['min']))}</td><td class=\"num\">{_e(_number(s['max']))}</td>"
-                             f"<td class=\"num\">{_e(_number(s['last']))}</td><td>{_e(s['unit'])}</td></tr>")
-        parts.append("</tbody></table>")
-    shown = len(d.rows)
-    parts.append(f"<h2>Frames</h2><p class=\"meta\">the first {shown} of {d.frame_count}</p>"
-                 "<table id=\"frames\"><thead><tr><th>time</th><th>channel</th><th>ID</th><th class=\"num\">DLC</th>"
-                 "<th>data</th><th>decoded</th></tr></thead><tbody>")
+        parts += _signals_section(d)
+    parts += _ids_section(d)
+    parts.append("<h2>Live</h2><p class=\"meta\" id=\"live-status\">connecting to /api/events ...</p>"
+                 "<table id=\"live\"><thead><tr><th class=\"num\">time (s)</th><th>event</th><th>ID</th>"
+                 "<th class=\"num\">DLC</th><th>data</th></tr></thead><tbody id=\"live-body\"></tbody></table>")
+    parts += _frames_section(d)
+    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    return "".join(parts)
+
+
+def _signals_section(d: Dashboard) -> list[str]:
+    """The decoded signals (each with a link to its plot) and a plot of the one with the most values."""
+    from canarchy.transport import can_id_text
+
+    parts = ["<h2>Decoded signals</h2><table id=\"signals\"><thead><tr><th>message</th><th>ID</th>"
+             "<th class=\"num\">count</th><th>signal</th><th class=\"num\">min</th><th class=\"num\">max</th>"
+             "<th class=\"num\">last</th><th>unit</th><th>plot</th></tr></thead><tbody>"]
+    busiest: tuple[int, str, str] | None = None
+    for name, message in d.summary["messages"].items():
+        ids = " ".join(can_id_text(i) for i in sorted(d.message_ids.get(name, ())))
+        for signal_name, s in message["signals"].items():
+            if isinstance(s.get("min"), (int, float)) and (busiest is None or s["count"] > busiest[0]):
+                busiest = (s["count"], name, signal_name)
+            parts.append(f"<tr><td>{_e(name)}</td><td>{ids}</td>"
+                         f"<td class=\"num\">{s['count']}</td><td>{_e(signal_name)}</td>"
+                         f"<td class=\"num\">{_e(_number(s['min']))}</td><td class=\"num\">{_e(_number(s['max']))}</td>"
+                         f"<td class=\"num\">{_e(_number(s['last']))}</td><td>{_e(s['unit'])}</td>"
+                         f"<td><a href=\"{_e(_signal_link(name, signal_name))}\">plot</a></td></tr>")
+    parts.append("</tbody></table>")
+    if busiest is not None:
+        parts.append(f"<p class=\"meta\">the signal with the most values; every signal's plot is a link above</p>"
+                     f"{render_plot(d, busiest[1], busiest[2])}")
+    return parts
+
+
+def _ids_section(d: Dashboard) -> list[str]:
+    parts = [f"<h2>Arbitration IDs</h2><p class=\"meta\">{len(d.stats.ids())} IDs; rates over each ID's own "
+             "first to last frame; live: frames of the replay below so far</p>"
+             "<table id=\"ids\"><thead><tr><th>ID</th><th class=\"num\">count</th><th class=\"num\">rate (Hz)"
+             "</th><th class=\"num\">period (ms)</th><th>DLC</th><th class=\"num\">first (s)</th>"
+             "<th class=\"num\">last (s)</th><th>last data</th><th>decoded as</th><th class=\"num\">live</th>"
+             "</tr></thead><tbody>"]
+    for row in d.stats.to_dict()["ids"]:
+        period = "" if row["period_s"] is None else f"{row['period_s'] * 1000:.3f}"
+        rate = "" if row["rate_hz"] is None else f"{row['rate_hz']:.3f}"
+        messages = " ".join(sorted(d.id_messages.get(row["arbitration_id"], ())))
+        parts.append(f"<tr><td>{row['id']}</td><td class=\"num\">{row['count']}</td><td class=\"num\">{rate}</td>"
+                     f"<td class=\"num\">{period}</td><td>{','.join(str(x) for x in row['dlcs'])}</td>"
+                     f"<td class=\"num\">{row['first_s']:.6f}</td><td class=\"num\">{row['last_s']:.6f}</td>"
+                     f"<td>{row['last_data'].upper()}</td><td>{_e(messages)}</td>"
+                     f"<td class=\"num\" data-live-id=\"{row['id']}\">0</td></tr>")
+    parts.append("</tbody></table>")
+    return parts
+
+
+def _frames_section(d: Dashboard) -> list[str]:
+    from canarchy.transport import can_id_text
+
+    parts = [f"<h2>Frames</h2><p class=\"meta\">the first {len(d.rows)} of {d.frame_count}</p>"
+             "<table id=\"frames\"><thead><tr><th class=\"num\">time (s)</th><th>channel</th><th>ID</th>"
+             "<th class=\"num\">DLC</th><th>data</th><th>decoded</th></tr></thead><tbody>"]
     for frame, messages in d.rows:
-        width = 8 if frame["is_extended_id"] else 3
-        parts.append(f"<tr><td>{frame['timestamp']:.6f}</td><td>{_e(frame['channel'])}</td>"
-                     f"<td>{frame['arbitration_id']:0{width}X}</td><td class=\"num\">{frame['dlc']}</td>"
+        parts.append(f"<tr><td class=\"num\">{frame['timestamp'] - d.start:.6f}</td><td>{_e(frame['channel'])}</td>"
+                     f"<td>{can_id_text(frame['arbitration_id'], frame['is_extended_id'])}</td>"
+                     f"<td class=\"num\">{frame['dlc']}</td>"
                      f"<td>{_e(frame['data'].upper())}</td><td>{_e(' '.join(messages))}</td></tr>")
     parts.append("</tbody></table>")
-    parts.append("<h2>Live</h2><p class=\"meta\" id=\"live-status\">connecting to /api/events ...</p>"
-                 "<table><thead><tr><th>time</th><th>event</th><th>ID</th><th class=\"num\">DLC</th><th>data</th>"
-                 f"</tr></thead><tbody id=\"live-body\"></tbody></table><script>{_SCRIPT}</script></body></html>\n")
-    return "".join(parts)
+    return parts
+
+
+def render_signal_page(server: DashboardServer, message: str, signal: str) -> str:
+    """A page with one signal's plot and summary. Raises KeyError when the signal is unknown."""
+    d = server.dashboard
+    plot = render_plot(d, message, signal)
+    s = d.signal(message, signal)
+    return "".join([
+        _head(f"{message}.{signal}"),
+        f"<body><h1>{_e(message)}.{_e(signal)}</h1>",
+        f"<p class=\"meta\"><a href=\"/\">back to {_e(d.file)}</a>; the plot as SVG: "
+        f"<a href=\"{_e('/plot.svg?' + urlencode({'message': message, 'signal': signal}))}\">plot.svg</a></p>",
+        plot,
+        "<table id=\"signal\"><tbody>",
+        *(f"<tr><th>{key}</th><td>{_e(_number(s.get(key)))}</td></tr>" for key in ("count", "min", "max", "last", "unit")),
+        "</tbody></table></body></html>\n",
+    ])
 
 
 # --- the handler ------------------------------------------------------------------------------
@@ -504,10 +732,12 @@ class _Handler(BaseHTTPRequestHandler):
                         f"Open {self.server.url} (a page under another name may be a DNS rebinding attempt).")
             return
         parts = urlsplit(self.path)
-        route = {"/": self._page, "/api/status": self._status, "/api/events": self._events}.get(parts.path)
+        route = {"/": self._page, "/signal": self._signal_page, "/plot.svg": self._plot, "/api/status": self._status,
+                 "/api/ids": self._ids, "/api/events": self._events}.get(parts.path)
         if route is None:
             self._error(404, "WEB_ROUTE_NOT_FOUND", f"No route {parts.path!r}.",
-                        "The routes are / (the page), /api/status and /api/events.")
+                        "The routes are / (the page), /signal and /plot.svg (?message=M&signal=S), /api/status, "
+                        "/api/ids and /api/events.")
             return
         route(parse_qs(parts.query, keep_blank_values=True))
 
@@ -516,15 +746,49 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, body, "text/html; charset=utf-8",
                    {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Referrer-Policy": "no-referrer"})
 
+    def _signal_query(self, query: dict[str, list[str]]) -> tuple[str, str] | None:
+        message, signal = (query.get(name, [""])[-1] for name in ("message", "signal"))
+        if not message or not signal:
+            self._error(400, "WEB_QUERY_INVALID", "A plot needs ?message=M&signal=S.",
+                        "Follow a plot link of the page's Decoded signals table.")
+            return None
+        if self.server.dashboard.signal(message, signal) is None:
+            hint = ("Start the dashboard with --dbc to decode signals." if self.server.dashboard.dbc is None
+                    else "Pick a signal of the page's Decoded signals table (names are case-sensitive).")
+            self._error(404, "WEB_SIGNAL_NOT_FOUND", f"No decoded signal {message}.{signal}.", hint)
+            return None
+        return message, signal
+
+    def _signal_page(self, query: dict[str, list[str]]) -> None:
+        chosen = self._signal_query(query)
+        if chosen is None:
+            return
+        body = render_signal_page(self.server, *chosen).encode("utf-8")
+        self._send(200, body, "text/html; charset=utf-8",
+                   {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Referrer-Policy": "no-referrer"})
+
+    def _plot(self, query: dict[str, list[str]]) -> None:
+        chosen = self._signal_query(query)
+        if chosen is None:
+            return
+        body = render_plot(self.server.dashboard, *chosen).encode("utf-8")
+        self._send(200, body, "image/svg+xml; charset=utf-8", {"Content-Security-Policy": "default-src 'none'"})
+
+    def _ids(self, query: dict[str, list[str]]) -> None:
+        d = self.server.dashboard
+        data = dict(d.stats.to_dict(), file=d.file, format=d.format)
+        self._send(200, _envelope("web ids", data, d.warnings), "application/json")
+
     def _status(self, query: dict[str, list[str]]) -> None:
         body = _envelope("web status", self.server.status(), self.server.dashboard.warnings)
         self._send(200, body, "application/json")
 
-    def _query_number(self, query: dict[str, list[str]], name: str, default: float, lo: float, hi: float,
-                      integer: bool) -> float | None:
+    def _query_number(self, query: dict[str, list[str]], name: str, default: float | None, lo: float, hi: float,
+                      integer: bool) -> tuple[bool, float | None]:
+        """``(True, value)`` (``default`` when absent), or ``(False, None)`` after a 400 answer."""
         values = query.get(name)
         if not values:
-            return default
+            return True, default
         try:
             value = int(values[-1]) if integer else float(values[-1])
         except ValueError:
@@ -532,17 +796,17 @@ class _Handler(BaseHTTPRequestHandler):
         if value is None or not lo <= value <= hi:
             kind = "a whole number" if integer else "a number"
             self._error(400, "WEB_QUERY_INVALID", f"{name}={values[-1]!r} is not {kind} in {lo:g}..{hi:g}.",
-                        f"e.g. /api/events?limit={DEFAULT_EVENT_LIMIT}&speed=1 (speed 0: no pacing).")
-            return None
-        return value
+                        "e.g. /api/events?limit=1000&speed=1 (speed 0: no pacing; no limit: the whole recording).")
+            return False, None
+        return True, value
 
     def _events(self, query: dict[str, list[str]]) -> None:
         server = self.server
-        limit = self._query_number(query, "limit", server.event_limit, 1, MAX_EVENT_LIMIT, True)
-        if limit is None:
+        ok, limit = self._query_number(query, "limit", server.event_limit, 1, MAX_EVENT_LIMIT, True)
+        if not ok:
             return
-        speed = self._query_number(query, "speed", server.speed, 0, MAX_SPEED, False)
-        if speed is None:
+        ok, speed = self._query_number(query, "speed", server.speed, 0, MAX_SPEED, False)
+        if not ok:
             return
         if not server._streams.acquire(blocking=False):
             self._error(503, "WEB_TOO_MANY_STREAMS", "Too many event streams are open.",
@@ -552,7 +816,7 @@ class _Handler(BaseHTTPRequestHandler):
             server.streams_active += 1
             server.streams_served += 1
         try:
-            self._stream(int(limit), float(speed))
+            self._stream(None if limit is None else int(limit), float(speed))
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away: nothing to tell it
         finally:
@@ -560,7 +824,7 @@ class _Handler(BaseHTTPRequestHandler):
                 server.streams_active -= 1
             server._streams.release()
 
-    def _stream(self, limit: int, speed: float) -> None:
+    def _stream(self, limit: int | None, speed: float) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-store")
@@ -576,7 +840,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if stopping.is_set():
                     reason = "server_stopping"
                     break
-                if sent >= limit:
+                if limit is not None and sent >= limit:
                     reason = "limit"
                     break
                 if speed > 0 and event["event_type"] == "frame":

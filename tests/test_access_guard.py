@@ -316,6 +316,24 @@ def test_writes_into_a_watched_tree_are_recorded_not_refused(tmp_path):
     assert report["refusals"] == []
 
 
+def test_a_checkout_inside_the_home_is_watched_not_read_only(tmp_path):
+    home, work = make_operator(tmp_path)
+    (home / "src" / "canarchy").mkdir(parents=True)
+    report = run_guarded("""
+        import dataclasses
+        access.GUARD.configure(dataclasses.replace(access.GUARD.protection, watched=(str(home / "src" / "canarchy"),)))
+        attempt("in the checkout", lambda: (home / "src" / "canarchy" / "x.txt").write_text("x"))
+        attempt("beside it", lambda: (home / "src" / "y.txt").write_text("y"))
+        access.GUARD.configure(dataclasses.replace(access.GUARD.protection, watched=(str(home),)))
+        attempt("the home itself watched", lambda: (home / "z.txt").write_text("z"))
+        attempt("its state still refused", lambda: (STATE / "config.toml").read_text())
+    """, home, work)
+    outcomes = report["outcomes"]
+    assert outcomes["in the checkout"] == "allowed" and outcomes["the home itself watched"] == "allowed"
+    assert outcomes["beside it"].startswith("refused: ") and outcomes["its state still refused"].startswith("refused: ")
+    assert [Path(r["path"]).name for r in report["watched"]] == ["x.txt", "z.txt"]
+
+
 def test_writing_a_record_does_not_recurse(tmp_path):
     home, work = make_operator(tmp_path)
     report = run_guarded("""
@@ -464,30 +482,44 @@ def test_the_account_database_home_is_the_real_one():
 
 # -- the benchmark measures a live guard ----------------------------------------------------
 
-def test_the_benchmarks_access_variant_refuses_the_operators_state(tmp_path):
+@pytest.mark.parametrize("variant,refused", [("canarchy", True), ("unguarded", False)])
+def test_the_benchmarks_variants_run_with_and_without_the_guard(tmp_path, variant, refused):
     home = tmp_path / "operator"
     (home / ".canarchy").mkdir(parents=True)
     (home / ".canarchy" / "config.toml").write_text("x")
-    suite = isolation.write_suite(tmp_path / "suites", "access", tests=2, modules=1, conftests=access_bench.CONFTESTS)
+    suite = isolation.write_suite(tmp_path / "suites", variant, tests=2, modules=1, conftests=access_bench.CONFTESTS)
     (suite / "test_reads_state.py").write_text(
         f"def test_reads_state():\n    open({str(home / '.canarchy' / 'config.toml')!r}).close()\n")
     env = measure.child_env(home, extra={"BENCH_TIMING_FILE": str(tmp_path / "timing.json")})
     env.pop(access.ENVIRONMENT_VARIABLE, None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=suite, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert "1 failed" in proc.stdout and "2 passed" in proc.stdout, proc.stdout + proc.stderr
-    assert "test_reads_state.py::test_reads_state tried to open for reading" in proc.stdout
+    if refused:
+        assert "1 failed" in proc.stdout and "2 passed" in proc.stdout, proc.stdout + proc.stderr
+        assert "test_reads_state.py::test_reads_state tried to open for reading" in proc.stdout
+    else:
+        assert "3 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
     figures = access_bench.run_per_call(calls=200)
     assert set(figures["without"]) == set(figures["with"]) == set(access_bench.CASES)
-    assert figures["refusals"] == 0 and all(v > 0 for v in figures["with"].values())
+    assert figures["refusals"] == 0 and all(v > 0 for v in figures["with"].values()) and figures["take"] > 0
     result = access_bench.AccessResult(
         suite=isolation.IsolationResult(tests=1000, rounds=1, runs={
             "bare": isolation.VariantRuns([1.0], [1.0], [2.0], [2.0]),
-            "canarchy": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
-            "access": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0])}),
-        per_call=[figures])
+            "unguarded": isolation.VariantRuns([1.2], [1.2], [2.0], [2.0]),
+            "canarchy": isolation.VariantRuns([1.23], [1.24], [2.0], [2.0]),
+            "hook": isolation.VariantRuns([1.25], [1.25], [2.0], [2.0])}),
+        per_call=[figures], events={"open": 1.0, "judged": 6.0, "other": 50.0})
     assert result.per_test_ms("loop_cpu") == pytest.approx(0.04)
+    assert result.per_test_ms("loop_cpu", "hook", "canarchy") == pytest.approx(0.01)
+    added = {case: figures["with"][case] - figures["without"][case] for case in access_bench.CASES}
+    assert result.modelled_ms() == pytest.approx((added["judged_open"] + 6 * added["judged_listdir"]
+                                                  + 50 * added["other_event"] + figures["take"]) / 1000)
     assert "<= 0.05 ms: met" in "\n".join(access_bench.report_lines(result))
+
+
+def test_the_benchmark_counts_the_events_of_a_test():
+    events = access_bench.count_events(tests=3)
+    assert events["judged"] >= 1 and events["other"] >= 1  # the plugin lists and changes directories per test

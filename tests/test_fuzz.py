@@ -84,17 +84,21 @@ def test_findings_layout_is_as_specified(ecu, virtual_channel, tmp_path):
     assert campaign["findings_count"] == data["findings_count"] == len(names) - 1 == len(data["events"])
     assert campaign["markers"] == data["markers"]
 
-    new_markers = set()
-    for event, name in zip(data["events"], names[1:]):
-        assert event["event_type"] == "fuzz_finding"
+    new_classes = set()
+    findings = [e for e in data["events"] if e["event_type"] == "fuzz_finding"]
+    assert len(findings) == len(names) - 1
+    for event, name in zip(findings, names[1:]):
         finding = json.loads((campaign_dir / name).read_text())
         iteration = int(FINDING_NAME.match(name).group(1))
         assert finding["iteration"] == iteration == event["payload"]["iteration"]
         assert event["payload"]["path"] == str(campaign_dir / name)
         assert bytes.fromhex(finding["data"]) == ecu.requests[iteration]   # what was really sent
-        assert finding["new_markers"] and not new_markers & set(finding["new_markers"])
-        new_markers |= set(finding["new_markers"])
-    assert sorted(new_markers) == data["markers"]
+        assert finding["new_classes"] and not new_classes & set(finding["new_classes"])
+        assert set(finding["new_classes"]) <= set(finding["response_classes"])
+        assert all(c.startswith(finding["request_shape"] + " ") for c in finding["response_classes"])
+        assert set(finding["new_markers"]) <= set(finding["markers"]) <= set(data["markers"])
+        new_classes |= set(finding["new_classes"])
+    assert sorted(new_classes) == data["classes"] == campaign["classes"]
 
 
 def test_same_seed_same_payload_sequence(virtual_channel, tmp_path):
@@ -130,9 +134,11 @@ def test_jsonl_streams_one_event_per_finding(ecu, virtual_channel, tmp_path):
     result = run_cli("fuzz", "guided", virtual_channel, "--id", "0x7E0", "--max-iterations", "10", *FAST,
                      "--findings-dir", str(tmp_path), "--jsonl")
     assert result.code == 0
-    events = [json.loads(line) for line in result.out.splitlines()]
+    *events, envelope = [json.loads(line) for line in result.out.splitlines()]
     assert events and all(e["event_type"] == "fuzz_finding" for e in events)
     assert len(events) == len(list(next(tmp_path.iterdir()).glob("finding-*.json")))
+    assert envelope["command"] == "fuzz guided" and envelope["data"]["findings_count"] == len(events)
+    assert "events" not in envelope["data"]
 
 
 def test_corpus_persists_findings_and_hosts_the_default_root(ecu, virtual_channel, tmp_path):
@@ -308,11 +314,93 @@ def test_markers_for_silence_and_slow_replies():
 
 
 def test_slow_reply_is_a_timing_marker(virtual_channel, tmp_path):
-    # The default profile answers ClearDiagnosticInformation after 0.08 s (> P2server 0.05 s).
+    # The default profile answers ClearDiagnosticInformation after 0.08 s (> P2server 0.05 s). The first
+    # exchange on the bus is not judged for timing; the second (the same request, padded) is.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "padded.bin").write_bytes(bytes.fromhex("0414ffffffaaaaaa"))
     with SimulatedEcu(channel=virtual_channel):
-        result = fuzz_cli(virtual_channel, "--seed-data", "0414ffffff", "--max-iterations", "1", *FAST,
-                          "--findings-dir", str(tmp_path))
+        result = fuzz_cli(virtual_channel, "--seed-data", "0414ffffff", "--max-iterations", "2", *FAST,
+                          "--corpus", str(corpus), "--findings-dir", str(tmp_path / "f"))
     assert result.data["markers"] == ["positive:54", "timing:slow"]
+    first, second = (e["payload"] for e in result.data["events"])
+    assert (first["iteration"], first["markers"], first["timing_judged"]) == (0, ["positive:54"], False)
+    assert first["latency_s"] > 0.05                   # it was slow; it is not judged
+    assert (second["iteration"], second["new_classes"], second["timing_judged"]) == (1, ["sid:14 timing:slow"], True)
+
+
+def test_opening_the_bus_is_not_counted_as_latency(virtual_channel, tmp_path, monkeypatch):
+    """A bus that takes 0.15 s to open (a slow driver) does not make any reply look slow."""
+    import time as time_module
+
+    from canarchy.transport import PythonCanBackend
+
+    real_open = PythonCanBackend._open_bus
+
+    def slow_open(self, *args, **kwargs):
+        time_module.sleep(0.15)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(PythonCanBackend, "_open_bus", slow_open)
+    with SimulatedEcu(channel=virtual_channel):
+        result = fuzz_cli(virtual_channel, "--max-iterations", "4", "--rate", "10000", "--timeout", "0.2",
+                          "--seed", "1", "--findings-dir", str(tmp_path))
+    assert result.code == 0, result.out
+    assert "timing:slow" not in result.data["markers"]
+    assert all(e["payload"]["latency_s"] is None or e["payload"]["latency_s"] < 0.05 for e in result.data["events"])
+
+
+def test_random_sids_answered_0x11_are_one_finding(ecu, virtual_channel, tmp_path):
+    """serviceNotSupported for one random SID is news; for the next ones it is not (same shape, same class)."""
+    result = fuzz_cli(virtual_channel, "--max-iterations", "300", "--seed", "4", "--rate", "10000",
+                      "--timeout", "0.05", "--findings-dir", str(tmp_path))
+    assert result.code == 0, result.out
+    data = result.data
+    unsupported = [sid for sid, classes in data["other_sids"].items() if classes == ["nrc:11"]]
+    assert len(unsupported) >= 3                        # several random SIDs were refused with 0x11 ...
+    findings = [e["payload"] for e in data["events"] if e["event_type"] == "fuzz_finding"]
+    with_0x11 = [f for f in findings if "sid:* nrc:11" in f["new_classes"]]
+    assert len(with_0x11) == 1                          # ... and that made one finding
+    per_sid_markers = {m for m in data["markers"] if m.startswith("nrc:") and m.endswith(":11")}
+    assert len(per_sid_markers) >= 3                    # the markers still name each SID
+    assert data["findings_count"] == len(findings) <= len(data["classes"]) < 40
+
+
+def test_first_finding_is_streamed_before_later_iterations(ecu, virtual_channel, tmp_path):
+    """A 1,000-iteration campaign: the iteration-0 finding is on the stream before iteration 100's progress,
+    and before the ECU received its third request (event order and what crossed the bus, no wall time)."""
+    import io
+
+    from canarchy.cli import main
+
+    class Recording(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.requests_when_written = []
+
+        def write(self, text):
+            self.requests_when_written.append(len(ecu.requests))
+            return super().write(text)
+
+    out = Recording()
+    code = main(["fuzz", "guided", virtual_channel, "--id", "0x7E0", "--max-iterations", "1000", "--seed", "2",
+                 "--rate", "10000", "--timeout", "0.02", "--findings-dir", str(tmp_path), "--jsonl"], stdout=out)
+    assert code == 0, out.getvalue()[-2000:]
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    kinds = [line.get("event_type") for line in lines]
+    progress = [i for i, kind in enumerate(kinds) if kind == "fuzz_progress"]
+    assert [lines[i]["payload"]["iterations"] for i in progress] == list(range(100, 1001, 100))
+    assert kinds[0] == "fuzz_finding" and lines[0]["payload"]["iteration"] == 0
+    assert 0 < progress[0]                               # the first finding precedes iteration 100's event
+    assert out.requests_when_written[0] <= 2             # written while the campaign had barely begun
+    first = lines[0]["payload"]
+    assert "timing:slow" not in first["markers"] and first["timing_judged"] is False
+    assert lines[-1]["command"] == "fuzz guided" and lines[-1]["data"]["iterations"] == 1000
+    # every finding appears before the progress event of a later hundred
+    for index, line in enumerate(lines[:-1]):
+        if line["event_type"] == "fuzz_finding":
+            later = [i for i in progress if lines[i]["payload"]["iterations"] > line["payload"]["iteration"] + 1]
+            assert not later or index < later[0]
 
 
 def test_response_pending_waits_for_the_settled_answer(virtual_channel, tmp_path):

@@ -355,22 +355,6 @@ def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
     assert _child_sees(proc.stdout)[0] != outer, proc.stdout
 
 
-def test_without_the_right_to_unshare_the_run_says_why(monkeypatch):
-    import errno
-
-    from canarchy.testing.isolation import network
-
-    def refused():
-        raise PermissionError(errno.EPERM, "Operation not permitted")
-
-    monkeypatch.setattr(network, "_unshare_network", refused)
-    before = network.current_namespace()
-    assert network.enter_private_network() == (False, "the host's (unshare(CLONE_NEWNET): not root)")
-    assert network.current_namespace() == before
-    monkeypatch.setattr(network.sys, "platform", "darwin")
-    assert network.enter_private_network()[1] == "the host's (network namespaces are Linux-only; this is darwin)"
-
-
 # -- seed 004: wider-scoped fixtures see the disposable home ---------------------------
 
 @pytest.fixture(scope="module")

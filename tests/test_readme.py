@@ -86,7 +86,7 @@ def test_every_example_is_covered():
                "canarchy uds dids", "canarchy capture can0 --count", "canarchy capture can0 --filter",
                "canarchy replay", "canarchy send", "canarchy fuzz guided", "canarchy j1939 pgn",
                "canarchy capture --file", "canarchy decode", "canarchy j1939 decode", "canarchy isotp decode",
-               "canarchy mcp serve", "canarchy config show", "canarchy config check"}
+               "canarchy mcp serve", "canarchy web serve", "canarchy config show", "canarchy config check"}
     assert len(EXAMPLES) == len(covered)
     for line in EXAMPLES:
         assert any(line.startswith(prefix) for prefix in covered), line
@@ -228,6 +228,14 @@ def test_mcp_serve_answers_initialize_on_stdio():
                           capture_output=True, text=True, timeout=120)
     answer = json.loads(proc.stdout.splitlines()[0])
     assert answer["id"] == 1 and "serverInfo" in answer["result"]
+
+
+def test_web_serve_shows_the_recording():
+    # The example's port is fixed (8765); here any free one, and a set duration instead of Ctrl+C.
+    result = run(example("canarchy web serve") + " --bind 127.0.0.1:0 --duration 0.3 --json")
+    assert result.code == 0, result.out
+    data = result.json()["data"]
+    assert (data["frame_count"], data["decoded_count"], data["stopped_by"]) == (3582, 1100, "duration")
 
 
 def test_config_show_and_check():

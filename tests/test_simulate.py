@@ -163,7 +163,7 @@ def test_it_is_active_the_gate_runs_first(virtual, virtual_channel, monkeypatch,
     monkeypatch.setenv("CANARCHY_REQUIRE_ACTIVE_ACK", "true")
     result = run_cli("simulate", "ecu", virtual_channel, "--duration", "5", "--json")
     assert (result.code, result.error_codes) == (1, ["ACTIVE_ACK_REQUIRED"])
-    assert "ACTIVE TRANSMIT: `simulate ecu` will answer UDS requests on 0x7E0" in capsys.readouterr().err
+    assert "ACTIVE TRANSMIT: `simulate ecu` will answer UDS requests on 7E0" in capsys.readouterr().err
 
 
 def test_dry_run_shows_the_profile_and_opens_nothing(tmp_path, monkeypatch):

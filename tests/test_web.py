@@ -24,8 +24,11 @@ import subprocess
 import sys
 import threading
 import time
+import html.parser
 import urllib.error
+import urllib.parse
 import urllib.request
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -111,20 +114,179 @@ def test_status_without_a_dbc(serve):
     assert (data["frame_count"], data["decoded_count"], data["message_count"], data["dbc"]) == (3854, None, None, None)
 
 
+class Tables(html.parser.HTMLParser):
+    """Every ``<table id=...>`` of a page as rows of cell texts; ``live`` cells by their data-live-id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.live: dict[str, str] = {}
+        self._table = self._row = self._cell = self._live = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self._table = self.tables.setdefault(attrs.get("id", ""), [])
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell, self._live = [], attrs.get("data-live-id")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            text = "".join(self._cell)
+            self._row.append(text)
+            if self._live:
+                self.live[self._live] = text
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self._table.append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def tables(page: str) -> Tables:
+    parser = Tables()
+    parser.feed(page)
+    return parser
+
+
+def candump_id(arbitration_id: int) -> str:
+    return f"{arbitration_id:08X}" if arbitration_id > 0x7FF else f"{arbitration_id:03X}"
+
+
 def test_the_page_lists_frames_and_decoded_signals(serve):
     server = serve(TRUCK, TRUCK_DBC)
     status, headers, body = get(server.url)
     page = body.decode()
     assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
     assert "3582 frames (candump), 1100 decoded messages" in page
-    first = log_frames(TRUCK)[:web.PAGE_ROWS]
-    rows = re.findall(r"<tr><td>([\d.]+)</td><td>can0</td><td>([0-9A-F]+)</td><td class=\"num\">8</td>"
-                      r"<td>([0-9A-F]+)</td><td>([^<]*)</td></tr>", page)
-    assert [(float(t), int(i, 16), d.lower()) for t, i, d, _ in rows] == [(round(t, 6), i, d) for t, i, d in first]
-    assert rows[2][1:] == ("0CF00400", "607D84481400F084", "EEC1")  # EEC1 decoded by PGN
-    # the signal summary: EEC1 engine speed over the whole capture
-    assert re.search(r"<td>EEC1</td><td>0xCF004FE</td><td class=\"num\">1000</td><td>EngineSpeed</td>"
-                     r"<td class=\"num\">646.75</td><td class=\"num\">653.75</td>", page)
+    frames = log_frames(TRUCK)
+    start = frames[0][0]
+    assert "from 2021-10-25T19:00:55.020850Z (t = 0)" in page  # the first frame, once, in UTC
+    rows = tables(page).tables["frames"][1:]
+    assert [(r[0], r[2], r[4]) for r in rows] == [
+        (f"{t - start:.6f}", candump_id(i), d.upper()) for t, i, d in frames[:web.PAGE_ROWS]]  # relative times
+    assert rows[2][2:] == ["0CF00400", "8", "607D84481400F084", "EEC1"]  # EEC1 decoded by PGN
+    # the signal summary: EEC1 engine speed over the whole capture, on the ID it was decoded from
+    signals = {(r[0], r[3]): r for r in tables(page).tables["signals"][1:]}
+    assert signals[("EEC1", "EngineSpeed")][:8] == ["EEC1", "0CF00400", "1000", "EngineSpeed", "646.75", "653.75",
+                                                    "648.75", "rpm"]
+
+
+def test_per_id_rows_with_counts_and_rates(serve):
+    server = serve(TRUCK, TRUCK_DBC)
+    page = tables(get(server.url)[2].decode())
+    stamps: dict[str, list[float]] = {}
+    for t, i, _d in log_frames(TRUCK):
+        stamps.setdefault(candump_id(i), []).append(t)
+    start = log_frames(TRUCK)[0][0]
+    rows = {r[0]: r for r in page.tables["ids"][1:]}
+    assert sorted(rows) == sorted(stamps) and len(rows) == 45
+    for ident, times in stamps.items():
+        row = rows[ident]
+        assert int(row[1]) == len(times)
+        assert float(row[2]) == pytest.approx((len(times) - 1) / (times[-1] - times[0]), abs=0.0005)
+        assert float(row[5]) == pytest.approx(times[0] - start, abs=1e-6)
+    assert rows["0CF00400"][8] == "EEC1" and rows["0CFEF100"][8] == "CCVS1"
+    assert page.live["0CF00400"] == "0"  # filled by the live view as the replay goes
+    ids = json.loads(get(server.url + "api/ids")[2])
+    assert ids["command"] == "web ids" and ids["data"]["ids"] == run_cli(
+        "capture", "--file", TRUCK, "--summary", "--json").data["ids"]
+
+
+def test_one_id_notation_everywhere(serve):
+    page = get(serve(TRUCK, TRUCK_DBC).url)[2].decode()
+    parsed = tables(page)
+    cells = [r[0] for r in parsed.tables["ids"][1:]] + [r[2] for r in parsed.tables["frames"][1:]]
+    cells += [ident for r in parsed.tables["signals"][1:] for ident in r[1].split()]
+    assert cells and all(re.fullmatch(r"[0-9A-F]{3}|[0-9A-F]{8}", c) for c in cells), cells
+    script = re.search(r"<script>(.*)</script>", page, re.S).group(1)
+    assert '"0x"' not in script and script.count("hexId(") >= 3  # the live rows use the same notation
+
+
+def plot_svg(server, message="EEC1", signal="EngineSpeed"):
+    status, headers, body = get(server.url + "plot.svg?" + urllib.parse.urlencode({"message": message,
+                                                                                   "signal": signal}))
+    return status, headers, body
+
+
+def test_a_decoded_signal_is_plotted_as_svg(serve):
+    server = serve(TRUCK, TRUCK_DBC)
+    status, headers, body = plot_svg(server)
+    assert status == 200 and headers["Content-Type"] == "image/svg+xml; charset=utf-8"
+    svg = ET.fromstring(body)
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    values = [e["payload"]["signals"]["EngineSpeed"]["value"] for e in run_cli(
+        "decode", "--file", TRUCK, "--dbc", TRUCK_DBC, "--json").data["events"] if e["payload"]["message"] == "EEC1"]
+    assert int(svg.get("data-points")) == len(values) == 1000
+    frame = svg.find("s:rect", ns)
+    left, top = float(frame.get("x")), float(frame.get("y"))
+    width, height = float(frame.get("width")), float(frame.get("height"))
+    points = [tuple(map(float, pair.split(","))) for pair in svg.find("s:polyline", ns).get("points").split()]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    assert xs == sorted(xs) and left <= xs[0] and xs[-1] <= left + width
+    assert len(points) <= 2 * width                    # reduced to the pixel columns ...
+    assert (min(ys), max(ys)) == (pytest.approx(top), pytest.approx(top + height))   # ... keeping every extreme
+    low, high = min(values), max(values)
+    labels = [float(t.text) for t in svg.findall("s:text", ns) if t.get("class") == "ytick"]
+    assert labels and low <= min(labels) and max(labels) <= high
+    title = svg.find("s:title", ns).text
+    assert title.startswith("EEC1.EngineSpeed (rpm): 1000 values")
+
+
+def test_the_signal_page_and_its_errors(serve):
+    server = serve(TRUCK, TRUCK_DBC)
+    status, headers, body = get(server.url + "signal?message=EEC1&signal=EngineSpeed")
+    page = body.decode()
+    assert status == 200 and "Content-Security-Policy" in headers
+    assert '<svg xmlns="http://www.w3.org/2000/svg"' in page and 'class="plot"' in page
+    assert dict(r for r in tables(page).tables["signal"]) == {"count": "1000", "min": "646.75", "max": "653.75",
+                                                            "last": "648.75", "unit": "rpm"}
+    main_page = get(server.url)[2].decode()
+    assert 'href="/signal?message=EEC1&amp;signal=EngineSpeed"' in main_page
+    assert main_page.count("<svg") == 1  # the busiest signal, plotted on the main page too
+    for query, code, status_code in (("message=EEC1&signal=Nope", "WEB_SIGNAL_NOT_FOUND", 404),
+                                     ("message=EEC1", "WEB_QUERY_INVALID", 400)):
+        for route in ("signal", "plot.svg"):
+            status, _headers, body = get(server.url + route + "?" + query)
+            assert (status, json.loads(body)["errors"][0]["code"]) == (status_code, code)
+    status, _headers, body = plot_svg(serve(OBD))
+    assert status == 404 and "--dbc" in json.loads(body)["errors"][0]["hint"]
+
+
+def test_the_live_stream_replays_the_whole_recording(serve):
+    server = serve(TRUCK, TRUCK_DBC)
+    events = sse(get(server.url + "api/events?speed=0")[2])
+    assert events[-1] == ("end", {"event_count": 3582 + 1100, "truncated": False, "reason": "end_of_capture"})
+    assert json.loads(get(server.url + "api/status")[2])["data"]["event_limit"] is None
+
+
+def test_streaming_a_long_recording_keeps_memory_flat(serve, tmp_path):
+    """10,000 frames: the stream holds one frame at a time, so its peak memory is far below the recording's."""
+    import tracemalloc
+
+    path = tmp_path / "long.log"
+    path.write_text("".join(f"({1600000000 + n / 1000:.6f}) can0 {0x100 + n % 40:03X}#{n:016X}\n"
+                            for n in range(10_000)))
+    server = serve(str(path))
+    tracemalloc.start()
+    try:
+        with urllib.request.urlopen(server.url + "api/events?speed=0", timeout=120) as response:
+            count, tail = 0, b""
+            while chunk := response.read(1 << 16):
+                count += (tail[-20:] + chunk).count(b"event: frame") - tail[-20:].count(b"event: frame")
+                tail = chunk
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 10_000 and b"end_of_capture" in tail
+    assert peak < 2 * 2**20  # the 10,000 events kept as dicts would take about 7 MB
 
 
 def test_the_page_follows_the_event_stream_under_a_strict_policy(serve):
@@ -328,6 +490,7 @@ def test_command_errors(argv, code, exit_code):
 def test_help_defaults_match_the_server():
     assert web_command.HELP_DEFAULTS == {"bind": web.DEFAULT_BIND, "event_limit": web.DEFAULT_EVENT_LIMIT,
                                          "max_event_limit": web.MAX_EVENT_LIMIT}
+    assert web.DEFAULT_EVENT_LIMIT is None  # a stream replays the whole recording unless asked for less
     assert web.DEFAULT_BIND == "127.0.0.1:8765"
 
 
@@ -403,3 +566,49 @@ def test_sigterm_and_sigint_stop_the_server_cleanly():
         envelope = json.loads(out)
         assert (envelope["ok"], envelope["data"]["stopped_by"], envelope["data"]["url"]) == (True, stop, url)
         assert envelope["data"]["requests"] == 1
+
+
+# -- in a real browser ----------------------------------------------------------------------------
+
+def _browser() -> str | None:
+    import shutil
+
+    return next((found for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+                 if (found := shutil.which(name))), None)
+
+
+def _headless(browser: str, tmp_path: Path, url: str, *options: str) -> subprocess.CompletedProcess:
+    """One headless run of the browser with a fresh profile in ``tmp_path``; nothing but loopback is fetched."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+             "--virtual-time-budget=8000"]
+    env = dict(os.environ, HOME=str(tmp_path))
+    return subprocess.run([browser, *flags, *options, url], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env=env)
+
+
+def test_the_dashboard_in_a_headless_browser(serve, tmp_path):
+    """Chromium renders the page, runs its script under the page's policy, follows the whole replay, and
+    the screenshot is a real picture. Skipped, saying why, where no browser is installed."""
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no Chromium or Chrome on PATH (on Debian: apt-get install -y chromium)")
+    server = serve(TRUCK, TRUCK_DBC, speed=0)
+    dom = _headless(browser, tmp_path, server.url, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    page = tables(dom.stdout)
+    status = re.search(r'id="live-status">([^<]*)<', dom.stdout).group(1)
+    assert status.startswith(f"{3582 + 1100} events") and status.endswith("replay ended (end_of_capture)"), status
+    counts = {row[0]: row[1] for row in page.tables["ids"][1:]}
+    assert page.live == counts                           # every frame of the replay counted, per ID
+    live_rows = page.tables["live"][1:]
+    assert len(live_rows) == 200                         # the newest 200, no more
+    assert live_rows[0][0] == f"{log_frames(TRUCK)[-1][0] - log_frames(TRUCK)[0][0]:.6f}"  # the last, relative
+    assert "Refused" not in dom.stderr and "Content Security Policy" not in dom.stderr
+    shot = tmp_path / "dashboard.png"
+    picture = _headless(browser, tmp_path, server.url, f"--screenshot={shot}", "--window-size=1280,1600")
+    assert picture.returncode == 0, picture.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1280, 1600)
+    assert len(data) > 50_000                            # tables and a plot, not a blank page

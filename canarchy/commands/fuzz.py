@@ -12,11 +12,16 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from canarchy import fuzz
-from canarchy.cli import CommandResult, make_event
+from canarchy import fuzz, progress
+from canarchy.cli import CommandResult
+from canarchy.progress import ActiveRun
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data
 from canarchy.errors import UserInputError
-from canarchy.transport import CanFrame
+from canarchy.transport import CanFrame, can_id_text
+
+
+#: A ``fuzz_progress`` event every this many iterations.
+PROGRESS_EVERY = 100
 
 
 def _positive_int(text: str) -> int:
@@ -130,7 +135,7 @@ def _guided(args: argparse.Namespace) -> CommandResult:
 
     channel = args.interface
     active_gate("fuzz guided", channel,
-                f"send up to {args.max_iterations} fuzzed frames on arbitration ID 0x{arbitration_id:X}",
+                f"send up to {args.max_iterations} fuzzed frames on arbitration ID {can_id_text(arbitration_id)}",
                 args.ack_active)
     backend = transport.build_backend()
     settings = fuzz.CampaignSettings(
@@ -139,34 +144,50 @@ def _guided(args: argparse.Namespace) -> CommandResult:
         max_seconds=args.max_seconds, rate=args.rate, timeout=args.timeout, slow_threshold=args.slow_threshold,
         corpus_dir=corpus_dir, corpus=corpus, backend_name=backend.name,
     )
-    outcome = fuzz.run_campaign(settings, backend)
-    events = [make_event("fuzz_finding", finding, f"fuzz:{channel}", finding["timestamp"])
-              for finding in outcome.findings]
+    run = ActiveRun(args, f"fuzz:{channel}")
+
+    def on_finding(finding: dict[str, Any]) -> None:
+        run.emit("fuzz_finding", finding, finding["timestamp"])
+
+    def on_iteration(status: dict[str, Any]) -> None:
+        rate = progress.rate(status["iterations"], status["elapsed_s"])
+        run.progress.update(f"fuzz guided {channel} {can_id_text(arbitration_id)}: {status['iterations']}/"
+                            f"{args.max_iterations} iterations, {rate}, {status['findings']} findings")
+        if status["iterations"] % PROGRESS_EVERY == 0:
+            run.emit("fuzz_progress", dict(status, max_iterations=args.max_iterations,
+                                           rate_hz=round(status["iterations"] / status["elapsed_s"], 3)
+                                           if status["elapsed_s"] > 0 else None))
+
+    outcome = fuzz.run_campaign(settings, backend, on_finding=on_finding, on_iteration=on_iteration)
     data = dict(common, mode="active", campaign_id=outcome.campaign_id, findings_dir=str(outcome.campaign_dir),
                 iterations=outcome.iterations, frames_sent=outcome.frames_sent,
-                findings_count=len(outcome.findings), markers=outcome.markers,
+                findings_count=len(outcome.findings), markers=outcome.markers, classes=outcome.classes,
+                other_sids=outcome.other_sids, late_replies=outcome.late_replies,
                 stopped_reason=outcome.stopped_reason, corpus_size=outcome.corpus_size,
                 elapsed_s=round(outcome.elapsed, 6), backend=backend.name)
-    return CommandResult(data=data, warnings=warnings, events=events)
+    return run.result(data, warnings)
 
 
 def _render_text(result: CommandResult) -> str:
     data = result.data
     if data.get("mode") == "dry_run":
         lines = [
-            f"dry run: would send up to {data['planned_iterations']} fuzzed frames on 0x{data['arbitration_id']:X} "
-            f"(replies on 0x{data['response_id']:X}), seed {data['seed']}; nothing sent, nothing written",
+            f"dry run: would send up to {data['planned_iterations']} fuzzed frames on "
+            f"{can_id_text(data['arbitration_id'])} (replies on {can_id_text(data['response_id'])}), "
+            f"seed {data['seed']}; nothing sent, nothing written",
             "first planned payloads:",
         ]
         lines += [f"  {payload}" for payload in data["planned_payloads"]]
         return "\n".join(lines)
     lines = [
-        f"campaign {data['campaign_id']} on {data['interface']}: {data['iterations']} iterations, "
+        f"campaign {data['campaign_id']} on {data['interface']} ({can_id_text(data['arbitration_id'])} -> "
+        f"{can_id_text(data['response_id'])}): {data['iterations']} iterations, "
         f"{data['frames_sent']} frames sent, {data['findings_count']} findings ({data['stopped_reason']})",
         f"findings: {data['findings_dir']}",
         f"markers: {', '.join(data['markers']) or '-'}",
     ]
     for event in result.events or []:
-        finding = event["payload"]
-        lines.append(f"  #{finding['iteration']:>6} {finding['data']:<16} new: {', '.join(finding['new_markers'])}")
+        if event["event_type"] == "fuzz_finding":
+            finding = event["payload"]
+            lines.append(f"  #{finding['iteration']:>6} {finding['data']:<16} new: {', '.join(finding['new_classes'])}")
     return "\n".join(lines)

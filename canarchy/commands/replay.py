@@ -145,8 +145,8 @@ def _transmit(args: argparse.Namespace, slots: Any, common: dict[str, Any], stat
             for done in play(slots, lambda frame: send(_on_channel(frame, args.interface))):
                 sent += 1
                 max_late = max(max_late, done.late_s)
-                payload = dict(_slot_payload(done.slot), late_s=round(done.late_s, 6), channel=args.interface,
-                               timestamp=done.sent_at)
+                payload = dict(_slot_payload(done.slot), late_s=round(done.late_s, 6), due_at=done.due_at,
+                               channel=args.interface, timestamp=done.sent_at)
                 event = make_event("frame_sent", payload, source, done.sent_at)
                 if streaming:
                     args.stdout.write(json.dumps(event, sort_keys=True) + "\n")

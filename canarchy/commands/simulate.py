@@ -39,6 +39,7 @@ from canarchy.active import active_gate, add_active_arguments
 from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import TransportError, UserInputError
+from canarchy.transport import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
 #: Seconds between checks of the stop conditions while the ECU runs.
@@ -322,7 +323,8 @@ def _ecu(args: argparse.Namespace) -> CommandResult:
                              "Use the python-can backend ([transport].backend) with a bus type such as socketcan "
                              "(vcan0) or virtual.")
     warning = active_gate("simulate ecu", args.interface,
-                          f"answer UDS requests on 0x{request_id:X} with responses on 0x{response_id:X}",
+                          f"answer UDS requests on {can_id_text(request_id)} with responses on "
+                          f"{can_id_text(response_id)}",
                           args.ack_active)
     return _run(args, profile, settings.bus_type, request_id, response_id, duration, max_requests, common, warning,
                 bus_options=settings.bus_options)
@@ -367,8 +369,9 @@ def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int,
 
             raise bus_unavailable(args.interface, bus_type, exc) from None
         try:
-            ready = (f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: requests 0x{request_id:X}, "
-                     f"responses 0x{response_id:X}, services {' '.join(common['services']) or 'none'} "
+            ready = (f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: requests "
+                     f"{can_id_text(request_id)}, responses {can_id_text(response_id)}, "
+                     f"services {' '.join(common['services']) or 'none'} "
                      f"(Ctrl+C to stop)")
             sys.stderr.write(ready + "\n")
             sys.stderr.flush()
@@ -419,8 +422,9 @@ def _render_text(result: CommandResult) -> str:
     d = result.data
     services = " ".join(d["services"]) or "none"
     if d["mode"] == "dry_run":
-        lines = [f"dry run: would answer UDS requests on 0x{d['request_id']:X} with responses on "
-                 f"0x{d['response_id']:X}" + (f" on {d['interface']}" if d["interface"] else "") + "; nothing opened",
+        lines = [f"dry run: would answer UDS requests on {can_id_text(d['request_id'])} with responses on "
+                 f"{can_id_text(d['response_id'])}" + (f" on {d['interface']}" if d["interface"] else "")
+                 + "; nothing opened",
                  f"  services: {services}"]
     else:
         lines = [f"simulated ECU on {d['interface']} ({d['bus_type']}) stopped by {d['stopped_by']} after "

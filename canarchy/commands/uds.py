@@ -14,15 +14,15 @@ active-transmit gate, then one bus for the whole run
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 from canarchy import uds
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
+from canarchy.cli import CommandResult
 from canarchy.commands._common import parse_arbitration_id, parse_int
 from canarchy.errors import UserInputError
+from canarchy.progress import ActiveRun
 from canarchy.transport import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
@@ -106,12 +106,25 @@ def _timeout(value: float, option: str = "--timeout", allow_zero: bool = False) 
     return value
 
 
+def _hex(text: str, what: str, lo: int, hi: int, code: str, hint: str) -> int:
+    """A hex number (``7E0`` or ``0x7E0``, as can-utils write IDs) within ``lo..hi``."""
+    raw = str(text).strip()
+    digits = raw[2:] if raw.lower().startswith("0x") else raw
+    try:
+        value = int(digits, 16) if digits and digits.isascii() and digits.isalnum() else None
+    except ValueError:
+        value = None
+    if value is None or not lo <= value <= hi:
+        raise UserInputError(code, f"{what} {text!r} is not a hex number in 0x{lo:X}..0x{hi:X}.", hint)
+    return value
+
+
 def _range(text: str, what: str, lo: int, hi: int, code: str) -> tuple[int, int]:
-    """``FIRST-LAST`` or one number (decimal or 0x-hex) within ``lo..hi``."""
-    hint = f"Give {what} as FIRST-LAST, e.g. 0x{lo:X}-0x{hi:X}, or a single value."
+    """``FIRST-LAST`` or one value, in hex (``0x`` optional), within ``lo..hi``."""
+    hint = f"Give {what}s in hex as FIRST-LAST, e.g. {lo:X}-{hi:X}, or a single value."
     first, sep, last = str(text).partition("-")
-    start = parse_int(first, code, what, lo, hi, hint)
-    end = parse_int(last, code, what, lo, hi, hint) if sep else start
+    start = _hex(first, what, lo, hi, code, hint)
+    end = _hex(last, what, lo, hi, code, hint) if sep else start
     if start > end:
         raise UserInputError(code, f"{what} range {text!r} is empty.", hint)
     return start, end
@@ -149,39 +162,6 @@ def _probe_sids(args: argparse.Namespace) -> list[int]:
 
 
 # --- running an active command ----------------------------------------------------------------
-
-
-class _Run:
-    """One active run: the gate, one bus, events streamed as they happen
-    (``--jsonl``) or kept for the envelope, and a progress line on a terminal."""
-
-    def __init__(self, args: argparse.Namespace, source: str) -> None:
-        from canarchy.progress import Progress
-
-        self.args = args
-        self.source = source
-        self.stream = getattr(args, "output", "text") == "jsonl"
-        self.events: list[dict[str, Any]] = []
-        self.progress = Progress()
-        self.started = time.monotonic()
-
-    def emit(self, event_type: str, payload: dict[str, Any]) -> None:
-        event = make_event(event_type, payload, self.source)
-        if self.stream:
-            self.args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-            self.args.stdout.flush()
-        else:
-            self.events.append(event)
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def result(self, data: dict[str, Any], warnings: list[str]) -> CommandResult:
-        self.progress.close()
-        data["elapsed_s"] = round(self.elapsed(), 3)
-        if self.stream:  # the events are out; the closing envelope line carries the summary
-            return CommandResult(data=data, warnings=warnings)
-        return CommandResult(data=data, warnings=warnings, events=self.events)
 
 
 def _session(args: argparse.Namespace, action: str) -> tuple[str, Any]:
@@ -240,8 +220,8 @@ def _dry_run_services(args: argparse.Namespace, sids: list[int], request_id: int
 def _active_services(args: argparse.Namespace, sids: list[int], request_id: int, response_id: int) -> CommandResult:
     from canarchy.discovery import probe_services
 
-    warning, backend = _session(args, f"send {len(sids)} UDS requests on 0x{request_id:X}")
-    run = _Run(args, f"uds.services:{args.interface}")
+    warning, backend = _session(args, f"send {len(sids)} UDS requests on {can_id_text(request_id)}")
+    run = ActiveRun(args, f"uds.services:{args.interface}")
     warnings = [warning]
     supported: list[str] = []
     done = 0
@@ -296,8 +276,8 @@ def _dids(args: argparse.Namespace) -> CommandResult:
         return CommandResult(data=dict(common, mode="dry_run", requests=[
             {"did": f"0x{did:04X}", "name": uds.did_name(did), "arbitration_id": request_id,
              "data": single_frame(uds.read_did_request(did)).hex()} for did in dids]))
-    warning, backend = _session(args, f"send {len(dids)} ReadDataByIdentifier requests on 0x{request_id:X}")
-    run = _Run(args, f"uds.dids:{args.interface}")
+    warning, backend = _session(args, f"send {len(dids)} ReadDataByIdentifier requests on {can_id_text(request_id)}")
+    run = ActiveRun(args, f"uds.dids:{args.interface}")
     warnings = [warning]
     found: list[dict[str, Any]] = []
     done = 0
@@ -341,8 +321,8 @@ def _scan_candidates(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any
         plan["ids"] = [first, last]
     if args.addressing in ("29bit", "both"):
         first, last = _range(args.targets, "target address", 0, 0xFF, "INVALID_SCAN_RANGE")
-        tester = parse_int(args.tester_address, "INVALID_SCAN_RANGE", "Tester address", 0, 0xFF,
-                           "Give the tester's 29-bit source address as a byte, e.g. 0xF1.")
+        tester = _hex(args.tester_address, "Tester address", 0, 0xFF, "INVALID_SCAN_RANGE",
+                      "Give the tester's 29-bit source address as a hex byte, e.g. F1.")
         candidates += candidates_29bit(first, last, tester)
         plan.update(targets=[first, last], tester_address=tester)
     return candidates, plan
@@ -365,7 +345,7 @@ def _scan(args: argparse.Namespace) -> CommandResult:
              "data": single_frame(probe).hex()} for c in shown]))
     warning, backend = _session(args, f"send a UDS {args.probe} request on each of {len(candidates)} "
                                       "arbitration IDs")
-    run = _Run(args, f"uds.scan:{args.interface}")
+    run = ActiveRun(args, f"uds.scan:{args.interface}")
     warnings = [warning]
     found_count = 0
     done = 0

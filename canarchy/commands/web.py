@@ -26,7 +26,7 @@ from canarchy.errors import UserInputError
 
 #: Shown in --help; the values live in :mod:`canarchy.web` (not imported here: http.server costs ~40 ms
 #: on every canarchy command). tests/test_web.py checks that the two agree.
-HELP_DEFAULTS = {"bind": "127.0.0.1:8765", "event_limit": 1000, "max_event_limit": 100_000}
+HELP_DEFAULTS = {"bind": "127.0.0.1:8765", "event_limit": None, "max_event_limit": 10_000_000}
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -45,8 +45,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--speed", default="1", metavar="X",
                    help="replay speed of the event stream: 1 = as recorded, 10 = ten times faster, 0 = no pacing")
     p.add_argument("--event-limit", default=None, metavar="N",
-                   help=f"events per stream (default {HELP_DEFAULTS['event_limit']}, "
-                        f"at most {HELP_DEFAULTS['max_event_limit']})")
+                   help=f"events per stream at most (default: the whole recording; at most "
+                        f"{HELP_DEFAULTS['max_event_limit']})")
     p.add_argument("--duration", metavar="S", help="stop after this many seconds (default: until Ctrl+C)")
     p.set_defaults(command="web serve", handler=_serve, render_text=_render_text)
 

@@ -104,8 +104,8 @@ class Protection:
     file only itself); ``read_only``: trees where writes are refused;
     ``writable``: trees where writes are allowed; ``watched``: trees where
     writes are allowed and recorded, except under a path component named in
-    ``unwatched_names``. Where trees nest, the innermost decides; ``refused``
-    always wins. Writes of Python's byte code (``__pycache__``) are never
+    ``unwatched_names``. Where trees nest, the innermost decides (for one
+    root: watched, writable, read-only); ``refused`` always wins. Writes of Python's byte code (``__pycache__``) are never
     refused nor recorded outside ``refused``.
     """
 
@@ -172,16 +172,17 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
 
 # -- judging --------------------------------------------------------------------------
 
-_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD = 0, 1, 2, 4, 8
+_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD, _DIRECTORY = 0, 1, 2, 4, 8, 16
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # _NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
-# _TREE: it acts on everything below the path too (refused if a protected tree lies below it).
+# _TREE: it acts on everything below the path too (refused if a protected tree lies below it);
+# _DIRECTORY: the path names a directory (its resolution is remembered whole).
 _SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
-    "os.listdir": ((0, None, "list", _READ | _NONE_IS_CWD),),
-    "os.scandir": ((0, None, "list", _READ | _NONE_IS_CWD),),
-    "os.walk": ((0, None, "walk", _READ),),
-    "os.fwalk": ((0, 4, "walk", _READ | _TREE),),  # it lists by descriptor below the top
-    "os.chdir": ((0, None, "chdir", _READ),),
+    "os.listdir": ((0, None, "list", _READ | _NONE_IS_CWD | _DIRECTORY),),
+    "os.scandir": ((0, None, "list", _READ | _NONE_IS_CWD | _DIRECTORY),),
+    "os.walk": ((0, None, "walk", _READ | _DIRECTORY),),
+    "os.fwalk": ((0, 4, "walk", _READ | _TREE | _DIRECTORY),),  # it lists by descriptor below the top
+    "os.chdir": ((0, None, "chdir", _READ | _DIRECTORY),),
     "os.mkdir": ((0, 2, "mkdir", _WRITE | _NOFOLLOW),),
     "os.rmdir": ((0, 1, "rmdir", _WRITE | _NOFOLLOW),),
     "os.remove": ((0, 1, "remove", _WRITE | _NOFOLLOW),),
@@ -207,9 +208,9 @@ _SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "shutil.chown": ((0, None, "chown", _WRITE),),
     "shutil.make_archive": ((0, None, "make an archive at", _WRITE), (2, None, "archive", _READ)),
     "shutil.unpack_archive": ((0, None, "unpack", _READ), (1, None, "unpack into", _WRITE | _NONE_IS_CWD)),
-    "pathlib.Path.glob": ((0, None, "glob", _READ),),
-    "pathlib.Path.rglob": ((0, None, "glob", _READ),),
-    "subprocess.Popen": ((2, None, "start a process in", _READ),),
+    "pathlib.Path.glob": ((0, None, "glob", _READ | _DIRECTORY),),
+    "pathlib.Path.rglob": ((0, None, "glob", _READ | _DIRECTORY),),
+    "subprocess.Popen": ((2, None, "start a process in", _READ | _DIRECTORY),),
 }
 # Events after which a directory may resolve differently (the resolution cache is dropped).
 _RELINKING = frozenset({"os.symlink", "os.rename", "os.link", "shutil.move", "shutil.copytree",
@@ -228,7 +229,7 @@ def _glob_targets(args: tuple) -> Iterable[_Target]:
     root_dir = _text(args[2])
     if root_dir and not os.path.isabs(directory):
         directory = os.path.join(root_dir, directory)
-    return ((directory or os.curdir, args[3], "glob", _READ),)
+    return ((directory or os.curdir, args[3], "glob", _READ | _DIRECTORY),)
 
 
 def _sqlite_targets(args: tuple) -> Iterable[_Target]:
@@ -329,10 +330,10 @@ class _Zones:
         self.refused_order = protection.refused
         self.refused = frozenset(protection.refused)
         self.refused_prefixes = tuple(_with_sep(r) for r in protection.refused)
-        trees = [(root, "read-only") for root in protection.read_only]
+        trees = [(root, "watched") for root in protection.watched]
         trees += [(root, "writable") for root in protection.writable]
-        trees += [(root, "watched") for root in protection.watched]
-        trees.sort(key=lambda tree: len(tree[0]), reverse=True)
+        trees += [(root, "read-only") for root in protection.read_only]
+        trees.sort(key=lambda tree: len(tree[0]), reverse=True)  # stable: for one root, watched, writable, read-only
         self.trees = tuple((root, _with_sep(root), zone) for root, zone in trees)
         self.roots = self.refused | {root for root, _ in trees}
         self.prefixes = tuple(_with_sep(root) for root in self.roots)
@@ -468,11 +469,13 @@ class AccessGuard:
         if self.report_dir is None:
             return
         log = os.path.join(self.report_dir, REPORT_FILE)
-        if log != self._log[0]:
-            self._log = (log, 0)
         local = self._local
         before, local.busy = getattr(local, "busy", False), True  # reading the reports is not judged
         try:
+            if log != self._log[0]:
+                self._log = (log, 0)
+                with contextlib.suppress(OSError):  # made now, so that each later look finds it (cheaper)
+                    os.close(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
             try:
                 if os.stat(log).st_size <= self._log[1]:
                     return
@@ -536,7 +539,10 @@ class AccessGuard:
         resolved = None if flags & _NOFOLLOW else self._dirs.get(text)  # a directory judged before
         if resolved is None:
             try:
-                resolved = self._resolve(text, not flags & _NOFOLLOW)
+                if flags & _DIRECTORY and os.path.isabs(text):
+                    resolved = self._directory(text)
+                else:
+                    resolved = self._resolve(text, not flags & _NOFOLLOW)
             except (OSError, ValueError):
                 return
         zones = self._zones

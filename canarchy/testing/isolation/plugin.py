@@ -644,13 +644,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     run = session.config.stash.get(_RUN, None)
     if run is not None and not _is_worker(session.config):
         with _access.GUARD.exempt():
-            run.checkout_before = _checkout_manifest(session.config.rootpath)
+            run.checkout_before = _checkout_manifest(session.config.rootpath, run.sandbox.operator_env)
         _set_owners(_BETWEEN_TESTS)
 
 
-def _checkout_manifest(root: Path) -> dict:
-    """The checkout as git sees it (what it ignores is never walked)."""
-    return _tree.snapshot(root)
+def _checkout_manifest(root: Path, operator_env: dict) -> dict:
+    """The checkout as git sees it (what it ignores is never walked), git run with the operator's
+    environment (their global configuration: ``safe.directory``, ``core.excludesFile``)."""
+    return _tree.snapshot(root, env=operator_env)
 
 
 @pytest.hookimpl(trylast=True)
@@ -679,7 +680,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 lines.append("the test run changed the operator's state:")
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
         if run.checkout_before is not None:
-            diff = _tree.changes(run.checkout_before, _checkout_manifest(config.rootpath))
+            diff = _tree.changes(run.checkout_before, _checkout_manifest(config.rootpath, run.sandbox.operator_env))
             if diff:
                 lines.append(f"the test run changed the checkout ({config.rootpath}):")
                 lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
