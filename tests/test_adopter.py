@@ -129,3 +129,29 @@ def test_the_adopter_is_never_run_in_place(tmp_path):
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "is a fixture of canarchy's suite: it runs only on a copy" in proc.stdout + proc.stderr
     assert sorted(p.relative_to(ADOPTER).as_posix() for p in ADOPTER.rglob("*")) == before
+
+
+def test_docs_adopting_holds_the_adopter_s_ten_lines():
+    """Each numbered line of docs/adopting.md is, without its comment, a line of the adopter's own files."""
+    doc = (REPO / "docs" / "adopting.md").read_text(encoding="utf-8")
+    numbered = {}
+    for line in doc.splitlines():
+        code, _, comment = line.partition("  # ")
+        number = comment.removeprefix("noqa: F403").split()[0] if comment else ""
+        if number.isdigit():
+            numbered[int(number)] = code.rstrip() + ("  # noqa: F403" if "noqa: F403" in comment else "")
+    assert sorted(numbered) == list(range(1, 11)), numbered
+    own = set((ADOPTER / "pyproject.toml").read_text(encoding="utf-8").splitlines())
+    own |= set((ADOPTER / "noxfile.py").read_text(encoding="utf-8").splitlines())
+    assert [line for line in numbered.values() if line not in own] == []
+
+
+def test_a_stray_pytest_ini_that_loses_the_plugin_cannot_decide(tmp_path):
+    """A pytest.ini beside pyproject.toml shadows its [tool.pytest.ini_options]: the plugin, loaded
+    by addopts only, never starts, so it cannot refuse the run (where a conftest loads it, it does);
+    the lane sees the report lacks the plugin's suite property."""
+    root = tmp_path / "busprobe"
+    shutil.copytree(ADOPTER, root, ignore=shutil.ignore_patterns("reports", ".nox", "__pycache__"))
+    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n", encoding="utf-8")
+    code, out = lane_cli(load_project(root), "unit", "--jobs", "0", "--", "tests/test_frames.py")
+    assert code == 2 and "unit: CANNOT DECIDE - the run was not under canarchy's isolation" in out, out

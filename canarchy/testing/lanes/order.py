@@ -99,14 +99,15 @@ def _failed(outcome: str) -> bool:
     return outcome.split("+")[0] in ("failed", "error", "xpassed") or outcome.endswith("+error")
 
 
-def _one_run(entry: OrderRun, selection: Sequence[str], out: Path, python: str, echo: Callable[[str], None]) -> None:
+def _one_run(entry: OrderRun, selection: Sequence[str], out: Path, python: str, echo: Callable[[str], None],
+             isolated: bool) -> None:
     name = entry.label.replace(" ", "-")
     ids = out / f"order-{name}-ids.txt"
     echo(f"order: running {entry.label}")
     entry.run = run_pytest([*SAFETY_FLAGS, f"--junitxml={out / f'order-{name}.xml'}", *entry.options,
                             "-p", "detect_test_pollution", f"--dtp-testids-output-file={ids}", *selection],
                            env=entry.env, cwd=entry.copy, python=python)
-    entry.report, entry.problem = read_run(entry.run)
+    entry.report, entry.problem = read_run(entry.run, isolated=isolated)
     try:
         entry.node_ids = {case_key(n): n for n in ids.read_text(encoding="utf-8").splitlines() if n}
     except OSError:
@@ -155,7 +156,8 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
             copy_tree(project.root, entry.copy, files)
             entry.env = build_env(home=home, source=source_env, extra={
                 **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
-        concurrently([lambda e=e: _one_run(e, selection, out, python, echo) for e in result.runs], workers=jobs)
+        concurrently([lambda e=e: _one_run(e, selection, out, python, echo, project.uses_plugin) for e in result.runs],
+                     workers=jobs)
         normal = result.runs[0]
         for entry in result.runs[1:]:
             if normal.report and entry.report:

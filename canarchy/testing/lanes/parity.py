@@ -104,13 +104,13 @@ def _node_ids(path: Path) -> list[str]:
         return []
 
 
-def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str) -> None:
+def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isolated: bool) -> None:
     junit = out / f"parity-{twin.name}.xml"
     ids = out / f"parity-{twin.name}-ids.txt"
     args = [*SAFETY_FLAGS, f"--junitxml={junit}", *_LOG_RECORDS, "-p", "detect_test_pollution",
             f"--dtp-testids-output-file={ids}", *selection]
     twin.run = run_pytest(args, env=twin.env, cwd=twin.copy, python=python)
-    twin.report, twin.problem = read_run(twin.run)
+    twin.report, twin.problem = read_run(twin.run, isolated=isolated)
 
 
 def _collect(twin: Twin, env: Mapping[str, str], selection: Sequence[str], out: Path, name: str, python: str) -> set[str]:
@@ -173,7 +173,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
                 extra.update(hostile_env(op_home))
             twins[name] = Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
         copies_before = {name: snapshot(t.copy) for name, t in twins.items()}
-        concurrently([lambda t=t: _run_twin(t, selection, out, python) for t in twins.values()])
+        concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin) for t in twins.values()])
         comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
                              allowlist=load_allowlist(project.parity_allowlist))
         if any(t.problem for t in twins.values()):

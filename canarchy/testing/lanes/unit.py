@@ -102,7 +102,7 @@ def run_suite(project: Project, lane: str, selection: Sequence[str], *, options:
                                "PYTHONPATH": pythonpath(project.root, project, env_extra)})
         run = run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", *options, *selection], env=env, cwd=project.root,
                          echo=True, prefix=prefix)
-    return judge(lane, run, notes=notes)
+    return judge(lane, run, notes=notes, isolated=project.uses_plugin)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
