@@ -305,7 +305,8 @@ def test_order_and_timing_do_not_matter(tmp_path):
 
 def test_different_outcome_and_missing_case_are_differences(tmp_path):
     a = _xml('<testcase classname="m" name="t1"/><testcase classname="m" name="t2"/>')
-    b = _xml('<testcase classname="m" name="t1"><failure message="boom"/></testcase><testcase classname="m" name="t3"/>')
+    b = _xml('<testcase classname="m" name="t1"><failure message="boom"/></testcase>'
+             '<testcase classname="m" name="t3"/>')
     result = jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b))
     assert result.verdict == "different" and result.exit_code == 1
     assert [(r.id, r.outcome_a, r.outcome_b) for r in result.differences] == [
@@ -384,7 +385,8 @@ def test_cli_exit_codes_and_markdown(tmp_path, capsys):
     from canarchy.testing.lanes.__main__ import main
 
     a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
-    b = _write(tmp_path, "b.xml", _xml('<testcase classname="m" name="t1"><error message="failed on setup with x"/></testcase>'))
+    b = _write(tmp_path, "b.xml",
+               _xml('<testcase classname="m" name="t1"><error message="failed on setup with x"/></testcase>'))
     md = tmp_path / "out" / "parity.md"
     assert main(["compare", str(a), str(a)]) == 0
     assert main(["compare", str(a), str(b), "--markdown", str(md)]) == 1

@@ -113,7 +113,8 @@ def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path
     [
         ([], None, ["tests"]),
         (["tests/test_cli.py::test_a", "-k", "json"], None, ["-k", "json", "tests/test_cli.py::test_a"]),
-        (["-k=json", "-m", "not slow", "--deselect", "tests/x.py::t"], None, ["-k", "json", "-m", "not slow", "--deselect", "tests/x.py::t", "tests"]),
+        (["-k=json", "-m", "not slow", "--deselect", "tests/x.py::t"], None,
+         ["-k", "json", "-m", "not slow", "--deselect", "tests/x.py::t", "tests"]),
         (["tests/test_integration.py"], "integration", ["tests/test_integration.py"]),
     ],
 )
@@ -142,7 +143,8 @@ def test_choose_tests_refuses_everything_else(posargs, fixed, message):
         lane_env.choose_tests(posargs, fixed_markexpr=fixed)
 
 
-@pytest.mark.parametrize("path", ["/tmp/elsewhere/test_evil.py", "../other-checkout/tests", "tests/../../x/test_a.py::t"])
+@pytest.mark.parametrize("path", ["/tmp/elsewhere/test_evil.py", "../other-checkout/tests",
+                                  "tests/../../x/test_a.py::t"])
 def test_choose_tests_keeps_to_the_checkout(tmp_path, path):
     """A test file outside the checkout would run without its conftest, i.e. unisolated."""
     checkout = tmp_path / "checkout"
@@ -173,7 +175,8 @@ def test_operator_home_fixture_is_complete():
         assert required in files
     assert sum(1 for f in files if f.startswith(".canarchy/findings/") and f.endswith("/campaign.json")) == 2
     config = (home / ".canarchy" / "config.toml").read_text()
-    for line in ('interface = "udp_multicast"', 'default_interface = "vcan-operator"', "require_active_ack = true", "[plugins.example]"):
+    for line in ('interface = "udp_multicast"', 'default_interface = "vcan-operator"', "require_active_ack = true",
+                 "[plugins.example]"):
         assert line in config
     dbc = lane_env.HOSTILE_ENV["CANARCHY_J1939_DBC"].replace("{home}/", "")
     assert dbc in files, "HOSTILE_ENV's DBC path must exist in the operator home"
@@ -197,7 +200,8 @@ def test_netns_command_refuses_when_unavailable():
 
 def test_netns_support_reasons(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert lane_netns._probe_netns() == lane_netns.NetnsSupport(False, "network namespaces are Linux-only (this is darwin)")
+    assert lane_netns._probe_netns() == lane_netns.NetnsSupport(
+        False, "network namespaces are Linux-only (this is darwin)")
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     support = lane_netns._probe_netns()
@@ -305,7 +309,8 @@ def test_a_bad_lanes_table_is_named(tmp_path, table, message):
 def test_canarchy_s_own_layout():
     project = load_project(REPO)
     assert project.packages == ("canarchy",) and project.source == REPO and project.tests == ("tests",)
-    assert project.operator_home == REPO / "fixtures" / "operator-home" and project.mutations == REPO / "fixtures" / "mutations"
+    assert project.operator_home == REPO / "fixtures" / "operator-home"
+    assert project.mutations == REPO / "fixtures" / "mutations" and project.uses_plugin
 
 
 def test_a_copy_holds_what_git_would_commit(tmp_path):
@@ -526,7 +531,8 @@ def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path)
     started.mkdir()
     tmp.mkdir()
     project = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
-    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ, extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
+                             extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "parity"]
     lane = interrupt_once_started(argv, started=started, runs=2, cwd=project.root, env=env, signals=2)
     assert lane.returncode == 130, lane.out + lane.err

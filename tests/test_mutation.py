@@ -312,9 +312,10 @@ def test_a_child_that_imports_a_stale_copy_makes_the_mutation_undecidable(projec
     (stale / "tinypkg" / "__init__.py").write_text("")
     (stale / "tinypkg" / "guard.py").write_text(GUARD)
     (tmp_path / "elsewhere").mkdir()
-    (project / "tests" / "test_child.py").write_text(CHILD_TEST.format(stale=str(stale), elsewhere=str(tmp_path / "elsewhere")))
-    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_child.py::test_child_says_reference",),
-                                          controls=()))
+    (project / "tests" / "test_child.py").write_text(CHILD_TEST.format(stale=str(stale),
+                                                                        elsewhere=str(tmp_path / "elsewhere")))
+    killers = ("tests/test_child.py::test_child_says_reference",)
+    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=killers, controls=()))
     assert result.status == "cannot decide", mutation.render(result)
     assert f"imported tinypkg from {stale}" in result.reason and "not from the copy" in result.reason
     assert "-c from tinypkg.guard import decide" in result.reason  # the process is named by its argv
@@ -405,7 +406,8 @@ def _alive(pid: int) -> bool:
         (lambda t: t + 'surprise = 1\n', "unknown keys ['surprise']"),
         (lambda t: t.replace("# MUTANT: the guard is removed\n", ""), "`replace` must be a non-empty string"),
         (lambda t: t.replace('killers = ["tests/test_guard.py::test_killer"]', "killers = []"), "`killers` is empty"),
-        (lambda t: t.replace('controls = ["tests/test_guard.py::test_control"]', 'controls = ["tests/test_guard.py::test_killer"]'), "listed twice"),
+        (lambda t: t.replace('controls = ["tests/test_guard.py::test_control"]',
+                             'controls = ["tests/test_guard.py::test_killer"]'), "listed twice"),
         (lambda t: t.replace('file = "tinypkg/guard.py"', 'file = "../outside.py"'), "without '..'"),
         (lambda t: t + '[kill]\nrequires = "error"\n', "must be \"failure\""),
         (lambda t: t + '[kill]\nexcluded_exceptions = ["not a name"]\n', "list of exception names"),
@@ -423,10 +425,12 @@ def test_issue_530_definition_matches_the_current_code():
     """The #530 mutation still applies exactly once (so `nox -s mutation-530` can decide)."""
     root = Path(__file__).resolve().parents[1]
     definition = mutation.load_mutation(root / "fixtures" / "mutations" / "issue-530.toml")
-    assert definition.files == ("canarchy/cli.py",) and load_project(root).module_of("canarchy/cli.py") == "canarchy.cli"
+    assert definition.files == ("canarchy/cli.py",)
+    assert load_project(root).module_of("canarchy/cli.py") == "canarchy.cli"
     [edit] = definition.edits
     assert (root / edit.file).read_text(encoding="utf-8").count(edit.search) == 1
-    assert definition.killers and definition.controls == ("tests/test_uds_services.py::test_ref05_typed_channel_goes_active",)
+    assert definition.killers
+    assert definition.controls == ("tests/test_uds_services.py::test_ref05_typed_channel_goes_active",)
     for node_id in definition.killers + definition.controls:
         path, name = node_id.split("::", 1)
         assert f"def {name}(" in (root / path).read_text(encoding="utf-8"), node_id
@@ -434,7 +438,8 @@ def test_issue_530_definition_matches_the_current_code():
 
 def test_cli_run_all_reports_the_worst_outcome(project, temp_root, tmp_path, capsys):
     """The command line over a folder: each definition's table, the summary, reports; the worst exit code.
-    (Definitions that cannot apply start no pytest; a killed mutant's row: test_the_summary_has_one_row_per_mutation.)"""
+    (Definitions that cannot apply start no pytest; a killed mutant's row:
+    test_the_summary_has_one_row_per_mutation.)"""
     folder = tmp_path / "mutations"
     folder.mkdir()
     b = _mutation_file(folder / "b.toml", search="    no such code\n")
@@ -481,7 +486,8 @@ replace = '''
 
 def test_edits_and_search_together_are_refused(tmp_path):
     path = tmp_path / "m.toml"
-    path.write_text(EDITS.replace('file = "tinypkg/guard.py"\n', "file = \"tinypkg/guard.py\"\nsearch = 'x'\nreplace = 'y'\n"))
+    both = "file = \"tinypkg/guard.py\"\nsearch = 'x'\nreplace = 'y'\n"
+    path.write_text(EDITS.replace('file = "tinypkg/guard.py"\n', both))
     with pytest.raises(mutation.CannotDecide, match="not both"):
         mutation.load_mutation(path)
 

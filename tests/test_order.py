@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _project(root: Path, files: dict[str, str]) -> Project:
     (root / "tests").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n')
+    (root / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n')
     for name, text in files.items():
         (root / "tests" / name).write_text(text)
     (root / ".gitignore").write_text("reports/\n")
@@ -53,7 +54,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, int, str]:
     project = _project(tmp_path_factory.mktemp("pair") / "p", PAIR)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = lanes_cli.main(["--project", str(project.root), "order", "--seeds", "1", "--", "-k", "not test_filler_1"])
+        code = lanes_cli.main(["--project", str(project.root), "order", "--seeds", "1",
+                               "--", "-k", "not test_filler_1"])
     return project, code, out.getvalue()
 
 
@@ -93,7 +95,8 @@ def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
     started.mkdir()
     tmp.mkdir()
     project = _project(tmp_path / "p", {"test_w.py": WAITING_TEST.format(started=str(started))})
-    env = lane_env.build_env(home=tmp_path / "home", source=os.environ, extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    env = lane_env.build_env(home=tmp_path / "home", source=os.environ,
+                             extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "order", "--seeds", "2",
             "--jobs", "2"]
     lane = interrupt_once_started(argv, started=started, runs=2, cwd=project.root, env=env)

@@ -54,14 +54,21 @@ def test_a_corpus_module_named_explicitly_is_refused_before_it_runs(tmp_path):
     assert not (tmp_path / ".canarchy").exists()
 
 
+def _defect(file: str = "m.py", **fields: str) -> str:
+    """A one-defect manifest: name x, the given ``file`` and fields, expect and description set."""
+    lines = ['[[defect]]', 'name = "x"', f'file = "{file}"', *(f'{k} = "{v}"' for k, v in fields.items()),
+             'expect = "e"', 'description = "d"']
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize(
     "manifest, message",
     [
-        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "luck"\ntest = "t"\nexpect = "e"\ndescription = "d"\n', "`detector` must be one of"),
-        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "guard"\nexpect = "e"\ndescription = "d"\n', "needs `test`"),
-        ('[[defect]]\nname = "x"\nfile = "nope.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "is not a file"),
-        ('[[defect]]\nname = "x"\nfile = "test_m.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "would be collected"),
-        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "no [[control]]"),
+        (_defect(detector="luck", test="t"), "`detector` must be one of"),
+        (_defect(detector="guard"), "needs `test`"),
+        (_defect("nope.py", detector="sentinel"), "is not a file"),
+        (_defect("test_m.py", detector="sentinel"), "would be collected"),
+        (_defect(detector="sentinel"), "no [[control]]"),
         ('[[control]]\nname = "x"\nfile = "m.py"\ndescription = "d"\nsurprise = 1\n', "only"),
     ],
 )

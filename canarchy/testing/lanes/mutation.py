@@ -25,7 +25,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
@@ -255,22 +255,25 @@ class _Workspace:
             "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(self.import_root)]), "TMPDIR": str(self.tmp),
             "PYTEST_CANARCHY_IMPORT_PROOF": str(proof), "PYTEST_CANARCHY_IMPORT_PACKAGES": ",".join(packages)})
 
-    def pytest(self, label: str, node_ids: Sequence[str], packages: Sequence[str]) -> tuple[dict[str, Case], list[dict]]:
+    def pytest(self, label: str, node_ids: Sequence[str],
+               packages: Sequence[str]) -> tuple[dict[str, Case], list[dict]]:
         """Run ``node_ids`` on the copy; their cases and the import-proof records of every process."""
         self.runs += 1
         proof = self.root / f"proof-{self.runs}"
         proof.mkdir()
         junit = self.out / f"{label}.xml"
         try:
-            done = run_pytest([*SAFETY_FLAGS, "-c", str(self.tree / "pyproject.toml"), f"--junitxml={junit}", *node_ids],
-                              env=self.env(proof, packages), cwd=self.tree, python=self.python, timeout=self.timeout)
+            done = run_pytest([*SAFETY_FLAGS, "-c", str(self.tree / "pyproject.toml"), f"--junitxml={junit}",
+                               *node_ids], env=self.env(proof, packages), cwd=self.tree, python=self.python,
+                              timeout=self.timeout)
         except RunTimeout as exc:
             raise CannotDecide(f"{label}: {exc}") from None
         try:
             report = load_report(junit)
         except CannotDecide as exc:
             tail = "\n".join(done.output.splitlines()[-15:])
-            raise CannotDecide(f"{label}: no usable JUnit report ({exc}); pytest exit code {done.returncode}\n{tail}") from None
+            raise CannotDecide(f"{label}: no usable JUnit report ({exc}); pytest exit code {done.returncode}\n"
+                               f"{tail}") from None
         missing = [n for n in node_ids if case_key(n) not in report.cases]
         if missing:
             raise CannotDecide(f"{label}: not run (no such test?): {', '.join(missing)}")
@@ -469,7 +472,8 @@ def render(result: MutationResult) -> str:
     """One mutation for a terminal: verdict, ``killed by k/n``, the table."""
     m = result.mutation
     lines = [f"mutation {m.name} (issue {m.issue}): {result.status.upper()}",
-             f"killed by {len(result.killed)}/{len(m.killers)}: {', '.join(_short(r.node_id) for r in result.killed) or '-'}",
+             f"killed by {len(result.killed)}/{len(m.killers)}: "
+             f"{', '.join(_short(r.node_id) for r in result.killed) or '-'}",
              f"reason: {result.reason}"]
     lines += [f"imported mutant: {f} (in the temporary copy, now removed)" for f in result.imported]
     if result.importers:
@@ -496,7 +500,8 @@ def _summary_rows(results: Sequence[MutationResult]) -> list[list[str]]:
 def render_summary(results: Sequence[MutationResult], seconds: float | None = None) -> str:
     """Several mutations: one row each (killers expected, killers that failed, verdict)."""
     killed = sum(1 for r in results if r.status == "killed")
-    head = f"mutations: {killed}/{len(results)} killed by every named killer" + (f" ({seconds:.0f} s)" if seconds else "")
+    head = f"mutations: {killed}/{len(results)} killed by every named killer"
+    head += f" ({seconds:.0f} s)" if seconds else ""
     return "\n".join([head, "", table(["mutation", "killers expected", "killers that failed", "verdict", "details"],
                                       _summary_rows(results))])
 
@@ -523,12 +528,14 @@ def render_summary_markdown(results: Sequence[MutationResult], seconds: float | 
         out += [f"Wall time: {seconds:.0f} s.", ""]
     rows = [[f"[{row[0]}](mutation-{row[0]}.md)", r.mutation.issue, *row[1:]]
             for r, row in zip(results, _summary_rows(results), strict=True)]
-    out.append(markdown_table(["mutation", "issue", "killers expected", "killers that failed", "verdict", "details"], rows))
+    out.append(markdown_table(["mutation", "issue", "killers expected", "killers that failed", "verdict", "details"],
+                              rows))
     return "\n".join(out) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("definitions", nargs="*", help="mutation files or directories (default: the project's mutations)")
+    parser.add_argument("definitions", nargs="*",
+                        help="mutation files or directories (default: the project's mutations)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per pytest run")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nox
 
-__all__ = ["install", "lane", "unit", "integration", "parity", "mutations", "order", "selftest"]
+__all__ = ["install", "integration", "lane", "mutations", "order", "parity", "selftest", "unit"]
 
 
 def _sibling(name: str):  # type: ignore[no-untyped-def]

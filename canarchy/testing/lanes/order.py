@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
@@ -217,13 +217,16 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
                                                                      for r in c.differences]))
     if result.bisections:
         out += ["", "## Polluters", "", markdown_table(["victim", "run", "polluter", "note"], [
-            [f"`{b.victim}`", b.run_label, f"`{b.polluter}`" if b.polluter else "-", b.note] for b in result.bisections])]
+            [f"`{b.victim}`", b.run_label, f"`{b.polluter}`" if b.polluter else "-", b.note]
+            for b in result.bisections])]
     return "\n".join(out) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"shuffles with seeds 1..N (default {DEFAULT_SEEDS})")
-    parser.add_argument("--seed", type=int, action="append", default=[], help="a specific seed (repeatable; replaces 1..N)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
+                        help=f"shuffles with seeds 1..N (default {DEFAULT_SEEDS})")
+    parser.add_argument("--seed", type=int, action="append", default=[],
+                        help="a specific seed (repeatable; replaces 1..N)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     parser.add_argument("--max-bisections", type=int, default=3)
 

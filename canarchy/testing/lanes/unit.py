@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, SAFETY_FLAGS, build_env

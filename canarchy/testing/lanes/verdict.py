@@ -7,7 +7,7 @@ pytest's exit codes (``pytest.ExitCode``): 0 all passed, 1 some failed,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY
 from canarchy.testing.lanes.render import markdown_table
@@ -41,7 +41,8 @@ class Verdict:
         out = [f"# {self.lane}: {self.status}", "", self.detail, ""]
         out.extend(f"- {note}" for note in self.notes)
         if self.failing:
-            out += ["", f"## Failing ({len(self.failing)})", "", markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
+            out += ["", f"## Failing ({len(self.failing)})", "",
+                    markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
         return "\n".join(out) + "\n"
 
 
@@ -76,7 +77,8 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
     summary = totals_text(report)
     if run.returncode == 1:
         failing = report.failing
-        detail = summary if failing else f"{summary}, yet pytest failed the run (see the log: e.g. the isolation sentinel)"
+        detail = summary if failing else (f"{summary}, yet pytest failed the run "
+                                           "(see the log: e.g. the isolation sentinel)")
         return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", failing, notes, report)
     if all(case.outcome == "skipped" for case in report.cases.values()):
         return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary} {where}", notes=notes, report=report)
