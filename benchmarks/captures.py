@@ -1,4 +1,4 @@
-"""Reading and decoding a large candump log (issue #6, item 3).
+"""Reading, printing and decoding a large candump log: speed and memory of every output form.
 
 Two logs of ``frames`` frames (default 1,000,000) are generated in a
 temporary directory from the real captures in ``fixtures/captures``:
@@ -34,6 +34,18 @@ Kinds:
     ``frame_id_mask=0x03FFFF00`` (priority and source address ignored, the
     usual way to match J1939 IDs in cantools; ``db.decode_message`` does not
     apply the mask). No summaries, nothing kept.
+``capture-jsonl``, ``capture-json``, ``capture-text``
+    the ``capture --file LOG`` command in process, every frame printed in that
+    form to the null device (``mixed.log``).
+``decode-jsonl``, ``decode-json``, ``decode-text``
+    the ``decode --file LOG --dbc DBC`` command in process, every decoded
+    message printed in that form to the null device (``j1939.log``).
+
+Targets (:data:`TARGETS`, judged by ``benchmarks.report``): the candump parser
+at most half of python-can's reader time; ``capture --jsonl`` no slower than
+python-can's reader; every output form of ``capture --file`` and ``decode``
+under 64 MiB peak resident set (stated for a 10,000,000-frame log:
+``--frames 10000000``; a form that streams has the same peak at any size).
 """
 
 from __future__ import annotations
@@ -47,9 +59,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-KINDS = ("canarchy-read", "python-can-read", "canarchy-decode", "cantools-decode")
-READ_KINDS = KINDS[:2]
-DECODE_KINDS = KINDS[2:]
+#: The kinds that print through the CLI: kind -> (command, output flag).
+CLI_KINDS = {
+    "capture-jsonl": ("capture", "--jsonl"), "capture-json": ("capture", "--json"), "capture-text": ("capture", "--text"),
+    "decode-jsonl": ("decode", "--jsonl"), "decode-json": ("decode", "--json"), "decode-text": ("decode", "--text"),
+}
+KINDS = ("canarchy-read", "python-can-read", "capture-jsonl", "capture-json", "capture-text",
+         "canarchy-decode", "decode-jsonl", "decode-json", "decode-text", "cantools-decode")
+READ_KINDS = ("canarchy-read", "python-can-read", "capture-jsonl", "capture-json", "capture-text")
+DECODE_KINDS = ("canarchy-decode", "decode-jsonl", "decode-json", "decode-text", "cantools-decode")
+#: The targets: time ratios to python-can's reader (lower is faster) and the memory ceiling.
+TARGETS = {"parse_time_ratio": 0.5, "capture_jsonl_time_ratio": 1.0, "peak_mib": 64.0}
+#: The kinds the memory ceiling applies to.
+MEMORY_KINDS = tuple(CLI_KINDS) + ("canarchy-decode",)
 J1939_ID_MASK = 0x03FFFF00  # SAE J1939-21: data page + PDU format + PDU specific
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 MIXED_SOURCES = ("j1939_truck_idle.log", "nissan_leaf_uds_79b_7bb.log", "obd2_skoda_7e0_7e8.log")
@@ -152,7 +174,7 @@ def _loop(kind: str, log: str, dbc: str | None) -> Callable[[], tuple[int, int]]
         import io
 
         from canarchy import cli
-        from canarchy.decode import load_dbc
+        from canarchy.decode.dbc import load_dbc
 
         load_dbc(dbc)  # import cantools before the clock starts, as for the cantools loop
 
@@ -163,6 +185,28 @@ def _loop(kind: str, log: str, dbc: str | None) -> Callable[[], tuple[int, int]]
                 raise SystemExit(f"canarchy decode exited {code}: {out.getvalue()[-500:]}")
             data = json.loads(out.getvalue())["data"]
             return data["frame_count"], data["decoded_count"]
+        return loop
+    if kind in CLI_KINDS:
+        import os
+
+        from canarchy import cli
+
+        command, flag = CLI_KINDS[kind]
+        argv = ["capture", "--file", log, flag] if command == "capture" else ["decode", "--file", log, "--dbc", dbc, flag]
+        if command == "decode":
+            from canarchy.decode.dbc import load_dbc
+
+            load_dbc(dbc)  # import cantools before the clock starts
+
+        with open(log, encoding="utf-8") as lines:
+            frames = sum(1 for _ in lines)  # before the clock: every line of a generated log is a frame
+
+        def loop() -> tuple[int, int]:
+            with open(os.devnull, "w", encoding="utf-8") as sink:
+                code = cli.main(argv, stdout=sink)
+            if code != 0:
+                raise SystemExit(f"canarchy {command} {flag} exited {code}")
+            return frames, 0
         return loop
     if kind == "cantools-decode":
         import cantools

@@ -31,6 +31,12 @@ _CAPTURE_LABELS = {
     "python-can-read": "python-can `CanutilsLogReader` (parse)",
     "canarchy-decode": "canarchy `decode --summary` (parse + decode + summaries)",
     "cantools-decode": "python-can reader + cantools `decode` (parse + decode)",
+    "capture-jsonl": "canarchy `capture --file --jsonl` (parse + print)",
+    "capture-json": "canarchy `capture --file --json` (parse + print)",
+    "capture-text": "canarchy `capture --file --text` (parse + print)",
+    "decode-jsonl": "canarchy `decode --jsonl` (parse + decode + print)",
+    "decode-json": "canarchy `decode --json` (parse + decode + print)",
+    "decode-text": "canarchy `decode --text` (parse + decode + print)",
 }
 
 
@@ -153,10 +159,7 @@ def captures_lines(result: Any) -> list[str]:
                      f"{before:.1f}", f"{peak:.1f}"])
     out += table(["reader", "log", "frames/s (wall)", "frames/s (CPU)", "frames", "decoded", "RSS before, MiB",
                   "peak RSS in the loop, MiB"], rows)
-    if "canarchy-read" in rates and "python-can-read" in rates:
-        ratio = rates["canarchy-read"] / rates["python-can-read"]
-        out += ["", f"Parsing: canarchy reads at {ratio:.2f} x python-can's rate; target no slower: "
-                    f"{_verdict(ratio >= 1.0)}."]
+    out += [""] + capture_target_lines(result, rates)
     if "canarchy-decode" in rates and "cantools-decode" in rates:
         ratio = rates["canarchy-decode"] / rates["cantools-decode"]
         out += [f"Decoding: canarchy's `decode` runs at {ratio:.2f} x the plain python-can + cantools loop."]
@@ -166,6 +169,31 @@ def captures_lines(result: Any) -> list[str]:
     failures = [f"{k}: {f}" for k, r in result.kinds.items() for f in r.failures]
     if failures:
         out += ["", "Problems: " + "; ".join(failures)]
+    return out
+
+
+def capture_target_lines(result: Any, rates: dict[str, float]) -> list[str]:
+    """The verdicts on the capture targets (``benchmarks.captures.TARGETS``): time ratios to
+    python-can's reader (median CPU rates) and the peak resident set of each output form."""
+    from benchmarks.captures import MEMORY_KINDS, TARGETS
+
+    cpu = {kind: measure.median(runs.cpu_rates()) for kind, runs in result.kinds.items() if runs.results}
+    out = []
+    reference = cpu.get("python-can-read")
+    for kind, key, what in (("canarchy-read", "parse_time_ratio", "the candump parser"),
+                            ("capture-jsonl", "capture_jsonl_time_ratio", "`capture --file --jsonl`")):
+        if reference and kind in cpu:
+            ratio = reference / cpu[kind]  # time ratio: ours / python-can's
+            out.append(f"Time of {what}: {ratio:.2f} x python-can's reader (CPU, median); target <= "
+                       f"{TARGETS[key]:.1f} x: {_verdict(ratio <= TARGETS[key])}.")
+    frames = result.logs["mixed"]["frames"]
+    peaks = {kind: measure.median([r["peak_kib"] for r in result.kinds[kind].results]) / 1024
+             for kind in MEMORY_KINDS if kind in result.kinds and result.kinds[kind].results}
+    if peaks:
+        worst = max(peaks, key=peaks.get)
+        out.append(f"Peak resident set of every output form of `capture --file` and `decode` at {frames:,} frames: "
+                   f"at most {peaks[worst]:.1f} MiB ({worst}); target < {TARGETS['peak_mib']:.0f} MiB "
+                   f"(stated for 10,000,000 frames): {_verdict(peaks[worst] < TARGETS['peak_mib'])}.")
     return out
 
 

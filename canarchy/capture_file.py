@@ -31,38 +31,34 @@ ignored. Blank lines are skipped. candump error frames (CAN_ERR_FLAG,
 reported as one warning, not yielded.
 
 Streaming: :class:`CaptureFile` is an iterable that reads line by line (or
-message by message); it never holds the file in memory. Warnings are kept up
-to :data:`MAX_WARNINGS`; beyond that only counted, so memory stays flat
-whatever the file holds.
+message by message); it never holds the file in memory. Warnings are records
+(:mod:`canarchy.warning_log`), counted per kind, the first 50 of each kept.
 
-Errors (raised by :func:`open_capture`, before any frame is read):
-
-- ``CAPTURE_SOURCE_UNAVAILABLE`` (:class:`~canarchy.errors.TransportError`,
-  exit 2): the file does not exist, is a directory, or cannot be opened. A
-  capture file stands in for a bus, so a source that cannot be opened is a
-  transport error, like ``TRANSPORT_UNAVAILABLE`` for a channel.
-- ``CAPTURE_FORMAT_UNSUPPORTED`` (:class:`~canarchy.errors.UserInputError`,
-  exit 1): the suffix is none of the above, or the reader it needs is missing
-  (``.mf4`` without ``asammdf``).
-- ``CAPTURE_FORMAT_INVALID`` (:class:`~canarchy.errors.DecodeError`, exit 3):
-  python-can's reader rejects the file outright (e.g. a ``.blf`` without a BLF
-  header). Damage found later, mid-file, ends the read with a warning.
-
-Malformed candump lines never raise: each gives a warning
-``"<file>:<line>: malformed candump line: <why>: <text>"`` and the read goes on.
+Errors (``docs/decoding.md`` lists them with their exit codes): before any
+frame is read, ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2: a missing or
+unreadable file, the same class as an unavailable bus),
+``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1: unknown suffix, missing reader),
+``CAPTURE_EMPTY`` (exit 3: zero bytes), ``CAPTURE_COMPRESSION_INVALID`` (exit
+3: a ``.gz`` that is not gzip), ``CAPTURE_FORMAT_INVALID`` (exit 3: a header
+python-can rejects); at the end of a read that gave no frame at all, the same
+three decode errors. Malformed lines and damage after the first frame are
+warnings: ``"<file>:<line>: malformed candump line: <why>: <text>"``.
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import io
 import os
-from dataclasses import dataclass
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
 from canarchy.errors import DecodeError, TransportError, UserInputError
-from canarchy.transport import CanFrame
+from canarchy.output import TIMESTAMP_TEXT
+from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame
+from canarchy.warning_log import WarningLog
 
 CANDUMP_SUFFIXES = (".log", ".candump")
 PYTHON_CAN_SUFFIXES = (".asc", ".blf", ".trc", ".csv", ".mf4", ".db")
@@ -72,30 +68,16 @@ SUPPORTED_SUFFIXES = CANDUMP_SUFFIXES + PYTHON_CAN_SUFFIXES + JSON_SUFFIXES
 #: Event types whose payload is a frame on the bus (``frame_planned`` of a dry run is not).
 FRAME_EVENTS = frozenset({"frame", "frame_sent"})
 
-#: At most this many warning strings are kept per file; the rest are counted.
-MAX_WARNINGS = 50
-
+_GZIP_MAGIC = b"\x1f\x8b"
+_COMPRESSION_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 _CAN_ERR_FLAG = 0x20000000  # linux/can.h: the ID marks an error frame
 _CANFD_BRS = 0x01  # linux/can.h: bit rate switch
 _CANFD_ESI = 0x02  # linux/can.h: error state indicator
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_HEX_TEXT = "0123456789abcdefABCDEF"
+_HEX_DIGITS = frozenset(_HEX_TEXT)
+_TIMESTAMP_CHARS = "0123456789."  # str.strip(chars) leaves what is not one of these
+_FD_LENGTHS = frozenset(CAN_FD_DLCS)
 _MAX_SHOWN = 80  # characters of a bad line quoted in its warning
-
-
-@dataclass(frozen=True)
-class RemoteCanFrame(CanFrame):
-    """A remote (RTR) frame: no data bytes, but a requested DLC (0..15) of its own.
-
-    ``dlc`` and :meth:`to_payload` report ``requested_dlc``; everything else is a
-    :class:`~canarchy.transport.CanFrame` with ``is_remote_frame`` true.
-    """
-
-    requested_dlc: int = 0
-
-    @property
-    def dlc(self) -> int:  # type: ignore[override]
-        """The DLC the remote frame asks for (ISO 11898-1: a remote frame carries no data)."""
-        return self.requested_dlc
 
 
 class CaptureFile:
@@ -108,10 +90,13 @@ class CaptureFile:
     - ``frame_count``: frames yielded; ``line_count``: lines read (candump only);
     - ``malformed_count``: lines (or messages) that gave no frame because they
       are damaged; ``error_frame_count``: error frames skipped;
-    - ``warnings``: at most :data:`MAX_WARNINGS` strings, each naming the file
-      and the line (or message index); see :meth:`all_warnings`.
+    - ``log``: the :class:`~canarchy.warning_log.WarningLog` of the read (records
+      naming the file and the line or message); :meth:`all_warnings` as strings.
 
-    Iterate once: a second pass re-opens the file and resets the counters.
+    A read that ends without a single frame raises ``CAPTURE_EMPTY``,
+    ``CAPTURE_COMPRESSION_INVALID`` or ``CAPTURE_FORMAT_INVALID``
+    (``DecodeError``, exit 3). Iterate once: a second pass re-opens the file and
+    resets the counters.
     """
 
     def __init__(self, path: str | os.PathLike[str], fmt: str) -> None:
@@ -121,13 +106,13 @@ class CaptureFile:
         self.line_count = 0
         self.malformed_count = 0
         self.error_frame_count = 0
-        self.warnings: list[str] = []
-        self._dropped_warnings = 0
+        self.log = WarningLog()
+        self._stopped: BaseException | None = None
 
     def __iter__(self) -> Iterator[CanFrame]:
         self.frame_count = self.line_count = self.malformed_count = self.error_frame_count = 0
-        self.warnings = []
-        self._dropped_warnings = 0
+        self.log = WarningLog()
+        self._stopped = None
         if self.format == "candump":
             return self._iter_candump()
         if self.format in ("jsonl", "json"):
@@ -135,38 +120,50 @@ class CaptureFile:
         return self._iter_python_can()
 
     def all_warnings(self) -> list[str]:
-        """``warnings`` plus summaries: skipped error frames and warnings not listed."""
-        out = list(self.warnings)
-        if self.error_frame_count:
-            out.append(f"{self.path}: {self.error_frame_count} error frame(s) (CAN_ERR_FLAG) skipped")
-        if self._dropped_warnings:
-            out.append(f"{self.path}: {self._dropped_warnings} more warning(s) not listed "
-                       f"(first {MAX_WARNINGS} shown; {self.malformed_count} malformed in all)")
-        return out
+        """The warnings of the read as strings (see :meth:`WarningLog.render`)."""
+        return self.log.render()
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _warn(self, text: str) -> None:
-        if len(self.warnings) < MAX_WARNINGS:
-            self.warnings.append(text)
-        else:
-            self._dropped_warnings += 1
+    def _end(self) -> None:
+        """After the last frame: the error frames' record, or the error for a read without a frame."""
+        if self.error_frame_count:
+            self.log.add("CAPTURE_ERROR_FRAMES", f"{self.path}: {self.error_frame_count} error frame(s) "
+                         "(CAN_ERR_FLAG) skipped", file=self.path, count=self.error_frame_count)
+        if self.frame_count == 0 and self.error_frame_count == 0:
+            raise self._no_frame()
+
+    def _no_frame(self) -> DecodeError:
+        """The error for a read that gave no frame: why, from what the read saw."""
+        first = self.log.records[0].message if self.log.records else None
+        if isinstance(self._stopped, _COMPRESSION_ERRORS) and self.path.lower().endswith(".gz"):
+            return compression_invalid(self.path, f"{self._stopped.__class__.__name__}: {self._stopped}")
+        if self.malformed_count or self._stopped is not None or _has_content(self.path):
+            reader = "candump -l" if self.format == "candump" else f"python-can's .{self.format}"
+            return DecodeError("CAPTURE_FORMAT_INVALID",
+                               f"{self.path!r} holds no CAN frame the {reader} reader can read"
+                               + (f" (first problem: {first})." if first else "."),
+                               f"Check that the file really is .{_suffix(self.path)} (and complete), "
+                               "or convert it to candump -l (.log).")
+        return capture_empty(self.path)
 
     def _open_text(self) -> io.TextIOBase:
         # Undecodable bytes become U+FFFD, which fails the line check below: a
         # warning for that line, not an exception for the whole file.
+        # newline="": lines still end at LF, CRLF or CR, untranslated (split() drops the CR).
         if self.path.lower().endswith(".gz"):
-            return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline=None)  # type: ignore[return-value]
-        return open(self.path, "r", encoding="utf-8", errors="replace", newline=None)
+            return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline="")  # type: ignore[return-value]
+        return open(self.path, "r", encoding="utf-8", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
         parse = parse_candump_line
+        path = self.path
         try:
             handle = self._open_text()
         except OSError as exc:
-            raise _unavailable(self.path, exc) from None
+            raise _unavailable(path, exc) from None
+        lineno = frames = 0
         with handle:
-            lineno = 0
             try:
                 for lineno, line in enumerate(handle, 1):
                     try:
@@ -176,17 +173,20 @@ class CaptureFile:
                         continue
                     except (ValueError, UserInputError) as exc:
                         self.malformed_count += 1
-                        self._warn(f"{self.path}:{lineno}: malformed candump line: {_why(exc)}: "
-                                   f"{_shown(line)}")
+                        self.log.add("CANDUMP_LINE_MALFORMED", f"{path}:{lineno}: malformed candump line: "
+                                     f"{_why(exc)}: {_shown(line)}", file=path, line=lineno)
                         continue
-                    if frame is None:
-                        continue
-                    self.frame_count += 1
-                    yield frame
-            except (OSError, EOFError) as exc:  # e.g. a truncated .gz
-                self._warn(f"{self.path}:{lineno + 1}: reading stopped: {exc}")
+                    if frame is not None:
+                        frames += 1
+                        yield frame
+            except (OSError, EOFError, zlib.error) as exc:  # e.g. a truncated .gz
+                self._stopped = exc
+                self.log.add("CAPTURE_READ_STOPPED", f"{path}:{lineno + 1}: reading stopped: {exc}",
+                             file=path, line=lineno + 1)
             finally:
                 self.line_count = lineno
+                self.frame_count = frames
+        self._end()
 
     def _iter_json(self) -> Iterator[CanFrame]:
         """Frames of canarchy's own output: each ``--jsonl`` line (a ``--json`` file: its
@@ -223,13 +223,15 @@ class CaptureFile:
                     if isinstance(item, str) and not item.strip():
                         continue
                     self.malformed_count += 1
-                    self._warn(f"{self.path}:{where} {number}: not a canarchy frame event: {_why(exc)}")
+                    self.log.add("CAPTURE_EVENT_INVALID", f"{self.path}:{where} {number}: not a canarchy frame "
+                                 f"event: {_why(exc)}", file=self.path, **{where: number})
                     continue
                 if frame.is_error_frame:
                     self.error_frame_count += 1
                     continue
                 self.frame_count += 1
                 yield frame
+        self._end()
 
     def _iter_python_can(self) -> Iterator[CanFrame]:
         reader = _python_can_reader(self.path, self.format)
@@ -242,8 +244,9 @@ class CaptureFile:
                 except StopIteration:
                     break
                 except Exception as exc:  # python-can's readers raise many types mid-file
-                    self._warn(f"{self.path}: message {index + 1}: reading stopped: "
-                               f"{exc.__class__.__name__}: {exc}")
+                    self._stopped = exc
+                    self.log.add("CAPTURE_READ_STOPPED", f"{self.path}: message {index + 1}: reading stopped: "
+                                 f"{exc.__class__.__name__}: {exc}", file=self.path, message_index=index + 1)
                     break
                 index += 1
                 if message.is_error_frame:
@@ -253,12 +256,14 @@ class CaptureFile:
                     frame = _from_message(message)
                 except UserInputError as exc:
                     self.malformed_count += 1
-                    self._warn(f"{self.path}: message {index}: invalid frame: {exc.message}")
+                    self.log.add("CAPTURE_FRAME_INVALID", f"{self.path}: message {index}: invalid frame: "
+                                 f"{exc.message}", file=self.path, message_index=index)
                     continue
                 self.frame_count += 1
                 yield frame
         finally:
             reader.stop()
+        self._end()
 
 
 def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
@@ -268,7 +273,9 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
     ``TransportError`` ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2) when the file
     is missing, a directory or unreadable (checked first), then
     ``UserInputError`` ``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1) for an unknown
-    suffix. Nothing is read yet.
+    suffix or a missing reader, then ``DecodeError`` (exit 3) ``CAPTURE_EMPTY``
+    (zero bytes) or ``CAPTURE_COMPRESSION_INVALID`` (a ``.gz`` without the gzip
+    signature, or whose start does not decompress). Only the start is read.
     """
     text = str(path)
     target = Path(text)
@@ -282,7 +289,27 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
     if not os.access(target, os.R_OK):
         raise TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} is not readable.",
                              "Check the file's permissions.")
-    return CaptureFile(text, capture_format(text))
+    fmt = capture_format(text)
+    if fmt == "mf4" and importlib.util.find_spec("asammdf") is None:
+        raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED", f"Reading .mf4 files needs the asammdf package: {text!r}.",
+                             "Install it (pip install asammdf), or export the recording as .blf, .asc or .log.")
+    try:
+        with open(target, "rb") as handle:
+            head = handle.read(2)
+    except OSError as exc:
+        raise _unavailable(text, exc) from None
+    if not head:
+        raise capture_empty(text)
+    if text.lower().endswith(".gz"):
+        if head != _GZIP_MAGIC:
+            raise compression_invalid(text, f"it does not start with the gzip signature 1F 8B (it starts {head.hex()})")
+        try:
+            with gzip.open(target, "rb") as handle:
+                if not handle.read(1):
+                    raise capture_empty(text)
+        except _COMPRESSION_ERRORS as exc:
+            raise compression_invalid(text, f"{exc.__class__.__name__}: {exc}") from None
+    return CaptureFile(text, fmt)
 
 
 def capture_format(path: str) -> str:
@@ -315,19 +342,24 @@ def parse_candump_line(line: str) -> CanFrame | None:
     :class:`CaptureFile` counts.
     """
     fields = line.split()
-    count = len(fields)
-    if count != 3:
+    try:
+        stamp, channel, body = fields
+    except ValueError:
+        count = len(fields)
         if count == 0:
             return None
         if count != 4 or fields[3] not in ("R", "T", "r", "t"):
-            raise ValueError(f"expected '(timestamp) channel ID#DATA', got {count} field(s)")
-    stamp, channel, body = fields[0], fields[1], fields[2]
+            raise ValueError(f"expected '(timestamp) channel ID#DATA', got {count} field(s)") from None
+        stamp, channel, body = fields[0], fields[1], fields[2]
     if stamp[0] != "(" or stamp[-1] != ")":
         raise ValueError("timestamp is not in parentheses")
     seconds = stamp[1:-1]
-    if not seconds.replace(".", "", 1).isdigit():  # float() would take 'nan', '-1', '1_0'
+    if seconds.strip(_TIMESTAMP_CHARS):  # anything but digits and '.' is left; float() alone takes 'nan', '1e3'
         raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds")
-    timestamp = float(seconds)
+    try:
+        timestamp = float(seconds)
+    except ValueError:  # '', '.', '1.2.3'
+        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds") from None
     ident, sep, data = body.partition("#")
     if not sep:
         raise ValueError("no '#' between ID and data")
@@ -338,32 +370,66 @@ def parse_candump_line(line: str) -> CanFrame | None:
         extended = True
     else:
         raise ValueError(f"ID {ident!r} has {width} hex digits (3 = 11-bit, 8 = 29-bit)")
-    if not _HEX_DIGITS.issuperset(ident):
+    if ident.strip(_HEX_TEXT):
         raise ValueError(f"ID {ident!r} is not hex")
     can_id = int(ident, 16)
+    fd = False
+    flags = 0
+    if data:
+        head = data[0]
+        if head == "#":  # CAN FD: one hex flags digit, then the data
+            if len(data) < 2 or data[1] not in _HEX_DIGITS:
+                raise ValueError("CAN FD frame without a flags digit after '##'")
+            fd = True
+            flags = int(data[1], 16)
+            data = data[2:]
+        elif head == "R" or head == "r":
+            return _remote_frame(can_id, extended, timestamp, channel, data[1:])
+        try:
+            # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
+            payload = bytes.fromhex(data)
+        except ValueError:
+            raise ValueError(f"{'CAN FD data' if fd else 'data'} {data!r} is not an even number of hex digits") from None
+    else:
+        payload = b""
+    if extended:
+        if can_id & _CAN_ERR_FLAG:
+            raise _ErrorFrame
+        valid = can_id <= MAX_EXTENDED_ID
+    else:
+        valid = can_id <= MAX_STANDARD_ID
+    brs, esi = bool(flags & _CANFD_BRS), bool(flags & _CANFD_ESI)
+    if not valid or len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS):
+        return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi)  # raises INVALID_FRAME
+    # Checked above with CanFrame's own limits: build it without checking again (a third of the time).
+    frame = _new(CanFrame)
+    _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
+                             "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
+                             "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
+                             "requested_dlc": 0, TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
+    return frame
+
+
+def _json_number(seconds: str) -> bool:
+    """True when ``seconds`` (digits and at most one '.', as the parser checked) is a JSON number:
+    no '.' at either end, no leading zero before another digit."""
+    first = seconds[0]
+    return first != "." and seconds[-1] != "." and (first != "0" or seconds[1:2] in (".", ""))
+
+
+def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, rest: str) -> CanFrame:
+    if rest and (len(rest) != 1 or rest not in _HEX_DIGITS):  # can-utils: one hex digit, 0..F
+        raise ValueError(f"remote frame DLC {rest!r} is not one hex digit")
     if extended and can_id & _CAN_ERR_FLAG:
         raise _ErrorFrame
-    if not data:
-        return CanFrame(can_id, b"", extended, False, False, timestamp, channel)
-    head = data[0]
-    if head == "#":  # CAN FD: one hex flags digit, then the data
-        if len(data) < 2 or data[1] not in _HEX_DIGITS:
-            raise ValueError("CAN FD frame without a flags digit after '##'")
-        payload = data[2:]
-        if not _HEX_DIGITS.issuperset(payload) or len(payload) % 2:
-            raise ValueError(f"CAN FD data {payload!r} is not an even number of hex digits")
-        flags = int(data[1], 16)
-        return CanFrame(can_id, bytes.fromhex(payload), extended, True, False, timestamp, channel,
-                        bitrate_switch=bool(flags & _CANFD_BRS), error_state_indicator=bool(flags & _CANFD_ESI))
-    if head in "Rr":
-        rest = data[1:]
-        if rest and (len(rest) != 1 or rest not in _HEX_DIGITS):  # can-utils: one hex digit, 0..F
-            raise ValueError(f"remote frame DLC {rest!r} is not one hex digit")
-        dlc = int(rest, 16) if rest else 0
-        return RemoteCanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=dlc)
-    if len(data) % 2 or not _HEX_DIGITS.issuperset(data):
-        raise ValueError(f"data {data!r} is not an even number of hex digits")
-    return CanFrame(can_id, bytes.fromhex(data), extended, False, False, timestamp, channel)
+    return CanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=int(rest, 16) if rest else 0)
+
+
+_new = object.__new__
+_set = object.__setattr__
+#: The fields :func:`parse_candump_line` sets, which must be all of CanFrame's (tests/test_capture_file.py checks).
+CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is_remote_frame", "timestamp", "channel",
+                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc")
 
 
 def iter_frames(path: str | os.PathLike[str]) -> Iterator[CanFrame]:
@@ -392,6 +458,34 @@ def _why(exc: Exception) -> str:
 def _shown(line: str) -> str:
     text = line.rstrip("\r\n")
     return repr(text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "...")
+
+
+def capture_empty(path: str) -> DecodeError:
+    """``CAPTURE_EMPTY`` (exit 3): the capture holds nothing (zero bytes, or only blank lines)."""
+    return DecodeError("CAPTURE_EMPTY", f"Capture file {path!r} is empty: it holds no CAN frame.",
+                       "Check that the recording ran (and was copied completely); nothing here can be read.")
+
+
+def compression_invalid(path: str, why: str) -> DecodeError:
+    """``CAPTURE_COMPRESSION_INVALID`` (exit 3): a ``.gz`` that does not decompress."""
+    return DecodeError("CAPTURE_COMPRESSION_INVALID", f"{path!r} is not a gzip file: {why}.",
+                       "Check the file: a name ending in .gz must be gzip-compressed "
+                       f"(rename it to .{_suffix(path)} if it is not compressed).")
+
+
+def _suffix(path: str) -> str:
+    name = Path(path).name.lower()
+    return Path(name[:-3] if name.endswith(".gz") else name).suffix[1:] or "log"
+
+
+def _has_content(path: str, limit: int = 2**20) -> bool:
+    """True when the first ``limit`` bytes (decompressed) hold anything but whitespace."""
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            return bool(handle.read(limit).strip())
+    except (OSError, EOFError, zlib.error):
+        return True
 
 
 def _unavailable(path: str, exc: OSError) -> TransportError:
@@ -432,9 +526,11 @@ def _python_can_reader(path: str, fmt: str) -> Any:
             handle = gzip.open(path, "rt" if text else "rb")
             return reader_class(handle)
         return reader_class(path)
-    except ImportError as exc:  # MF4Reader without asammdf
+    except ImportError as exc:  # a reader's optional dependency
         raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED", f"Reading .{fmt} needs a package that is missing: {exc}.",
                              "For MF4 files: pip install asammdf.") from None
+    except _COMPRESSION_ERRORS as exc:
+        raise compression_invalid(path, f"{exc.__class__.__name__}: {exc}") from None
     except OSError as exc:
         raise _unavailable(path, exc) from None
     except Exception as exc:  # the reader rejected the header
@@ -448,10 +544,8 @@ def _from_message(message: Any) -> CanFrame:
     channel = None if channel is None else str(channel)
     timestamp = float(message.timestamp)
     if message.is_remote_frame:
-        return RemoteCanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
-                              requested_dlc=message.dlc)
+        return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
+                        requested_dlc=message.dlc)
     data = bytes(message.data or b"")
-    fd = bool(message.is_fd)
-    return CanFrame(message.arbitration_id, data, message.is_extended_id, fd, False, timestamp, channel,
-                    bitrate_switch=fd and bool(message.bitrate_switch),
-                    error_state_indicator=fd and bool(message.error_state_indicator))
+    return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel,
+                    bool(message.is_fd and message.bitrate_switch), bool(message.is_fd and message.error_state_indicator))

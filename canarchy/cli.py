@@ -1,61 +1,43 @@
-"""canarchy's command-line interface: one parser, one error boundary, one printer.
+"""canarchy's command-line interface: one parser, one error boundary; output through :mod:`canarchy.output`.
 
-Every command module in ``COMMAND_MODULES`` exposes ``add_parser(subparsers,
-parent)`` (and has its top-level commands in ``COMMAND_GROUPS``); each leaf
-parser it adds sets these defaults:
+Every command module of :data:`COMMAND_GROUPS` exposes ``add_parser(subparsers,
+parent)``; each leaf parser it adds sets these defaults:
 
 - ``command``: the envelope's command name, e.g. ``"uds services"``;
 - ``handler``: ``handler(args) -> CommandResult``; raises ``CanarchyError``;
+  a command with events emits them through ``canarchy.output.open_stream(args, source)``;
 - ``takes_channel`` (optional, default False): the command has a ``channel``
   positional and goes through :func:`prepare_args`;
 - ``no_interface_ok`` (optional): ``callable(args) -> bool``, true when the
   command has a form that needs no channel (dry runs, reference lookups);
-- ``render_text`` (optional): ``callable(CommandResult) -> str`` for ``--text``;
-- streaming handlers write event lines to ``args.stdout`` (the stream given
-  to :func:`main`), never to ``sys.stdout`` directly;
+- ``render_text`` (optional): ``callable(CommandResult) -> str``, the ``--text`` summary;
+- ``render_event`` (optional): ``callable(event) -> str | None``, an event's ``--text`` line;
 - ``normalize`` (optional): ``callable(args)`` run before :func:`prepare_args`
   (e.g. to resolve optional positionals that argparse cannot tell apart).
 
-Output (see ``docs/design/cli.md``): ``--text`` (default), ``--json`` (one
-envelope, keys sorted), ``--jsonl`` (one event per line where the command has
-events, else the envelope on one line). Envelope keys: ``ok``, ``command``,
-``data``, ``warnings``, ``errors``. Exit codes: 0 ok, 1 user/input error,
-2 transport error, 3 decode/schema error.
+Exit codes: 0 ok, 1 user/input error, 2 transport error, 3 decode/schema
+error; 141 when the reader of the output went away (``docs/design/cli.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
+import os
+import signal
 import sys
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TextIO
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence, TextIO
 
-from canarchy.errors import COMMAND_WARNINGS, EXIT_OK, CanarchyError, UserInputError
+from canarchy.errors import COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, UserInputError
+from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, Printer
 
-COMMAND_MODULES = (
-    "canarchy.commands.config_cmd",
-    "canarchy.commands.bus",
-    "canarchy.commands.replay",
-    "canarchy.commands.uds",
-    "canarchy.commands.fuzz",
-    "canarchy.commands.caches",
-    "canarchy.commands.reference",
-    "canarchy.commands.session",
-    "canarchy.commands.mcp",
-    "canarchy.commands.decode",
-    "canarchy.commands.plugins",
-    "canarchy.commands.generate",
-    "canarchy.commands.simulate",
-    "canarchy.commands.web",
-)
-
-#: Top-level command -> the module in ``COMMAND_MODULES`` that registers it. A
-#: command line naming one of these imports and builds that module's parser
-#: only (start-up time: ``docs/benchmarks.md``); anything else (``--help``, no
-#: command, an unknown or unlisted one) gets the full parser.
+#: The one command table: each top-level command and the module in
+#: ``canarchy/commands/`` that registers it, in help order. A command line naming
+#: one of these imports and builds that module's parser only (start-up time:
+#: ``docs/benchmarks.md``); anything else (``--help``, no command, an unknown
+#: one) gets the full parser.
 COMMAND_GROUPS = {
     "config": "canarchy.commands.config_cmd",
     "capture": "canarchy.commands.bus",
@@ -77,36 +59,8 @@ COMMAND_GROUPS = {
     "simulate": "canarchy.commands.simulate",
     "web": "canarchy.commands.web",
 }
-
-OUTPUT_FORMATS = ("text", "json", "jsonl")
-
-
-@dataclass
-class CommandResult:
-    """What a handler returns.
-
-    ``data``: the envelope's ``data`` object (JSON-serialisable).
-    ``warnings``: human-readable strings, copied into the envelope.
-    ``events``: when not None, a list of event dicts (see :func:`make_event`)
-    stored as ``data["events"]`` and streamed one per line by ``--jsonl``.
-    """
-
-    data: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-    events: list[dict[str, Any]] | None = None
-
-
-def make_event(event_type: str, payload: dict[str, Any], source: str, timestamp: float | None = None) -> dict[str, Any]:
-    """Build one event ``{event_type, payload, source, timestamp}``.
-
-    ``timestamp`` is seconds since the Unix epoch (float); now when omitted.
-    """
-    return {
-        "event_type": event_type,
-        "payload": payload,
-        "source": source,
-        "timestamp": time.time() if timestamp is None else timestamp,
-    }
+#: The command modules, each once, in the order of :data:`COMMAND_GROUPS`.
+COMMAND_MODULES = tuple(dict.fromkeys(COMMAND_GROUPS.values()))
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -162,7 +116,7 @@ def _modules_for(argv: Sequence[str] | None) -> Sequence[str]:
         if token.startswith("-"):  # the top-level parser has flags only (--json, --jsonl, --text)
             continue
         module = COMMAND_GROUPS.get(token)
-        if module in COMMAND_MODULES:
+        if module is not None:
             return (module,)
         break
     return COMMAND_MODULES
@@ -222,98 +176,76 @@ def prepare_args(args: argparse.Namespace) -> argparse.Namespace:
     )
 
 
-def envelope(command: str, result: CommandResult | None, error: CanarchyError | None) -> dict[str, Any]:
-    """Return the envelope dict ``{ok, command, data, warnings, errors}``."""
-    data: dict[str, Any] = {}
-    warnings: list[str] = []
-    if result is not None:
-        data = dict(result.data)
-        if result.events is not None:
-            data["events"] = result.events
-        warnings = list(result.warnings)
-    return {
-        "ok": error is None,
-        "command": command,
-        "data": data,
-        "warnings": warnings,
-        "errors": [error.to_dict()] if error is not None else [],
-    }
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM raises ``KeyboardInterrupt("SIGTERM")``, so a stream
+    ends on it as on Ctrl+C (main thread only; the previous handler comes back)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True)
-
-
-def _default_text(result: CommandResult) -> str:
-    lines = []
-    for key in sorted(result.data):
-        value = result.data[key]
-        if isinstance(value, (dict, list)):
-            value = _dumps(value)
-        lines.append(f"{key}: {value}")
-    return "\n".join(lines)
-
-
-def render(fmt: str, command: str, result: CommandResult | None, error: CanarchyError | None,
-           render_text: Callable[[CommandResult], str] | None = None) -> str:
-    """Render the outcome of a command as the text to print on stdout (no trailing newline).
-
-    Pure: printing happens only in :func:`main`.
-    """
-    env = envelope(command, result, error)
-    if fmt == "json":
-        return json.dumps(env, sort_keys=True, indent=2)
-    if fmt == "jsonl":
-        if error is None and result is not None and result.events is not None:
-            return "\n".join(_dumps(event) for event in result.events)
-        return _dumps(env)
-    if error is not None:
-        return f"error: {error.code}: {error.message}\nhint: {error.hint}"
-    assert result is not None
-    text = (render_text or _default_text)(result)
-    if result.warnings:
-        text += "".join(f"\nwarning: {w}" for w in result.warnings)
-    return text
+def _silence(out: TextIO) -> None:
+    """Point ``out``'s file descriptor at the null device, so that flushing it at
+    interpreter exit does not fail again on the closed pipe."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
-    """Run one canarchy command; return its exit code (0, 1, 2 or 3).
+    """Run one canarchy command; return its exit code (0, 1, 2, 3; 141 for a closed output).
 
     The single error boundary: a ``CanarchyError`` becomes an envelope error;
-    nothing else is caught, so a bug still shows its traceback.
+    nothing else is caught, so a bug still shows its traceback. Ctrl+C or
+    SIGTERM ends the command; what it streamed is closed with the envelope.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     out = stdout if stdout is not None else sys.stdout
-    fmt = _requested_format(argv)
-    command = "canarchy"
-    render_text = None
+    printer = Printer(_requested_format(argv), out)
     result: CommandResult | None = None
     error: CanarchyError | None = None
     config_warnings: list[str] = []
     token = COMMAND_WARNINGS.set(config_warnings)  # unknown keys of the config file, as it is read
     try:
-        try:
-            args = build_parser(argv).parse_args(argv)
-            args.stdout = out
-            fmt = getattr(args, "output", fmt)
-            command = args.command
-            render_text = getattr(args, "render_text", None)
-            normalize = getattr(args, "normalize", None)
-            if normalize is not None:
-                normalize(args)
-            prepare_args(args)
-            result = args.handler(args)
-        except CanarchyError as exc:
-            error = exc
-        except KeyboardInterrupt:
-            # Ctrl+C ends a streaming command; what was already printed stands.
-            return EXIT_OK
-    finally:
-        COMMAND_WARNINGS.reset(token)
-    if result is not None and config_warnings:
-        result.warnings[:0] = config_warnings
-    text = render(fmt, command, result, error, render_text)
-    if text:
-        out.write(text + "\n")
-        out.flush()
+        with _terminate_as_interrupt():
+            try:
+                args = build_parser(argv).parse_args(argv)
+                printer.fmt = getattr(args, "output", printer.fmt)
+                printer.command = args.command
+                printer.render_text = getattr(args, "render_text", None)
+                printer.render_event = getattr(args, "render_event", None)
+                args.printer = printer
+                normalize = getattr(args, "normalize", None)
+                if normalize is not None:
+                    normalize(args)
+                prepare_args(args)
+                result = args.handler(args)
+            except CanarchyError as exc:
+                error = exc
+            except KeyboardInterrupt:
+                pass  # interrupted before it could report: the printer closes what was streamed
+            finally:
+                COMMAND_WARNINGS.reset(token)
+            if result is not None and config_warnings:
+                result.warnings[:0] = config_warnings
+            printer.finish(result, error)
+    except OutputClosed:
+        _silence(out)
+        return EXIT_OUTPUT_CLOSED
     return EXIT_OK if error is None else error.exit_code

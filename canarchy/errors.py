@@ -26,6 +26,9 @@ EXIT_OK = 0
 EXIT_USER = 1
 EXIT_TRANSPORT = 2
 EXIT_DECODE = 3
+#: The reader of the output went away (a closed pipe): 128 + SIGPIPE, what a shell
+#: reports for a tool that SIGPIPE ended (``candump | head``).
+EXIT_OUTPUT_CLOSED = 141
 
 
 class CanarchyError(Exception):

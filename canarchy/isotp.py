@@ -14,6 +14,11 @@ The payload length comes from the SF/FF header, so padding after it (0x00,
 frame with the wrong sequence number aborts the message being received (as a
 receiving ECU does); the PDU is dropped with a warning.
 
+Reassembly warnings are :class:`~canarchy.warning_log.WarningRecord` strings
+with a code per kind: ``ISOTP_INVALID_PCI``, ``ISOTP_SF_LENGTH_INVALID``,
+``ISOTP_FF_INVALID``, ``ISOTP_CF_UNEXPECTED``, ``ISOTP_SEQUENCE_ERROR``,
+``ISOTP_INTERRUPTED``, ``ISOTP_INCOMPLETE``.
+
 Public surface: frame builders (:func:`single_frame`, :func:`segment`,
 :func:`flow_control`), :class:`IsoTpPdu`, :class:`IsoTpReassembler` (one
 arbitration ID), :func:`reassemble` (several IDs over one frame stream,
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
 from canarchy.transport import MAX_STANDARD_ID, CanFrame
+from canarchy.warning_log import WarningRecord
 
 PCI_SINGLE = 0
 PCI_FIRST = 1
@@ -161,15 +167,22 @@ class IsoTpReassembler:
     Feed frames in capture order with :meth:`feed`; it returns a finished
     :class:`IsoTpPdu` or None. Problems (an unexpected CF, a wrong sequence
     number, an FF that interrupts another message, an invalid PCI) are
-    appended to ``warnings`` as strings naming the ID and the frame's
-    timestamp; the caller drains them. ``flow_control_count`` counts FC frames
-    seen on this ID.
+    appended to ``warnings`` as :class:`~canarchy.warning_log.WarningRecord`
+    strings naming the ID and the frame's timestamp (details: ``arbitration_id``,
+    ``timestamp``; sequence errors add ``expected_sequence`` and ``sequence``);
+    the caller drains them. Counts: ``complete_count`` (PDUs returned),
+    ``dropped_count`` (multi-frame messages aborted by a sequence error or
+    interrupted), ``incomplete_count`` (open at :meth:`finish`),
+    ``flow_control_count`` (FC frames seen on this ID).
     """
 
     def __init__(self, arbitration_id: int) -> None:
         self.arbitration_id = arbitration_id
-        self.warnings: list[str] = []
+        self.warnings: list[WarningRecord] = []
         self.flow_control_count = 0
+        self.complete_count = 0
+        self.dropped_count = 0
+        self.incomplete_count = 0
         self._buffer = bytearray()
         self._expected_length = 0
         self._next_sequence = 0
@@ -184,17 +197,21 @@ class IsoTpReassembler:
             return None
         pci = data[0] >> 4
         if pci == PCI_SINGLE:
-            return self._single(frame, data)
-        if pci == PCI_FIRST:
+            pdu = self._single(frame, data)
+        elif pci == PCI_FIRST:
             self._first(frame, data)
             return None
-        if pci == PCI_CONSECUTIVE:
-            return self._consecutive(frame, data)
-        if pci == PCI_FLOW_CONTROL:
+        elif pci == PCI_CONSECUTIVE:
+            pdu = self._consecutive(frame, data)
+        elif pci == PCI_FLOW_CONTROL:
             self.flow_control_count += 1
             return None
-        self._warn(frame, f"invalid PCI type {pci} (byte 0x{data[0]:02X})")
-        return None
+        else:
+            self._warn(frame, "ISOTP_INVALID_PCI", f"invalid PCI type {pci} (byte 0x{data[0]:02X})")
+            return None
+        if pdu is not None:
+            self.complete_count += 1
+        return pdu
 
     @property
     def pending(self) -> bool:
@@ -204,45 +221,55 @@ class IsoTpReassembler:
     def finish(self) -> None:
         """End of the stream: warn about a message left incomplete."""
         if self._active:
-            self.warnings.append(
+            self.incomplete_count += 1
+            self.warnings.append(WarningRecord(
+                "ISOTP_INCOMPLETE",
                 f"ISO-TP 0x{self.arbitration_id:X}: message from t={self._first_timestamp:.6f} incomplete at end of "
-                f"capture ({len(self._buffer)} of {self._expected_length} bytes)")
+                f"capture ({len(self._buffer)} of {self._expected_length} bytes)",
+                arbitration_id=self.arbitration_id, timestamp=self._first_timestamp,
+                received_bytes=len(self._buffer), expected_bytes=self._expected_length))
             self._active = False
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _warn(self, frame: CanFrame, text: str) -> None:
-        self.warnings.append(f"ISO-TP 0x{self.arbitration_id:X} t={frame.timestamp:.6f}: {text}")
+    def _warn(self, frame: CanFrame, code: str, text: str, **details: object) -> None:
+        self.warnings.append(WarningRecord(code, f"ISO-TP 0x{self.arbitration_id:X} t={frame.timestamp:.6f}: {text}",
+                                           arbitration_id=self.arbitration_id, timestamp=frame.timestamp, **details))
 
     def _interrupt(self, frame: CanFrame, by: str) -> None:
         if self._active:
-            self._warn(frame, f"{by} interrupts the message begun at t={self._first_timestamp:.6f} "
-                              f"({len(self._buffer)} of {self._expected_length} bytes); it is dropped")
+            self.dropped_count += 1
+            self._warn(frame, "ISOTP_INTERRUPTED", f"{by} interrupts the message begun at t={self._first_timestamp:.6f} "
+                       f"({len(self._buffer)} of {self._expected_length} bytes); it is dropped",
+                       first_timestamp=self._first_timestamp, received_bytes=len(self._buffer),
+                       expected_bytes=self._expected_length)
             self._active = False
 
     def _single(self, frame: CanFrame, data: bytes) -> IsoTpPdu | None:
         payload = single_frame_payload(data)
         if payload is None:
             length, start = (data[1], 2) if data[0] & 0x0F == 0 and len(data) > CLASSIC_FRAME else (data[0] & 0x0F, 1)
-            self._warn(frame, f"single frame declares {length} byte(s) but carries {len(data) - start}")
+            self._warn(frame, "ISOTP_SF_LENGTH_INVALID",
+                       f"single frame declares {length} byte(s) but carries {len(data) - start}")
             return None
         self._interrupt(frame, "a single frame")
         return IsoTpPdu(self.arbitration_id, payload, frame.timestamp, frame.timestamp, 1)
 
     def _first(self, frame: CanFrame, data: bytes) -> None:
         if len(data) < 2:
-            self._warn(frame, "first frame shorter than its 2-byte header")
+            self._warn(frame, "ISOTP_FF_INVALID", "first frame shorter than its 2-byte header")
             return
         length = ((data[0] & 0x0F) << 8) | data[1]
         start = 2
         if length == 0:  # escape: 32-bit length
             if len(data) < 6:
-                self._warn(frame, "first frame with a 32-bit length but fewer than 6 bytes")
+                self._warn(frame, "ISOTP_FF_INVALID", "first frame with a 32-bit length but fewer than 6 bytes")
                 return
             length, start = int.from_bytes(data[2:6], "big"), 6
         self._interrupt(frame, "a first frame")
         if length <= len(data) - start:
-            self._warn(frame, f"first frame declares {length} byte(s), which would fit a single frame; ignored")
+            self._warn(frame, "ISOTP_FF_INVALID",
+                       f"first frame declares {length} byte(s), which would fit a single frame; ignored")
             return
         self._buffer = bytearray(data[start:])
         self._expected_length = length
@@ -254,11 +281,15 @@ class IsoTpReassembler:
     def _consecutive(self, frame: CanFrame, data: bytes) -> IsoTpPdu | None:
         sequence = data[0] & 0x0F
         if not self._active:
-            self._warn(frame, f"consecutive frame (SN {sequence}) without a first frame; ignored")
+            self._warn(frame, "ISOTP_CF_UNEXPECTED", f"consecutive frame (SN {sequence}) without a first frame; ignored",
+                       sequence=sequence)
             return None
         if sequence != self._next_sequence:
-            self._warn(frame, f"sequence error: expected SN {self._next_sequence}, got {sequence}; "
-                              f"the message begun at t={self._first_timestamp:.6f} is dropped")
+            self.dropped_count += 1
+            self._warn(frame, "ISOTP_SEQUENCE_ERROR", f"sequence error: expected SN {self._next_sequence}, got "
+                       f"{sequence}; the message begun at t={self._first_timestamp:.6f} is dropped",
+                       expected_sequence=self._next_sequence, sequence=sequence, first_timestamp=self._first_timestamp,
+                       received_bytes=len(self._buffer), expected_bytes=self._expected_length)
             self._active = False
             return None
         self._next_sequence = (sequence + 1) & 0x0F
@@ -272,7 +303,7 @@ class IsoTpReassembler:
 
 
 def reassemble(frames: Iterable[CanFrame], arbitration_ids: Iterable[int],
-               warnings: list[str] | None = None) -> Iterator[IsoTpPdu]:
+               warnings: list[WarningRecord] | None = None) -> Iterator[IsoTpPdu]:
     """Yield the ISO-TP PDUs carried on ``arbitration_ids`` in ``frames``, in completion order.
 
     Frames on other IDs are skipped. Reassembly warnings are appended to

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from canarchy import __version__, cli
+from canarchy import __version__, cli, output
 from canarchy.active import caller_acknowledged, preflight_warning
 from canarchy.errors import CanarchyError, UserInputError
 
@@ -546,7 +546,7 @@ def _confirm_transmission(spec: ToolSpec, values: Mapping[str, Any],
 
 
 def _failure(command: str, error: CanarchyError) -> ToolOutcome:
-    return ToolOutcome(error.exit_code, cli.envelope(command, None, error))
+    return ToolOutcome(error.exit_code, output.envelope(command, None, error))
 
 
 def _execute(argv: list[str], acknowledged: bool) -> ToolOutcome:

@@ -11,7 +11,6 @@ and erased at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, TextIO
@@ -25,14 +24,14 @@ class Progress:
     ``close()`` erases it. ``active``: false when the stream is not a terminal,
     and then every call does nothing. Use as a context manager."""
 
-    def __init__(self, stream: TextIO | None = None, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(self, stream: TextIO | None = None, interval: float | None = None) -> None:
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         try:
             self.active = bool(isatty and isatty())
         except (OSError, ValueError):  # a closed or odd stream
             self.active = False
-        self.interval = interval
+        self.interval = DEFAULT_INTERVAL if interval is None else interval
         self._last = float("-inf")
         self._shown = False
 
@@ -72,38 +71,30 @@ def rate(count: int, elapsed: float) -> str:
 
 class ActiveRun:
     """One active command's reporting: ``emit(event_type, payload, timestamp=None)`` streams an
-    event as it happens (``--jsonl``) or keeps it for the envelope; ``progress`` is the
-    terminal line; :meth:`result` closes both and builds the :class:`canarchy.cli.CommandResult`."""
+    event as it happens (:func:`canarchy.output.open_stream`, flushed at once); ``progress`` is the
+    terminal line; :meth:`result` closes it and builds the :class:`canarchy.output.CommandResult`."""
 
     def __init__(self, args: argparse.Namespace, source: str) -> None:
-        self.args = args
+        from canarchy.output import open_stream
+
         self.source = source
-        self.stream = getattr(args, "output", "text") == "jsonl"
-        self.events: list[dict[str, Any]] = []
-        self.count = 0
+        self.stream = open_stream(args, source, live=True)
+        self.emit = self.stream.emit
         self.progress = Progress()
         self.started = time.monotonic()
 
-    def emit(self, event_type: str, payload: dict[str, Any], timestamp: float | None = None) -> None:
-        from canarchy.cli import make_event
-
-        self.count += 1
-        event = make_event(event_type, payload, self.source, timestamp)
-        if self.stream:
-            self.args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-            self.args.stdout.flush()
-        else:
-            self.events.append(event)
+    @property
+    def count(self) -> int:
+        """Events emitted."""
+        return self.stream.count
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def result(self, data: dict[str, Any], warnings: list[str]) -> Any:
-        """The command's result: ``data`` with ``elapsed_s``; the events kept, unless they were streamed."""
-        from canarchy.cli import CommandResult
+        """The command's result: ``data`` with ``elapsed_s``."""
+        from canarchy.output import CommandResult
 
         self.progress.close()
         data.setdefault("elapsed_s", round(self.elapsed(), 3))
-        if self.stream:  # the events are out; the closing envelope line carries the summary
-            return CommandResult(data=data, warnings=warnings)
-        return CommandResult(data=data, warnings=warnings, events=self.events)
+        return CommandResult(data=data, warnings=warnings)

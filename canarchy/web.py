@@ -127,7 +127,7 @@ class Dashboard:
     (message name -> the arbitration IDs it was decoded from), ``warnings``.
 
     Raises what :func:`canarchy.capture_file.open_capture` and
-    :func:`canarchy.decode.load_dbc` raise (``CAPTURE_SOURCE_UNAVAILABLE``,
+    :func:`canarchy.decode.dbc.load_dbc` raise (``CAPTURE_SOURCE_UNAVAILABLE``,
     ``CAPTURE_FORMAT_UNSUPPORTED``, ``DBC_NOT_FOUND``, ``DBC_LOAD_FAILED`` ...).
     """
 
@@ -141,10 +141,10 @@ class Dashboard:
         self._database = None
         warnings: list[str] = []
         if dbc is not None:
-            from canarchy.decode import load_dbc
+            from canarchy.decode.dbc import load_dbc
 
             self._database, dbc_warnings = load_dbc(dbc)
-            warnings += list(dbc_warnings)
+            warnings += dbc_warnings.render()
         decoder = self._decoder()
         self.stats = CaptureStats()
         self.rows: list[tuple[dict[str, Any], list[str]]] = []
@@ -173,14 +173,14 @@ class Dashboard:
     def _decoder(self) -> Any:
         if self._database is None:
             return None
-        from canarchy.decode import DbcDecoder
+        from canarchy.decode.dbc import DbcDecoder
 
         return DbcDecoder(self._database)
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Replay the capture as canarchy events: ``frame``, then the ``decoded_message`` it completes."""
         from canarchy.capture_file import open_capture
-        from canarchy.cli import make_event
+        from canarchy.output import make_event
 
         decoder = self._decoder()
         source = f"file:{self.file}"

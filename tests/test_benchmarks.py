@@ -305,6 +305,28 @@ def test_both_decoders_decode_the_same_frames(tmp_path):
     assert ours["decoded"] == theirs["decoded"] > 1000  # EEC1 and CCVS1 from every source address
 
 
+@pytest.mark.parametrize("kind", ["capture-jsonl", "capture-json", "capture-text"])
+def test_the_output_forms_print_every_frame(generated_log, kind):
+    result = captures.worker(kind, str(generated_log))
+    assert result["frames"] == 9000 and result["seconds"] > 0
+    assert result["peak_kib"] >= result["rss_before_kib"] > 0
+
+
+def test_capture_targets_are_judged_from_the_runs():
+    def runs(kind, seconds, peak_kib):
+        return captures.KindRuns(kind, "mixed", [{"frames": 1000, "decoded": 0, "seconds": seconds,
+                                                  "cpu_seconds": seconds, "rss_before_kib": 1, "peak_kib": peak_kib}])
+
+    result = captures.CaptureResult(
+        logs={"mixed": {"frames": 1000, "bytes": 1}, "j1939": {"frames": 1000, "bytes": 1}},
+        kinds={"python-can-read": runs("python-can-read", 1.0, 1), "canarchy-read": runs("canarchy-read", 0.4, 1),
+               "capture-jsonl": runs("capture-jsonl", 1.2, 20 * 1024), "decode-json": runs("decode-json", 3.0, 70 * 1024)})
+    text = "\n".join(report.capture_target_lines(result, {}))
+    assert "candump parser: 0.40 x python-can's reader (CPU, median); target <= 0.5 x: met" in text
+    assert "`capture --file --jsonl`: 1.20 x python-can's reader (CPU, median); target <= 1.0 x: **missed**" in text
+    assert "at most 70.0 MiB (decode-json); target < 64 MiB (stated for 10,000,000 frames): **missed**" in text
+
+
 def test_capture_worker_command_line(generated_log):
     proc = subprocess.run([sys.executable, "-m", "benchmarks.captures", "worker", "canarchy-read",
                            str(generated_log)], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -17,6 +17,7 @@ from canarchy import capture_file
 from canarchy.capture_file import CaptureFile, open_capture, parse_candump_line
 from canarchy.cli import main
 from canarchy.errors import TransportError, UserInputError
+from canarchy.warning_log import MAX_PER_KIND
 from tests.helpers import run_cli, write_user_config
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
@@ -126,9 +127,9 @@ def test_corrupted_lines_warn_with_file_and_line_and_the_rest_is_read(tmp_path):
     frames = list(capture)
     assert len(frames) == 200 - len(bad)
     assert capture.malformed_count == len(bad)
-    assert [w.split(": ")[0] for w in capture.warnings] == [f"{path}:{n}" for n in sorted(bad)]
-    assert all("malformed candump line" in w for w in capture.warnings)
-    assert "garbage" in capture.warnings[1]
+    assert [w.split(": ")[0] for w in capture.all_warnings()] == [f"{path}:{n}" for n in sorted(bad)]
+    assert all("malformed candump line" in w for w in capture.all_warnings())
+    assert "garbage" in capture.all_warnings()[1]
 
 
 def test_crlf_and_non_ascii_bytes(tmp_path):
@@ -137,7 +138,7 @@ def test_crlf_and_non_ascii_bytes(tmp_path):
     path.write_bytes(body)
     capture = open_capture(path)
     assert len(list(capture)) == 10
-    assert capture.warnings and capture.warnings[0].startswith(f"{path}:11: malformed candump line")
+    assert capture.all_warnings() and capture.all_warnings()[0].startswith(f"{path}:11: malformed candump line")
 
 
 def test_error_frames_are_counted_not_yielded(tmp_path):
@@ -155,8 +156,12 @@ def test_warnings_are_bounded(tmp_path):
     capture = open_capture(path)
     assert len(list(capture)) == 1
     assert capture.malformed_count == 500
-    assert len(capture.warnings) == capture_file.MAX_WARNINGS
-    assert "450 more warning(s)" in capture.all_warnings()[-1]
+    assert len(capture.log.records) == MAX_PER_KIND == len(capture.all_warnings()) - 1
+    assert capture.log.counts == {"CANDUMP_LINE_MALFORMED": 500}
+    assert capture.all_warnings()[-1] == ("450 more CANDUMP_LINE_MALFORMED warning(s) not listed "
+                                          "(first 50 of 500 shown)")
+    assert [r.details for r in capture.log.records[:2]] == [{"file": str(path), "line": 1},
+                                                            {"file": str(path), "line": 2}]
 
 
 def test_gzip_candump(tmp_path):
@@ -315,3 +320,132 @@ def test_capture_file_jsonl_streams_into_the_given_stdout(capsys):
     code = main(["capture", "--file", str(LEAF), "--count", "3", "--jsonl"], stdout=out)
     assert code == 0 and len(out.getvalue().splitlines()) == 4
     assert capsys.readouterr().out == ""
+
+
+# -- the fast candump path builds the same frames ----------------------------------------------
+
+
+def test_checked_frames_are_canframes_equal_to_validated_ones():
+    import dataclasses
+
+    from canarchy.transport import CanFrame
+
+    assert capture_file.CHECKED_FRAME_FIELDS == tuple(f.name for f in dataclasses.fields(CanFrame))
+    for line, expected in [
+        ("(1.5) can0 18F00E00#821639C4FFFFFFFF", CanFrame(0x18F00E00, bytes.fromhex("821639C4FFFFFFFF"), True,
+                                                          False, False, 1.5, "can0")),
+        ("(2.0) vcan1 7FF#", CanFrame(0x7FF, b"", False, False, False, 2.0, "vcan1")),
+        ("(3.0) can1 123##1" + "ab" * 64, CanFrame(0x123, b"\xab" * 64, False, True, False, 3.0, "can1",
+                                                   bitrate_switch=True)),
+        ("(3.5) can1 1F334455##3" + "01" * 12, CanFrame(0x1F334455, b"\x01" * 12, True, True, False, 3.5, "can1",
+                                                        bitrate_switch=True, error_state_indicator=True)),
+        ("(4.0) can0 123##0", CanFrame(0x123, b"", False, True, False, 4.0, "can0")),
+    ]:
+        frame = parse_candump_line(line)
+        assert type(frame) is CanFrame and frame == expected and frame.dlc == expected.dlc
+        assert frame.to_payload() == expected.to_payload() and hash(frame) == hash(expected)
+
+
+@pytest.mark.parametrize("line", ["(1.0) can0 800#00", "(1.0) can0 5FFFFFFF#00", "(1.0) can0 123#" + "00" * 9,
+                                  "(1.0) can0 123##1" + "00" * 9, "(1.0) can0 123##1" + "00" * 65])
+def test_the_fast_path_still_refuses_what_no_frame_carries(line):
+    with pytest.raises(UserInputError) as info:
+        parse_candump_line(line)
+    assert info.value.code == "INVALID_FRAME"
+
+
+# -- bad input: one code and exit status per kind, in every format -------------------------------
+
+
+def _documented_errors() -> dict[str, tuple[str, int]]:
+    """``{code: (class, exit)}`` from the error table of docs/decoding.md."""
+    text = (Path(__file__).parent.parent / "docs" / "decoding.md").read_text(encoding="utf-8")
+    table = text.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[2].isdigit():
+            rows[cells[0]] = (cells[1], int(cells[2]))
+    return rows
+
+
+def test_the_documented_error_table_matches_the_code():
+    import re
+
+    from canarchy import errors
+
+    documented = _documented_errors()
+    source = Path(capture_file.__file__).read_text(encoding="utf-8")
+    raised = set(re.findall(r'Error\(\s*"(CAPTURE_[A-Z_]+)"', source))
+    assert raised and raised <= set(documented), raised - set(documented)
+    for code, (class_name, exit_code) in documented.items():
+        assert getattr(errors, class_name).exit_code == exit_code, code
+
+
+def _write(path: Path, kind: str) -> Path:
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "blank":
+        path.write_text("\n  \n\n", encoding="ascii")
+    elif kind == "garbage":
+        path.write_bytes(bytes(range(256)) * 8)
+    elif kind == "text":
+        path.write_text("hello world\nthis is not a capture\n", encoding="ascii")
+    elif kind == "not-gzip":
+        path.write_text("(1.0) can0 123#01\n", encoding="ascii")
+    elif kind == "empty-gzip":
+        path.write_bytes(gzip.compress(b""))
+    elif kind == "broken-gzip":
+        path.write_bytes(gzip.compress(LEAF.read_bytes())[:30])
+    return path
+
+
+BAD_INPUTS = [(suffix, kind, code) for suffix in (".log", ".asc", ".trc", ".csv", ".blf", ".db")
+              for kind, code in (("empty", "CAPTURE_EMPTY"), ("garbage", "CAPTURE_FORMAT_INVALID"))] + [
+    (".log", "blank", "CAPTURE_EMPTY"), (".asc", "blank", "CAPTURE_EMPTY"),
+    (".log", "text", "CAPTURE_FORMAT_INVALID"), (".asc", "text", "CAPTURE_FORMAT_INVALID"),
+    (".trc", "text", "CAPTURE_FORMAT_INVALID"), (".csv", "text", "CAPTURE_FORMAT_INVALID"),
+] + [(suffix, kind, code) for suffix in (".log.gz", ".asc.gz", ".blf.gz")
+     for kind, code in (("not-gzip", "CAPTURE_COMPRESSION_INVALID"), ("broken-gzip", "CAPTURE_COMPRESSION_INVALID"),
+                        ("empty-gzip", "CAPTURE_EMPTY"))]
+
+
+@pytest.mark.parametrize("suffix, kind, code", BAD_INPUTS)
+def test_empty_garbage_and_wrongly_compressed_inputs_are_errors(tmp_path, suffix, kind, code):
+    path = _write(tmp_path / f"capture{suffix}", kind)
+    exit_code = _documented_errors()[code][1]
+    for fmt in ("--json", "--jsonl"):
+        result = run_cli("capture", "--file", str(path), fmt)
+        envelope = json.loads(result.out)  # --jsonl: the error envelope is the only line
+        assert (result.code, [e["code"] for e in envelope["errors"]]) == (exit_code, [code]), result.out
+        assert envelope["errors"][0]["hint"] and envelope["data"] == {}
+    decoded = run_cli("isotp", "decode", "--file", str(path), "--json")
+    assert (decoded.code, decoded.error_codes) == (exit_code, [code])
+
+
+def test_a_file_of_error_frames_only_is_read_not_refused(tmp_path):
+    path = tmp_path / "errors.log"
+    path.write_text("(1.0) can0 20000080#0000000000000000\n", encoding="ascii")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and result.data["frame_count"] == 0
+    assert result.data["warning_counts"] == {"CAPTURE_ERROR_FRAMES": 1}
+
+
+def test_damage_after_the_first_frame_is_a_warning(tmp_path):
+    path = tmp_path / "cut.log.gz"
+    whole = gzip.compress(TRUCK.read_bytes())
+    path.write_bytes(whole[: len(whole) // 2])
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and 0 < result.data["frame_count"] < 3582
+    assert result.data["warning_counts"] == {"CAPTURE_READ_STOPPED": 1}
+
+
+def test_mf4_without_asammdf_is_unsupported_with_a_true_hint(tmp_path, monkeypatch):
+    real = capture_file.importlib.util.find_spec
+    monkeypatch.setattr(capture_file.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "asammdf" else real(name, *a))
+    path = tmp_path / "capture.mf4"
+    path.write_bytes(b"MDF     4.10    ")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert (result.code, result.error_codes) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"])
+    assert "asammdf" in result.envelope["errors"][0]["hint"]

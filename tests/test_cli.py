@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import io
 import json
 import subprocess
 import sys
 
 import pytest
 
-from canarchy import cli, transport
+from canarchy import output, transport
 from tests.helpers import run_cli, write_user_config
 
 
@@ -212,10 +213,10 @@ def test_send_ack_with_yes_and_noninteractive(scaffold, monkeypatch):
     assert run_cli("send", "scaffold0", "0x123", "01", "--ack-active", "--json").code == 0
 
 
-def test_render_is_pure_and_text_shows_warnings():
-    result = cli.CommandResult(data={"a": 1}, warnings=["careful"])
-    text = cli.render("text", "x", result, None)
-    assert text == "a: 1\nwarning: careful"
+def test_text_output_shows_warnings():
+    out = io.StringIO()
+    output.Printer("text", out, "x").finish(output.CommandResult(data={"a": 1}, warnings=["careful"]), None)
+    assert out.getvalue() == "a: 1\nwarning: careful\n"
 
 
 def test_receive_failure_is_a_transport_error(monkeypatch):

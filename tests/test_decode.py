@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from canarchy.cli import main
-from canarchy.decode import decode_dm, describe_diagnostic_pdu, load_dbc, obd_dtc
+from canarchy.decode.dbc import load_dbc
+from canarchy.decode.diagnostics import describe_diagnostic_pdu, obd_dtc
+from canarchy.decode.j1939 import decode_dm
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.isotp import IsoTpPdu, IsoTpReassembler, reassemble
 from canarchy.transport import CanFrame
@@ -147,7 +149,7 @@ def test_cp1252_crlf_dbc_loads():
     with pytest.raises(UnicodeDecodeError):
         raw.decode("utf-8")
     database, warnings = load_dbc(BOSCH_DBC)
-    assert warnings == [] and len(database.messages) == 18
+    assert warnings.render() == [] and len(database.messages) == 18
     yaw = next(s for m in database.messages for s in m.signals if s.name == "Yaw_Rate")
     assert yaw.unit == "°/s"
 
@@ -181,7 +183,8 @@ def test_a_dbc_failing_only_strict_checks_loads_with_a_warning(tmp_path):
                            ' SG_ B : 4|8@1+ (1,0) [0|0] "" X\n', encoding="ascii")
     database, warnings = load_dbc(overlapping)
     assert len(database.messages) == 1
-    assert len(warnings) == 1 and "strict" in warnings[0]
+    assert warnings.counts == {"DBC_NOT_STRICT": 1} and "strict" in warnings.render()[0]
+    assert warnings.records[0].details == {"file": str(overlapping)}
 
 
 def test_decode_errors_for_the_capture(tmp_path):
@@ -511,3 +514,81 @@ def test_text_output_of_each_command():
     assert "DM1 SA 0: SPN 3216" in text and "Data drifted high" in text
     text = run_cli("isotp", "decode", "--file", str(SKODA), "--summary", "--text").out
     assert "VIN: TMBZZZ0X0NY000001" in text
+
+
+# -- warnings as records -------------------------------------------------------------------------
+
+
+def _leaf_with_gaps(tmp_path: Path, copies: int = 3, gaps: int = 14) -> tuple[Path, list[dict]]:
+    """The Leaf log ``copies`` times over (later copies shifted in time), with the
+    next-to-last consecutive frame of the first ``gaps`` multi-frame answers on 0x7BB
+    removed; returns the log and the sequence errors that removal must cause."""
+    lines = LEAF.read_text(encoding="ascii").splitlines()
+    span = float(lines[-1].split()[0][1:-1]) - float(lines[0].split()[0][1:-1]) + 10.0
+    shifted = []
+    for copy in range(copies):
+        for line in lines:
+            stamp, rest = line.split(" ", 1)
+            shifted.append(f"({float(stamp[1:-1]) + copy * span:.6f}) {rest}")
+    answers: list[list[int]] = []  # line indexes of each 0x7BB answer's consecutive frames
+    for index, line in enumerate(shifted):
+        ident, _, data = line.split()[2].partition("#")
+        if ident == "7BB" and data[0] == "1":
+            answers.append([])
+        elif ident == "7BB" and data[0] == "2":
+            answers[-1].append(index)
+    drop, expected = set(), []
+    for cfs in answers[:gaps]:
+        removed, detector = cfs[-2], cfs[-1]
+        drop.add(removed)
+        expected.append({"arbitration_id": 0x7BB, "expected_sequence": int(shifted[removed].split("#")[1][1], 16),
+                         "sequence": int(shifted[detector].split("#")[1][1], 16),
+                         "timestamp": float(shifted[detector].split()[0][1:-1])})
+    path = tmp_path / "leaf_gaps.log"
+    path.write_text("\n".join(line for i, line in enumerate(shifted) if i not in drop) + "\n", encoding="ascii")
+    return path, expected
+
+
+def test_no_warning_kind_hides_another(tmp_path):
+    """Undecodable multiplexed answers (plain layout) come first and outnumber the ISO-TP gaps:
+    every gap is still a record, with its ID and sequence numbers, and every kind is counted."""
+    path, gaps = _leaf_with_gaps(tmp_path)
+    result = run_cli("decode", "--file", str(path), "--dbc", str(LEAF_DBC), "--isotp-layout", "plain",
+                     "--summary", "--json")
+    assert result.code == 0, result.out
+    data = result.data
+    answers = 3 * 26
+    assert data["warning_counts"] == {"DBC_DECODE_FAILED": answers - len(gaps), "ISOTP_SEQUENCE_ERROR": len(gaps)}
+    records = [r for r in data["warning_records"] if r["code"] == "ISOTP_SEQUENCE_ERROR"]
+    assert [{k: r[k] for k in ("arbitration_id", "expected_sequence", "sequence", "timestamp")} for r in records] == gaps
+    assert all(r["message"] in result.envelope["warnings"] for r in records)
+    assert data["isotp_counts"] == {"0x7BB": {"complete": answers - len(gaps), "dropped": len(gaps), "incomplete": 0}}
+    failed = [r for r in data["warning_records"] if r["code"] == "DBC_DECODE_FAILED"]
+    assert len(failed) == 50 and {r["arbitration_id"] for r in failed} == {0x7BB}
+    assert f"{answers - len(gaps) - 50} more DBC_DECODE_FAILED warning(s) not listed" in result.envelope["warnings"][-1]
+    text = run_cli("decode", "--file", str(path), "--dbc", str(LEAF_DBC), "--isotp-layout", "plain", "--summary").out
+    assert f"warnings by kind: DBC_DECODE_FAILED {answers - len(gaps)}, ISOTP_SEQUENCE_ERROR {len(gaps)}" in text
+
+
+def test_isotp_decode_counts_complete_dropped_and_incomplete_pdus_per_id(tmp_path):
+    path, gaps = _leaf_with_gaps(tmp_path)
+    with path.open("a", encoding="ascii") as log:  # an answer cut off by the end of the capture
+        log.write("(1700000000.000000) can0 7BB#10356101FFFFF3CC\n")
+    result = run_cli("isotp", "decode", "--file", str(path), "--request-id", "0x79B", "--response-id", "0x7BB",
+                     "--jsonl")
+    closing = json.loads(result.out.splitlines()[-1])
+    data = closing["data"]
+    assert data["isotp_counts"] == {"0x79B": {"complete": 78, "dropped": 0, "incomplete": 0},
+                                    "0x7BB": {"complete": 78 - len(gaps), "dropped": len(gaps), "incomplete": 1}}
+    assert data["warning_counts"] == {"ISOTP_INCOMPLETE": 1, "ISOTP_SEQUENCE_ERROR": len(gaps)}
+    incomplete = next(r for r in data["warning_records"] if r["code"] == "ISOTP_INCOMPLETE")
+    assert (incomplete["arbitration_id"], incomplete["received_bytes"], incomplete["expected_bytes"]) == (0x7BB, 6, 53)
+    assert data["pdu_count"] == 78 + 78 - len(gaps) == len(result.out.splitlines()) - 1
+
+
+def test_the_real_recordings_decode_without_warnings():
+    for argv in (["decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC)],
+                 ["isotp", "decode", "--file", str(LEAF), "--request-id", "0x79B", "--response-id", "0x7BB"],
+                 ["j1939", "decode", "--file", str(TRUCK)]):
+        data = run_cli(*argv, "--summary", "--json").data
+        assert (data["warning_counts"], data["warning_records"]) == ({}, []), argv

@@ -136,6 +136,7 @@ def test_jsonl_streams_one_event_per_finding(ecu, virtual_channel, tmp_path):
     assert result.code == 0
     *events, envelope = [json.loads(line) for line in result.out.splitlines()]
     assert events and all(e["event_type"] == "fuzz_finding" for e in events)
+    assert envelope["ok"] is True
     assert len(events) == len(list(next(tmp_path.iterdir()).glob("finding-*.json")))
     assert envelope["command"] == "fuzz guided" and envelope["data"]["findings_count"] == len(events)
     assert "events" not in envelope["data"]
@@ -433,3 +434,22 @@ def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
     fuzz.write_json_atomic(target, {"c": 3})
     assert json.loads(target.read_text()) == {"c": 3}
     assert [p.name for p in tmp_path.iterdir()] == ["campaign.json"]
+
+
+def test_fuzz_progress_line_on_a_terminal(ecu, virtual_channel, tmp_path, monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr("canarchy.progress.DEFAULT_INTERVAL", 0.0)
+    result = fuzz_cli(virtual_channel, "--max-iterations", "5", *FAST, "--findings-dir", str(tmp_path))
+    assert result.code == 0, result.out
+    lines = [part for part in terminal.getvalue().split("\r\x1b[K") if part.startswith("fuzz guided")]
+    assert [int(re.fullmatch(r"fuzz guided \S+ 7E0: (\d)/5 iterations, [\d.]+/s, \d+ findings", line).group(1))
+            for line in lines] == [1, 2, 3, 4, 5]  # one redraw per iteration at interval 0
+    assert terminal.getvalue().endswith("\r\x1b[K")  # erased at the end

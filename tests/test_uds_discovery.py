@@ -300,3 +300,44 @@ def test_tester_reports_an_answer_that_stops_half_way(virtual_channel):
     assert exchange.messages == []
     assert len(exchange.warnings) == 1 and "stopped before its end" in exchange.warnings[0]
     assert time.monotonic() - started < 5
+
+
+def test_uds_services_streams_each_probe_as_it_happens(virtual_channel):
+    """--jsonl: each probe's event is written before the next request reaches the ECU."""
+    import io
+
+    from canarchy.cli import main
+
+    with SimulatedEcu(channel=virtual_channel) as ecu:
+        class Recording(io.StringIO):
+            seen: list[int] = []
+
+            def write(self, text):
+                self.seen.append(len(ecu.messages))
+                return super().write(text)
+
+        out = Recording()
+        assert main(["uds", "services", virtual_channel, "--jsonl"], stdout=out) == 0
+    *events, envelope = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [e["payload"]["service"] for e in events] == [f"0x{s.sid:02X}" for s in uds.SERVICES]
+    assert out.seen[:len(events)] == list(range(1, len(events) + 1))  # event i written when i requests had arrived
+    assert envelope["command"] == "uds services" and envelope["data"]["probe_count"] == 27
+
+
+def test_the_progress_line_is_for_terminals_only(virtual_channel, monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        with SimulatedEcu(channel=virtual_channel):
+            result = run_cli("uds", "services", virtual_channel, "--probe-start", "0x10", "--probe-end", "0x11",
+                             "--json")
+        assert result.code == 0
+        text = stream.getvalue()
+        assert ("\r\x1b[K" in text and "uds services" in text and "probed" in text) is shown, text
+        assert "\r" not in result.out  # never on stdout

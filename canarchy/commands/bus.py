@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import signal
-import threading
+import itertools
 import time
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult, open_stream
 
 
 def add_bus_arguments(parser: argparse.ArgumentParser, fd: bool = True) -> None:
@@ -86,8 +83,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", action="store_true",
                    help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     add_bus_arguments(p)
-    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_frames,
-                   no_interface_ok=lambda a: a.file is not None)
+    p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_capture,
+                   render_event=_render_frame, no_interface_ok=lambda a: a.file is not None)
 
     p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
     p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
@@ -99,7 +96,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     add_bus_arguments(p, fd=False)
     add_active_arguments(p)
     p.set_defaults(command="send", handler=_send, takes_channel=True, no_interface_ok=lambda a: a.dry_run,
-                   normalize=_normalize_send, render_text=_render_frames)
+                   normalize=_normalize_send, render_text=_render_send)
 
 
 def _normalize_send(args: argparse.Namespace) -> None:
@@ -147,23 +144,6 @@ def _capture_limits(args: argparse.Namespace, settings) -> tuple[int | None, flo
     return limit, duration, settings.capture_timeout if idle is None else idle
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM ends the block like Ctrl+C (``KeyboardInterrupt("SIGTERM")``), so the capture reports."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_sigterm(_signum, _frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _capture(args: argparse.Namespace) -> CommandResult:
     """``capture CHANNEL``: frames as they arrive until --count, --duration, --idle-timeout, Ctrl+C or SIGTERM."""
     if args.file is not None:
@@ -179,13 +159,14 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     filters = parse_filters(args.filter)
     writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # fails before the bus
     backend = build_backend(settings)
-    emit = _emitter(args, f"capture:{args.interface}")
+    stream = open_stream(args, f"capture:{args.interface}", live=True)
     count = 0
-    stopped_by = "SIGINT"
+    stopped_by = None
     started = last = time.monotonic()
     opened = False
     try:
-        with _sigterm_interrupts(), backend.receiver(args.interface, filters) as recv:
+        # Ctrl+C or SIGTERM (canarchy.cli.main turns it into KeyboardInterrupt) ends the loop; the frames stand.
+        with stream.stoppable(), backend.receiver(args.interface, filters) as recv:
             opened = True
             while True:
                 now = time.monotonic()
@@ -214,41 +195,17 @@ def _capture(args: argparse.Namespace) -> CommandResult:
                 last = time.monotonic()
                 if writer is not None:
                     writer.write(frame)
-                emit(frame)
-    except KeyboardInterrupt as exc:
-        stopped_by = "SIGTERM" if str(exc) == "SIGTERM" else "SIGINT"
+                stream.emit_frame("frame", frame)
     finally:
         if writer is not None:
             writer.close(keep=opened)  # the frames so far stand, however the capture ended; no bus, no file
     data = {"interface": args.interface, "interface_source": args.interface_source, "frame_count": count,
-            "stopped_by": stopped_by, "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
+            "stopped_by": stopped_by or stream.stopped_by or "SIGINT",
+            "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
             "duration_s": duration, "idle_timeout_s": idle, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
                                                    "frames_written": writer.frame_count}}
-    return CommandResult(data=data, warnings=[] if writer is None else writer.warnings(), events=emit.events)
-
-
-def _emitter(args: argparse.Namespace, source: str):
-    """``emit(frame)``: each frame as it arrives: a JSON line (``--jsonl``), a candump line (``--text``),
-    or kept for the ``--json`` envelope (``emit.events``; None when streamed)."""
-    from canarchy.frame_syntax import frame_line
-
-    fmt = getattr(args, "output", "text")
-    events: list | None = [] if fmt == "json" else None
-
-    def emit(frame) -> None:
-        payload = frame.to_payload()
-        if fmt == "jsonl":
-            args.stdout.write(json.dumps(make_event("frame", payload, source, frame.timestamp), sort_keys=True) + "\n")
-        elif fmt == "json":
-            events.append(make_event("frame", payload, source, frame.timestamp))
-            return
-        else:
-            args.stdout.write(frame_line(payload) + "\n")
-        args.stdout.flush()
-
-    emit.events = events  # type: ignore[attr-defined]
-    return emit
+    return CommandResult(data=data, warnings=[] if writer is None else writer.warnings())
 
 
 def _capture_file(args: argparse.Namespace) -> CommandResult:
@@ -278,37 +235,24 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     from canarchy.transport import frame_passes
 
     writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # a conversion
-    source = f"file:{args.file}"
-    streaming = getattr(args, "output", "text") == "jsonl"
-    events = []
-    count = 0
+    stream = open_stream(args, f"file:{args.file}")
+    emit = stream.emit_frame
+    frames = capture if not filters else (frame for frame in capture if frame_passes(frame, filters))
     try:
-        for frame in capture:
-            if limit is not None and count >= limit:
-                break
-            if not frame_passes(frame, filters):
-                continue
-            count += 1
-            if writer is not None:
-                writer.write(frame)
-            event = make_event("frame", frame.to_payload(), source=source, timestamp=frame.timestamp)
-            if streaming:
-                args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-            else:
-                events.append(event)
+        with stream.stoppable():
+            for frame in frames if limit is None else itertools.islice(frames, limit):
+                if writer is not None:
+                    writer.write(frame)
+                emit("frame", frame)
     finally:
         if writer is not None:
             writer.close()
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
-            "frame_count": count, "filters": [f.to_payload() for f in filters],
+            "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
-                                                   "frames_written": writer.frame_count}}
-    warnings = capture.all_warnings() + ([] if writer is None else writer.warnings())
-    if streaming:
-        args.stdout.flush()
-        # Events are out; the closing line is the envelope (frame_count, warnings).
-        return CommandResult(data=data, warnings=warnings)
-    return CommandResult(data=data, warnings=warnings, events=events)
+                                                   "frames_written": writer.frame_count},
+            **capture.log.to_data()}
+    return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
 def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:
@@ -321,7 +265,7 @@ def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> Co
             break
         stats.feed(frame)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
-            "summary": True, **stats.to_dict()}
+            "summary": True, **stats.to_dict(), **capture.log.to_data()}
     return CommandResult(data=data, warnings=capture.all_warnings())
 
 
@@ -358,28 +302,33 @@ def _send(args: argparse.Namespace) -> CommandResult:
     from canarchy.transport import build_backend, transport_backend_config
 
     sent = build_backend(transport_backend_config(bus_flags(args))).send(args.interface, frame)
-    event = make_event("frame_sent", sent.to_payload(), source=f"send:{args.interface}")
+    open_stream(args, f"send:{args.interface}").emit("frame_sent", sent.to_payload())
     return CommandResult(data={"mode": "active", "interface": args.interface,
                                "interface_source": args.interface_source, "frame": sent.to_payload()},
-                         warnings=[warning, *notes], events=[event])
+                         warnings=[warning, *notes])
 
 
-def _render_frames(result: CommandResult) -> str:
-    if result.data.get("summary"):
+def _render_frame(event: dict) -> str:
+    from canarchy.frame_syntax import frame_line
+
+    return frame_line(event["payload"])
+
+
+def _render_capture(result: CommandResult) -> str:
+    data = result.data
+    if data.get("summary"):  # capture --file --summary
         from canarchy.capture_stats import render_ids
 
-        return render_ids(result.data)
+        return render_ids(data)
+    if "stopped_by" not in data:  # capture --file
+        return f"capture of {data['file']}: {data['frame_count']} frames"
+    output = data["output"]
+    return (f"capture on {data['interface']}: {data['frame_count']} frames in {data['elapsed_s']:.3f} s "
+            f"(stopped by {data['stopped_by']})" + (f", written to {output['path']}" if output else ""))
+
+
+def _render_send(result: CommandResult) -> str:
     from canarchy.frame_syntax import frame_line
 
     data = result.data
-    if "frame" in data:  # send
-        return "\n".join([f"{data['mode']} on {data['interface']}", frame_line(data["frame"])])
-    lines = [frame_line(e["payload"]) for e in (result.events or [])]  # capture --file (a capture streamed them)
-    if "stopped_by" in data:
-        output = data["output"]
-        lines.append(f"capture on {data['interface']}: {data['frame_count']} frames in {data['elapsed_s']:.3f} s "
-                     f"(stopped by {data['stopped_by']})"
-                     + (f", written to {output['path']}" if output else ""))
-    else:
-        lines.append(f"capture of {data['file']}: {data['frame_count']} frames")
-    return "\n".join(lines)
+    return "\n".join([f"{data['mode']} on {data['interface']}", frame_line(data["frame"])])

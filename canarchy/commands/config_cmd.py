@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from canarchy import config
-from canarchy.cli import CommandResult
 from canarchy.errors import ConfigError
+from canarchy.output import CommandResult
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:

@@ -2,23 +2,21 @@
 ``j1939`` group in :mod:`canarchy.commands.reference`) ``j1939 decode``.
 
 Nothing here touches a bus. cantools is imported only by ``decode`` (inside
-:func:`canarchy.decode.load_dbc`); python-can only for capture formats other
+:func:`canarchy.decode.dbc.load_dbc`); python-can only for capture formats other
 than candump. Output shapes and error codes: ``docs/decoding.md``.
 
-Streaming: with ``--jsonl`` each event is printed as soon as it is decoded,
-then one closing line holding the envelope (counts, summaries, warnings; no
-``data.events``). With ``--summary`` no events are kept at all. Either way
-memory does not grow with the capture.
+Events are emitted through :func:`canarchy.output.open_stream` as they are
+decoded (``--summary``: counted, not printed); summaries are running
+aggregates, so memory does not grow with the capture in any output format.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any, Callable
+from typing import Any
 
-from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import parse_int
+from canarchy.output import CommandResult, EventStream, open_stream
 
 
 def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
@@ -34,7 +32,7 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
                         "(default: length-prefixed, the ISO-TP length byte before the data, as CSS Electronics' "
                         "TP DBCs expect)")
     _add_summary_argument(p)
-    p.set_defaults(command="decode", handler=_decode, render_text=_render_decode)
+    p.set_defaults(command="decode", handler=_decode, render_text=_render_decode, render_event=_decode_line)
 
     group = subparsers.add_parser("isotp", parents=[parent], help="ISO-TP (ISO 15765-2) reassembly of diagnostics")
     sub = group.add_subparsers(dest="isotp_command", metavar="COMMAND")
@@ -45,7 +43,7 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--request-id", default="0x7E0", help="arbitration ID of the requests (default 0x7E0)")
     p.add_argument("--response-id", default="0x7E8", help="arbitration ID of the responses (default 0x7E8)")
     _add_summary_argument(p)
-    p.set_defaults(command="isotp decode", handler=_isotp_decode, render_text=_render_isotp)
+    p.set_defaults(command="isotp decode", handler=_isotp_decode, render_text=_render_isotp, render_event=_isotp_line)
 
 
 def add_j1939_decode_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -55,7 +53,7 @@ def add_j1939_decode_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     _add_file_argument(p)
     p.add_argument("--pgn", help="print events of this PGN only (decimal or 0x-hex; summaries cover every frame)")
     _add_summary_argument(p)
-    p.set_defaults(command="j1939 decode", handler=_j1939_decode, render_text=_render_j1939)
+    p.set_defaults(command="j1939 decode", handler=_j1939_decode, render_text=_render_j1939, render_event=_j1939_line)
 
 
 def _add_file_argument(p: argparse.ArgumentParser) -> None:
@@ -67,37 +65,19 @@ def _add_summary_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", action="store_true", help="counts and value ranges only, no per-frame events")
 
 
-# --- event sink -------------------------------------------------------------------------------
+def _stream(args: argparse.Namespace) -> EventStream:
+    return open_stream(args, f"file:{args.file}", keep=not args.summary)
 
 
-class _Events:
-    """Where events go: printed at once (``--jsonl``), kept for the envelope, or dropped (``--summary``)."""
+def _result(data: dict[str, Any], stream: EventStream, *logs: Any) -> CommandResult:
+    """The command's result: ``data`` with ``event_count`` and the warnings of ``logs``
+    (:class:`~canarchy.warning_log.WarningLog`, merged in order) as records, counts and strings."""
+    from canarchy.warning_log import WarningLog
 
-    def __init__(self, args: argparse.Namespace, source: str) -> None:
-        self.source = source
-        self.summary_only = bool(getattr(args, "summary", False))
-        self.stream = getattr(args, "output", "text") == "jsonl" and not self.summary_only
-        self.out = args.stdout
-        self.kept: list[dict[str, Any]] = []
-        self.count = 0
-
-    def add(self, event_type: str, payload: dict[str, Any], timestamp: float) -> None:
-        self.count += 1
-        if self.summary_only:
-            return
-        event = make_event(event_type, payload, self.source, timestamp)
-        if self.stream:
-            self.out.write(json.dumps(event, sort_keys=True) + "\n")
-        else:
-            self.kept.append(event)
-
-    def result(self, data: dict[str, Any], warnings: list[str]) -> CommandResult:
-        data["event_count"] = self.count
-        if self.stream:
-            self.out.flush()
-            # The events are out; the closing envelope line carries counts and warnings.
-            return CommandResult(data=data, warnings=warnings, events=None)
-        return CommandResult(data=data, warnings=warnings, events=None if self.summary_only else self.kept)
+    merged = WarningLog()
+    for log in logs:
+        merged.merge(log)
+    return CommandResult(data=dict(data, event_count=stream.count, **merged.to_data()), warnings=merged.render())
 
 
 def _open(path: str):
@@ -110,26 +90,28 @@ def _open(path: str):
 
 
 def _decode(args: argparse.Namespace) -> CommandResult:
-    from canarchy.decode import DbcDecoder, load_dbc
+    from canarchy.decode.dbc import DbcDecoder, load_dbc
 
     capture = _open(args.file)
     database, dbc_warnings = load_dbc(args.dbc)
     decoder = DbcDecoder(database, j1939=args.j1939, isotp_layout=args.isotp_layout)
-    events = _Events(args, f"file:{args.file}")
-    for frame in capture:
-        for payload in decoder.feed(frame):
-            events.add("decoded_message", payload, payload["timestamp"])
+    stream = _stream(args)
+    with stream.stoppable():
+        for frame in capture:
+            for payload in decoder.feed(frame):
+                stream.emit("decoded_message", payload, payload["timestamp"])
     decoder.finish()
     data = {"file": args.file, "dbc": args.dbc, "format": capture.format, "j1939": args.j1939,
             "j1939_message_count": decoder.j1939_message_count, "isotp_layout": args.isotp_layout,
             **decoder.summary()}
-    warnings = dbc_warnings + capture.all_warnings() + decoder.warnings.render()
-    return events.result(data, warnings)
+    return _result(data, stream, dbc_warnings, capture.log, decoder.warnings)
 
 
 def _isotp_decode(args: argparse.Namespace) -> CommandResult:
     from canarchy.commands._common import parse_arbitration_id
-    from canarchy.decode import DiagnosticSummary, WarningLog, describe_diagnostic_pdu
+    from canarchy.decode.common import isotp_counts
+    from canarchy.decode.diagnostics import DiagnosticSummary, describe_diagnostic_pdu
+    from canarchy.warning_log import WarningLog
     from canarchy.isotp import IsoTpReassembler
 
     request_id, request_ext = parse_arbitration_id(args.request_id)
@@ -144,33 +126,35 @@ def _isotp_decode(args: argparse.Namespace) -> CommandResult:
                 (response_id, response_ext): (IsoTpReassembler(response_id), "response")}
     warnings = WarningLog()
     summary = DiagnosticSummary()
-    events = _Events(args, f"file:{args.file}")
-    for frame in capture:
-        slot = machines.get((frame.arbitration_id, frame.is_extended_id))
-        if slot is None:
-            continue
-        machine, direction = slot
-        pdu = machine.feed(frame)
-        if machine.warnings:
-            warnings.extend(machine.warnings)
-            machine.warnings.clear()
-        if pdu is None:
-            continue
-        described = describe_diagnostic_pdu(pdu, direction)
-        summary.add(described)
-        events.add("isotp_pdu", described, pdu.timestamp)
+    stream = _stream(args)
+    with stream.stoppable():
+        for frame in capture:
+            slot = machines.get((frame.arbitration_id, frame.is_extended_id))
+            if slot is None:
+                continue
+            machine, direction = slot
+            pdu = machine.feed(frame)
+            if machine.warnings:
+                warnings.extend(machine.warnings)
+                machine.warnings.clear()
+            if pdu is None:
+                continue
+            described = describe_diagnostic_pdu(pdu, direction)
+            summary.add(described)
+            stream.emit("isotp_pdu", described, pdu.timestamp)
     flow_control = 0
     for machine, _direction in machines.values():
         machine.finish()
         warnings.extend(machine.warnings)
         flow_control += machine.flow_control_count
     data = {"file": args.file, "format": capture.format, "request_id": request_id, "response_id": response_id,
-            "frame_count": capture.frame_count, "flow_control_count": flow_control, **summary.to_dict()}
-    return events.result(data, capture.all_warnings() + warnings.render())
+            "frame_count": capture.frame_count, "flow_control_count": flow_control,
+            "isotp_counts": isotp_counts(machine for machine, _direction in machines.values()), **summary.to_dict()}
+    return _result(data, stream, capture.log, warnings)
 
 
 def _j1939_decode(args: argparse.Namespace) -> CommandResult:
-    from canarchy.decode import J1939Catalog, J1939Decoder
+    from canarchy.decode.j1939 import J1939Catalog, J1939Decoder
 
     only_pgn = None
     if args.pgn is not None:
@@ -179,15 +163,16 @@ def _j1939_decode(args: argparse.Namespace) -> CommandResult:
     capture = _open(args.file)
     catalog = J1939Catalog()
     decoder = J1939Decoder(catalog)
-    events = _Events(args, f"file:{args.file}")
-    for frame in capture:
-        for event_type, payload in decoder.feed(frame):
-            if only_pgn is not None and _event_pgn(event_type, payload) != only_pgn:
-                continue
-            events.add(event_type, payload, payload["timestamp"])
+    stream = _stream(args)
+    with stream.stoppable():
+        for frame in capture:
+            for event_type, payload in decoder.feed(frame):
+                if only_pgn is not None and _event_pgn(event_type, payload) != only_pgn:
+                    continue
+                stream.emit(event_type, payload, payload["timestamp"])
     decoder.finish()
     data = {"file": args.file, "format": capture.format, "pgn_filter": only_pgn, **decoder.summary()}
-    return events.result(data, catalog.warnings + capture.all_warnings() + decoder.warnings.render())
+    return _result(data, stream, catalog.warnings, capture.log, decoder.warnings)
 
 
 def _event_pgn(event_type: str, payload: dict[str, Any]) -> int | None:
@@ -205,20 +190,16 @@ def _number(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _events_or_note(result: CommandResult, line: Callable[[dict[str, Any]], str]) -> list[str]:
-    return [line(event) for event in (result.events or [])]
+def _decode_line(event: dict[str, Any]) -> str:
+    p = event["payload"]
+    values = "  ".join(f"{name}={_number(s['value'])}{(' ' + s['unit']) if s['unit'] else ''}"
+                       for name, s in p["signals"].items())
+    return f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X}  {p['message']}  {values}"
 
 
 def _render_decode(result: CommandResult) -> str:
     d = result.data
-
-    def line(event: dict[str, Any]) -> str:
-        p = event["payload"]
-        values = "  ".join(f"{name}={_number(s['value'])}{(' ' + s['unit']) if s['unit'] else ''}"
-                           for name, s in p["signals"].items())
-        return f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X}  {p['message']}  {values}"
-
-    lines = _events_or_note(result, line)
+    lines = []
     lines.append(f"{d['file']} with {d['dbc']}: {d['frame_count']} frames, {d['decoded_count']} decoded, "
                  f"{d['unknown_frame_count']} unknown ({len(d['unknown_ids'])} IDs), "
                  f"{d['decode_error_count']} not decodable")
@@ -230,25 +211,25 @@ def _render_decode(result: CommandResult) -> str:
     return "\n".join(lines)
 
 
+def _isotp_line(event: dict[str, Any]) -> str:
+    p = event["payload"]
+    arrow = "->" if p["direction"] == "request" else "<-"
+    head = f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X} {arrow} {p['service'] or '-'} {p['service_name']}"
+    if p.get("positive") is False:
+        head += f" NEGATIVE {p['nrc']} {p['nrc_name']}"
+    obd = p.get("obd")
+    if isinstance(obd, dict) and obd.get("vin"):
+        head += f"  VIN {obd['vin']}"
+    elif isinstance(obd, dict) and "dtcs" in obd:
+        head += "  DTCs " + (" ".join(obd["dtcs"]) or "none")
+    elif isinstance(obd, list):
+        head += "  " + "  ".join(f"{v['name']}={_number(v['value'])} {v['unit']}" for v in obd if v["name"])
+    return f"{head}  [{p['length']} B: {p['data']}]"
+
+
 def _render_isotp(result: CommandResult) -> str:
     d = result.data
-
-    def line(event: dict[str, Any]) -> str:
-        p = event["payload"]
-        arrow = "->" if p["direction"] == "request" else "<-"
-        head = f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X} {arrow} {p['service'] or '-'} {p['service_name']}"
-        if p.get("positive") is False:
-            head += f" NEGATIVE {p['nrc']} {p['nrc_name']}"
-        obd = p.get("obd")
-        if isinstance(obd, dict) and obd.get("vin"):
-            head += f"  VIN {obd['vin']}"
-        elif isinstance(obd, dict) and "dtcs" in obd:
-            head += "  DTCs " + (" ".join(obd["dtcs"]) or "none")
-        elif isinstance(obd, list):
-            head += "  " + "  ".join(f"{v['name']}={_number(v['value'])} {v['unit']}" for v in obd if v["name"])
-        return f"{head}  [{p['length']} B: {p['data']}]"
-
-    lines = _events_or_note(result, line)
+    lines = []
     lines.append(f"{d['file']}: {d['pdu_count']} PDUs ({d['request_count']} requests on 0x{d['request_id']:X}, "
                  f"{d['response_count']} responses on 0x{d['response_id']:X}, "
                  f"{d['negative_response_count']} negative), {d['multi_frame_count']} multi-frame")
@@ -262,25 +243,25 @@ def _render_isotp(result: CommandResult) -> str:
     return "\n".join(lines)
 
 
+def _j1939_line(event: dict[str, Any]) -> str:
+    p = event["payload"]
+    kind = event["event_type"]
+    if kind == "j1939_frame":
+        values = "  ".join(f"{s['spn']}={_number(s['value']) if s['status'] == 'ok' else s['status']}"
+                           f"{(' ' + s['unit']) if s['unit'] and s['status'] == 'ok' else ''}" for s in p["spns"])
+        return (f"{p['timestamp']:.6f}  0x{p['arbitration_id']:08X}  PGN {p['pgn']} {p['acronym'] or ''}  "
+                f"SA {p['source_address']}  P{p['priority']}  {values}").rstrip()
+    if kind == "j1939_transport":
+        return (f"{p['timestamp']:.6f}  TP {p['mode']} PGN {p['pgn']} {p['acronym'] or ''} from SA "
+                f"{p['source_address']}: {p['size']} bytes {p['data']}")
+    lamps = " ".join(f"{name}={lamp['state']}" for name, lamp in p["lamps"].items())
+    dtcs = "; ".join(f"SPN {t['spn']} FMI {t['fmi']} OC {_number(t['occurrence_count'])}" for t in p["dtcs"])
+    return f"{p['timestamp']:.6f}  {kind[6:].upper()} SA {p['source_address']}: {lamps}  DTCs: {dtcs or 'none'}"
+
+
 def _render_j1939(result: CommandResult) -> str:
     d = result.data
-
-    def line(event: dict[str, Any]) -> str:
-        p = event["payload"]
-        kind = event["event_type"]
-        if kind == "j1939_frame":
-            values = "  ".join(f"{s['spn']}={_number(s['value']) if s['status'] == 'ok' else s['status']}"
-                               f"{(' ' + s['unit']) if s['unit'] and s['status'] == 'ok' else ''}" for s in p["spns"])
-            return (f"{p['timestamp']:.6f}  0x{p['arbitration_id']:08X}  PGN {p['pgn']} {p['acronym'] or ''}  "
-                    f"SA {p['source_address']}  P{p['priority']}  {values}").rstrip()
-        if kind == "j1939_transport":
-            return (f"{p['timestamp']:.6f}  TP {p['mode']} PGN {p['pgn']} {p['acronym'] or ''} from SA "
-                    f"{p['source_address']}: {p['size']} bytes {p['data']}")
-        lamps = " ".join(f"{name}={lamp['state']}" for name, lamp in p["lamps"].items())
-        dtcs = "; ".join(f"SPN {t['spn']} FMI {t['fmi']} OC {_number(t['occurrence_count'])}" for t in p["dtcs"])
-        return f"{p['timestamp']:.6f}  {kind[6:].upper()} SA {p['source_address']}: {lamps}  DTCs: {dtcs or 'none'}"
-
-    lines = _events_or_note(result, line)
+    lines = []
     lines.append(f"{d['file']}: {d['frame_count']} frames ({d['j1939_frame_count']} J1939), "
                  f"{len(d['pgns'])} PGNs, {d['transport']['complete']} TP transfers, {d['dm1_count']} DM1")
     for dm in d["dm"]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from canarchy import fuzz, progress
-from canarchy.cli import CommandResult
+from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data
 from canarchy.errors import UserInputError
@@ -89,7 +89,7 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
                    help="findings root (default: <corpus>/findings, else ~/.canarchy/findings)")
     add_active_arguments(p)
     p.set_defaults(command="fuzz guided", handler=_guided, takes_channel=True,
-                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text)
+                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text, render_event=_render_finding)
 
 
 def _guided(args: argparse.Namespace) -> CommandResult:
@@ -186,8 +186,11 @@ def _render_text(result: CommandResult) -> str:
         f"findings: {data['findings_dir']}",
         f"markers: {', '.join(data['markers']) or '-'}",
     ]
-    for event in result.events or []:
-        if event["event_type"] == "fuzz_finding":
-            finding = event["payload"]
-            lines.append(f"  #{finding['iteration']:>6} {finding['data']:<16} new: {', '.join(finding['new_classes'])}")
     return "\n".join(lines)
+
+
+def _render_finding(event: dict[str, Any]) -> str | None:
+    if event["event_type"] != "fuzz_finding":
+        return None  # fuzz_progress: the terminal's progress line shows it
+    finding = event["payload"]
+    return f"  #{finding['iteration']:>6} {finding['data']:<16} new: {', '.join(finding['new_classes'])}"

@@ -28,7 +28,6 @@ Modes, per frame ``n`` (0, 1, 2 ...):
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import secrets
 import time
@@ -36,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import parse_hex_data, parse_int
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult, open_stream
 
 DEFAULT_COUNT = 10
 DEFAULT_GAP_MS = 200.0
@@ -71,7 +70,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", default=None, help="seed of the random choices (default: random, reported)")
     add_active_arguments(p)
     p.set_defaults(command="generate", handler=_generate, takes_channel=True,
-                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text)
+                   no_interface_ok=lambda a: a.dry_run, render_text=_render_text, render_event=_render_frame)
 
 
 @dataclass(frozen=True)
@@ -230,10 +229,12 @@ def _generate(args: argparse.Namespace) -> CommandResult:
     common = _common(args, run)
     if args.dry_run:
         shown = PREVIEW_FRAMES if run.count is None else run.count
-        frames = []
-        for index, (can_id, data) in zip(range(shown), run.spec.frames(run.seed)):
-            frames.append(_frame_payload(can_id, data, run.spec, index))
-        return CommandResult(data=dict(common, mode="dry_run", planned_frames=run.count, frames=frames))
+        stream = open_stream(args, "generate:dry_run")
+        with stream.stoppable():
+            for index, (can_id, data) in zip(range(shown), run.spec.frames(run.seed)):
+                stream.emit("frame_planned", _frame_payload(can_id, data, run.spec, index))
+        return CommandResult(data=dict(common, mode="dry_run", planned_frames=run.count, frames_shown=stream.count,
+                                       stopped_by=_stopped_by(stream, "count")))
     action = (f"send {run.count} generated frames" if run.count is not None
               else "send generated frames until Ctrl+C") + f" ({run.gap_ms:g} ms apart)"
     warning = active_gate("generate", args.interface, action, args.ack_active)
@@ -244,53 +245,43 @@ def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warni
     from canarchy.transport import CanFrame, build_backend
 
     backend = build_backend()
-    streaming = getattr(args, "output", "text") == "jsonl"
-    keep = not streaming and run.count is not None  # an unbounded run keeps no events in memory
-    events: list[dict[str, Any]] = []
-    sent = 0
-    stopped_by = "count"
-    source = f"generate:{args.interface}"
+    stream = open_stream(args, f"generate:{args.interface}", live=True)
     gap = run.gap_ms / 1000.0
     started = time.monotonic()
-    with backend.sender(args.interface) as send:
-        try:
-            for index, (can_id, data) in enumerate(run.spec.frames(run.seed)):
-                if run.count is not None and index >= run.count:
-                    break
-                if index:
-                    delay = started + index * gap - time.monotonic()  # a schedule, so gaps do not drift
-                    if delay > 0:
-                        time.sleep(delay)
-                frame = CanFrame(can_id, data, is_extended_id=run.spec.extended, is_fd=run.spec.fd,
-                                 timestamp=time.time(), channel=args.interface)
-                send(frame)
-                sent += 1
-                event = make_event("frame_sent", dict(frame.to_payload(), index=index), source, frame.timestamp)
-                if streaming:
-                    args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-                    args.stdout.flush()
-                elif keep:
-                    events.append(event)
-        except KeyboardInterrupt:
-            stopped_by = "interrupt"  # Ctrl+C ends the run; the frames sent stand
-    data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=sent,
-                stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6))
-    return CommandResult(data=data, warnings=[warning], events=events if keep else None)
+    with backend.sender(args.interface) as send, stream.stoppable():  # Ctrl+C ends the run; the frames sent stand
+        for index, (can_id, data) in enumerate(run.spec.frames(run.seed)):
+            if run.count is not None and index >= run.count:
+                break
+            if index:
+                delay = started + index * gap - time.monotonic()  # a schedule, so gaps do not drift
+                if delay > 0:
+                    time.sleep(delay)
+            frame = CanFrame(can_id, data, is_extended_id=run.spec.extended, is_fd=run.spec.fd,
+                             timestamp=time.time(), channel=args.interface)
+            send(frame)
+            stream.emit("frame_sent", dict(frame.to_payload(), index=index), frame.timestamp)
+    data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=stream.count,
+                stopped_by=_stopped_by(stream, "count"), elapsed_s=round(time.monotonic() - started, 6))
+    return CommandResult(data=data, warnings=[warning])
+
+
+def _stopped_by(stream, otherwise: str) -> str:
+    return "interrupt" if stream.stopped_by else otherwise
+
+
+def _render_frame(event: dict[str, Any]) -> str:
+    f = event["payload"]
+    width = 8 if f["is_extended_id"] else 3
+    return f"  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}".rstrip()
 
 
 def _render_text(result: CommandResult) -> str:
     d = result.data
+    stopped = " (stopped by Ctrl+C)" if d["stopped_by"] == "interrupt" else ""
     if d["mode"] == "dry_run":
         planned = "frames" if d["forever"] else f"{d['planned_frames']} frames"
         until = " until Ctrl+C" if d["forever"] else ""
-        lines = [f"dry run: would send {planned} {d['gap_ms']:g} ms apart{until} on {d['interface'] or '(no channel)'}, "
-                 f"seed {d['seed']}; nothing sent" + (f" (first {len(d['frames'])} shown)" if d["forever"] else "")]
-        frames = d["frames"]
-    else:
-        lines = [f"generate on {d['interface']}: {d['frames_sent']} frames sent in {d['elapsed_s']:.3f} s, "
-                 f"seed {d['seed']} ({'stopped by Ctrl+C' if d['stopped_by'] == 'interrupt' else 'done'})"]
-        frames = [e["payload"] for e in (result.events or [])]
-    for f in frames:
-        width = 8 if f["is_extended_id"] else 3
-        lines.append(f"  {f['arbitration_id']:0{width}X}  [{f['dlc']}]  {f['data'].upper()}".rstrip())
-    return "\n".join(lines)
+        return (f"dry run: would send {planned} {d['gap_ms']:g} ms apart{until} on {d['interface'] or '(no channel)'}, "
+                f"seed {d['seed']}; nothing sent" + (f" ({d['frames_shown']} shown)" if d["forever"] else "") + stopped)
+    return (f"generate on {d['interface']}: {d['frames_sent']} frames sent in {d['elapsed_s']:.3f} s, "
+            f"seed {d['seed']}" + (stopped or " (done)"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from canarchy.cli import CommandResult
+from canarchy.output import CommandResult
 from canarchy.errors import UserInputError
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from canarchy.cli import CommandResult
+from canarchy.output import CommandResult
 from canarchy.errors import UserInputError
 
 

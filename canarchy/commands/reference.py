@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from canarchy.cli import CommandResult
+from canarchy.output import CommandResult
 from canarchy.commands._common import parse_int
 from canarchy.errors import UserInputError
 

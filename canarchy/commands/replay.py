@@ -15,15 +15,14 @@ It transmits, so it goes through the active-transmit gate (:mod:`canarchy.active
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import parse_int
 from canarchy.commands.bus import add_bus_arguments, add_filter_argument, bus_flags, parse_filters
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult, open_stream
 
 #: Slots a dry run of an endless replay (--loop 0) lists: its first pass, at most this many.
 PREVIEW_SLOTS = 1000
@@ -44,7 +43,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     add_bus_arguments(p)
     add_active_arguments(p)
     p.set_defaults(command="replay", handler=_replay, takes_channel=True, no_interface_ok=lambda a: a.dry_run,
-                   render_text=_render_text)
+                   render_text=_render_text, render_event=_render_slot)
 
 
 def _number(text: str, what: str, hint: str, positive: bool = True) -> float:
@@ -107,23 +106,17 @@ def _slot_payload(slot: Any) -> dict[str, Any]:
 
 def _dry_run(args: argparse.Namespace, slots: Any, common: dict[str, Any], stats: dict[str, Any],
              filtered: Any) -> CommandResult:
-    streaming = getattr(args, "output", "text") == "jsonl"
     endless = common["loops"] == 0
-    events = []
-    planned = 0
-    source = f"replay:{args.file}"
-    for slot in slots:
-        if endless and (slot.loop > 0 or planned >= PREVIEW_SLOTS):
-            break
-        planned += 1
-        event = make_event("frame_planned", _slot_payload(slot), source, slot.frame.timestamp)
-        if streaming:
-            args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-        else:
-            events.append(event)
+    stream = open_stream(args, f"replay:{args.file}")
+    with stream.stoppable():
+        for slot in slots:
+            if endless and (slot.loop > 0 or stream.count >= PREVIEW_SLOTS):
+                break
+            stream.emit("frame_planned", _slot_payload(slot), slot.frame.timestamp)
+    planned = stream.count
     data = dict(common, mode="dry_run", planned_frames=None if endless else planned, shown=planned,
                 filtered=filtered(), error_frames_skipped=stats["error_frames"])
-    return CommandResult(data=data, warnings=stats["warnings"], events=None if streaming else events)
+    return CommandResult(data=data, warnings=stats["warnings"])
 
 
 def _transmit(args: argparse.Namespace, slots: Any, common: dict[str, Any], stats: dict[str, Any], filtered: Any,
@@ -132,33 +125,19 @@ def _transmit(args: argparse.Namespace, slots: Any, common: dict[str, Any], stat
     from canarchy.transport import build_backend, transport_backend_config
 
     backend = build_backend(transport_backend_config(bus_flags(args)))
-    streaming = getattr(args, "output", "text") == "jsonl"
-    keep = not streaming and common["loops"] != 0
-    events: list[dict[str, Any]] = []
-    sent = 0
+    stream = open_stream(args, f"replay:{args.interface}", live=True)
     max_late = 0.0
-    stopped_by = "end"
-    source = f"replay:{args.interface}"
     started = time.monotonic()
-    with backend.sender(args.interface) as send:
-        try:
-            for done in play(slots, lambda frame: send(_on_channel(frame, args.interface))):
-                sent += 1
-                max_late = max(max_late, done.late_s)
-                payload = dict(_slot_payload(done.slot), late_s=round(done.late_s, 6), due_at=done.due_at,
-                               channel=args.interface, timestamp=done.sent_at)
-                event = make_event("frame_sent", payload, source, done.sent_at)
-                if streaming:
-                    args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-                    args.stdout.flush()
-                elif keep:
-                    events.append(event)
-        except KeyboardInterrupt:
-            stopped_by = "interrupt"
-    data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=sent,
-                stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6), max_late_s=round(max_late, 6),
-                filtered=filtered(), error_frames_skipped=stats["error_frames"])
-    return CommandResult(data=data, warnings=[warning, *stats["warnings"]], events=events if keep else None)
+    with backend.sender(args.interface) as send, stream.stoppable():  # Ctrl+C / SIGTERM: the frames sent stand
+        for done in play(slots, lambda frame: send(_on_channel(frame, args.interface))):
+            max_late = max(max_late, done.late_s)
+            payload = dict(_slot_payload(done.slot), late_s=round(done.late_s, 6), due_at=done.due_at,
+                           channel=args.interface, timestamp=done.sent_at)
+            stream.emit("frame_sent", payload, done.sent_at)
+    data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=stream.count,
+                stopped_by="interrupt" if stream.stopped_by else "end", elapsed_s=round(time.monotonic() - started, 6),
+                max_late_s=round(max_late, 6), filtered=filtered(), error_frames_skipped=stats["error_frames"])
+    return CommandResult(data=data, warnings=[warning, *stats["warnings"]])
 
 
 def _on_channel(frame: Any, channel: str) -> Any:
@@ -168,9 +147,6 @@ def _on_channel(frame: Any, channel: str) -> Any:
 
 
 def _render_text(result: CommandResult) -> str:
-    from canarchy.frame_syntax import format_frame
-    from canarchy.transport import CanFrame
-
     d = result.data
     if d["mode"] == "dry_run":
         total = "endless" if d["planned_frames"] is None else f"{d['planned_frames']} frames"
@@ -180,7 +156,12 @@ def _render_text(result: CommandResult) -> str:
         lines = [f"replay of {d['file']} on {d['interface']}: {d['frames_sent']} frames sent in {d['elapsed_s']:.3f} s "
                  f"({'stopped by Ctrl+C' if d['stopped_by'] == 'interrupt' else 'done'}), "
                  f"at most {d['max_late_s'] * 1000:.1f} ms late"]
-    for event in result.events or []:
-        p = event["payload"]
-        lines.append(f"  {p['offset_s']:>12.6f}  {format_frame(CanFrame.from_payload(p))}")
     return "\n".join(lines)
+
+
+def _render_slot(event: dict[str, Any]) -> str:
+    from canarchy.frame_syntax import format_frame
+    from canarchy.transport import CanFrame
+
+    p = event["payload"]
+    return f"  {p['offset_s']:>12.6f}  {format_frame(CanFrame.from_payload(p))}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from canarchy.cli import CommandResult
+from canarchy.output import CommandResult
 
 
 def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import TransportError, UserInputError
+from canarchy.output import CommandResult, open_stream
 from canarchy.transport import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
@@ -336,15 +336,11 @@ def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int,
     from canarchy import uds
     from canarchy.simulator import SimulatedEcu
 
-    streaming = getattr(args, "output", "text") == "jsonl"
-    source = f"simulate.ecu:{args.interface}"
+    stream = open_stream(args, f"simulate.ecu:{args.interface}", live=True,
+                         keep=getattr(args, "output", "text") == "jsonl")
     ecu = SimulatedEcu(bus_type=bus_type, channel=args.interface, request_id=request_id, response_id=response_id,
                        profile=profile, bus_options=bus_options)  # bit rates and [transport.bus_kwargs], as every bus
-
-    def emit(event_type: str, payload: dict[str, Any]) -> None:
-        if streaming:
-            args.stdout.write(json.dumps(make_event(event_type, payload, source), sort_keys=True) + "\n")
-            args.stdout.flush()
+    emit = stream.emit
 
     by_sid: dict[str, int] = {}
     seen = 0

@@ -19,9 +19,9 @@ from typing import Any
 
 from canarchy import uds
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.cli import CommandResult
 from canarchy.commands._common import parse_arbitration_id, parse_int
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
 from canarchy.transport import can_id_text
 

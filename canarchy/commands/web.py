@@ -15,13 +15,12 @@ loopback need ``--allow-remote``. Errors: ``WEB_BIND_INVALID`` (exit 1),
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
-from canarchy.cli import CommandResult, make_event
 from canarchy.commands._common import StopSignals
 from canarchy.errors import UserInputError
+from canarchy.output import CommandResult, open_stream
 
 
 #: Shown in --help; the values live in :mod:`canarchy.web` (not imported here: http.server costs ~40 ms
@@ -81,11 +80,8 @@ def _serve(args: argparse.Namespace) -> CommandResult:
             server.start()
             sys.stderr.write(f"canarchy: web serve: {args.file} on {server.url} (read-only; Ctrl+C to stop)\n")
             sys.stderr.flush()
-            if getattr(args, "output", "text") == "jsonl":
-                event = make_event("web_listening", {"url": server.url, "file": args.file, "dbc": args.dbc},
-                                   f"web:{server.url}")
-                args.stdout.write(json.dumps(event, sort_keys=True) + "\n")
-                args.stdout.flush()
+            open_stream(args, f"web:{server.url}", live=True, keep=getattr(args, "output", "text") == "jsonl").emit(
+                "web_listening", {"url": server.url, "file": args.file, "dbc": args.dbc})
             deadline = None if duration is None else time.monotonic() + duration
             while not stop.event.is_set():
                 remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())

@@ -1,0 +1,268 @@
+"""DBC (and KCD/SYM/ARXML) decoding with cantools, one frame at a time.
+
+:func:`load_dbc` reads the database (cantools is imported there, not at module
+import); :class:`DbcDecoder` matches frames by arbitration ID or, for J1939
+messages, by PGN (J1939 DBCs store a placeholder source address, e.g.
+``0x0CF004FE``), reassembles messages longer than 8 bytes with ISO 15765-2
+(:mod:`canarchy.isotp`), and keeps per-signal running summaries.
+
+Errors: ``DBC_NOT_FOUND`` (``UserInputError``, exit 1), ``DBC_LOAD_FAILED``
+(``DecodeError``, exit 3). A frame that does not decode is a warning.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from canarchy.decode.common import MAX_UNKNOWN_IDS, ValueRange, hex_id, isotp_counts, j1939_pgn
+from canarchy.errors import DecodeError, UserInputError
+from canarchy.isotp import IsoTpReassembler
+from canarchy.transport import CanFrame
+from canarchy.warning_log import WarningLog
+
+ISOTP_LAYOUTS = ("length-prefixed", "plain")
+
+
+def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, WarningLog]:
+    """Load a signal database with cantools; return ``(database, warnings)`` (``DBC_NOT_STRICT``,
+    ``DBC_NO_MESSAGES`` records).
+
+    The text encoding is detected: UTF-8 when the file is valid UTF-8, else
+    cp1252 (Vector tools write DBCs in the Windows code page; e.g. German
+    comments), else ISO-8859-1. Line endings may be LF or CRLF. The database is
+    loaded in cantools' strict mode; when only the strict checks fail (e.g.
+    overlapping signals) it is loaded again without them and a warning says so.
+
+    Raises ``UserInputError`` ``DBC_NOT_FOUND`` (exit 1) when ``path`` is not a
+    file, ``DecodeError`` ``DBC_LOAD_FAILED`` (exit 3) when it does not parse.
+    """
+    text_path = str(path)
+    target = Path(text_path)
+    if not target.is_file():
+        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} does not exist"
+                             + (" (it is a directory)." if target.is_dir() else "."),
+                             "Check the path passed to --dbc (relative paths start at the current directory).")
+    try:
+        raw = target.read_bytes()
+    except OSError as exc:
+        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} cannot be read: {exc.strerror or exc}.",
+                             "Check the file's permissions.") from None
+    encoding = _detect_encoding(raw)
+    import cantools  # imported here: only the decode commands pay for it
+
+    warnings = WarningLog()
+    try:
+        database = cantools.database.load_file(text_path, encoding=encoding, strict=True)
+    except cantools.database.Error as strict_exc:
+        try:
+            database = cantools.database.load_file(text_path, encoding=encoding, strict=False)
+        except Exception as exc:
+            raise _load_failed(text_path, exc) from None
+        warnings.add("DBC_NOT_STRICT", f"{text_path}: loaded without cantools' strict checks: {_first_line(strict_exc)}",
+                     file=text_path)
+    except Exception as exc:  # cantools' parsers raise more than its own Error (e.g. ValueError, KeyError)
+        raise _load_failed(text_path, exc) from None
+    if not getattr(database, "messages", None):
+        warnings.add("DBC_NO_MESSAGES", f"{text_path}: the database defines no messages; every frame will be unknown",
+                     file=text_path)
+    return database, warnings
+
+
+def _detect_encoding(raw: bytes) -> str:
+    for encoding in ("utf-8", "cp1252"):
+        try:
+            raw.decode(encoding)
+            return encoding
+        except UnicodeDecodeError:
+            continue
+    return "iso-8859-1"  # decodes any byte
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or exc.__class__.__name__
+    return text.splitlines()[0]
+
+
+def _load_failed(path: str, exc: BaseException) -> DecodeError:
+    return DecodeError("DBC_LOAD_FAILED", f"{path!r} does not load as a signal database: {_first_line(exc)}",
+                       "Check that it is a DBC (or KCD/SYM/ARXML) file and that the line named above is valid; "
+                       "`python -m cantools dump FILE` shows the same parser's view.")
+
+
+def _plain(value: Any) -> Any:
+    """A cantools signal value as JSON: numbers stay numbers, named values become their name."""
+    if isinstance(value, (int, float)) or value is None:
+        return value
+    name = getattr(value, "name", None)
+    if name is not None:
+        return str(name)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    return str(value)
+
+
+class DbcDecoder:
+    """Decode frames with a cantools database, one frame at a time.
+
+    ``j1939``: match every 29-bit message by PGN as well (otherwise only the
+    messages the database marks as J1939). ``isotp_layout``: how a message
+    longer than 8 bytes is laid over a reassembled ISO-TP payload:
+    ``"length-prefixed"`` (the payload preceded by the length byte of its
+    SF/FF header, the layout of CSS Electronics' TP DBCs) or ``"plain"``.
+
+    :meth:`feed` returns the event payloads (0 or 1) for a frame:
+    ``{message, arbitration_id, timestamp, signals: {name: {value, unit}}}``,
+    plus ``pgn`` and ``source_address`` when matched by PGN and ``isotp``
+    (``{length, frame_count}``) when reassembled. Counters and bounded
+    summaries: :meth:`summary`. Warnings: ``warnings`` (:class:`WarningLog`).
+    """
+
+    def __init__(self, database: Any, *, j1939: bool = False, isotp_layout: str = "length-prefixed") -> None:
+        if isotp_layout not in ISOTP_LAYOUTS:
+            raise ValueError(f"isotp_layout must be one of {ISOTP_LAYOUTS}")
+        self.j1939 = j1939
+        self.isotp_layout = isotp_layout
+        self.warnings = WarningLog()
+        self._by_id: dict[tuple[int, bool], Any] = {}
+        self._by_pgn: dict[int, Any] = {}
+        for message in database.messages:
+            extended = bool(message.is_extended_frame)
+            self._by_id.setdefault((message.frame_id, extended), message)
+            if extended and (j1939 or (message.protocol or "").lower() == "j1939"):
+                self._by_pgn.setdefault(j1939_pgn(message.frame_id), message)
+        self._reassemblers: dict[tuple[int, bool], IsoTpReassembler] = {}
+        self.frame_count = 0
+        self.decoded_count = 0
+        self.unknown_frame_count = 0
+        self.decode_error_count = 0
+        self.remote_frame_count = 0
+        self.isotp_pdu_count = 0
+        self._unknown_ids: dict[str, int] = {}
+        self._unlisted_unknown = 0
+        self._messages: dict[str, dict[str, Any]] = {}
+
+    @property
+    def j1939_message_count(self) -> int:
+        """Messages matched by PGN (J1939) rather than by exact ID."""
+        return len(self._by_pgn)
+
+    def feed(self, frame: CanFrame) -> list[dict[str, Any]]:
+        """Decode one frame; return the decoded-message payloads it completes (0 or 1)."""
+        self.frame_count += 1
+        if frame.is_remote_frame:
+            self.remote_frame_count += 1
+            return []
+        key = (frame.arbitration_id, frame.is_extended_id)
+        message = self._by_id.get(key)
+        by_pgn = False
+        if message is None and frame.is_extended_id and self._by_pgn:
+            message = self._by_pgn.get(j1939_pgn(frame.arbitration_id))
+            by_pgn = message is not None
+        if message is None:
+            self._unknown(frame)
+            return []
+        data = frame.data
+        isotp = None
+        if message.length > 8 and not frame.is_fd:
+            machine = self._reassemblers.get(key)
+            if machine is None:
+                machine = self._reassemblers[key] = IsoTpReassembler(frame.arbitration_id)
+            pdu = machine.feed(frame)
+            self.warnings.extend(machine.warnings)
+            machine.warnings.clear()
+            if pdu is None:
+                return []
+            self.isotp_pdu_count += 1
+            data = bytes([pdu.length_byte]) + pdu.data if self.isotp_layout == "length-prefixed" else pdu.data
+            isotp = {"length": pdu.length, "frame_count": pdu.frame_count}
+            timestamp = pdu.timestamp
+        else:
+            timestamp = frame.timestamp
+        try:
+            values = message.decode(data, decode_choices=True, scaling=True, allow_truncated=True)
+        except Exception as exc:  # cantools raises its DecodeError and others (e.g. a bad multiplexer value)
+            self.decode_error_count += 1
+            self.warnings.add("DBC_DECODE_FAILED", f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} "
+                              f"{message.name}: does not decode: {_first_line(exc)}",
+                              arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name)
+            return []
+        signals = {}
+        stats = self._message_stats(message)
+        for name, value in values.items():
+            try:
+                unit = message.get_signal_by_name(name).unit or ""
+            except KeyError:
+                unit = ""
+            plain = _plain(value)
+            signals[name] = {"value": plain, "unit": unit}
+            series = stats["signals"].get(name)
+            if series is None:
+                series = stats["signals"][name] = (ValueRange(), unit)
+            series[0].add(plain)
+        stats["count"] += 1
+        self.decoded_count += 1
+        payload: dict[str, Any] = {
+            "message": message.name,
+            "arbitration_id": frame.arbitration_id,
+            "timestamp": timestamp,
+            "signals": signals,
+        }
+        if by_pgn:
+            payload["pgn"] = j1939_pgn(frame.arbitration_id)
+            payload["source_address"] = frame.arbitration_id & 0xFF
+        if isotp is not None:
+            payload["isotp"] = isotp
+        return [payload]
+
+    def finish(self) -> None:
+        """End of the capture: report ISO-TP messages left incomplete."""
+        for machine in self._reassemblers.values():
+            machine.finish()
+            self.warnings.extend(machine.warnings)
+            machine.warnings.clear()
+
+    def summary(self) -> dict[str, Any]:
+        """``{frame_count, decoded_count, unknown_frame_count, unknown_ids {hex id: count},
+        unknown_ids_unlisted, decode_error_count, remote_frame_count, isotp_pdu_count,
+        isotp_counts: {hex id: {complete, dropped, incomplete}},
+        messages: {name: {arbitration_id, count, signals: {name: {unit, count, min, max, first, last}}}}}``."""
+        messages = {}
+        for name, stats in sorted(self._messages.items()):
+            messages[name] = {
+                "arbitration_id": stats["arbitration_id"],
+                "count": stats["count"],
+                "signals": {sig: {"unit": unit, **series.to_dict()}
+                            for sig, (series, unit) in sorted(stats["signals"].items())},
+            }
+        return {
+            "frame_count": self.frame_count,
+            "decoded_count": self.decoded_count,
+            "unknown_frame_count": self.unknown_frame_count,
+            "unknown_ids": dict(sorted(self._unknown_ids.items())),
+            "unknown_ids_unlisted": self._unlisted_unknown,
+            "decode_error_count": self.decode_error_count,
+            "remote_frame_count": self.remote_frame_count,
+            "isotp_pdu_count": self.isotp_pdu_count,
+            "isotp_counts": isotp_counts(self._reassemblers.values()),
+            "messages": messages,
+        }
+
+    def _unknown(self, frame: CanFrame) -> None:
+        self.unknown_frame_count += 1
+        label = hex_id(frame.arbitration_id, frame.is_extended_id)
+        if label in self._unknown_ids:
+            self._unknown_ids[label] += 1
+        elif len(self._unknown_ids) < MAX_UNKNOWN_IDS:
+            self._unknown_ids[label] = 1
+        else:
+            self._unlisted_unknown += 1
+
+    def _message_stats(self, message: Any) -> dict[str, Any]:
+        stats = self._messages.get(message.name)
+        if stats is None:
+            stats = self._messages[message.name] = {"arbitration_id": message.frame_id, "count": 0, "signals": {}}
+        return stats
+
+

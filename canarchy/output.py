@@ -1,0 +1,347 @@
+"""canarchy's output: the command result, events, the envelope and the one printer.
+
+A handler returns a :class:`CommandResult` (the envelope's ``data`` and
+``warnings``). A command with events opens an :class:`EventStream` with
+:func:`open_stream` and emits each event as it happens; the :class:`Printer`
+(made by ``canarchy.cli.main``) writes it at once in the requested format and
+closes with the envelope, so memory does not grow with the number of events:
+``--text`` one line per event then the summary, ``--jsonl`` one JSON line per
+event then the envelope line, ``--json`` one envelope whose ``data.events``
+is streamed through a temporary spool file. Every JSON text has sorted keys.
+
+A reader that goes away (EPIPE) raises :class:`OutputClosed`; Ctrl+C or
+SIGTERM inside :meth:`EventStream.stoppable` ends the stream cleanly.
+Shapes and API: ``docs/design/cli.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, TextIO
+
+from canarchy.errors import CanarchyError
+
+OUTPUT_FORMATS = ("text", "json", "jsonl")
+#: Bytes of ``--json`` events kept in memory before the spool moves to a temporary file.
+SPOOL_MEMORY_BYTES = 4 * 2**20
+_EVENT_INDENT = "\n      "  # an event's place in the indented envelope: data -> events -> item
+#: A frame read from text may carry, under this key of its ``__dict__`` (not a field: equality and
+#: ``repr`` ignore it), its timestamp as written in the file when that is a JSON number (digits,
+#: one '.', no leading zero); :func:`frame_json_writer` writes that text: it parses to the very
+#: float of ``frame.timestamp``, and saves formatting the float.
+TIMESTAMP_TEXT = "_timestamp_text"
+
+
+@dataclass
+class CommandResult:
+    """What a handler returns: ``data`` (the envelope's ``data``, JSON-serialisable)
+    and ``warnings`` (human-readable strings). Events go through :func:`open_stream`."""
+
+    data: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+class OutputClosed(BaseException):
+    """The reader of the output went away (a closed pipe): stop quietly.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so that a handler's
+    ``except Exception`` does not swallow it.
+    """
+
+
+def make_event(event_type: str, payload: dict[str, Any], source: str, timestamp: float | None = None) -> dict[str, Any]:
+    """One event ``{event_type, payload, source, timestamp}``; ``timestamp`` is
+    seconds since the Unix epoch, now when omitted."""
+    return {"event_type": event_type, "payload": payload, "source": source,
+            "timestamp": time.time() if timestamp is None else timestamp}
+
+
+def envelope(command: str, result: CommandResult | None, error: CanarchyError | None) -> dict[str, Any]:
+    """The envelope ``{ok, command, data, warnings, errors}`` (no ``data.events``)."""
+    return {
+        "ok": error is None,
+        "command": command,
+        "data": dict(result.data) if result is not None else {},
+        "warnings": list(result.warnings) if result is not None else [],
+        "errors": [error.to_dict()] if error is not None else [],
+    }
+
+
+def _not_serialisable(obj: Any) -> Any:
+    raise TypeError(f"Object of type {obj.__class__.__name__} is not JSON serializable")
+
+
+def json_encoder() -> Callable[[Any], str]:
+    """A reusable encoder: ``encode(obj)`` is ``json.dumps(obj, sort_keys=True)``, without
+    building a new encoder per call (CPython's C encoder when available)."""
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+    except ImportError:  # pragma: no cover - only without CPython's _json
+        c_make_encoder = None
+    if c_make_encoder is None:  # pragma: no cover
+        return json.JSONEncoder(sort_keys=True).encode
+    chunks = c_make_encoder(None, _not_serialisable, encode_basestring_ascii, None, ": ", ", ", True, False, True)
+    join = "".join
+
+    def encode(obj: Any) -> str:
+        return join(chunks(obj, 0))
+    return encode
+
+
+class EventStream:
+    """Where a command's events go, as they happen (get one with :func:`open_stream`).
+
+    :meth:`emit` writes one event in the printer's format (``keep=False``:
+    counted only, as for ``--summary``); ``count`` is the number emitted;
+    ``stopped_by`` is ``"SIGINT"``/``"SIGTERM"`` after :meth:`stoppable`
+    caught one, else None. Raises :class:`OutputClosed` when the reader is gone.
+    """
+
+    def __init__(self, printer: "Printer", source: str, *, live: bool, keep: bool) -> None:
+        self.source = source
+        self.count = 0
+        self.stopped_by: str | None = None
+        self._printer = printer
+        self._live = live
+        self._keep = keep
+        self._encode = printer.encode
+        self._render = printer.render_event
+        self._fmt = printer.fmt
+        self._spool: Any = None
+        self._frame_json: Any = None  # None: not tried yet; False: differs from to_payload, not used
+        self._write = printer.out.write
+        self._flush = printer.out.flush
+
+    def emit(self, event_type: str, payload: dict[str, Any], timestamp: float | None = None,
+             source: str | None = None) -> None:
+        """Write one event ``{event_type, payload, source, timestamp}`` (``source``:
+        the stream's unless given; ``timestamp``: now unless given)."""
+        self.count += 1
+        if not self._keep:
+            return
+        event = {"event_type": event_type, "payload": payload, "source": self.source if source is None else source,
+                 "timestamp": time.time() if timestamp is None else timestamp}
+        fmt = self._fmt
+        if fmt == "jsonl":
+            self._printer.write(self._encode(event) + "\n", flush=self._live)
+        elif fmt == "json":
+            self._spool_write(self._encode(event))
+        elif self._render is not None:
+            line = self._render(event)
+            if line is not None:
+                self._printer.write(line + "\n", flush=self._live)
+
+    def emit_frame(self, event_type: str, frame: Any) -> None:
+        """:meth:`emit` of ``(event_type, frame.to_payload(), frame.timestamp)`` for a
+        :class:`~canarchy.transport.CanFrame`, with its JSON written directly (about half
+        the time of encoding the payload dict). The first frame of a stream is written
+        both ways and compared: if they ever differ, every frame takes :meth:`emit`."""
+        write = self._frame_json
+        text = write(event_type, frame) if write else None
+        if text is None:
+            if self._fmt == "text" or not self._keep or write is False:
+                self.emit(event_type, frame.to_payload(), frame.timestamp)
+                return
+            text = self._encode({"event_type": event_type, "payload": frame.to_payload(), "source": self.source,
+                                 "timestamp": frame.timestamp})
+            if write is None:
+                write = frame_json_writer(self._encode, self.source)
+                fast = write(event_type, frame)
+                self._frame_json = write if fast is not None and json.loads(fast) == json.loads(text) else False
+        self.count += 1
+        if self._fmt == "jsonl":
+            try:
+                self._write(text + "\n")
+                if self._live:
+                    self._flush()
+            except BrokenPipeError:
+                raise OutputClosed from None
+        else:
+            self._spool_write(text)
+
+    def _spool_write(self, text: str) -> None:
+        if self._spool is None:
+            self._spool = tempfile.SpooledTemporaryFile(SPOOL_MEMORY_BYTES, mode="w+", encoding="utf-8")
+            self._spool.write(_EVENT_INDENT + text)  # one write per event: Ctrl+C never splits one
+        else:
+            self._spool.write("," + _EVENT_INDENT + text)
+
+    @contextmanager
+    def stoppable(self) -> Iterator["EventStream"]:
+        """A block that Ctrl+C (or SIGTERM, which ``canarchy.cli.main`` turns into
+        ``KeyboardInterrupt``) ends without an error: ``stopped_by`` says which; the
+        code after the block reports what was done."""
+        try:
+            yield self
+        except KeyboardInterrupt as exc:
+            self.stopped_by = str(exc) if str(exc) in ("SIGTERM", "SIGINT") else "SIGINT"
+
+    def _write_events_json(self, write: Callable[[str], None]) -> None:
+        if self._spool is None:
+            write("[]")
+            return
+        write("[")
+        self._spool.seek(0)
+        shutil.copyfileobj(self._spool, _Writer(write), 2**16)
+        write("\n    ]")
+
+    def _close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
+
+def frame_json_writer(encode: Callable[[Any], str], source: str) -> Callable[[str, Any], str | None]:
+    """``write(event_type, frame)``: the JSON text of a frame event written from the frame's
+    attributes: the same JSON as ``encode({event_type, payload: frame.to_payload(), source,
+    timestamp})`` with sorted keys (:meth:`EventStream.emit_frame` checks that on the first
+    frame), the timestamp as the file wrote it when it can (:data:`TIMESTAMP_TEXT`); None for a
+    timestamp that is not a finite float (the encoder spells those)."""
+    tail = f', "source": {encode(source)}, "timestamp": '
+    heads: dict[Any, str] = {}
+    flags: dict[Any, str] = {}
+    b = ("false", "true")
+    float_repr = float.__repr__
+
+    def write(event_type: str, frame: Any) -> str | None:
+        stamp = frame.timestamp
+        if stamp.__class__ is not float or stamp - stamp != 0.0:
+            return None
+        # The keys sorted: arbitration_id, bitrate_switch, channel, data, dlc, error_state_indicator,
+        # is_error_frame, is_extended_id, is_fd, is_remote_frame, timestamp; the constant runs are cached.
+        key = (event_type, frame.bitrate_switch, frame.channel)
+        head = heads.get(key)
+        if head is None:
+            head = heads[key] = (f'{{"event_type": {encode(event_type)}, "payload": {{"arbitration_id": '.replace(
+                "%", "%%") + "%d" + f', "bitrate_switch": {b[frame.bitrate_switch]}, "channel": '
+                f'{encode(frame.channel)}, "data": "'.replace("%", "%%"))
+        remote = frame.is_remote_frame
+        key = (frame.error_state_indicator, frame.is_error_frame, frame.is_extended_id, frame.is_fd, remote)
+        middle = flags.get(key)
+        if middle is None:
+            middle = flags[key] = (f', "error_state_indicator": {b[key[0]]}, "is_error_frame": {b[key[1]]}, '
+                                   f'"is_extended_id": {b[key[2]]}, "is_fd": {b[key[3]]}, '
+                                   f'"is_remote_frame": {b[key[4]]}, "timestamp": ')
+        ts = frame.__dict__.get(TIMESTAMP_TEXT) or float_repr(stamp)
+        data = frame.data
+        dlc = frame.requested_dlc if remote else len(data)
+        return f'{head % frame.arbitration_id}{data.hex()}", "dlc": {dlc:d}{middle}{ts}}}{tail}{ts}}}'
+    return write
+
+
+class _Writer:
+    """A file-like ``write`` for :func:`shutil.copyfileobj`."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.write = write
+
+
+def open_stream(args: argparse.Namespace, source: str, *, live: bool = False, keep: bool = True) -> EventStream:
+    """The event stream of the running command (one per command; ``data.events`` in ``--json``).
+
+    ``source`` is the events' default source (e.g. ``"file:x.log"``,
+    ``"capture:can0"``); ``live=True`` flushes each event (a bus, not a file);
+    ``keep=False`` counts events without printing them (``--summary``).
+    """
+    return args.printer.stream(source, live=live, keep=keep)
+
+
+class Printer:
+    """The one printer of a command's output on ``out`` (see the module docstring).
+
+    ``fmt``: ``text``, ``json`` or ``jsonl``; ``render_event(event) -> str | None``:
+    an event's ``--text`` line; ``render_text(result) -> str``: the ``--text``
+    summary (default: ``key: value`` lines). :meth:`finish` writes the end.
+    """
+
+    def __init__(self, fmt: str, out: TextIO, command: str = "canarchy",
+                 render_event: Callable[[dict[str, Any]], str | None] | None = None,
+                 render_text: Callable[[CommandResult], str] | None = None) -> None:
+        self.fmt = fmt
+        self.out = out
+        self.command = command
+        self.render_event = render_event
+        self.render_text = render_text
+        self.encode = json_encoder()
+        self.events: EventStream | None = None
+
+    def stream(self, source: str, *, live: bool = False, keep: bool = True) -> EventStream:
+        """The command's :class:`EventStream` (made on the first call)."""
+        if self.events is None:
+            self.events = EventStream(self, source, live=live, keep=keep)
+        return self.events
+
+    def write(self, text: str, flush: bool = False) -> None:
+        """Write ``text`` to ``out``; raises :class:`OutputClosed` on a closed pipe."""
+        try:
+            self.out.write(text)
+            if flush:
+                self.out.flush()
+        except BrokenPipeError:
+            raise OutputClosed from None
+
+    def finish(self, result: CommandResult | None, error: CanarchyError | None) -> None:
+        """Write the end of the output: the ``--json`` envelope (with the streamed
+        events), the ``--jsonl`` closing envelope line, or the ``--text`` summary
+        or error. ``result`` and ``error`` None: the command was interrupted
+        before it could report (the envelope says ``stopped_by``)."""
+        try:
+            if result is None and error is None:
+                if self.events is None:
+                    return
+                result = CommandResult(data={"stopped_by": self.events.stopped_by or "SIGINT"})
+            env = envelope(self.command, result, error)
+            if self.fmt == "jsonl":
+                self.write(self.encode(env) + "\n")
+            elif self.fmt == "json":
+                self._finish_json(env, error is None and self.events is not None and self.events._keep)
+            else:
+                text = self._text(result, error)
+                if text:
+                    self.write(text + "\n")
+            self.write("", flush=True)
+        finally:
+            if self.events is not None:
+                self.events._close()
+
+    def _finish_json(self, env: dict[str, Any], with_events: bool) -> None:
+        if not with_events:
+            self.write(json.dumps(env, sort_keys=True, indent=2) + "\n")
+            return
+        token = f"canarchy-events-{uuid.uuid4().hex}"
+        env["data"]["events"] = token
+        head, tail = json.dumps(env, sort_keys=True, indent=2).split(json.dumps(token), 1)
+        self.write(head)
+        assert self.events is not None
+        self.events._write_events_json(self.write)
+        self.write(tail + "\n")
+
+    def _text(self, result: CommandResult | None, error: CanarchyError | None) -> str:
+        if error is not None:
+            return f"error: {error.code}: {error.message}\nhint: {error.hint}"
+        assert result is not None
+        text = (self.render_text or default_text)(result)
+        counts = result.data.get("warning_counts")
+        if counts:
+            text += "\nwarnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items())
+        if result.warnings:
+            text += "".join(f"\nwarning: {w}" for w in result.warnings)
+        return text
+
+
+def default_text(result: CommandResult) -> str:
+    """``key: value`` lines of ``result.data``, keys sorted, nested values as JSON."""
+    lines = []
+    for key in sorted(result.data):
+        value = result.data[key]
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value, sort_keys=True)
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines)

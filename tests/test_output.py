@@ -1,0 +1,303 @@
+"""The one printer (canarchy.output): streamed --json/--jsonl/--text, closed pipes, Ctrl+C/SIGTERM."""
+
+from __future__ import annotations
+
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from canarchy import output
+from canarchy.errors import EXIT_OUTPUT_CLOSED, UserInputError
+from tests.helpers import run_cli
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+LEAF = CAPTURES / "nissan_leaf_uds_79b_7bb.log"
+TRUCK = CAPTURES / "j1939_truck_idle.log"
+LEAF_DBC = CAPTURES / "css_tp_uds_nissan_leaf.dbc"
+
+
+def _sorted_pairs(pairs):
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys), keys
+    return dict(pairs)
+
+
+def strict_json(text: str):
+    """Parse ``text`` as one JSON document whose objects all have sorted keys."""
+    return json.loads(text, object_pairs_hook=_sorted_pairs)
+
+
+def _printer(fmt: str, **kwargs) -> tuple[output.Printer, io.StringIO]:
+    out = io.StringIO()
+    return output.Printer(fmt, out, "test", **kwargs), out
+
+
+# -- the printer ---------------------------------------------------------------------------------
+
+def test_json_streams_events_into_one_sorted_envelope():
+    printer, out = _printer("json")
+    stream = printer.stream("unit:test")
+    for n in range(3):
+        stream.emit("tick", {"n": n, "b": [1, {"z": 1, "a": 2}]}, timestamp=float(n))
+    printer.finish(output.CommandResult(data={"zeta": 1, "alpha": 2, "count": stream.count}, warnings=["w"]), None)
+    envelope = strict_json(out.getvalue())
+    assert envelope["data"]["events"] == [
+        {"event_type": "tick", "payload": {"b": [1, {"a": 2, "z": 1}], "n": n}, "source": "unit:test",
+         "timestamp": float(n)} for n in range(3)]
+    assert (envelope["data"]["alpha"], envelope["data"]["count"], envelope["warnings"]) == (2, 3, ["w"])
+    event_lines = [line for line in out.getvalue().splitlines() if line.startswith('      {"event_type": "tick"')]
+    assert len(event_lines) == 3  # one line per event inside the indented envelope
+
+
+def test_json_spool_moves_to_a_file_and_back(monkeypatch):
+    monkeypatch.setattr(output, "SPOOL_MEMORY_BYTES", 1000)
+    printer, out = _printer("json")
+    stream = printer.stream("unit:test")
+    for n in range(2000):
+        stream.emit("tick", {"n": n}, timestamp=0.0)
+    assert stream._spool._rolled  # past 1000 bytes the spool is a temporary file
+    printer.finish(output.CommandResult(data={}), None)
+    assert [e["payload"]["n"] for e in strict_json(out.getvalue())["data"]["events"]] == list(range(2000))
+
+
+def test_jsonl_always_closes_with_the_envelope():
+    printer, out = _printer("jsonl")
+    printer.stream("unit:test").emit("tick", {"n": 1}, timestamp=1.0)
+    printer.finish(None, UserInputError("BAD", "bad input", "fix it"))
+    first, closing = [strict_json(line) for line in out.getvalue().splitlines()]
+    assert first["event_type"] == "tick"
+    assert closing == {"command": "test", "data": {}, "errors": [{"code": "BAD", "hint": "fix it",
+                                                                   "message": "bad input"}],
+                       "ok": False, "warnings": []}
+
+
+def test_text_prints_event_lines_then_the_summary():
+    printer, out = _printer("text", render_event=lambda e: f"event {e['payload']['n']}",
+                            render_text=lambda r: f"{r.data['count']} events")
+    stream = printer.stream("unit:test")
+    stream.emit("tick", {"n": 1})
+    stream.emit("tick", {"n": 2})
+    printer.finish(output.CommandResult(data={"count": stream.count}, warnings=["careful"]), None)
+    assert out.getvalue() == "event 1\nevent 2\n2 events\nwarning: careful\n"
+
+
+def test_keep_false_counts_without_printing():
+    for fmt in ("json", "jsonl", "text"):
+        printer, out = _printer(fmt, render_event=str)
+        stream = printer.stream("unit:test", keep=False)
+        stream.emit("tick", {})
+        assert stream.count == 1
+        printer.finish(output.CommandResult(data={"n": 1}), None)
+        assert "tick" not in out.getvalue() and "events" not in out.getvalue()
+
+
+def test_stoppable_ends_the_block_and_says_why():
+    printer, _out = _printer("jsonl")
+    stream = printer.stream("unit:test")
+    with stream.stoppable():
+        stream.emit("tick", {})
+        raise KeyboardInterrupt("SIGTERM")
+    assert (stream.count, stream.stopped_by) == (1, "SIGTERM")
+
+
+def test_one_encoder_gives_json_dumps_text():
+    encode = output.json_encoder()
+    value = {"b": [1.5, None, True, "ü\n"], "a": {"y": 1, "x": float("inf")}}
+    assert encode(value) == json.dumps(value, sort_keys=True)
+    with pytest.raises(TypeError):
+        encode({"a": object()})
+
+
+# -- every command ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["uds", "services"],
+    ["capture", "--file", str(LEAF), "--count", "3"],
+    ["generate", "--dry-run", "--count", "3", "--seed", "1"],
+    ["isotp", "decode", "--file", str(LEAF), "--request-id", "0x79B", "--response-id", "0x7BB"],
+    ["j1939", "decode", "--file", str(TRUCK), "--pgn", "65226"],
+    ["decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC)],
+    ["capture", "--file", str(CAPTURES / "nonesuch.log")],
+])
+def test_every_jsonl_output_ends_with_the_envelope_and_json_is_one_sorted_document(argv):
+    lines = run_cli(*argv, "--jsonl").out.splitlines()
+    parsed = [strict_json(line) for line in lines]
+    assert all("event_type" in line for line in parsed[:-1])
+    assert set(parsed[-1]) == {"command", "data", "errors", "ok", "warnings"} and "events" not in parsed[-1]["data"]
+    whole = strict_json(run_cli(*argv, "--json").out)
+    assert whole["ok"] is parsed[-1]["ok"]
+    assert [(e["event_type"], e["payload"]) for e in whole["data"].get("events", [])] == [
+        (e["event_type"], e["payload"]) for e in parsed[:-1]]
+
+
+# -- a closed pipe and signals, in a real process ------------------------------------------------------
+
+def _canarchy(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "canarchy", *argv]
+
+
+@pytest.mark.parametrize("fmt", ["--jsonl", "--text", "--json"])
+def test_a_closed_pipe_ends_the_stream_quietly(fmt):
+    # `canarchy … | head -1`: the reader goes away after one line.
+    # --json writes at the end: a run that ends by itself, whose envelope is far larger than a pipe holds
+    count = "100000" if fmt == "--json" else "1000000000"
+    producer = subprocess.Popen(_canarchy("generate", "--dry-run", "--count", count, fmt),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE)
+    producer.stdout.close()  # only head reads the pipe now
+    try:
+        first, _ = head.communicate(timeout=120)
+        err = producer.stderr.read()
+        code = producer.wait(timeout=60)
+    finally:
+        for proc in (producer, head):
+            if proc.poll() is None:
+                proc.kill()
+    assert first.strip()
+    assert (err, code) == (b"", EXIT_OUTPUT_CLOSED)
+
+
+def test_sigterm_ends_an_endless_stream_with_the_closing_envelope():
+    proc = subprocess.Popen(_canarchy("generate", "--dry-run", "--count", "1000000000", "--jsonl"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1000):
+            assert strict_json(proc.stdout.readline())["event_type"] == "frame_planned"
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    closing = strict_json(rest.splitlines()[-1])
+    assert (proc.returncode, err) == (0, "")
+    assert closing["ok"] is True and closing["data"]["stopped_by"] == "interrupt"
+    assert closing["data"]["frames_shown"] >= 1000
+
+
+def test_ctrl_c_closes_a_json_stream_with_its_events(monkeypatch):
+    from canarchy.commands import generate
+
+    real, calls = generate._frame_payload, []
+
+    def payload(*args):
+        calls.append(1)
+        if len(calls) == 500:
+            raise KeyboardInterrupt  # what Ctrl+C raises, at the 500th planned frame
+        return real(*args)
+
+    monkeypatch.setattr(generate, "_frame_payload", payload)
+    result = run_cli("generate", "--dry-run", "--count", "1000000000", "--json")
+    envelope = strict_json(result.out)
+    assert result.code == 0 and envelope["data"]["stopped_by"] == "interrupt"
+    assert len(envelope["data"]["events"]) == envelope["data"]["frames_shown"] == 499
+
+
+# -- frames written directly ----------------------------------------------------------------------
+
+def _frames():
+    from canarchy.capture_file import parse_candump_line
+    from canarchy.transport import CanFrame
+
+    return [parse_candump_line("(1641469561.949700) can0 79B#022101FFFFFFFFFF"),
+            parse_candump_line("(0.000001) vcan%d\\\\\"x 18FEF100##3" + "00" * 12),
+            parse_candump_line("(1700000000) can1 123#R4"),
+            CanFrame(0x7E8, b"\x01", timestamp=1.5, channel=None),
+            CanFrame(0x7E8, b"", timestamp=float("nan"), channel="can0"),
+            CanFrame(0x1FFFFFFF, b"\xff" * 8, True, timestamp=1e22, channel="ü"),
+            parse_candump_line("(1641469561.949700) can0 79B#022101FFFFFFFFFF")]
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_frames_written_directly_are_the_json_of_their_payload(fmt):
+    direct, direct_out = _printer(fmt)
+    generic, generic_out = _printer(fmt)
+    for frame in _frames():
+        direct.stream("file:x%s.log").emit_frame("frame", frame)
+        generic.stream("file:x%s.log").emit("frame", frame.to_payload(), frame.timestamp)
+    for printer in (direct, generic):
+        printer.finish(output.CommandResult(data={}), None)
+    if fmt == "jsonl":
+        assert [json.loads(line) for line in direct_out.getvalue().splitlines()] == \
+               [json.loads(line) for line in generic_out.getvalue().splitlines()]
+    else:
+        assert json.loads(direct_out.getvalue())["data"]["events"] == json.loads(generic_out.getvalue())["data"]["events"]
+    # past the first frame (written both ways to check), the log's own text of the timestamp
+    assert '"timestamp": 1641469561.949700' in direct_out.getvalue()
+
+
+def test_a_writer_that_disagrees_with_to_payload_is_not_used(monkeypatch):
+    from canarchy.capture_file import parse_candump_line
+
+    monkeypatch.setattr(output, "frame_json_writer", lambda encode, source: lambda event_type, frame: '{"x": 1}')
+    printer, out = _printer("jsonl")
+    frame = parse_candump_line("(1.5) can0 123#01")
+    for _ in range(3):
+        printer.stream("s").emit_frame("frame", frame)
+    assert [json.loads(line)["payload"] for line in out.getvalue().splitlines()] == [frame.to_payload()] * 3
+
+
+# -- memory does not grow with the input ------------------------------------------------------------
+
+class _Sink:
+    """A stdout that keeps nothing (so that only canarchy's own memory is measured)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _peak(argv: list[str]) -> int:
+    import tracemalloc
+
+    from canarchy.cli import main
+
+    tracemalloc.start()
+    try:
+        assert main(argv, stdout=_Sink()) == 0
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _truck_lines(tmp_path: Path, count: int) -> Path:
+    """The first ``count`` frames of the J1939 truck log, cycled with later timestamps as needed."""
+    lines = TRUCK.read_text(encoding="ascii").splitlines()
+    path = tmp_path / f"truck_{count}.log"
+    with path.open("w", encoding="ascii") as out:
+        for n in range(count):
+            stamp, rest = lines[n % len(lines)].split(" ", 1)
+            out.write(f"({float(stamp[1:-1]) + n // len(lines) * 10000:.6f}) {rest}\n")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--jsonl", "--text"])
+@pytest.mark.parametrize("command", [
+    ["capture", "--file", "{log}"],
+    ["decode", "--file", "{log}", "--dbc", str(CAPTURES / "css_j1939_demo.dbc")],
+    ["j1939", "decode", "--file", "{log}"],
+])
+def test_memory_does_not_grow_with_the_capture(tmp_path, monkeypatch, command, fmt):
+    monkeypatch.setattr(output, "SPOOL_MEMORY_BYTES", 64 * 1024)  # --json spools to a file past this
+    small, large = _truck_lines(tmp_path, 1000), _truck_lines(tmp_path, 5000)
+    argv = lambda log: [part.format(log=log) for part in command] + [fmt]  # noqa: E731
+    _peak(argv(small))  # warm-up: imports, the DBC, the catalog
+    assert _peak(argv(large)) < _peak(argv(small)) * 1.25 + 256 * 1024
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--jsonl", "--text"])
+def test_a_long_dry_run_plans_in_flat_memory(monkeypatch, fmt):
+    monkeypatch.setattr(output, "SPOOL_MEMORY_BYTES", 64 * 1024)
+    base = ["generate", "--dry-run", "--seed", "1", fmt, "--count"]
+    _peak(base + ["2000"])
+    assert _peak(base + ["20000"]) < _peak(base + ["2000"]) * 1.25 + 256 * 1024
