@@ -15,12 +15,29 @@ is never empty.
 
 from __future__ import annotations
 
-import contextvars
+from _thread import _local
+
+
+class _PerThread(_local):
+    """One value per thread with a ContextVar's ``get``/``set``/``reset`` (thread-local
+    storage: no ``contextvars`` import at start-up; a new thread starts with None)."""
+
+    value: object = None
+
+    def get(self) -> object:
+        return self.value
+
+    def set(self, value: object) -> object:
+        token, self.value = self.value, value
+        return token
+
+    def reset(self, token: object) -> None:
+        self.value = token
+
 
 #: Warnings of the running command that come from outside its handler (the config
 #: file's unknown keys): a list while ``canarchy.cli.main`` runs a command, else None.
-COMMAND_WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("canarchy_command_warnings",
-                                                                                    default=None)
+COMMAND_WARNINGS = _PerThread()
 
 EXIT_OK = 0
 EXIT_USER = 1

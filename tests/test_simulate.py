@@ -309,3 +309,63 @@ def test_a_bad_profile_exits_1_before_anything_is_opened(tmp_path):
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["errors"][0]["code"] == "SIMULATOR_PROFILE_INVALID"
     assert proc.stderr == ""  # no preflight warning: nothing was about to transmit
+
+
+NETWORK = """\
+# three ECUs on one bus: one with a 16-byte seed, one that never answers, one on 29-bit addressing
+[[ecus]]
+request_id = "0x7E0"
+[ecus.security]
+seed = "000102030405060708090A0B0C0D0E0F"
+
+[[ecus]]
+request_id = "0x7E1"
+silent = true
+
+[[ecus]]
+request_id = "0x18DA33F1"
+[ecus.dids]
+"0xF190" = "WDB2030461A123456"
+"""
+
+
+def test_a_profile_with_several_ecus_on_one_bus(virtual, virtual_channel, tmp_path):
+    profile = write_profile(tmp_path, NETWORK, "network.toml")
+    with EcuThread(virtual_channel, "--profile", profile, "--ack-active", "--duration", "10",
+                   "--max-requests", "5") as ecu:
+        scan = run_cli("uds", "scan", virtual_channel, "--addressing", "both", "--ids", "7DF-7E2",
+                       "--targets", "32-34", "--timeout", "0.05", "--json")
+        vin = run_cli("uds", "dids", virtual_channel, "--request-id", "18DA33F1", "--dids", "F190", "--json")
+    assert scan.code == 0, scan.out
+    assert [(e["request_id"], e["response_id"]) for e in scan.data["ecus"]] == [(0x7E0, 0x7E8),
+                                                                                (0x18DA33F1, 0x18DAF133)]
+    assert vin.data["dids"][0]["vin"] == "WDB2030461A123456"
+    envelope = ecu.lines()[-1]
+    data = envelope["data"]
+    assert [(e["request_id"], e["silent"]) for e in data["ecus"]] == [(0x7E0, False), (0x7E1, True),
+                                                                       (0x18DA33F1, False)]
+    assert [e["requests"] for e in data["ecus"]] == [2, 0, 3]   # scan + confirmation; the silent one answers none
+    assert data["ecus"][1]["frames_received"] == 1              # ... though the scan's request reached it
+    assert data["ecus"][0]["security"]["seed"] == "000102030405060708090a0b0c0d0e0f"
+    ready = next(line for line in ecu.lines() if line.get("event_type") == "simulator_ready")
+    assert [e["request_id"] for e in ready["payload"]["ecus"]] == [0x7E0, 0x7E1, 0x18DA33F1]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[[ecus]]\nservices = [\"0x10\"]\n", "ecus[0] has no request_id"),
+    ("[[ecus]]\nrequest_id = 1\n[[ecus]]\nrequest_id = 1\n", "two ECUs share a request_id"),
+    ("services = [\"0x10\"]\n[[ecus]]\nrequest_id = 1\n", "every key belongs to one of the ECUs"),
+    ("ecus = []\n", "non-empty list"),
+    ("[[ecus]]\nrequest_id = 1\nsilent = \"yes\"\n", "ecus[0]: ecus[0].silent must be true or false"),
+    ("[[ecus]]\nrequest_id = 1\nbogus = 1\n", "ecus[0]: unknown key(s) ecus[0].bogus"),
+])
+def test_bad_networks(text, message, tmp_path):
+    result = run_cli("simulate", "ecu", "--profile", write_profile(tmp_path, text), "--dry-run", "--json")
+    assert (result.code, result.error_codes) == (1, ["SIMULATOR_PROFILE_INVALID"])
+    assert message in result.envelope["errors"][0]["message"]
+
+
+def test_a_network_takes_no_id_options(tmp_path):
+    result = run_cli("simulate", "ecu", "--profile", write_profile(tmp_path, NETWORK), "--request-id", "7E0",
+                     "--dry-run", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])

@@ -46,7 +46,7 @@ DEFAULT_REQUEST_ID = 0x7E0
 _POLL = 0.02
 #: Keys a profile may have (anything else is a typo, reported as such).
 PROFILE_KEYS = ("request_id", "response_id", "services", "nrc", "dids", "writable_dids", "security",
-                "pending", "delays", "padding")
+                "pending", "delays", "padding", "silent")
 _SECURITY_KEYS = ("seed", "key", "max_attempts", "lockout")
 
 
@@ -173,17 +173,55 @@ def load_profile(path: str | None) -> tuple[Any, int | None, int | None]:
 
     Raises ``UserInputError`` ``SIMULATOR_PROFILE_INVALID`` naming the file and the key.
     """
+    from canarchy.simulator import EcuProfile
+
+    if path is None:
+        return EcuProfile(), None, None
+    return _profile_from(path, read_profile_document(path))
+
+
+def load_ecus(path: str | None) -> list[tuple[Any, int | None, int | None]]:
+    """The ECUs of a profile file: one for a plain profile; one per entry of ``ecus`` (a list of
+    tables, each a profile of its own with its own ``request_id``) for a network of ECUs on one bus.
+
+    Raises ``UserInputError`` ``SIMULATOR_PROFILE_INVALID`` naming the file and the key.
+    """
+    if path is None:
+        return [load_profile(None)]
+    document = read_profile_document(path)
+    if "ecus" not in document:
+        return [_profile_from(path, document)]
+    entries = document["ecus"]
+    if set(document) != {"ecus"}:
+        raise _invalid(path, "with `ecus`, every key belongs to one of the ECUs (found "
+                             f"{', '.join(sorted(set(document) - {'ecus'}))} at the top).")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise _invalid(path, "`ecus` must be a non-empty list of tables ([[ecus]] in TOML).")
+    ecus = []
+    for index, entry in enumerate(entries):
+        try:
+            ecus.append(_profile_from(path, entry, f"ecus[{index}]."))
+        except UserInputError as exc:  # name the entry
+            raise _invalid(path, f"ecus[{index}]: {exc.message.removeprefix(f'Profile {path}: ')}", exc.hint) from None
+    ids = [ecu[1] for ecu in ecus]
+    if None in ids:
+        raise _invalid(path, f"ecus[{ids.index(None)}] has no request_id: each ECU of a network needs its own.")
+    if len(set(ids)) != len(ids):
+        raise _invalid(path, "two ECUs share a request_id.")
+    return ecus
+
+
+def _profile_from(path: str, document: dict[str, Any], where: str = "") -> tuple[Any, int | None, int | None]:
+    """One profile document (the file, or one entry of ``ecus``) as ``(profile, request_id, response_id)``."""
     from dataclasses import replace
 
     from canarchy.simulator import EcuProfile
 
     profile = EcuProfile()
-    if path is None:
-        return profile, None, None
-    document = read_profile_document(path)
     unknown = sorted(set(document) - set(PROFILE_KEYS))
     if unknown:
-        raise _invalid(path, f"unknown key(s) {', '.join(unknown)}; expected {', '.join(PROFILE_KEYS)}.")
+        raise _invalid(path, f"unknown key(s) {where}{(', ' + where).join(unknown)}; "
+                             f"expected {', '.join(PROFILE_KEYS)} (or `ecus`, a list of ECUs).")
     changes: dict[str, Any] = {}
     request_id = response_id = None
     if "request_id" in document:
@@ -234,6 +272,10 @@ def load_profile(path: str | None) -> tuple[Any, int | None, int | None]:
     if "padding" in document:
         padding = document["padding"]
         changes["padding"] = None if padding is False else _int(path, "padding", padding, 0, 0xFF)
+    if "silent" in document:
+        if not isinstance(document["silent"], bool):
+            raise _invalid(path, f"{where}silent must be true or false, got {document['silent']!r}.")
+        changes["silent"] = document["silent"]
     return replace(profile, **changes), request_id, response_id
 
 
@@ -247,6 +289,7 @@ def describe_profile(profile: Any) -> dict[str, Any]:
         return decoded if decoded.isprintable() else None
 
     return {
+        "silent": profile.silent,
         "services": [f"0x{sid:02X}" for sid in sorted(profile.supported_sids)],
         "nrc": {f"0x{sid:02X}": f"0x{nrc:02X}" for sid, nrc in sorted(profile.forced_nrcs.items())},
         "dids": {f"0x{did:04X}": {"hex": value.hex(), "text": text(value)}
@@ -307,11 +350,20 @@ def _limits(args: argparse.Namespace) -> tuple[float | None, int | None]:
 
 
 def _ecu(args: argparse.Namespace) -> CommandResult:
-    profile, *profile_ids = load_profile(args.profile)
-    request_id, response_id = _ids(args, (profile_ids[0], profile_ids[1]))
+    loaded = load_ecus(args.profile)
+    if len(loaded) > 1 and (args.request_id is not None or args.response_id is not None):
+        raise UserInputError("INVALID_ARGUMENTS", f"The profile {args.profile} holds {len(loaded)} ECUs, each with "
+                             "its own IDs: --request-id/--response-id do not apply.",
+                             "Set each ECU's request_id/response_id in the profile, or drop the options.")
+    ecus = []
+    for profile, *profile_ids in loaded:
+        request_id, response_id = _ids(args, (profile_ids[0], profile_ids[1]))
+        ecus.append((profile, request_id, response_id))
     duration, max_requests = _limits(args)
-    common = {"interface": args.interface, "profile": args.profile, "request_id": request_id,
-              "response_id": response_id, **describe_profile(profile)}
+    described = [{"request_id": request_id, "response_id": response_id, **describe_profile(profile)}
+                 for profile, request_id, response_id in ecus]
+    # The first ECU's fields at the top (the only ECU of a plain profile), every ECU in `ecus`.
+    common = {"interface": args.interface, "profile": args.profile, **described[0], "ecus": described}
     if args.dry_run:
         return CommandResult(data=dict(common, mode="dry_run", duration_s=duration, max_requests=max_requests))
     from canarchy.transport import transport_backend_config
@@ -322,93 +374,109 @@ def _ecu(args: argparse.Namespace) -> CommandResult:
                              f"The {settings.backend} backend cannot host a simulated ECU: it has no bus to answer on.",
                              "Use the python-can backend ([transport].backend) with a bus type such as socketcan "
                              "(vcan0) or virtual.")
-    warning = active_gate("simulate ecu", args.interface,
-                          f"answer UDS requests on {can_id_text(request_id)} with responses on "
-                          f"{can_id_text(response_id)}",
-                          args.ack_active)
-    return _run(args, profile, settings.bus_type, request_id, response_id, duration, max_requests, common, warning,
+    action = "answer UDS requests on " + ", ".join(
+        f"{can_id_text(request_id)} with responses on {can_id_text(response_id)}"
+        for _profile, request_id, response_id in ecus)
+    warning = active_gate("simulate ecu", args.interface, action, args.ack_active)
+    return _run(args, ecus, settings.bus_type, duration, max_requests, common, warning,
                 bus_options=settings.bus_options)
 
 
-def _run(args: argparse.Namespace, profile: Any, bus_type: str, request_id: int, response_id: int,
+def _run(args: argparse.Namespace, ecus: list[tuple[Any, int, int]], bus_type: str,
          duration: float | None, max_requests: int | None, common: dict[str, Any], warning: str,
          bus_options: dict[str, Any] | None = None) -> CommandResult:
     from canarchy import uds
-    from canarchy.simulator import SimulatedEcu
+    from canarchy.simulator import EcuNode, SimulatedNetwork
 
     stream = open_stream(args, f"simulate.ecu:{args.interface}", live=True,
                          keep=getattr(args, "output", "text") == "jsonl")
-    ecu = SimulatedEcu(bus_type=bus_type, channel=args.interface, request_id=request_id, response_id=response_id,
-                       profile=profile, bus_options=bus_options)  # bit rates and [transport.bus_kwargs], as every bus
+    nodes = [EcuNode(request_id, response_id, profile) for profile, request_id, response_id in ecus]
+    network = SimulatedNetwork(args.interface, nodes, bus_type=bus_type,
+                               bus_options=bus_options)  # bit rates and [transport.bus_kwargs], as every bus
     emit = stream.emit
 
     by_sid: dict[str, int] = {}
-    seen = 0
+    seen = [0] * len(nodes)
+    count = 0
 
     def note_requests() -> None:
-        nonlocal seen
-        messages = ecu.messages
-        while seen < len(messages):
-            request = messages[seen]
-            seen += 1
-            sid = f"0x{request[0]:02X}" if request else "-"
-            by_sid[sid] = by_sid.get(sid, 0) + 1
-            emit("uds_request", {"index": seen, "data": request.hex(), "service": sid,
-                                 "service_name": uds.service_name(request[0]) if request else None})
+        nonlocal count
+        for position, node in enumerate(nodes):
+            messages = node.messages
+            while seen[position] < len(messages):
+                request = messages[seen[position]]
+                seen[position] += 1
+                count += 1
+                sid = f"0x{request[0]:02X}" if request else "-"
+                by_sid[sid] = by_sid.get(sid, 0) + 1
+                emit("uds_request", {"index": count, "data": request.hex(), "service": sid,
+                                     "service_name": uds.service_name(request[0]) if request else None,
+                                     "request_id": node.request_id})
 
     started = time.monotonic()
     with StopSignals() as stop:
         try:
-            ecu.start()
+            network.start()
         except Exception as exc:  # python-can raises many types; the user gets one code
             from canarchy.transport import bus_unavailable
 
             raise bus_unavailable(args.interface, bus_type, exc) from None
         try:
-            ready = (f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: requests "
-                     f"{can_id_text(request_id)}, responses {can_id_text(response_id)}, "
-                     f"services {' '.join(common['services']) or 'none'} "
-                     f"(Ctrl+C to stop)")
-            sys.stderr.write(ready + "\n")
+            sys.stderr.write(f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: "
+                             f"{'; '.join(_ready(ecu) for ecu in common['ecus'])} (Ctrl+C to stop)\n")
             sys.stderr.flush()
-            emit("simulator_ready", {"interface": args.interface, "bus_type": bus_type, "request_id": request_id,
-                                     "response_id": response_id, "services": common["services"]})
-            stopped_by = _wait(ecu, stop, started, duration, max_requests, note_requests)
+            emit("simulator_ready", {"interface": args.interface, "bus_type": bus_type,
+                                     "request_id": common["request_id"], "response_id": common["response_id"],
+                                     "services": common["services"],
+                                     "ecus": [{key: ecu[key] for key in ("request_id", "response_id", "services")}
+                                              for ecu in common["ecus"]]})
+            stopped_by = _wait(network, stop, started, duration, max_requests, note_requests)
         finally:
-            ecu.stop()
+            network.stop()
     note_requests()
-    if ecu.error is not None:
+    if network.error is not None:
         raise TransportError("SIMULATOR_BUS_FAILED",
-                             f"The simulated ECU on {args.interface!r} stopped: {ecu.error.__class__.__name__}: "
-                             f"{ecu.error}",
+                             f"The simulated ECU on {args.interface!r} stopped: {network.error.__class__.__name__}: "
+                             f"{network.error}",
                              "Check that the interface is still up and the bus is not in bus-off.")
+    for described, node in zip(common["ecus"], nodes):
+        described.update(requests=len(node.messages), frames_received=len(node.requests),
+                         frames_sent=len(node.responses))
     data = dict(common, mode="active", interface_source=args.interface_source, bus_type=bus_type,
-                stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6), requests=len(ecu.messages),
-                requests_by_service=dict(sorted(by_sid.items())), frames_received=len(ecu.requests),
-                frames_sent=len(ecu.responses), duration_s=duration, max_requests=max_requests)
+                stopped_by=stopped_by, elapsed_s=round(time.monotonic() - started, 6), requests=count,
+                requests_by_service=dict(sorted(by_sid.items())),
+                frames_received=sum(len(node.requests) for node in nodes),
+                frames_sent=sum(len(node.responses) for node in nodes), duration_s=duration,
+                max_requests=max_requests)
     return CommandResult(data=data, warnings=[warning])
 
 
-def _wait(ecu: Any, stop: StopSignals, started: float, duration: float | None, max_requests: int | None,
+def _ready(ecu: dict[str, Any]) -> str:
+    services = "silent" if ecu.get("silent") else f"services {' '.join(ecu['services']) or 'none'}"
+    return f"requests {can_id_text(ecu['request_id'])}, responses {can_id_text(ecu['response_id'])}, {services}"
+
+
+def _wait(network: Any, stop: StopSignals, started: float, duration: float | None, max_requests: int | None,
           on_tick: Callable[[], None]) -> str:
     """Block until a stop condition; return which: a signal name, ``duration``,
-    ``max_requests`` or ``bus_failed``."""
+    ``max_requests`` (all ECUs together) or ``bus_failed``."""
     deadline = None if duration is None else started + duration
     answered_at = None
+    n_timeout = max(node.profile.n_timeout for node in network.ecus)
     while True:
         on_tick()
         if stop.event.is_set():
             return stop.name or "signal"
-        if not ecu.running:
+        if not network.running:
             return "bus_failed"
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             return "duration"
-        if max_requests is not None and len(ecu.messages) >= max_requests:
+        if max_requests is not None and sum(len(node.messages) for node in network.ecus) >= max_requests:
             # Let the last answer go out: delayed replies, and a segmented one that
             # waits for the tester's flow control (bounded by N_Bs).
             answered_at = answered_at or now
-            if not ecu.busy or now - answered_at > ecu.profile.n_timeout:
+            if not network.busy or now - answered_at > n_timeout:
                 return "max_requests"
         wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - now))
         stop.event.wait(wait)
@@ -433,4 +501,9 @@ def _render_text(result: CommandResult) -> str:
         lines.append("  forced NRCs: " + ", ".join(f"{sid} -> {nrc}" for sid, nrc in d["nrc"].items()))
     for did, value in d["dids"].items():
         lines.append(f"  DID {did}: {value['text'] if value['text'] is not None else value['hex']}")
+    if len(d["ecus"]) > 1:
+        lines.append(f"  {len(d['ecus'])} ECUs on the bus (the first above):")
+        for ecu in d["ecus"]:
+            answered = f": {ecu['requests']} requests" if "requests" in ecu else ""
+            lines.append(f"    {_ready(ecu)}{answered}")
     return "\n".join(lines)
