@@ -68,6 +68,7 @@ CONFTESTS = {
     "hook": isolation.CONFTESTS["canarchy"] + "\nimport sys\n\nsys.addaudithook(lambda event, args: None)\n",
     "count": isolation.CONFTESTS["canarchy"] + _COUNTER,
 }
+JUDGED_CASES = ("judged_open", "judged_listdir")
 CASES = {
     "judged_open": "one judged `open` (a file in a temporary directory)",
     "judged_listdir": "one judged `os.listdir` (a temporary directory)",
@@ -93,16 +94,22 @@ access.GUARD.report_dir = Path(work)
 access.install()
 access.GUARD.enabled = True
 with_hook = {name: best(fn, n) for name, (fn, n) in cases.items()}
+# the judging alone, without the system call it precedes (which load disturbs most): what the hook runs
+flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+judging = {"judged_open": best(lambda: access.GUARD._audit("open", (target, "rb", flags)), calls),
+           "judged_listdir": best(lambda: access.GUARD._audit("os.listdir", (work,)), calls)}
 take = best(access.GUARD.take, calls)
-print(json.dumps({"without": without, "with": with_hook, "take": take, "refusals": len(access.GUARD.take_refusals())}))
+print(json.dumps({"without": without, "with": with_hook, "judging": judging, "take": take,
+                  "refusals": len(access.GUARD.take_refusals())}))
 '''
 
 
 @dataclass
 class AccessResult:
     """The per-test runs (variants :data:`VARIANTS`); per fresh process, the per-call
-    times (µs) ``{"without": {case: µs}, "with": {case: µs}, "take": µs}``; the
-    audited events of one test (``{"open"|"judged"|"other": per test}``)."""
+    times (µs) ``{"without": {case: µs}, "with": {case: µs}, "judging": {case: µs}, "take": µs}``
+    (``judging``: the guard's work for the event, without the system call); the audited
+    events of one test (``{"open"|"judged"|"other": per test}``)."""
 
     suite: isolation.IsolationResult
     per_call: list[dict] = field(default_factory=list)
@@ -119,14 +126,20 @@ class AccessResult:
         """Median over runs of the µs the hook adds to one call of ``case``."""
         return measure.median([run["with"][case] - run["without"][case] for run in self.per_call])
 
+    def judging_us(self, case: str) -> float:
+        """Median over runs of the µs the guard spends judging one ``case`` (no system call in it)."""
+        return measure.median([run["judging"][case] for run in self.per_call])
+
     def modelled_ms(self) -> float:
-        """One test's events times their per-call costs, plus one take, in ms (NaN without counts)."""
+        """One test's events times their costs, plus one take, in ms (NaN without counts): each
+        event pays the hook's call (``other_event``); a judged one its judging too."""
         if not self.events or not self.per_call:
             return float("nan")
+        call = self.added_us("other_event")
         take = measure.median([run["take"] for run in self.per_call])
-        return (self.events.get("open", 0.0) * self.added_us("judged_open")
-                + self.events.get("judged", 0.0) * self.added_us("judged_listdir")
-                + self.events.get("other", 0.0) * self.added_us("other_event") + take) / 1000.0
+        return (self.events.get("open", 0.0) * (call + self.judging_us("judged_open"))
+                + self.events.get("judged", 0.0) * (call + self.judging_us("judged_listdir"))
+                + self.events.get("other", 0.0) * call + take) / 1000.0
 
     @property
     def ok(self) -> bool:
@@ -205,13 +218,17 @@ def report_lines(result: AccessResult) -> list[str]:
              num(modelled), f"<= {TARGET_MS} ms: {verdict(modelled)}"]]
     for case, label in CASES.items():
         without = measure.median([run["without"][case] for run in result.per_call])
-        rows.append([f"µs added to {label}", f"{num(result.added_us(case), 2)} (of {num(without, 2)} without)", ""])
+        judging = f"; judging alone {num(result.judging_us(case), 2)}" if case in JUDGED_CASES else ""
+        rows.append([f"µs added to {label}", f"{num(result.added_us(case), 2)} (of {num(without, 2)} without)"
+                     f"{judging}", ""])
     rows.append(["µs for one `GUARD.take()` (nothing to take)",
                  num(measure.median([run["take"] for run in result.per_call]), 2), ""])
     out += report.table(["figure", "value", "target"], rows)
-    out += ["", "Measured: the test loop only, paired within a round. Modelled: \"judged\" events are costed as "
-            "the judged `os.listdir`, \"other\" as `sys._getframe` (for `os.putenv`, that leaves out what the "
-            "plugin's observer of it does). Per call: wall time, best of 5 repeats."]
+    out += ["", "Measured: the test loop only, paired within a round. Modelled: every event pays the hook's call "
+            "(as `sys._getframe`), a judged one its judging too (as the `os.listdir`; an `open` as the `open`); "
+            "for `os.putenv` that leaves out what the plugin's observer of it does. Per call: wall time, best of "
+            "5 repeats; \"judging alone\" is the guard's work for the event without its system call, steadier "
+            "than the difference of two calls on a loaded machine."]
     if result.problems:
         out += ["", "Problems: " + "; ".join(result.problems)]
     return out

@@ -377,6 +377,46 @@ class _Zones:
         return None
 
 
+class _ReportLog:
+    """The report file, read from where the last look stopped (complete lines only)."""
+
+    def __init__(self, directory: Any = None, fd: int | None = None) -> None:
+        self.directory, self.fd, self.offset = directory, fd, 0
+
+    @classmethod
+    def open(cls, directory: Any) -> _ReportLog:
+        """Open the report file of ``directory`` for reading, making it if missing; a log with no
+        descriptor (tried again at the next look) when that fails."""
+        path = os.path.join(directory, REPORT_FILE)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+            return cls(directory, os.open(path, os.O_RDONLY))
+        except OSError:  # no report directory (yet)
+            return cls()
+
+    def read_new(self) -> bytes:
+        """The complete lines appended since the last call (a line still being written waits)."""
+        if self.fd is None:
+            return b""
+        try:
+            size = os.lseek(self.fd, 0, os.SEEK_END)
+            if size <= self.offset:
+                return b""
+            os.lseek(self.fd, self.offset, os.SEEK_SET)
+            new = os.read(self.fd, size - self.offset)
+        except OSError:
+            return b""
+        complete = new[:new.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return complete
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        self.fd = None
+
+
 class AccessGuard:
     """The process-wide guard state. One instance, :data:`GUARD`.
 
@@ -395,7 +435,7 @@ class AccessGuard:
         self._refusals: list[Access] = []
         self._watched: list[Access] = []
         self._lock = threading.Lock()
-        self._log = ("", 0)  # report file read, and how far
+        self._log = _ReportLog()  # the report file of report_dir, and how far it was read
         self._local = threading.local()
         self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
@@ -465,28 +505,22 @@ class AccessGuard:
 
     def _collect_reports(self) -> None:
         """Move the records other processes appended to ``report_dir/access.jsonl`` into memory.
-        One ``stat`` when nothing was added (the file only grows: its size says what is new)."""
-        if self.report_dir is None:
+        The file only grows, so its size says what is new: one ``lseek`` on a descriptor kept
+        open when nothing was added."""
+        report_dir = self.report_dir
+        if report_dir is None:
             return
-        log = os.path.join(self.report_dir, REPORT_FILE)
         local = self._local
         before, local.busy = getattr(local, "busy", False), True  # reading the reports is not judged
         try:
-            if log != self._log[0]:
-                self._log = (log, 0)
-                with contextlib.suppress(OSError):  # made now, so that each later look finds it (cheaper)
-                    os.close(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
-            try:
-                if os.stat(log).st_size <= self._log[1]:
-                    return
-                with open(log, "rb") as handle:
-                    handle.seek(self._log[1])
-                    new = handle.read()
-            except OSError:  # not there (yet, or any more): nothing written
-                return
-            complete = new[:new.rfind(b"\n") + 1]  # a line still being written waits for the next look
-            self._log = (log, self._log[1] + len(complete))
-            for line in complete.splitlines():
+            if report_dir is not self._log.directory:
+                if self._log.fd is not None and os.fspath(report_dir) == os.fspath(self._log.directory):
+                    self._log.directory = report_dir  # the same directory again: read on where we were
+                else:
+                    self._log.close()
+                    self._log = _ReportLog.open(report_dir)
+            new = self._log.read_new()
+            for line in new.splitlines():
                 try:
                     access = Access(**json.loads(line))
                 except (ValueError, TypeError):
