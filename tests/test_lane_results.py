@@ -13,7 +13,6 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -55,6 +54,10 @@ class TestK:
 '''
 
 EXPECTED = {
+    "test_broken": "error",
+    "test_sub.TestUnit::test_sub_fails": "failed",
+    "test_sub.TestUnit::test_sub_passes": "passed",
+    "test_sub::test_warns": "passed",
     "test_sample::test_pass": "passed",
     "test_sample::test_fail": "failed",
     "test_sample::test_setup_error": "error",
@@ -104,12 +107,14 @@ def _run_pytest(directory: Path, *args: str) -> tuple[Path, str, int]:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A JUnit report and terminal output written by pytest for SAMPLE."""
+def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
+    """One pytest run writing every outcome: SAMPLE, SUBTESTS and a module that fails to collect
+    (``--continue-on-collection-errors``, so the rest still runs); its JUnit report, output, exit code."""
     directory = tmp_path_factory.mktemp("real")
     (directory / "test_sample.py").write_text(SAMPLE)
-    junit, output, _ = _run_pytest(directory, "test_sample.py")
-    return junit, output
+    (directory / "test_sub.py").write_text(SUBTESTS)
+    (directory / "test_broken.py").write_text("import no_such_module_for_this_test\n")
+    return _run_pytest(directory, "-q", "--continue-on-collection-errors", ".")
 
 
 def _run(junit: Path, returncode: int) -> Run:
@@ -131,13 +136,13 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_real_report_outcome_taxonomy(real):
-    junit, _ = real
+    junit, *_ = real
     report = jc.load_report(junit)
     assert {k: c.outcome for k, c in report.cases.items()} == EXPECTED
 
 
 def test_fail_plus_teardown_error_is_two_elements_merged_into_one_case(real):
-    junit, _ = real
+    junit, *_ = real
     text = junit.read_text()
     assert text.count('name="test_fail_teardown_error"') == 2  # what pytest really writes
     case = jc.load_report(junit).cases["test_sample::test_fail_teardown_error"]
@@ -145,7 +150,7 @@ def test_fail_plus_teardown_error_is_two_elements_merged_into_one_case(real):
 
 
 def test_xfail_is_not_confused_with_skip(real):
-    junit, _ = real
+    junit, *_ = real
     assert 'type="pytest.xfail"' in junit.read_text()
     report = jc.load_report(junit)
     assert report.cases["test_sample::test_xfail"].outcome == "xfailed"
@@ -153,7 +158,7 @@ def test_xfail_is_not_confused_with_skip(real):
 
 
 def test_strict_xpass_is_a_failure_with_the_xpass_message(real):
-    junit, _ = real
+    junit, *_ = real
     case = jc.load_report(junit).cases["test_sample::test_xpass_strict"]
     assert case.results[0].message.startswith("[XPASS(strict)]")
     assert case.outcome == "xpassed" and case.is_failing
@@ -169,12 +174,24 @@ def test_bare_testsuite_root_reads_like_testsuites(tmp_path):
     }
 
 
-def test_collection_error_is_an_error_case(tmp_path):
-    (tmp_path / "test_broken.py").write_text("import no_such_module_for_this_test\n")
-    junit, _, _ = _run_pytest(tmp_path, "test_broken.py")
-    report = jc.load_report(junit)
-    assert [c.outcome for c in report.cases.values()] == ["error"]
-    assert list(report.cases.values())[0].results[0].phase == "collection"
+def test_collection_error_is_an_error_case(real):
+    junit, *_ = real
+    case = jc.load_report(junit).cases["test_broken"]
+    assert case.outcome == "error" and case.results[0].phase == "collection"
+
+
+def test_every_word_of_pytest_s_summary_is_read_from_the_report_instead(real):
+    """pytest 9's summary line names each outcome (pytest 8's with ``rerun``: fixtures/junit, read in
+    test_a_pytest_8_report_with_reruns_and_subtests; "no tests ran": test_no_tests_ran_cannot_decide).
+    The lane never reads that line, and gets the same from the report and the exit code."""
+    junit, output, code = real
+    summary = output.strip().splitlines()[-1]
+    for word in ("failed", "passed", "skipped", "xfailed", "xpassed", "warning", "error", "subtests passed"):
+        assert word in summary, summary
+    judged = verdict.judge("unit", _run(junit, code))
+    assert judged.status == "FAILED" and code == 1
+    assert judged.failing == sorted(k for k, outcome in EXPECTED.items() if outcome.split("+")[0] in (
+        "failed", "error", "xpassed") or outcome.endswith("+error"))
 
 
 @pytest.mark.parametrize(
@@ -204,16 +221,14 @@ def test_repeated_ids_are_merged_into_one_case(tmp_path):
     assert {k: c.outcome for k, c in report.cases.items()} == {"m::t": "passed+error", "m::r": "passed"}
 
 
-def test_unittest_subtests_are_read_from_the_report(tmp_path):
+def test_unittest_subtests_are_read_from_the_report(real):
     """pytest 9 writes a failing subTest into its test's element (and nothing for passing ones)."""
-    (tmp_path / "test_sub.py").write_text(SUBTESTS)
-    junit, output, code = _run_pytest(tmp_path, "test_sub.py")
+    junit, *_ = real
+    text = junit.read_text()
+    assert text.count('name="test_sub_fails"') == 1 and "<failure" in text.split('name="test_sub_fails"')[1][:400]
     report = jc.load_report(junit)
-    assert {k: c.outcome for k, c in report.cases.items()} == {
-        "test_sub.TestUnit::test_sub_fails": "failed", "test_sub.TestUnit::test_sub_passes": "passed",
-        "test_sub::test_warns": "passed"}, output
-    judged = verdict.judge("unit", _run(junit, code))
-    assert (judged.status, judged.failing) == ("FAILED", ["test_sub.TestUnit::test_sub_fails"])
+    assert report.cases["test_sub.TestUnit::test_sub_fails"].is_failing
+    assert not report.cases["test_sub.TestUnit::test_sub_passes"].results
 
 
 def test_a_pytest_8_report_with_reruns_and_subtests():
@@ -277,7 +292,7 @@ def test_case_key_from_node_id(node_id, key):
 
 
 def test_same_report_is_identical(real):
-    junit, _ = real
+    junit, *_ = real
     result = jc.compare(junit, junit)
     assert result.verdict == "identical" and result.exit_code == 0 and not result.differences
 
@@ -290,7 +305,8 @@ def test_order_and_timing_do_not_matter(tmp_path):
 
 def test_different_outcome_and_missing_case_are_differences(tmp_path):
     a = _xml('<testcase classname="m" name="t1"/><testcase classname="m" name="t2"/>')
-    b = _xml('<testcase classname="m" name="t1"><failure message="boom"/></testcase><testcase classname="m" name="t3"/>')
+    b = _xml('<testcase classname="m" name="t1"><failure message="boom"/></testcase>'
+             '<testcase classname="m" name="t3"/>')
     result = jc.compare(_write(tmp_path, "a.xml", a), _write(tmp_path, "b.xml", b))
     assert result.verdict == "different" and result.exit_code == 1
     assert [(r.id, r.outcome_a, r.outcome_b) for r in result.differences] == [
@@ -315,7 +331,7 @@ def test_zero_cases_cannot_decide(tmp_path):
 
 
 def test_unreadable_side_cannot_decide_and_is_named(tmp_path, real):
-    junit, _ = real
+    junit, *_ = real
     result = jc.compare(junit, _write(tmp_path, "bad.xml", "not xml"), label_b="with config")
     assert result.verdict == "cannot decide" and "bad.xml" in result.undecided[0]
 
@@ -369,7 +385,8 @@ def test_cli_exit_codes_and_markdown(tmp_path, capsys):
     from canarchy.testing.lanes.__main__ import main
 
     a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
-    b = _write(tmp_path, "b.xml", _xml('<testcase classname="m" name="t1"><error message="failed on setup with x"/></testcase>'))
+    b = _write(tmp_path, "b.xml",
+               _xml('<testcase classname="m" name="t1"><error message="failed on setup with x"/></testcase>'))
     md = tmp_path / "out" / "parity.md"
     assert main(["compare", str(a), str(a)]) == 0
     assert main(["compare", str(a), str(b), "--markdown", str(md)]) == 1
@@ -388,13 +405,3 @@ def test_table_lists_each_differing_test_by_id(tmp_path):
     assert any(line.split() == ["m::t1", "passed", "failed"] for line in lines)
     assert any(line.split() == ["m::t2", "passed", "absent"] for line in lines)
     assert not any(line.startswith("m::t0") for line in lines)
-
-
-def test_module_runs_as_a_script(tmp_path):
-    a = _write(tmp_path, "a.xml", _xml('<testcase classname="m" name="t1"/>'))
-    proc = subprocess.run(
-        [sys.executable, "-m", "canarchy.testing.lanes", "compare", str(a), str(a)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert textwrap.dedent(proc.stdout).startswith("compare: IDENTICAL")

@@ -18,7 +18,6 @@ from canarchy.testing.isolation.tree import changes, snapshot
 from canarchy.testing.lanes import parity, runner, unit, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
-from canarchy.testing.lanes.results import totals_text
 from tests.helpers import WAITING_TEST, interrupt_once_started
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,21 +90,20 @@ def _installed_plugin(site: Path) -> None:
 
 
 def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path):
+    import importlib.metadata
+
     site = tmp_path / "site"
     _installed_plugin(site)
+    # control: the planted distribution carries the pytest11 entry point pytest's autoload reads
+    [dist] = importlib.metadata.distributions(path=[str(site)])
+    assert [(e.group, e.value) for e in dist.entry_points] == [("pytest11", "planted_plugin")]
     project = tmp_path / "project"
     project.mkdir()
     (project / "test_a.py").write_text("def test_a(): pass\n")
-    args = ["-p", "no:cacheprovider", "--junitxml=reports/a.xml", "test_a.py"]
-    # control: with autoload as a bare shell has it, the planted plugin runs
-    control = {**os.environ, "PYTHONPATH": str(site)}
-    control.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
-    subprocess.run([sys.executable, "-m", "pytest", *args], cwd=project, env=control, capture_output=True, check=True)
-    assert (project / ".installed-plugin-was-here").exists()
-    (project / ".installed-plugin-was-here").unlink()
     env = lane_env.build_env(home=tmp_path / "home", source={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": ""},
-                          extra={"PYTHONPATH": str(site)})
-    run = runner.run_pytest(args, env=env, log=tmp_path / "a.log", cwd=project)
+                             extra={"PYTHONPATH": str(site)})
+    run = runner.run_pytest(["-p", "no:cacheprovider", "--junitxml=reports/a.xml", "test_a.py"], env=env,
+                            log=tmp_path / "a.log", cwd=project)
     assert run.returncode == 0, run.output
     assert not (project / ".installed-plugin-was-here").exists()
 
@@ -115,7 +113,8 @@ def test_a_lane_never_loads_plugins_merely_installed_in_the_interpreter(tmp_path
     [
         ([], None, ["tests"]),
         (["tests/test_cli.py::test_a", "-k", "json"], None, ["-k", "json", "tests/test_cli.py::test_a"]),
-        (["-k=json", "-m", "not slow", "--deselect", "tests/x.py::t"], None, ["-k", "json", "-m", "not slow", "--deselect", "tests/x.py::t", "tests"]),
+        (["-k=json", "-m", "not slow", "--deselect", "tests/x.py::t"], None,
+         ["-k", "json", "-m", "not slow", "--deselect", "tests/x.py::t", "tests"]),
         (["tests/test_integration.py"], "integration", ["tests/test_integration.py"]),
     ],
 )
@@ -144,7 +143,8 @@ def test_choose_tests_refuses_everything_else(posargs, fixed, message):
         lane_env.choose_tests(posargs, fixed_markexpr=fixed)
 
 
-@pytest.mark.parametrize("path", ["/tmp/elsewhere/test_evil.py", "../other-checkout/tests", "tests/../../x/test_a.py::t"])
+@pytest.mark.parametrize("path", ["/tmp/elsewhere/test_evil.py", "../other-checkout/tests",
+                                  "tests/../../x/test_a.py::t"])
 def test_choose_tests_keeps_to_the_checkout(tmp_path, path):
     """A test file outside the checkout would run without its conftest, i.e. unisolated."""
     checkout = tmp_path / "checkout"
@@ -175,7 +175,8 @@ def test_operator_home_fixture_is_complete():
         assert required in files
     assert sum(1 for f in files if f.startswith(".canarchy/findings/") and f.endswith("/campaign.json")) == 2
     config = (home / ".canarchy" / "config.toml").read_text()
-    for line in ('interface = "udp_multicast"', 'default_interface = "vcan-operator"', "require_active_ack = true", "[plugins.example]"):
+    for line in ('interface = "udp_multicast"', 'default_interface = "vcan-operator"', "require_active_ack = true",
+                 "[plugins.example]"):
         assert line in config
     dbc = lane_env.HOSTILE_ENV["CANARCHY_J1939_DBC"].replace("{home}/", "")
     assert dbc in files, "HOSTILE_ENV's DBC path must exist in the operator home"
@@ -199,7 +200,8 @@ def test_netns_command_refuses_when_unavailable():
 
 def test_netns_support_reasons(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert lane_netns._probe_netns() == lane_netns.NetnsSupport(False, "network namespaces are Linux-only (this is darwin)")
+    assert lane_netns._probe_netns() == lane_netns.NetnsSupport(
+        False, "network namespaces are Linux-only (this is darwin)")
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     support = lane_netns._probe_netns()
@@ -307,7 +309,8 @@ def test_a_bad_lanes_table_is_named(tmp_path, table, message):
 def test_canarchy_s_own_layout():
     project = load_project(REPO)
     assert project.packages == ("canarchy",) and project.source == REPO and project.tests == ("tests",)
-    assert project.operator_home == REPO / "fixtures" / "operator-home" and project.mutations == REPO / "fixtures" / "mutations"
+    assert project.operator_home == REPO / "fixtures" / "operator-home"
+    assert project.mutations == REPO / "fixtures" / "mutations" and project.uses_plugin
 
 
 def test_a_copy_holds_what_git_would_commit(tmp_path):
@@ -335,28 +338,10 @@ def test_a_copy_holds_what_git_would_commit(tmp_path):
 # --------------------------------------------------------------------------- the unit lane
 
 
-def test_the_unit_lane_end_to_end(tmp_path, capsys):
-    project = _project(tmp_path / "p", "import os\ndef test_home():\n    assert 'CANARCHY_DEFAULT_INTERFACE' not in os.environ\n")
-    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "unit: PASSED - 1 passed" in out
-    assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
-    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before, "a lane handler survived"
-
-
-def test_the_unit_lane_uses_xdist_workers(tmp_path, capsys):
-    project = _project(tmp_path / "p", "import os\ndef test_worker():\n    assert os.environ.get('PYTEST_XDIST_WORKER')\n")
-    assert lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "2"]) == 0, capsys.readouterr().out
-    assert "unit: 2 pytest-xdist workers" in capsys.readouterr().out
-    assert unit.workers(None) in (0, len(os.sched_getaffinity(0)))
-
-
 def unguarded_child() -> str:
-    """A test module whose child escapes the bus guard the documented way (``python -I``
-    drops the PYTHONPATH hook) and must find itself in a network namespace other than
-    this test's, holding only ``lo``: the plugin's own namespace, whatever lane runs it."""
+    """A test whose child escapes the bus guard the documented way (``python -I`` drops the
+    PYTHONPATH hook) and must find itself in a network namespace other than this test's,
+    holding only ``lo``: the plugin's own namespace, whatever lane runs it."""
     outer = os.readlink("/proc/self/ns/net")
     return f"""
 import subprocess, sys
@@ -370,19 +355,41 @@ def test_an_unguarded_child_is_contained():
 """
 
 
-def test_a_lane_s_suite_contains_a_child_the_guard_cannot_reach(tmp_path, capsys):
-    if not lane_netns.netns_support().available:
-        pytest.skip(lane_netns.netns_support().reason)
-    project = _project(tmp_path / "p", unguarded_child())
-    assert lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"]) == 0, capsys.readouterr().out
+UNIT_TESTS = """
+import os
+
+def test_home():
+    assert 'CANARCHY_DEFAULT_INTERFACE' not in os.environ
+
+def test_worker():
+    assert os.environ.get('PYTEST_XDIST_WORKER')
+"""
+
+
+def test_the_unit_lane_runs_the_suite_in_workers_and_contains_what_it_starts(tmp_path, capsys, monkeypatch):
+    """One run of the unit lane with a pytest-xdist worker (the adopter's runs it with none,
+    tests/test_adopter.py); where namespaces can be made, a child the guard cannot reach is contained."""
+    contained = lane_netns.netns_support().available
+    project = _project(tmp_path / "p", UNIT_TESTS + (unguarded_child() if contained else ""))
+    monkeypatch.setenv("CANARCHY_DEFAULT_INTERFACE", "can0")  # the caller's shell never reaches a lane's test
+    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "unit: 1 pytest-xdist workers" in out and f"unit: PASSED - {3 if contained else 2} passed" in out, out
+    assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
+    assert unit.workers(None) in (0, len(os.sched_getaffinity(0)))
 
 
 # --------------------------------------------------------------------------- the parity lane
 
 
-LEAKY_TESTS = """
-import logging, os
+#: Every kind of difference parity tells apart, in one unisolated suite (no plugin): run once.
+#: Under the plugin the same kinds of leak give identical twins (tests/test_adopter.py).
+EVERY_KIND = """
+import logging, os, time
 from pathlib import Path
+
+import pytest
 
 def test_stable():
     pass
@@ -397,76 +404,37 @@ def test_writes_into_the_home():
     if (Path.home() / ".canarchy").is_dir():
         (Path.home() / ".canarchy" / "findings" / "new-campaign").mkdir(parents=True, exist_ok=True)
         logging.getLogger("can.bus").warning("UdpMulticastBus was not properly shut down")
+
+def test_writes_into_its_checkout():
+    (Path(__file__).parent / "scratch.txt").write_text("x")
+
+def test_flaky():
+    # every run counts itself (atomically: the twins run at once); the second one fails
+    n = 1
+    while True:
+        try:
+            os.close(os.open(os.path.join({runs!r}, str(n)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            break
+        except FileExistsError:
+            n += 1
+    assert n != 2
+
+@pytest.mark.parametrize("pair", frozenset({{("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)}}))
+def test_pairs(pair):
+    assert pair[1] != 3
+
+def test_twins_meet():
+    meeting = Path({meeting!r})
+    (meeting / os.environ["PYTHONHASHSEED"]).write_text("")
+    deadline = time.monotonic() + 60
+    while len(list(meeting.iterdir())) < 2:
+        assert time.monotonic() < deadline, "the other twin never ran at the same time"
+        time.sleep(0.05)
+    assert "LEAKY_CALLER_VARIABLE" not in os.environ and "CANARCHY_CALLER" not in os.environ
 """
 
 UNISOLATED = PYPROJECT.replace('addopts = ["-p", "canarchy.testing.isolation.plugin"]\n', "").replace(
     "canarchy_network_namespace = true\n", "")
-
-
-def _parity(project: Project, **kwargs) -> parity.ParityResult:
-    return parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(11, 22), **kwargs)
-
-
-def test_parity_finds_every_kind_of_leak(tmp_path):
-    project = _project(tmp_path / "p", LEAKY_TESTS, pyproject=UNISOLATED)
-    result = _parity(project)
-    assert [(f.id, f.kind) for f in result.findings] == [
-        ("tests.test_p::test_reads_the_home_config", "operator"), ("tests.test_p::test_reads_the_shell", "operator")]
-    assert result.findings[0].clean == ("passed", "passed", "passed")  # the run and two re-runs
-    assert result.home_changes == ["added: .canarchy/findings", "added: .canarchy/findings/new-campaign"]
-    assert result.not_shut_down["clean"] == [] and len(result.not_shut_down["operator"]) >= 1
-    assert result.checkout_changes == [] and result.exit_code == 1 and result.status == "FAILED"
-    md = parity.render_markdown(result)
-    assert "`tests.test_p::test_reads_the_shell` | depends on the operator" in md and "operator home unchanged: NO" in md
-    assert not (project.operator_home / ".canarchy" / "findings").exists()  # the fixture itself is never the home
-
-
-def test_parity_identical_under_the_plugin(tmp_path):
-    project = _project(tmp_path / "p", LEAKY_TESTS)
-    result = _parity(project)
-    assert result.exit_code == 0 and result.findings == [], parity.render(result)
-    assert {n: totals_text(t.report) for n, t in result.twins.items()} == {"clean": "4 passed", "operator": "4 passed"}
-
-
-def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
-    result = _parity(_project(tmp_path / "p", "import no_such_module_anywhere\n"))
-    assert not result.comparison.differences and result.exit_code == 2
-    assert any("pytest exit code 2" in reason for reason in result.comparison.undecided)
-
-
-FLAKY = """
-import os
-from pathlib import Path
-
-def test_flaky():
-    # Its own count in each configuration (they run at the same time): the first run fails in
-    # the clean one and passes in the operator's, and every run differs from the one before.
-    counter = Path({counter!r} + os.environ["PYTHONHASHSEED"])
-    n = int(counter.read_text()) + 1 if counter.exists() else 1
-    counter.write_text(str(n))
-    assert (n + int(os.environ["PYTHONHASHSEED"])) % 2
-
-def test_stable():
-    pass
-"""
-
-HASH_ORDER = """
-import pytest
-
-@pytest.mark.parametrize("pair", frozenset({("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)}))
-def test_pairs(pair):
-    assert pair[1] != 3
-"""
-
-
-def test_a_flaky_test_is_reported_and_fails_parity_only_when_strict(tmp_path):
-    project = _project(tmp_path / "p", FLAKY.format(counter=str(tmp_path / "counter")))
-    result = _parity(project)
-    assert [(f.id, f.kind) for f in result.findings] == [("tests.test_p::test_flaky", "flaky")], parity.render(result)
-    assert result.exit_code == 0 and "flaky" in parity.render(result)
-    for counter in tmp_path.glob("counter*"):
-        counter.unlink()
-    assert _parity(project, strict=True).exit_code == 1
 
 
 def _position_under(seed: int) -> int:
@@ -475,52 +443,63 @@ def _position_under(seed: int) -> int:
     return int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
 
 
-def test_ids_that_follow_the_hash_seed_are_not_an_operator_difference(tmp_path):
-    """Positional ids of a frozenset parametrization: the failing value moves with the hash
-    seed, so the twins differ on two ids; the lane says why instead of DIFFERENT."""
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, parity.ParityResult, dict]:
+    """One parity run over EVERY_KIND, with a caller's shell holding variables that must not get through
+    and two hash seeds under which the failing ``test_pairs`` value has different positional ids."""
+    base = tmp_path_factory.mktemp("every-kind")
+    (base / "runs").mkdir()
+    (base / "meeting").mkdir()
+    project = _project(base / "p", EVERY_KIND.format(runs=str(base / "runs"), meeting=str(base / "meeting")),
+                       pyproject=UNISOLATED)
     first = _position_under(1)
     other = next(seed for seed in range(2, 60) if _position_under(seed) != first)
-    project = _project(tmp_path / "p", HASH_ORDER)
-    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(1, other))
-    assert len(result.findings) == 2 and {f.kind for f in result.findings} == {"hash seed"}, parity.render(result)
-    assert result.exit_code == 0 and "sort the values or give ids=" in parity.render(result)
-
-
-def test_a_test_writing_into_its_checkout_is_reported_not_a_difference(tmp_path):
-    project = _project(tmp_path / "p", "from pathlib import Path\n\ndef test_writes():\n"
-                                       "    (Path(__file__).parent / 'scratch.txt').write_text('x')\n")
     before = snapshot(project.root)
-    result = _parity(project)
-    assert result.exit_code == 0 and result.findings == [], parity.render(result)
-    assert any("added: tests/scratch.txt" in line for line in result.checkout_writes)
-    assert changes(before, snapshot(project.root)) == []
-
-
-MEET = """
-import os, time
-from pathlib import Path
-
-MEETING = Path({meeting!r})
-
-def test_twins_meet():
-    (MEETING / os.environ["PYTHONHASHSEED"]).write_text("")
-    deadline = time.monotonic() + 60
-    while len(list(MEETING.iterdir())) < 2:
-        assert time.monotonic() < deadline, "the other twin never ran at the same time"
-        time.sleep(0.05)
-    assert "LEAKY_CALLER_VARIABLE" not in os.environ and "CANARCHY_CALLER" not in os.environ
-"""
-
-
-def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(tmp_path):
-    meeting = tmp_path / "meeting"
-    meeting.mkdir()
-    project = _project(tmp_path / "p", MEET.format(meeting=str(meeting)))
     caller = dict(os.environ, LEAKY_CALLER_VARIABLE="1", CANARCHY_CALLER="x")
-    result = parity.run_parity(project, ["tests"], source_env=caller, hashseeds=(11, 22))
-    assert result.exit_code == 0, parity.render(result)
-    assert sorted(p.name for p in meeting.iterdir()) == ["11", "22"]
+    result = parity.run_parity(project, ["tests"], source_env=caller, hashseeds=(1, other), reruns=1)
+    return project, result, {"before": before, "meeting": base / "meeting"}
+
+
+def test_parity_tells_each_kind_of_difference_apart(every_kind):
+    _project, result, _ = every_kind
+    kinds = {f.id.removeprefix("tests.test_p::"): f.kind for f in result.findings}
+    pairs = sorted(k for k in kinds if k.startswith("test_pairs["))
+    assert kinds == {"test_reads_the_home_config": "operator", "test_reads_the_shell": "operator",
+                     "test_flaky": "flaky", **dict.fromkeys(pairs, "hash seed")}, parity.render(result)
+    assert len(pairs) == 2
+    operator = {f.id: f for f in result.of_kind("operator")}
+    assert operator["tests.test_p::test_reads_the_shell"].clean == ("passed", "passed")  # the run and its re-run
+    assert result.exit_code == 1 and result.status == "FAILED"
+    text, md = parity.render(result), parity.render_markdown(result)
+    assert "sort the values or give ids=" in text and "flaky" in text
+    assert "`tests.test_p::test_reads_the_shell` | depends on the operator" in md
+
+
+def test_parity_checks_the_operator_home_the_logs_and_the_checkout(every_kind):
+    project, result, seen = every_kind
+    assert result.home_changes == ["added: .canarchy/findings", "added: .canarchy/findings/new-campaign"]
+    assert result.not_shut_down["clean"] == [] and len(result.not_shut_down["operator"]) >= 1
+    assert "operator home unchanged: NO" in parity.render_markdown(result)
+    assert not (project.operator_home / ".canarchy" / "findings").exists()  # the fixture itself is never the home
+    # a test writing into its checkout writes into its twin's copy: reported, not a difference
+    assert {"clean twin's copy after its run: added: tests/scratch.txt",
+            "operator twin's copy after its run: added: tests/scratch.txt"} <= set(result.checkout_writes)
+    assert result.checkout_changes == []
+    assert changes(seen["before"], snapshot(project.root)) == []
+
+
+def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(every_kind):
+    project, result, seen = every_kind
+    assert "tests.test_p::test_twins_meet" not in {f.id for f in result.findings}  # passed in both, at the same time
+    assert sorted(p.name for p in seen["meeting"].iterdir()) == sorted(str(t.hashseed) for t in result.twins.values())
     assert {t.copy for t in result.twins.values()}.isdisjoint({project.root})
+
+
+def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
+    result = parity.run_parity(_project(tmp_path / "p", "import no_such_module_anywhere\n"), ["tests"],
+                               source_env=os.environ, hashseeds=(11, 22))
+    assert not result.comparison.differences and result.exit_code == 2
+    assert any("pytest exit code 2" in reason for reason in result.comparison.undecided)
 
 
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
@@ -546,15 +525,16 @@ def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypa
 # --------------------------------------------------------------------------- interrupts
 
 
-@pytest.mark.parametrize("signals", [1, 2], ids=["one-sigint", "two-sigints-150ms-apart"])
-def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path, signals):
+def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path):
+    """Two SIGINTs 150 ms apart (the second makes the stop hurry); one SIGINT: tests/test_order.py."""
     started, tmp = tmp_path / "started", tmp_path / "tmp"
     started.mkdir()
     tmp.mkdir()
     project = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
-    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ, extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
+                             extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "parity"]
-    lane = interrupt_once_started(argv, started=started, runs=2, cwd=project.root, env=env, signals=signals)
+    lane = interrupt_once_started(argv, started=started, runs=2, cwd=project.root, env=env, signals=2)
     assert lane.returncode == 130, lane.out + lane.err
     assert "parity: interrupted by SIGINT" in lane.err and "Traceback" not in lane.err, lane.err
     for pid in lane.pids:

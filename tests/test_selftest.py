@@ -1,8 +1,9 @@
 """canarchy.testing.lanes.selftest: the seeded-defect corpus (fixtures/leaks) and its runner.
 
 The whole corpus runs in `nox -s selftest`; here: the manifest is complete and
-valid, the corpus is never collected by the normal suite, one defect is caught
-end to end, and a detector that stays silent is reported as a miss.
+valid, the corpus is never collected by the normal suite (no module is named
+test_*, every module is in the manifest, naming one explicitly is refused), one
+defect is caught end to end, and a detector that stays silent is reported as a miss.
 """
 
 from __future__ import annotations
@@ -53,24 +54,21 @@ def test_a_corpus_module_named_explicitly_is_refused_before_it_runs(tmp_path):
     assert not (tmp_path / ".canarchy").exists()
 
 
-def test_the_corpus_is_never_collected_by_the_suite(tmp_path):
-    """Neither `pytest` (testpaths) nor `pytest fixtures/` collects a corpus module."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "fixtures/leaks"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert "leak_" not in proc.stdout and "control_clean" not in proc.stdout, proc.stdout
-    assert "no tests collected" in proc.stdout or "no tests ran" in proc.stdout, proc.stdout
+def _defect(file: str = "m.py", **fields: str) -> str:
+    """A one-defect manifest: name x, the given ``file`` and fields, expect and description set."""
+    lines = ['[[defect]]', 'name = "x"', f'file = "{file}"', *(f'{k} = "{v}"' for k, v in fields.items()),
+             'expect = "e"', 'description = "d"']
+    return "\n".join(lines) + "\n"
 
 
 @pytest.mark.parametrize(
     "manifest, message",
     [
-        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "luck"\ntest = "t"\nexpect = "e"\ndescription = "d"\n', "`detector` must be one of"),
-        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "guard"\nexpect = "e"\ndescription = "d"\n', "needs `test`"),
-        ('[[defect]]\nname = "x"\nfile = "nope.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "is not a file"),
-        ('[[defect]]\nname = "x"\nfile = "test_m.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "would be collected"),
-        ('[[defect]]\nname = "x"\nfile = "m.py"\ndetector = "sentinel"\nexpect = "e"\ndescription = "d"\n', "no [[control]]"),
+        (_defect(detector="luck", test="t"), "`detector` must be one of"),
+        (_defect(detector="guard"), "needs `test`"),
+        (_defect("nope.py", detector="sentinel"), "is not a file"),
+        (_defect("test_m.py", detector="sentinel"), "would be collected"),
+        (_defect(detector="sentinel"), "no [[control]]"),
         ('[[control]]\nname = "x"\nfile = "m.py"\ndescription = "d"\nsurprise = 1\n', "only"),
     ],
 )

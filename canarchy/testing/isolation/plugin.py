@@ -37,6 +37,9 @@ MARKERS = {
 }
 #: JUnit test-suite property naming each test the plugin deselected (lanes read it, not pytest's summary).
 DESELECTED_PROPERTY = "canarchy_deselected"
+#: JUnit test-suite property every run under the plugin carries (what is in force): the lanes
+#: refuse a report without it from a project whose configuration loads the plugin.
+ISOLATION_PROPERTY = "canarchy_isolation"
 #: JUnit test-case property naming each write a test made into the checkout.
 CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
 REQUIRED_MODULE = "canarchy.testing.required"
@@ -645,6 +648,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is not None and not _is_worker(session.config):
         with _access.GUARD.exempt():
             run.checkout_before = _checkout_manifest(session.config.rootpath, run.sandbox.operator_env)
+        _junit_suite_properties(session.config, [(ISOLATION_PROPERTY, "; ".join(
+            line.removeprefix("canarchy isolation: ") for line in pytest_report_header(session.config)))])
         _set_owners(_BETWEEN_TESTS)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, Interrupted, interrupts, split_pytest_args
 

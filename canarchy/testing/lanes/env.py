@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 #: Variables a lane copies from the caller: what programs need to run and to
 #: print, nothing that can change what a test decides.
@@ -148,7 +148,8 @@ def choose_tests(
         option, has_value, value = token.partition("=")
         if option not in SELECTION_OPTIONS or (option == "-m" and fixed_markexpr is not None):
             raise ValueError(
-                f"posargs only choose tests (paths, node ids, -k, -m, --deselect); {token!r} is not allowed in this lane"
+                f"posargs only choose tests (paths, node ids, -k, -m, --deselect); {token!r} is not allowed "
+                "in this lane"
             )
         if not has_value:
             if not args:

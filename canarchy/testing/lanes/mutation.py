@@ -25,7 +25,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
@@ -91,14 +91,15 @@ class TestRow:
 
 @dataclass
 class MutationResult:
-    """``status``: ``killed``, ``survived`` or ``cannot decide``; ``imported``: the mutated modules' files."""
+    """``status``: ``killed``, ``survived`` or ``cannot decide``; ``imported``: the mutated modules' files;
+    ``importers``: each Python process of the mutant's run that imported the copy (``pid: command line``)."""
 
     mutation: Mutation
     status: str = "cannot decide"
     reason: str = ""
     rows: list[TestRow] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)
-    processes: int = 0
+    importers: list[str] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -239,6 +240,12 @@ class _Workspace:
     def changes(self) -> list[str]:
         return changes(self.pristine, snapshot(self.tree, walk=SKIP_LIST))
 
+    def restore(self, texts: dict[str, tuple[str, str]]) -> None:
+        """Write each mutated file's original text back; a file the lane itself rewrote is no change."""
+        for file, (original, _mutated) in texts.items():
+            (self.tree / file).write_text(original, encoding="utf-8")
+        self.pristine.update(snapshot(self.tree, only=list(texts)))
+
     @property
     def import_root(self) -> Path:
         return self.tree / self.project.source.relative_to(self.project.root)
@@ -248,30 +255,34 @@ class _Workspace:
             "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(self.import_root)]), "TMPDIR": str(self.tmp),
             "PYTEST_CANARCHY_IMPORT_PROOF": str(proof), "PYTEST_CANARCHY_IMPORT_PACKAGES": ",".join(packages)})
 
-    def pytest(self, label: str, node_ids: Sequence[str], packages: Sequence[str]) -> tuple[dict[str, Case], list[dict]]:
+    def pytest(self, label: str, node_ids: Sequence[str],
+               packages: Sequence[str]) -> tuple[dict[str, Case], list[dict]]:
         """Run ``node_ids`` on the copy; their cases and the import-proof records of every process."""
         self.runs += 1
         proof = self.root / f"proof-{self.runs}"
         proof.mkdir()
         junit = self.out / f"{label}.xml"
         try:
-            done = run_pytest([*SAFETY_FLAGS, "-c", str(self.tree / "pyproject.toml"), f"--junitxml={junit}", *node_ids],
-                              env=self.env(proof, packages), cwd=self.tree, python=self.python, timeout=self.timeout)
+            done = run_pytest([*SAFETY_FLAGS, "-c", str(self.tree / "pyproject.toml"), f"--junitxml={junit}",
+                               *node_ids], env=self.env(proof, packages), cwd=self.tree, python=self.python,
+                              timeout=self.timeout)
         except RunTimeout as exc:
             raise CannotDecide(f"{label}: {exc}") from None
         try:
             report = load_report(junit)
         except CannotDecide as exc:
             tail = "\n".join(done.output.splitlines()[-15:])
-            raise CannotDecide(f"{label}: no usable JUnit report ({exc}); pytest exit code {done.returncode}\n{tail}") from None
+            raise CannotDecide(f"{label}: no usable JUnit report ({exc}); pytest exit code {done.returncode}\n"
+                               f"{tail}") from None
         missing = [n for n in node_ids if case_key(n) not in report.cases]
         if missing:
             raise CannotDecide(f"{label}: not run (no such test?): {', '.join(missing)}")
         records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(proof.glob("*.json"))]
         return {n: report.cases[case_key(n)] for n in node_ids}, records
 
-    def prove_imports(self, label: str, records: list[dict], packages: Sequence[str]) -> int:
-        """CannotDecide unless some process reported and every one imported ``packages`` from the copy."""
+    def prove_imports(self, label: str, records: list[dict], packages: Sequence[str]) -> list[str]:
+        """Each process that reported (``pid: command line``); CannotDecide unless some process
+        reported and every one imported ``packages`` from the copy."""
         if not records:
             raise CannotDecide(f"{label}: the import proof heard from no process (is {HOOK_DIR} on PYTHONPATH?)")
         tree = str(self.tree.resolve())
@@ -282,7 +293,7 @@ class _Workspace:
                     f"{label}: process {r['pid']} ({' '.join(map(str, r['argv']))[:120]}, cwd {r['cwd']}) imported "
                     f"{r['package']} from {r['origin']}, not from the copy {tree}: an installed or stale copy would "
                     "be tested instead")
-        return len({r["pid"] for r in records})
+        return list({r["pid"]: f"{r['pid']}: {' '.join(map(str, r['argv']))[:160]}" for r in records}.values())
 
     def probe(self, mutation: Mutation, texts: dict[str, tuple[str, str]]) -> list[str]:
         """Import each mutated module in a fresh interpreter from the copy: its file must hold the mutant."""
@@ -437,19 +448,18 @@ def _one(work: _Workspace, result: MutationResult, texts: dict[str, tuple[str, s
             (work.tree / file).write_text(mutated, encoding="utf-8")
         result.imported = work.probe(m, texts)
         cases, records = work.pytest(f"{m.name}-mutant", m.node_ids, packages)
-        result.processes = work.prove_imports(f"{m.name} on the mutant", records, packages)
+        result.importers = work.prove_imports(f"{m.name} on the mutant", records, packages)
         _judge(result, cases)
     except (CannotDecide, ProjectError) as exc:
         result.status, result.reason = "cannot decide", str(exc)
     finally:
-        for file, (original, _mutated) in texts.items():
-            (work.tree / file).write_text(original, encoding="utf-8")
+        work.restore(texts)
         if work.changes():
             echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
             work.make_copy()
     result.durations["mutant"] = time.monotonic() - started
     echo(f"mutation {m.name}: {result.status.upper()} ({len(result.killed)}/{len(m.killers)} killers failed; "
-         f"{result.processes} process(es) imported the copy)")
+         f"{len(result.importers)} process(es) imported the copy)")
 
 
 # -- reports -----------------------------------------------------------------------------
@@ -462,11 +472,14 @@ def render(result: MutationResult) -> str:
     """One mutation for a terminal: verdict, ``killed by k/n``, the table."""
     m = result.mutation
     lines = [f"mutation {m.name} (issue {m.issue}): {result.status.upper()}",
-             f"killed by {len(result.killed)}/{len(m.killers)}: {', '.join(_short(r.node_id) for r in result.killed) or '-'}",
+             f"killed by {len(result.killed)}/{len(m.killers)}: "
+             f"{', '.join(_short(r.node_id) for r in result.killed) or '-'}",
              f"reason: {result.reason}"]
     lines += [f"imported mutant: {f} (in the temporary copy, now removed)" for f in result.imported]
-    if result.processes:
-        lines.append(f"import proof: {result.processes} Python process(es) of the run imported the copy, none elsewhere")
+    if result.importers:
+        lines.append(f"import proof: {len(result.importers)} Python process(es) of the run imported the copy, "
+                     "none elsewhere:")
+        lines += [f"  {importer}" for importer in result.importers]
     if result.rows:
         lines += ["", table(["test", "role", "unmutated", "mutant", "verdict"],
                             [[r.node_id, r.role, r.baseline, r.mutant, r.verdict] for r in result.rows])]
@@ -487,7 +500,8 @@ def _summary_rows(results: Sequence[MutationResult]) -> list[list[str]]:
 def render_summary(results: Sequence[MutationResult], seconds: float | None = None) -> str:
     """Several mutations: one row each (killers expected, killers that failed, verdict)."""
     killed = sum(1 for r in results if r.status == "killed")
-    head = f"mutations: {killed}/{len(results)} killed by every named killer" + (f" ({seconds:.0f} s)" if seconds else "")
+    head = f"mutations: {killed}/{len(results)} killed by every named killer"
+    head += f" ({seconds:.0f} s)" if seconds else ""
     return "\n".join([head, "", table(["mutation", "killers expected", "killers that failed", "verdict", "details"],
                                       _summary_rows(results))])
 
@@ -498,7 +512,8 @@ def render_markdown(result: MutationResult) -> str:
     out = [f"# Mutation {m.name} (issue {m.issue}): {result.status}", "", m.description, "",
            f"- files: {', '.join(f'`{f}`' for f in m.files)}",
            f"- killed by {len(result.killed)}/{len(m.killers)}", f"- reason: {result.reason}",
-           f"- processes that imported the copy: {result.processes}",
+           f"- processes that imported the copy: {len(result.importers)}",
+           *(f"  - `{importer}`" for importer in result.importers),
            "- durations (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.durations.items()), "",
            markdown_table(["test", "role", "unmutated", "mutant", "verdict"],
                           [[f"`{r.node_id}`", r.role, r.baseline, r.mutant, r.verdict] for r in result.rows])]
@@ -513,12 +528,14 @@ def render_summary_markdown(results: Sequence[MutationResult], seconds: float | 
         out += [f"Wall time: {seconds:.0f} s.", ""]
     rows = [[f"[{row[0]}](mutation-{row[0]}.md)", r.mutation.issue, *row[1:]]
             for r, row in zip(results, _summary_rows(results), strict=True)]
-    out.append(markdown_table(["mutation", "issue", "killers expected", "killers that failed", "verdict", "details"], rows))
+    out.append(markdown_table(["mutation", "issue", "killers expected", "killers that failed", "verdict", "details"],
+                              rows))
     return "\n".join(out) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("definitions", nargs="*", help="mutation files or directories (default: the project's mutations)")
+    parser.add_argument("definitions", nargs="*",
+                        help="mutation files or directories (default: the project's mutations)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per pytest run")
 
 

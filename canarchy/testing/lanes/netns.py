@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 #: python-can ``udp_multicast``'s IPv4 default group: the channel of the bus the
 #: integration lane provides inside the private namespace.
@@ -54,7 +54,8 @@ def _probe_netns() -> NetnsSupport:
     if not sys.platform.startswith("linux"):
         return NetnsSupport(False, f"network namespaces are Linux-only (this is {sys.platform})")
     if os.geteuid() != 0:
-        return NetnsSupport(False, "creating a network namespace needs root (run the lane as root, or use --operator-bus)")
+        return NetnsSupport(False, "creating a network namespace needs root "
+                                   "(run the lane as root, or use --operator-bus)")
     search = os.pathsep.join(filter(None, [os.environ.get("PATH"), _SBIN_PATH]))
     unshare, ip = shutil.which("unshare", path=search), shutil.which("ip", path=search)
     if unshare is None or ip is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nox
 
-__all__ = ["install", "lane", "unit", "integration", "parity", "mutations", "order", "selftest"]
+__all__ = ["install", "integration", "lane", "mutations", "order", "parity", "selftest", "unit"]
 
 
 def _sibling(name: str):  # type: ignore[no-untyped-def]
@@ -39,6 +39,9 @@ PROJECT = _sibling("project").load_project(Path.cwd())  # nox runs a noxfile fro
 STOP_IN_TIME = {"interrupt_timeout": 30.0, "terminate_timeout": 10.0}
 
 nox.needs_version = ">=2025.2.9"
+# `nox` alone runs the lanes the project has the data for (a noxfile may set its own list).
+nox.options.sessions = ["unit", *(["parity"] if PROJECT.operator_home else []),
+                        *(["mutations"] if PROJECT.mutations else [])]
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
 

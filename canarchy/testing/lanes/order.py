@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
@@ -99,14 +99,15 @@ def _failed(outcome: str) -> bool:
     return outcome.split("+")[0] in ("failed", "error", "xpassed") or outcome.endswith("+error")
 
 
-def _one_run(entry: OrderRun, selection: Sequence[str], out: Path, python: str, echo: Callable[[str], None]) -> None:
+def _one_run(entry: OrderRun, selection: Sequence[str], out: Path, python: str, echo: Callable[[str], None],
+             isolated: bool) -> None:
     name = entry.label.replace(" ", "-")
     ids = out / f"order-{name}-ids.txt"
     echo(f"order: running {entry.label}")
     entry.run = run_pytest([*SAFETY_FLAGS, f"--junitxml={out / f'order-{name}.xml'}", *entry.options,
                             "-p", "detect_test_pollution", f"--dtp-testids-output-file={ids}", *selection],
                            env=entry.env, cwd=entry.copy, python=python)
-    entry.report, entry.problem = read_run(entry.run)
+    entry.report, entry.problem = read_run(entry.run, isolated=isolated)
     try:
         entry.node_ids = {case_key(n): n for n in ids.read_text(encoding="utf-8").splitlines() if n}
     except OSError:
@@ -155,7 +156,8 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
             copy_tree(project.root, entry.copy, files)
             entry.env = build_env(home=home, source=source_env, extra={
                 **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
-        concurrently([lambda e=e: _one_run(e, selection, out, python, echo) for e in result.runs], workers=jobs)
+        concurrently([lambda e=e: _one_run(e, selection, out, python, echo, project.uses_plugin) for e in result.runs],
+                     workers=jobs)
         normal = result.runs[0]
         for entry in result.runs[1:]:
             if normal.report and entry.report:
@@ -215,13 +217,16 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
                                                                      for r in c.differences]))
     if result.bisections:
         out += ["", "## Polluters", "", markdown_table(["victim", "run", "polluter", "note"], [
-            [f"`{b.victim}`", b.run_label, f"`{b.polluter}`" if b.polluter else "-", b.note] for b in result.bisections])]
+            [f"`{b.victim}`", b.run_label, f"`{b.polluter}`" if b.polluter else "-", b.note]
+            for b in result.bisections])]
     return "\n".join(out) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"shuffles with seeds 1..N (default {DEFAULT_SEEDS})")
-    parser.add_argument("--seed", type=int, action="append", default=[], help="a specific seed (repeatable; replaces 1..N)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
+                        help=f"shuffles with seeds 1..N (default {DEFAULT_SEEDS})")
+    parser.add_argument("--seed", type=int, action="append", default=[],
+                        help="a specific seed (repeatable; replaces 1..N)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     parser.add_argument("--max-bisections", type=int, default=3)
 

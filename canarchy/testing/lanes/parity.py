@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env, hostile_env
@@ -104,16 +104,17 @@ def _node_ids(path: Path) -> list[str]:
         return []
 
 
-def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str) -> None:
+def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isolated: bool) -> None:
     junit = out / f"parity-{twin.name}.xml"
     ids = out / f"parity-{twin.name}-ids.txt"
     args = [*SAFETY_FLAGS, f"--junitxml={junit}", *_LOG_RECORDS, "-p", "detect_test_pollution",
             f"--dtp-testids-output-file={ids}", *selection]
     twin.run = run_pytest(args, env=twin.env, cwd=twin.copy, python=python)
-    twin.report, twin.problem = read_run(twin.run)
+    twin.report, twin.problem = read_run(twin.run, isolated=isolated)
 
 
-def _collect(twin: Twin, env: Mapping[str, str], selection: Sequence[str], out: Path, name: str, python: str) -> set[str]:
+def _collect(twin: Twin, env: Mapping[str, str], selection: Sequence[str], out: Path, name: str,
+             python: str) -> set[str]:
     """Node ids of a collection of ``twin``'s copy with ``env`` (detect-test-pollution writes them)."""
     ids = out / f"parity-{name}-ids.txt"
     args = [*SAFETY_FLAGS, *_COLLECT, f"--dtp-testids-output-file={ids}", f"--junitxml={out / f'parity-{name}.xml'}",
@@ -173,7 +174,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
                 extra.update(hostile_env(op_home))
             twins[name] = Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
         copies_before = {name: snapshot(t.copy) for name, t in twins.items()}
-        concurrently([lambda t=t: _run_twin(t, selection, out, python) for t in twins.values()])
+        concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin) for t in twins.values()])
         comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
                              allowlist=load_allowlist(project.parity_allowlist))
         if any(t.problem for t in twins.values()):
@@ -182,7 +183,8 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         if not comparison.undecided:
             result.findings = _classify(twins, comparison, selection, out, reruns, python)
         for name, twin in twins.items():
-            result.checkout_writes += [f"{key}: {path}" for key, case in (twin.report.cases.items() if twin.report else ())
+            cases = twin.report.cases.items() if twin.report else ()
+            result.checkout_writes += [f"{key}: {path}" for key, case in cases
                                        for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
             changed = changes(copies_before[name], snapshot(twin.copy))
             result.checkout_writes += [f"{name} twin's copy after its run: {line}" for line in changed]
@@ -239,7 +241,12 @@ _KIND_TEXT = {"operator": "depends on the operator", "flaky": "flaky", "hash see
 def render(result: ParityResult) -> str:
     """The terminal view: the verdict line, the twins, each finding and check."""
     c = result.comparison
-    lines = [f"parity: {result.status} - results {c.verdict}" + (f" ({len(c.report_a.cases)} tests)" if c.report_a else "")]
+    verdict = c.verdict
+    if c.differences and not c.undecided and not result.of_kind("operator"):
+        reported = [f"{len(result.of_kind(kind))} {kind}" for kind in ("flaky", "hash seed") if result.of_kind(kind)]
+        verdict = f"identical but for {' and '.join(reported)} test" + ("s" if len(result.findings) > 1 else "")
+    lines = [f"parity: {result.status} - results {verdict}"
+             + (f" ({len(c.report_a.cases)} tests)" if c.report_a else "")]
     for twin in result.twins.values():
         run = f"{twin.run.duration:.1f} s, exit code {twin.run.returncode}" if twin.run else "not run"
         lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({run}, PYTHONHASHSEED={twin.hashseed})")
@@ -266,7 +273,8 @@ def render_markdown(result: ParityResult) -> str:
     out = [f"# Parity: {result.status}", "", markdown_table(
         ["twin", "PYTHONHASHSEED", "exit code", "outcomes", "seconds", "log"],
         [[t.name, str(t.hashseed), str(t.run.returncode if t.run else "-"), totals_text(t.report),
-          f"{t.run.duration:.1f}" if t.run else "-", f"`{t.run.log}`" if t.run else "-"] for t in result.twins.values()])]
+          f"{t.run.duration:.1f}" if t.run else "-", f"`{t.run.log}`" if t.run else "-"]
+         for t in result.twins.values()])]
     if result.comparison.undecided:
         out += ["", "## Cannot decide", "", *(f"- {r}" for r in result.comparison.undecided)]
     if result.findings:
@@ -293,6 +301,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
     """``python -m canarchy.testing.lanes parity [--reruns N] [--strict] [-- SELECTION]``."""
+    if project.operator_home is None:
+        print("parity: CANNOT DECIDE - the project names no operator home ([tool.canarchy.lanes] operator_home)")
+        return EXIT_CANNOT_DECIDE
     result = run_parity(project, selection, source_env=os.environ, reruns=args.reruns, strict=args.strict)
     print(render(result))
     md = project.root / "reports" / "parity.md"

@@ -23,6 +23,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+PLUGIN = "canarchy.testing.isolation.plugin"
 _KEYS = {"packages", "source", "tests", "install", "operator_home", "parity_allowlist", "mutations", "leaks"}
 
 
@@ -43,6 +44,7 @@ class Project:
     parity_allowlist: Path | None = None
     mutations: Path | None = None
     leaks: Path | None = None
+    uses_plugin: bool = False  # its pytest configuration loads canarchy.testing.isolation.plugin
 
     def module_of(self, file: str) -> str:
         """The dotted module of a project-relative ``file`` (``src/pkg/a.py`` -> ``pkg.a``).
@@ -130,4 +132,6 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
         install = ("-e", ".[test]") if isinstance(extras, dict) and "test" in extras else ("-e", ".")
     paths = {key: _inside(base, table[key], f"{where} {key}") if key in table else None
              for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
-    return Project(base, packages, source, tests, install, **paths)
+    addopts = doc.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("addopts", "")
+    uses_plugin = PLUGIN in (" ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts))
+    return Project(base, packages, source, tests, install, **paths, uses_plugin=uses_plugin)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -36,7 +36,8 @@ def comparison_table(comparison, *, title: str = "parity") -> str:  # type: igno
              f"  {c.label_b}: {totals_text(c.report_b)}"]
     lines += [f"  cannot decide: {reason}" for reason in c.undecided]
     if c.differences:
-        lines += ["", table(["test id", c.label_a, c.label_b], [[r.id, r.outcome_a, r.outcome_b] for r in c.differences])]
+        lines += ["", table(["test id", c.label_a, c.label_b],
+                            [[r.id, r.outcome_a, r.outcome_b] for r in c.differences])]
     if c.allowed:
         lines += ["", "allowed to differ (allow-list):", table(
             ["test id", c.label_a, c.label_b, "reason"],

@@ -15,7 +15,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 EXIT_IDENTICAL = 0
 EXIT_DIFFERENT = 1

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -211,8 +211,8 @@ def run_pytest(pytest_args: Sequence[str], *, env: Mapping[str, str], cwd: str |
         junit = Path(cwd) / junit
     junit.unlink(missing_ok=True)
     junit.parent.mkdir(parents=True, exist_ok=True)
-    result = run([*prefix, python, "-m", "pytest", *pytest_args], env=env, cwd=cwd, log=log or junit.with_suffix(".log"),
-                 echo=echo, timeout=timeout)
+    result = run([*prefix, python, "-m", "pytest", *pytest_args], env=env, cwd=cwd,
+                 log=log or junit.with_suffix(".log"), echo=echo, timeout=timeout)
     result.junit = junit
     return result
 
@@ -247,7 +247,7 @@ def concurrently(jobs: Sequence, workers: int = 2) -> list:  # type: ignore[type
                 index, job = queue.pop(0)
             try:
                 results[index] = job()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as exc:
                 errors.append(exc)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]

@@ -74,7 +74,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.isolation.plugin import DESELECTED_PROPERTY
@@ -159,7 +159,8 @@ def load_corpus(folder: str | os.PathLike[str]) -> list[Entry]:
             if Path(raw["file"]).name != raw["file"] or not file.is_file():
                 raise CorpusError(f"{where}: `file` {raw['file']!r} is not a file in {base}")
             if file.name.startswith("test_") or file.name.endswith("_test.py"):
-                raise CorpusError(f"{where}: {file.name} would be collected by a plain pytest run; do not name it test_*")
+                raise CorpusError(f"{where}: {file.name} would be collected by a plain pytest run; "
+                                  "do not name it test_*")
             detector = raw.get("detector")
             if kind == "defect" and detector not in DETECTORS:
                 raise CorpusError(f"{where}: `detector` must be one of {', '.join(DETECTORS)}")
@@ -288,7 +289,8 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
             rows = {r.id.rsplit("::", 1)[-1]: f"{r.outcome_a} -> {r.outcome_b}" for r in result.comparison.differences}
             seen = rows.get(entry.test or "")
             ok = seen is not None and (not entry.expect or seen == entry.expect)
-            evidence = f"{entry.test}: {seen} (without -> with config)" if seen else f"twins {result.comparison.verdict}"
+            evidence = (f"{entry.test}: {seen} (without -> with config)" if seen
+                        else f"twins {result.comparison.verdict}")
         elif entry.detector == "order":
             result = _order(project, operator_home)
             found = [b for b in result.bisections if b.victim.rsplit("::", 1)[-1] == entry.test]
@@ -366,7 +368,8 @@ def render(outcomes: Sequence[Outcome], seconds: float | None = None) -> str:
 def render_markdown(outcomes: Sequence[Outcome], seconds: float | None = None) -> str:
     """``reports/selftest.md``."""
     defects = [o for o in outcomes if not o.entry.is_control]
-    out = [f"# Selftest: {'PASSED' if passed(outcomes) else 'FAILED'} - caught {sum(o.ok for o in defects)}/{len(defects)}", ""]
+    verdict = "PASSED" if passed(outcomes) else "FAILED"
+    out = [f"# Selftest: {verdict} - caught {sum(o.ok for o in defects)}/{len(defects)}", ""]
     if seconds is not None:
         out += [f"Wall time: {seconds:.0f} s.", ""]
     out.append(markdown_table(["entry", "what it does", "detector", "verdict", "evidence"],

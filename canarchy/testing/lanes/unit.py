@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, SAFETY_FLAGS, build_env
@@ -15,6 +15,7 @@ from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_round
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, run_pytest
 from canarchy.testing.lanes.verdict import Verdict, judge
+from canarchy.testing.lanes.workspace import pythonpath
 
 PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
 ALLOW_TRANSMIT_VARIABLE = "CANARCHY_INTEGRATION_ALLOW_TRANSMIT"
@@ -94,11 +95,14 @@ def run_suite(project: Project, lane: str, selection: Sequence[str], *, options:
         home, child_tmp = Path(tmp) / "home", Path(tmp) / "tmp"
         home.mkdir()
         child_tmp.mkdir()
+        # The import root first on PYTHONPATH, as in every lane: the checkout's code is what runs,
+        # in the tests and in every child Python they start, installed or not.
         env = build_env(home=home, source=os.environ if source_env is None else source_env, passthrough=passthrough,
-                        extra={"TMPDIR": str(child_tmp), **(env_extra or {})})
+                        extra={"TMPDIR": str(child_tmp), **(env_extra or {}),
+                               "PYTHONPATH": pythonpath(project.root, project, env_extra)})
         run = run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", *options, *selection], env=env, cwd=project.root,
                          echo=True, prefix=prefix)
-    return judge(lane, run, notes=notes)
+    return judge(lane, run, notes=notes, isolated=project.uses_plugin)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,8 +7,9 @@ pytest's exit codes (``pytest.ExitCode``): 0 all passed, 1 some failed,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
+from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY
 from canarchy.testing.lanes.render import markdown_table
 from canarchy.testing.lanes.results import CannotDecide, Report, load_report, totals_text
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run
@@ -40,12 +41,14 @@ class Verdict:
         out = [f"# {self.lane}: {self.status}", "", self.detail, ""]
         out.extend(f"- {note}" for note in self.notes)
         if self.failing:
-            out += ["", f"## Failing ({len(self.failing)})", "", markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
+            out += ["", f"## Failing ({len(self.failing)})", "",
+                    markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
         return "\n".join(out) + "\n"
 
 
-def read_run(run: Run) -> tuple[Report | None, str | None]:
-    """The run's report, or None and why it has no usable one."""
+def read_run(run: Run, *, isolated: bool = False) -> tuple[Report | None, str | None]:
+    """The run's report, or None and why it has no usable one. ``isolated``: the project's
+    configuration loads the plugin, so a report without its suite property is no answer."""
     if run.returncode not in (0, 1):
         return None, f"pytest exit code {run.returncode}: {_EXIT_MEANING.get(run.returncode, 'an unknown exit code')}"
     assert run.junit is not None
@@ -57,20 +60,25 @@ def read_run(run: Run) -> tuple[Report | None, str | None]:
         return None, f"the report holds zero test cases; pytest exit code {run.returncode}"
     if run.returncode == 0 and report.failing:
         return None, f"pytest exited 0 but the report has failing cases: {', '.join(report.failing[:3])}"
+    if isolated and not report.properties_named(ISOLATION_PROPERTY):
+        return None, ("the run was not under canarchy's isolation, which the project's pyproject.toml loads "
+                      f"(no {ISOLATION_PROPERTY} property in the report): does a pytest.ini, tox.ini or "
+                      "setup.cfg shadow its [tool.pytest.ini_options]?")
     return report, None
 
 
-def judge(lane: str, run: Run, *, notes: Iterable[str] = ()) -> Verdict:
+def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = False) -> Verdict:
     """CANNOT DECIDE without a usable report; FAILED on exit code 1; NOT PROVEN when every case skipped."""
     notes = list(notes)
     where = f"(JUnit: {run.junit}, log: {run.log}, {run.duration:.1f} s)"
-    report, why_not = read_run(run)
+    report, why_not = read_run(run, isolated=isolated)
     if report is None:
         return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
     summary = totals_text(report)
     if run.returncode == 1:
         failing = report.failing
-        detail = summary if failing else f"{summary}, yet pytest failed the run (see the log: e.g. the isolation sentinel)"
+        detail = summary if failing else (f"{summary}, yet pytest failed the run "
+                                           "(see the log: e.g. the isolation sentinel)")
         return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", failing, notes, report)
     if all(case.outcome == "skipped" for case in report.cases.values()):
         return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary} {where}", notes=notes, report=report)
