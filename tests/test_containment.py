@@ -519,12 +519,31 @@ def test_without_network_the_host_network_is_kept(possible, tmp_path):
 
 # -- what the machine does not allow is reported, never raised ------------------------
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root enters without a user namespace (the next test)")
 def test_a_process_running_threads_is_told_why(possible, tmp_path):
     result = run_child(tmp_path, {**operator_tree(tmp_path), "threads": True}, "enter")
     report = containment.Report.from_json(json.dumps(result["report"]))
     assert not any(p.in_force for p in report.protections)
     assert "already runs 2 threads" in report.reason
     assert result["header"] == [f"canarchy isolation: containment: not in force ({report.reason})"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can enter mount and network namespaces with threads")
+def test_root_running_threads_gets_the_view_and_the_network_unlocked(possible, tmp_path):
+    """A native library's thread pool (OpenBLAS under numpy) must not cost root its containment."""
+    spec = {**operator_tree(tmp_path), "threads": True}
+    result = run_child(tmp_path, spec, "all")
+    report = containment.Report.from_json(json.dumps(result["report"]))
+    assert report.protection("mount view").in_force, report.protection("mount view").detail
+    assert report.protection("network").in_force
+    assert result["network"]["netns"] != spec["outside_netns"]
+    for name in ("user namespace", "lock"):
+        assert not report.protection(name).in_force and "threads" in report.protection(name).detail
+    for path in spec["covered"]:
+        assert result["files"]["look"][path] in ({"entries": []}, {"content": ""}), path
+        assert refused(result["files"]["create"][path]), path
+    assert all(rc != 0 for rc in result["shell"]["write"].values()), result["shell"]
+    assert result["env -i files"]["look"] == result["files"]["look"]
 
 
 def test_another_system_is_told_why(tmp_path):

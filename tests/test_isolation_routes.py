@@ -263,18 +263,18 @@ import ctypes, os, subprocess
 REAL = os.environ["CHILD_REAL_CONFIG"]
 
 def test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in(request):
+    # A C-level open: the audit hook does not see it (and refuses a Python open under a home first).
     import errno, site
+    libc = ctypes.CDLL(None, use_errno=True)
     targets = [request.config.rootpath / ".git" / "hooks" / "post-checkout",
                os.path.join(site.getsitepackages()[0], "zz_canarchy_probe.pth")]
     for target in targets:
-        try:
-            with open(target, "x"):
-                pass
-        except OSError as exc:
-            assert exc.errno == errno.EROFS, (target, exc)
-        else:
+        fd = libc.open(os.fsencode(target), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        if fd >= 0:
+            os.close(fd)
             os.unlink(target)
             raise AssertionError(f"{target} could be written")
+        assert ctypes.get_errno() == errno.EROFS, (target, os.strerror(ctypes.get_errno()))
 
 def test_a_shell_child_reads_nothing_and_cannot_write():
     read = subprocess.run(["sh", "-c", f"cat '{REAL}'"], capture_output=True, text=True)

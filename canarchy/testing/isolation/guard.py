@@ -36,7 +36,8 @@ import threading
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 ALLOWED_INTERFACE = "virtual"
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
@@ -236,7 +237,7 @@ def _patch_python_can() -> None:
         _guarded_get_class_for_interface.__wrapped__ = original  # type: ignore[attr-defined]
         interface_module._get_class_for_interface = _guarded_get_class_for_interface
 
-        def __new__(cls, *args: Any, **kwargs: Any):  # noqa: N807 - installed as BusABC.__new__
+        def __new__(cls, *args: Any, **kwargs: Any):
             GUARD.check_class(cls, args, kwargs)
             instance = object.__new__(cls)
             if GUARD.enabled:
@@ -265,7 +266,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.callbacks: dict[str, list[Callable[[], None]]] = {}
 
-    def find_spec(self, fullname, path, target=None):  # noqa: D401 - importlib protocol
+    def find_spec(self, fullname, path, target=None):
         if fullname not in self.callbacks:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

@@ -26,6 +26,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
@@ -201,25 +202,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_configuration(config)
 
 
-def _inside(path: str, tree: str) -> bool:
-    return path == tree or path.startswith(tree.rstrip(os.sep) + os.sep)
-
-
-def _temp_base(homes: list[str], rootdir: str) -> tuple[str, str]:
-    """``(directory for the run's temporary files, note)``: the operator's ``TMPDIR`` unless it
-    lies in one of their homes (writing there is writing into the home) or in the checkout (a
-    project made under tmp_path would find the checkout's configuration), else the first of
-    ``/tmp``, ``/var/tmp``, ``/dev/shm`` that does neither."""
-    own = os.path.realpath(tempfile.gettempdir())
-    avoid = [*homes, os.path.realpath(rootdir)]
-    if not any(_inside(own, a) for a in avoid):
-        return own, ""
-    where = "the checkout" if _inside(own, avoid[-1]) else "the operator's home"
-    for candidate in ("/tmp", "/var/tmp", "/dev/shm"):
-        real = os.path.realpath(candidate)
-        if os.path.isdir(real) and os.access(real, os.W_OK | os.X_OK) and not any(_inside(real, a) for a in avoid):
-            return real, f"TMPDIR {own} is in {where}: the run's temporary files go to {real}"
-    return own, f"TMPDIR {own} is in {where} and no other temporary directory is writable"
+_inside = _tempbase.inside
 
 
 def _git_dirs(root: str) -> list[str]:
@@ -301,7 +284,7 @@ def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
     operator_env = config.workerinput["canarchy_operator_env"] if _is_worker(config) else dict(os.environ)
-    account_home = _access.account_database_home()
+    account_home = _tempbase.account_database_home()
     homes = _access.operator_homes(operator_env, account_home)
     guarded = settings.guarded_under(homes)
     if not _is_worker(config):
@@ -311,7 +294,8 @@ def _start(config: pytest.Config, where: str) -> None:
                 f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
                 "is writable and the home is not. Run pytest from the project (its pytest.ini, pyproject.toml "
                 "or tox.ini sets the rootdir), or pass --rootdir.")
-    temp_base, temp_note = _temp_base(homes, str(config.rootpath))
+    temp_base, temp_note = _tempbase.temp_base([*((h, "the operator's home") for h in homes),
+                                                (str(config.rootpath), "the checkout")])
     sandbox = Sandbox(operator_env, temp_base, scrub_prefixes=settings.scrub_prefixes,
                       scan_packages=settings.scan_packages, account_home=account_home)
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
@@ -694,13 +678,29 @@ def guard_operator_access(request: pytest.FixtureRequest):
     run: _Run = request.config.stash[_RUN]
     bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
+    _fail_for_what_came_before(run, nodeid)
+    bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
+    _set_owners(nodeid)
+    bus.enabled, files.enabled = not bus_down, not files_down
+    try:
+        yield bus
+    finally:
+        switched = [name for name, g, down in (("bus", bus, bus_down), ("access", files, files_down))
+                    if not g.enabled and not down]
+        bus.enabled = files.enabled = True
+        _set_owners(_BETWEEN_TESTS)
+    _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
+
+
+def _fail_for_what_came_before(run: _Run, nodeid: str) -> None:
+    """Fail the setup of ``nodeid`` for what happened outside any test since the last one:
+    refusals, a change to the isolation itself, a python-can bus still open (shut down here)."""
+    bus, files = _guard.GUARD, _access.GUARD
     earlier = [r.message() for r in bus.take_refusals()] + [a.message() for a in files.take_refusals()]
-    tampered = _unsealed(run)
-    if tampered or not bus.enabled or not files.enabled:
-        earlier.append("the isolation's own code or state was changed (put back): "
-                       + "; ".join(tampered + [f"{name} guard switched off" for name, g in (("bus", bus),
-                                                                                         ("access", files))
-                                               if not g.enabled]))
+    off = [f"{name} guard switched off" for name, g in (("bus", bus), ("access", files)) if not g.enabled]
+    tampered = _unsealed(run) + off
+    if tampered:
+        earlier.append("the isolation's own code or state was changed (put back): " + "; ".join(tampered))
     _remember_writes(run, files.take_watched())
     stale = bus.take_unclosed()
     for open_bus, _owner in stale:
@@ -712,16 +712,14 @@ def guard_operator_access(request: pytest.FixtureRequest):
                   f"still open when {nodeid} started: shut it down where it was opened (it is shut down now, "
                   "so none of its frames reach this test)" for b, owner in stale]
         pytest.fail("\n".join(lines), pytrace=False)
-    bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
-    _set_owners(nodeid)
-    bus.enabled, files.enabled = not bus_down, not files_down
-    try:
-        yield bus
-    finally:
-        switched = [name for name, g, down in (("bus", bus, bus_down), ("access", files, files_down))
-                    if not g.enabled and not down]
-        bus.enabled = files.enabled = True
-        _set_owners(_BETWEEN_TESTS)
+
+
+def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_down: bool, files_down: bool,
+                                switched: list[str]) -> None:
+    """Fail the test for its refusals (caught or not), a change to the isolation, a bus it left
+    open or python-can's "not properly shut down"; record its writes into the checkout."""
+    bus, files = _guard.GUARD, _access.GUARD
+    nodeid = request.node.nodeid
     tampered = _unsealed(run) + [f"{name} guard switched off" for name in switched]
     refusals = [r.message() for r in bus.take_refusals()]
     refused, watched = files.take()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import inspect
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 _MISSING = object()
 
