@@ -101,6 +101,9 @@ judging = {"judged_open": best(lambda: access.GUARD._audit("open", (target, "rb"
 take = best(access.GUARD.take, calls)
 print(json.dumps({"without": without, "with": with_hook, "judging": judging, "take": take,
                   "refusals": len(access.GUARD.take_refusals())}))
+access.GUARD.enabled = False
+import shutil
+shutil.rmtree(work, ignore_errors=True)
 '''
 
 

@@ -104,6 +104,10 @@ def files():
     for path in spec["read_only"] + spec["writable"]:
         out["trees"][path] = create(os.path.join(path, "new-file"))
     out["cwd-relative"] = {name: create(name) for name in ("new-relative", ".canarchy/new-relative")}
+    parent = os.path.dirname(spec["home"])  # writable: moving it aside would swap the home for another
+    out["move-home-parent"] = attempt(lambda: os.rename(parent, parent + ".moved"))
+    if out["move-home-parent"] == "ok":
+        os.rename(parent + ".moved", parent)
     return out
 
 
@@ -378,6 +382,13 @@ def test_covered_paths_read_empty_and_refuse_writes(contained):
         assert refused(files["rename"][path]), (path, files["rename"][path])
     for path in (home / ".canrc", Path(spec["covered"][3])):
         assert refused(files["write"][str(path)]), path
+
+
+def test_the_home_cannot_be_moved_aside_by_moving_its_parent(contained):
+    """The home's parent is writable here (it is tmp_path); as a mount point it cannot be renamed."""
+    spec, result, _, _ = contained
+    assert result["files"]["move-home-parent"] == "EBUSY"
+    assert os.path.dirname(spec["home"]) in result["report"]["protections"][1]["detail"]
 
 
 def test_a_missing_path_cannot_be_created(contained):

@@ -530,5 +530,6 @@ def test_the_registry_covers_every_protection():
         "iso-sentinel", "iso-test-cwd", "iso-env-restore", "iso-access-guard", "iso-access-children",
         "iso-containment", "iso-putenv", "iso-environ-replaced", "iso-python-can-globals", "iso-signal-handlers",
         "iso-umask", "iso-stale-bus", "iso-import-time-containers", "iso-stuck", "iso-earliest-start",
-        "iso-required-import", "iso-stray-config",
+        "iso-required-import", "iso-stray-config", "iso-pins", "iso-seal", "iso-frozen-markers", "iso-dir-descriptor",
+        "iso-inherited-fds", "iso-temp-base", "iso-readonly-trees",
     } <= names

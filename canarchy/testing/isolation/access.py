@@ -172,7 +172,8 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
 
 # -- judging --------------------------------------------------------------------------
 
-_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD, _DIRECTORY = 0, 1, 2, 4, 8, 16
+_READ, _WRITE, _NOFOLLOW, _TREE, _NONE_IS_CWD, _DIRECTORY, _OPEN = 0, 1, 2, 4, 8, 16, 32
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # _NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
 # _TREE: it acts on everything below the path too (refused if a protected tree lies below it);
@@ -305,6 +306,16 @@ def _with_sep(root: str) -> str:
     return root if root.endswith(_SEP) else root + _SEP
 
 
+def _parents(path: str) -> list[str]:
+    """Every directory above ``path`` (resolved), the root included."""
+    out = []
+    parent = os.path.dirname(path)
+    while parent and parent != path:
+        out.append(parent)
+        path, parent = parent, os.path.dirname(parent)
+    return out
+
+
 def _unique(paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
@@ -324,12 +335,15 @@ def _is_bytecode(path: str) -> bool:
 class _Zones:
     """A :class:`Protection` compiled for the hook: resolved roots, prefixes, innermost first."""
 
-    __slots__ = ("refused", "refused_order", "refused_prefixes", "trees", "roots", "prefixes", "unwatched")
+    __slots__ = ("refused", "refused_order", "refused_prefixes", "holding", "trees", "roots", "prefixes",
+                 "unwatched")
 
     def __init__(self, protection: Protection) -> None:
         self.refused_order = protection.refused
         self.refused = frozenset(protection.refused)
         self.refused_prefixes = tuple(_with_sep(r) for r in protection.refused)
+        # the directories above a refused path: a descriptor of one reaches it by a relative path
+        self.holding = {a: r for r in reversed(protection.refused) for a in _parents(r)}
         trees = [(root, "watched") for root in protection.watched]
         trees += [(root, "writable") for root in protection.writable]
         trees += [(root, "read-only") for root in protection.read_only]
@@ -551,8 +565,12 @@ class AccessGuard:
             write = args[2] & _OPEN_WRITE_FLAGS if args[2].__class__ is int else 0
             if not write and args[1].__class__ is str and args[1] not in ("r", "rb"):
                 write = any(c in args[1] for c in "wax+")
+            # os.open (mode None) of a directory gives a dir_fd; open() cannot (its opener is audited itself),
+            # nor can O_TMPFILE (an unnamed file)
+            dir_fd = args[1] is None and args[2].__class__ is int and (
+                not _O_TMPFILE or args[2] & _O_TMPFILE != _O_TMPFILE)
             self._judge(args[0], None, "open for writing" if write else "open for reading",
-                        _WRITE if write else _READ)
+                        (_OPEN if dir_fd else 0) | (_WRITE if write else _READ))
             return
         spec = _SPECS.get(event)
         if spec is None:
@@ -580,13 +598,20 @@ class AccessGuard:
             except (OSError, ValueError):
                 return
         zones = self._zones
+        if flags & _OPEN and resolved in zones.holding and _isdir(resolved):
+            # os.open(dir) for a dir_fd: what is opened through it later is never judged
+            self._refuse_or_record(Access(self.owner, "open a descriptor of the directory", text, resolved,
+                                          "refused", zones.holding[resolved], os.getpid()))
+            return
         if not flags & (_WRITE | _TREE):  # a read: only the refused paths matter
             if resolved not in zones.refused and not resolved.startswith(zones.refused_prefixes):
                 return
         verdict = zones.verdict(resolved, flags & _WRITE, flags & _TREE)
         if verdict is None:
             return
-        access = Access(self.owner, operation, text, resolved, verdict[0], verdict[1], os.getpid())
+        self._refuse_or_record(Access(self.owner, operation, text, resolved, verdict[0], verdict[1], os.getpid()))
+
+    def _refuse_or_record(self, access: Access) -> None:
         self._record(access)
         if access.refused:
             raise OperatorStateRefused(access.message())

@@ -353,6 +353,16 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     return kept
 
 
+def _ancestors(path: str) -> list[str]:
+    """The directories above ``path``, ``/`` excluded (it cannot be renamed anyway)."""
+    out = []
+    parent = os.path.dirname(path.rstrip("/"))
+    while parent not in ("", "/"):
+        out.append(parent)
+        parent = os.path.dirname(parent)
+    return out
+
+
 def _nearest_existing(path: str) -> str:
     parent = os.path.dirname(path)
     while not os.path.lexists(parent):
@@ -368,6 +378,7 @@ class _View:
     the deepest one decides; at the same path the writable one does."""
 
     covers: list[str] = field(default_factory=list)          # existing: made empty
+    pins: list[str] = field(default_factory=list)            # ancestors of read-only trees: mount points
     uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
     layers: list[tuple[str, bool]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -390,6 +401,7 @@ class _View:
         for path, kind in layers:  # keep a layer only where it changes something
             if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
                 view.layers.append((path, kind))
+        view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
         for path, parent in parents.items():
             tree, writable_there = view.decides(parent)
             if writable_there:
@@ -417,6 +429,8 @@ class _View:
         """Mount it (in a private mount namespace, with capabilities there).
         A path that cannot be done is recorded in ``problems``; the rest is done."""
         clones = {path: self._try(path, _open_tree, path) for path in self.writable}  # as they are now
+        for path in self.pins:  # a mount point cannot be renamed (EBUSY): no moving a home's parent aside
+            self._try(path, mount, path, path, None, MS_BIND | MS_REC)
         for path, writable in self.layers:
             if not writable:
                 self._try(path, self._read_only, path)
@@ -464,6 +478,7 @@ class _View:
         parts = [f"empty, read-only: {', '.join(self.covers)}" if self.covers else "",
                  f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
                  f"read-only: {', '.join(self.read_only)}" if self.read_only else "",
+                 f"cannot be moved: {', '.join(self.pins)}" if self.pins else "",
                  f"writable inside: {', '.join(self.writable)}" if self.writable else ""]
         return "; ".join(p for p in parts if p) or "nothing to cover"
 

@@ -244,7 +244,19 @@ def _patch_python_can() -> None:
             return instance
 
         BusABC.__new__ = __new__  # type: ignore[method-assign]
+        _PATCHED[:] = [(interface_module, "_get_class_for_interface"), (BusABC, "__new__"),
+                       (sys.modules["can.interfaces"], "BACKENDS")]
         _installed = True
+
+
+_PATCHED: list[tuple[Any, str]] = []
+#: Set when python-can is first imported, after the seal (canarchy.testing.isolation.seal).
+SEAL_SKIPS = ("_installed", "_PATCHED")
+
+
+def patched_attributes() -> list[tuple[Any, str]]:
+    """``(object, name)`` of each hook installed into python-can (none before it is imported)."""
+    return list(_PATCHED)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
