@@ -57,7 +57,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 #: The kinds that print through the CLI: kind -> (command, output flag).
 CLI_KINDS = {

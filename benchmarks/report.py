@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from benchmarks import measure
 

@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 SCENARIOS = ("empty", "ignored", "tracked", "home")
 VARIANTS = ("bare", "plugin")

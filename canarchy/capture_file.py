@@ -53,7 +53,8 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from canarchy.errors import DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
@@ -153,7 +154,7 @@ class CaptureFile:
         # newline="": lines still end at LF, CRLF or CR, untranslated (split() drops the CR).
         if self.path.lower().endswith(".gz"):
             return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline="")  # type: ignore[return-value]
-        return open(self.path, "r", encoding="utf-8", errors="replace", newline="")
+        return open(self.path, encoding="utf-8", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
         parse = parse_candump_line
@@ -399,7 +400,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
     else:
         valid = can_id <= MAX_STANDARD_ID
     brs, esi = bool(flags & _CANFD_BRS), bool(flags & _CANFD_ESI)
-    if not valid or len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS):
+    if not valid or (len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS)):
         return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi)  # raises INVALID_FRAME
     # Checked above with CanFrame's own limits: build it without checking again (a third of the time).
     frame = _new(CanFrame)

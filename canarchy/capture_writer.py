@@ -147,7 +147,7 @@ class CaptureWriter:
             except OSError:
                 pass
 
-    def __enter__(self) -> "CaptureWriter":
+    def __enter__(self) -> CaptureWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -21,7 +21,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from canarchy.errors import COMMAND_WARNINGS, ConfigError
 

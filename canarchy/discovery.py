@@ -17,7 +17,8 @@ reassembly). No python-can; shapes and rules: ``docs/uds-discovery.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from canarchy import uds
 from canarchy.isotp import (PCI_FIRST, BusLink, Exchange, IsoTpTester, default_response_id, normal_fixed_id,

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
 
 from canarchy.transport import MAX_STANDARD_ID, CanFrame
 from canarchy.warning_log import WarningRecord

@@ -76,7 +76,7 @@ def _merged() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
 
 
 def _view(pid: int, entry: dict[str, Any], source: str) -> dict[str, Any]:
-    view: dict[str, Any] = {field: None for field in _PID_FIELDS}
+    view: dict[str, Any] = dict.fromkeys(_PID_FIELDS)
     view.update(entry)
     view.update(pid=pid, page=pid_page(pid), length_prefixed=192 <= pid % 256 <= 253,
                 standard=STANDARD, source=source)

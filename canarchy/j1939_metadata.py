@@ -23,7 +23,8 @@ Imports neither python-can nor cantools.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from canarchy import reference_data
 from canarchy.errors import UserInputError
@@ -210,7 +211,7 @@ def _merged_spns() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
 
 
 def _pgn_view(pgn: int, bundled: Any, carried: list[dict[str, Any]]) -> dict[str, Any]:
-    entry: dict[str, Any] = {field: None for field in _PGN_FIELDS}
+    entry: dict[str, Any] = dict.fromkeys(_PGN_FIELDS)
     if bundled is not None:
         entry.update(reference_data.merge_entry(bundled, None)[0])  # type: ignore[index]
     carried.sort(key=_payload_order)
@@ -226,7 +227,7 @@ def _pgn_view(pgn: int, bundled: Any, carried: list[dict[str, Any]]) -> dict[str
 
 
 def _spn_view(spn: int, entry: dict[str, Any], source: str, pgns: reference_data.Catalog) -> dict[str, Any]:
-    view: dict[str, Any] = {field: None for field in _SPN_FIELDS}
+    view: dict[str, Any] = dict.fromkeys(_SPN_FIELDS)
     view.update(entry)
     owner = pgns.entries.get(view["pgn"]) if _is_int(view["pgn"]) else None
     view["pgn_acronym"] = owner.get("acronym") if owner else None

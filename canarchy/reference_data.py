@@ -36,7 +36,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from canarchy.errors import DecodeError
 
@@ -68,7 +69,7 @@ def load_bundled(filename: str, section: str) -> Catalog:
     return _load_bundled(filename, section)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_bundled(filename: str, section: str) -> Catalog:
     from importlib import resources
 

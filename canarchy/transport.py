@@ -22,7 +22,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from canarchy import config
 from canarchy.errors import TransportError, UserInputError
@@ -117,7 +118,7 @@ class CanFrame:
         }
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> "CanFrame":
+    def from_payload(cls, payload: dict[str, Any]) -> CanFrame:
         """The frame of a :meth:`to_payload` dict (flags missing from older output read as false).
 
         Raises ``UserInputError`` ``INVALID_FRAME`` / ``ValueError`` / ``KeyError`` /
@@ -349,7 +350,7 @@ class Backend:
         yield lambda frame: self.send(channel, frame)
 
     @contextmanager
-    def session(self, channel: str) -> Iterator["BusSession"]:
+    def session(self, channel: str) -> Iterator[BusSession]:
         """One bus for a whole exchange of many frames (UDS discovery, a fuzz
         campaign): a :class:`BusSession` with ``send(frame) -> send time`` and
         ``recv(timeout) -> CanFrame | None``. Raises what :meth:`send` raises."""

@@ -110,7 +110,7 @@ def _registered_by(module_name: str) -> list[str]:
 
 def test_command_groups_name_the_module_that_registers_each_command():
     registered = {name: module for module in cli.COMMAND_MODULES for name in _registered_by(module)}
-    assert cli.COMMAND_GROUPS == registered, (
+    assert registered == cli.COMMAND_GROUPS, (
         "cli.COMMAND_GROUPS must map every top-level command to the module that registers it "
         "(a command missing there still works, but builds every parser: slower start-up)")
 

@@ -209,7 +209,7 @@ class CaptureThread:
         self.code = main(["capture", *argv], stdout=self.out)
         self.ended = time.monotonic()
 
-    def __enter__(self) -> "CaptureThread":
+    def __enter__(self) -> CaptureThread:
         channel = self.argv[0]
         already = receivers(channel)
         self.thread.start()

@@ -392,7 +392,7 @@ def test_first_finding_is_streamed_before_later_iterations(ecu, virtual_channel,
     progress = [i for i, kind in enumerate(kinds) if kind == "fuzz_progress"]
     assert [lines[i]["payload"]["iterations"] for i in progress] == list(range(100, 1001, 100))
     assert kinds[0] == "fuzz_finding" and lines[0]["payload"]["iteration"] == 0
-    assert 0 < progress[0]                               # the first finding precedes iteration 100's event
+    assert progress[0] > 0                               # the first finding precedes iteration 100's event
     assert out.requests_when_written[0] <= 2             # written while the campaign had barely begun
     first = lines[0]["payload"]
     assert "timing:slow" not in first["markers"] and first["timing_judged"] is False

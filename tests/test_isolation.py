@@ -557,8 +557,8 @@ def test_unlisted_import_time_paths_are_found_and_repointed(canarchy_sandbox, mo
     offenders = canarchy_sandbox.paths_under_real_home()
     assert len([o for o in offenders if o.startswith("canarchy._audit_probe.")]) == 4, offenders
     canarchy_sandbox.rebase(Path.home())
-    assert probe.STATE_DIR == Path.home() / ".canarchy" / "probe"
-    assert probe.STATE_TEXT == str(Path.home() / ".canarchy" / "probe.json")
+    assert Path.home() / ".canarchy" / "probe" == probe.STATE_DIR
+    assert str(Path.home() / ".canarchy" / "probe.json") == probe.STATE_TEXT
     assert reader() == (Path.home() / ".canarchy" / "x.json", str(Path.home() / ".canarchy" / "y"))
     assert [o for o in canarchy_sandbox.paths_under_real_home() if "_audit_probe" in o] == []
 

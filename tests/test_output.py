@@ -6,11 +6,9 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -70,7 +70,7 @@ class EcuThread:
     def _run(self, argv: list[str]) -> None:
         self.code = main(["simulate", "ecu", *argv, "--jsonl"], stdout=self.out)
 
-    def __enter__(self) -> "EcuThread":
+    def __enter__(self) -> EcuThread:
         self.thread.start()
         if not self.out.ready.wait(5):
             self.thread.join(5)

@@ -28,7 +28,7 @@ class StopSignals:
         self.name = signal.Signals(signum).name
         self.event.set()
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._saved[signum] = signal.signal(signum, self._on_signal)

@@ -32,7 +32,8 @@ import random
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import parse_hex_data, parse_int

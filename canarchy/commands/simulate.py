@@ -33,7 +33,8 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_hex_data, parse_int

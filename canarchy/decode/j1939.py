@@ -120,8 +120,20 @@ def _decimals(number: Any) -> int:
 class _SpnLayout:
     """One catalog SPN prepared for fast extraction from a payload."""
 
-    __slots__ = ("spn", "name", "unit", "kind", "start_bit", "bit_length", "mask", "resolution", "offset",
-                 "digits", "ascii", "states")
+    __slots__ = (
+        "ascii",
+        "bit_length",
+        "digits",
+        "kind",
+        "mask",
+        "name",
+        "offset",
+        "resolution",
+        "spn",
+        "start_bit",
+        "states",
+        "unit",
+    )
 
     def __init__(self, spn: int, entry: dict[str, Any]) -> None:
         self.spn = spn
@@ -248,7 +260,7 @@ class J1939Catalog:
 
 
 class _TransportSession:
-    __slots__ = ("mode", "pgn", "size", "packets", "received", "timestamp")
+    __slots__ = ("mode", "packets", "pgn", "received", "size", "timestamp")
 
     def __init__(self, mode: str, pgn: int, size: int, packets: int, timestamp: float) -> None:
         self.mode = mode
