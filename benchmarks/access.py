@@ -77,7 +77,7 @@ CASES = {
 _PER_CALL = '''
 import dataclasses, json, os, sys, tempfile, timeit
 from pathlib import Path
-from canarchy.testing.isolation import access
+from canarchy.testing.isolation import access, tempbase
 calls = int(sys.argv[1])
 work = tempfile.mkdtemp(prefix="canarchy-bench-access-")
 target = os.path.join(work, "file")
@@ -88,7 +88,7 @@ cases = {"judged_open": (lambda: open(target, "rb").close(), calls),
 def best(fn, n):
     return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
 without = {name: best(fn, n) for name, (fn, n) in cases.items()}
-protection = access.default_protection(os.environ, access.account_database_home())
+protection = access.default_protection(os.environ, tempbase.account_database_home())
 access.GUARD.configure(dataclasses.replace(protection, watched=(os.path.join(work, "watched"),)))
 access.GUARD.report_dir = Path(work)
 access.install()
@@ -101,6 +101,9 @@ judging = {"judged_open": best(lambda: access.GUARD._audit("open", (target, "rb"
 take = best(access.GUARD.take, calls)
 print(json.dumps({"without": without, "with": with_hook, "judging": judging, "take": take,
                   "refusals": len(access.GUARD.take_refusals())}))
+access.GUARD.enabled = False
+import shutil
+shutil.rmtree(work, ignore_errors=True)
 '''
 
 

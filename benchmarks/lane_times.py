@@ -1,18 +1,15 @@
-"""Wall time of the nox lanes (issue #6, item 2).
+"""Wall and CPU time of the nox lanes against one plain pytest run.
 
-Warm: ``nox --install-only -s unit parity mutation-530`` first (not timed), so
-every lane's virtualenv exists and is installed; then ``nox -R -s LANE``
-(reuse the environment, skip the install) ``runs`` times per lane,
-interleaved. Cold: ``git clone`` of the checkout into a temporary directory
-(the committed ``HEAD``; uncommitted changes are not in it), then
-``nox -s unit`` there: virtualenv creation, ``pip install -e .[test]`` and
-the suite. pip's own cache is left as the machine has it.
+Warm: ``nox --install-only`` of the default sessions first (not timed), then,
+``runs`` times, interleaved: ``python -m pytest -q -p no:cacheprovider`` with
+the unit lane's interpreter (the suite as the README runs it, serial), the
+default ``nox -R`` (every default session, environments reused, no install),
+and ``nox -R -s LANE`` for each lane. Cold: ``git clone`` of the checkout's
+``HEAD`` into a temporary directory, then ``nox -s unit`` there (virtualenv,
+``pip install -e .[test]``, the suite; pip's cache as the machine has it).
 
-nox is the caller's (``--nox-python``: the interpreter that runs nox; the
-bench lane passes its own nox's), run with the caller's environment minus
-the bench lane's virtualenv, so a nested lane is built exactly as
-``nox -s LANE`` from a shell would build it. Each lane builds its own
-allow-listed environment and disposable home (``docs/design/verification-harness.md``).
+nox is the caller's (``--nox-python``), run with the caller's environment minus
+the bench lane's virtualenv, so a nested lane is built exactly as from a shell.
 """
 
 from __future__ import annotations
@@ -29,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from benchmarks import measure
 
 LANES = ("unit", "parity", "mutation-530")
+#: The rows that are not a single lane: the plain suite and the default ``nox`` run.
+PLAIN, DEFAULT = "pytest", "default"
 #: A lane's one-line verdict (``unit: PASSED - ...``, ``parity: IDENTICAL``, ``mutation issue-530 ...: KILLED``).
 _VERDICT = re.compile(r"^(unit|parity|integration|mutation[\w .()-]*): [A-Z][A-Z ]+\b")
 
@@ -79,33 +78,37 @@ def nox_command(nox_python: str, noxfile: Path, *args: str) -> list[str]:
     return [nox_python, "-m", "nox", "-f", str(noxfile), *args]
 
 
+def _command(nox_python: str, noxfile: Path, root: Path, name: str) -> list[str]:
+    if name == PLAIN:
+        venv_python = root / ".nox" / "unit" / "bin" / "python"
+        return [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    return nox_command(nox_python, noxfile, "-R", *(() if name == DEFAULT else ("-s", name)))
+
+
 def run_lanes(root: Path, nox_python: str, *, runs: int = 3, lanes: Sequence[str] = LANES, cold: bool = True,
               timeout: float = 1800.0, log: Callable[[str], None] = print) -> tuple[list[LaneRuns], list[str]]:
-    """Time the warm lanes and, with ``cold``, a cold ``nox -s unit`` in a fresh clone.
-
-    Returns ``(runs per lane, problems)``; the cold run is the last entry.
-    """
+    """Time the plain suite, the default nox run and each lane warm and, with ``cold``, a cold
+    ``nox -s unit`` in a fresh clone. Returns ``(runs per row, problems)``; the cold run is last."""
     noxfile = root / "noxfile.py"
     env = nox_env()
     problems: list[str] = []
-    setup = measure.run(nox_command(nox_python, noxfile, "--install-only", "-s", *lanes),
-                        env=env, cwd=root, timeout=timeout)
+    setup = measure.run(nox_command(nox_python, noxfile, "--install-only"), env=env, cwd=root, timeout=timeout)
     if not setup.ok:
         problems.append(f"nox --install-only failed (exit {setup.returncode}): {setup.output.strip()[-400:]}")
         return [], problems
-    results = {lane: LaneRuns(lane) for lane in lanes}
+    names = (PLAIN, DEFAULT, *lanes)
+    results = {name: LaneRuns(name) for name in names}
     for round_no in range(runs):
-        for lane in lanes:
-            proc = measure.run(nox_command(nox_python, noxfile, "-R", "-s", lane), env=env, cwd=root,
-                               timeout=timeout)
-            row = results[lane]
+        for name in names:
+            proc = measure.run(_command(nox_python, noxfile, root, name), env=env, cwd=root, timeout=timeout)
+            row = results[name]
             row.wall.append(proc.wall)
             row.cpu.append(proc.cpu)
             row.exit_codes.append(proc.returncode)
             row.verdicts.append(verdict_line(proc.output) or ("timed out" if proc.timed_out else ""))
-            log(f"lane {lane} (warm) {round_no + 1}/{runs}: {proc.wall:.1f}s, exit {proc.returncode}"
+            log(f"lane {name} (warm) {round_no + 1}/{runs}: {proc.wall:.1f}s, exit {proc.returncode}"
                 f" {row.verdicts[-1]}")
-    out = [results[lane] for lane in lanes]
+    out = [results[name] for name in names]
     if cold:
         out.append(_cold_unit(root, nox_python, env, timeout, problems, log))
     return out, problems

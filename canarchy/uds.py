@@ -148,7 +148,7 @@ NRC_NAMES: dict[int, str] = {
 
 
 def nrc_name(nrc: int) -> str:
-    """Name of a negative response code, or ``"ISOSAEReserved"``/``"Unknown"``."""
+    """Name of a negative response code (ISO 14229-1 Annex A), or ``"Unknown"``."""
     return NRC_NAMES.get(nrc, "Unknown")
 
 

@@ -81,7 +81,7 @@ def operator_environment(home: Path, hostile: bool = True) -> dict[str, str]:
 
 
 def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = True,
-              env: dict[str, str] | None = None, timeout: float = 120) -> ChildRun:
+              env: dict[str, str] | None = None, timeout: float = 120, pass_fds: tuple[int, ...] = ()) -> ChildRun:
     """Write ``files`` (name -> source, dedented) into a project under ``base``
     and run pytest there with canarchy's plugin and an operator environment."""
     project = base / "project"
@@ -97,7 +97,8 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     # -p no:randomly: the child's tests run in file order even where pytest-randomly is installed
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--strict-markers",
                f"--junitxml={report}", "--rootdir", str(project), *args]
-    proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout,
+                          pass_fds=pass_fds)
     run = ChildRun(proc.returncode, proc.stdout + proc.stderr, home=home)
     if report.exists():
         for case in ET.parse(report).getroot().iter("testcase"):

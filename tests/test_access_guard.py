@@ -23,14 +23,14 @@ import pytest
 
 from benchmarks import access as access_bench
 from benchmarks import isolation, measure
-from canarchy.testing.isolation import access
+from canarchy.testing.isolation import access, tempbase
 
 OWNER = "tests/test_scenario.py::test_operator_state"
 GUARDED = """
 import json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading
 from dataclasses import asdict
 from pathlib import Path
-from canarchy.testing.isolation import access
+from canarchy.testing.isolation import access, tempbase
 
 home, work = Path(sys.argv[1]), Path(sys.argv[2])
 STATE, CHECKOUT = home / ".canarchy", work / "checkout"
@@ -376,7 +376,7 @@ def test_a_thread_is_judged_while_another_thread_is_being_judged(tmp_path):
 GRANDCHILD = """
 import sys
 from pathlib import Path
-from canarchy.testing.isolation import access
+from canarchy.testing.isolation import access, tempbase
 assert access.activate_from_environment()
 try:
     Path(sys.argv[1], ".canarchy", "config.toml").read_text()
@@ -478,7 +478,7 @@ def test_default_protection_follows_python_cans_config_files(tmp_path, monkeypat
 
 def test_the_account_database_home_is_the_real_one():
     pwd = pytest.importorskip("pwd")
-    assert access.account_database_home() == pwd.getpwuid(os.getuid()).pw_dir
+    assert tempbase.account_database_home() == pwd.getpwuid(os.getuid()).pw_dir
 
 
 # -- the benchmark measures a live guard ----------------------------------------------------

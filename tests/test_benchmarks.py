@@ -403,17 +403,29 @@ def test_isolation_report_checks_both_targets():
     assert "<= 0.1 ms: **missed**; below naive: **missed**" in bad
 
 
-def test_lanes_report_gives_the_parity_ratio_and_the_cold_target():
-    rows = [lane_times.LaneRuns("unit", wall=[40.0, 50.0, 60.0], exit_codes=[0, 0, 0],
+def test_lanes_report_judges_the_suite_the_default_run_parity_mutation_and_cold():
+    rows = [lane_times.LaneRuns("pytest", wall=[20.0, 40.0, 30.0], exit_codes=[0, 0, 0]),
+            lane_times.LaneRuns("default", wall=[50.0], exit_codes=[0]),
+            lane_times.LaneRuns("unit", wall=[40.0, 50.0, 60.0], exit_codes=[0, 0, 0],
                                 verdicts=["unit: PASSED - 5 passed"] * 3),
             lane_times.LaneRuns("parity", wall=[70.0], exit_codes=[0], verdicts=["parity: PASSED - same"]),
-            lane_times.LaneRuns("mutation-530", wall=[25.0], exit_codes=[1], verdicts=[""]),
+            lane_times.LaneRuns("mutation-530", wall=[6.0], exit_codes=[1], verdicts=[""]),
             lane_times.LaneRuns("unit", cold=True, wall=[55.0], cpu=[80.0], exit_codes=[0],
                                 verdicts=["unit: PASSED - x"])]
     text = "\n".join(report.lanes_lines(rows, []))
+    assert "`python -m pytest` (plain, serial" in text and "<= 30 s: met" in text
+    assert "1.67 x plain pytest; <= 1.6 x: **missed**" in text
     assert "1.40 x unit; <= 1.3 x: **missed**" in text
-    assert "< 20 s: **missed**" in text and "exit 1" in text
+    assert "<= 5 s: **missed**" in text and "exit 1" in text
     assert "fresh clone (cold) | 1 | 55.0" in text and "CPU s (all processes)" in text and "< 60 s: met" in text
+
+
+def test_the_plain_suite_runs_with_the_unit_lane_s_interpreter_and_the_default_run_names_no_session():
+    root = Path("/r")
+    assert lane_times._command("/py", root / "noxfile.py", root, lane_times.PLAIN) == [
+        "/r/.nox/unit/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    assert lane_times._command("/py", root / "noxfile.py", root, lane_times.DEFAULT)[-1] == "-R"
+    assert lane_times._command("/py", root / "noxfile.py", root, "parity")[-2:] == ["-s", "parity"]
 
 
 def test_main_rejects_unknown_sections(capsys):

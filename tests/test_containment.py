@@ -104,6 +104,10 @@ def files():
     for path in spec["read_only"] + spec["writable"]:
         out["trees"][path] = create(os.path.join(path, "new-file"))
     out["cwd-relative"] = {name: create(name) for name in ("new-relative", ".canarchy/new-relative")}
+    parent = os.path.dirname(spec["home"])  # writable: moving it aside would swap the home for another
+    out["move-home-parent"] = attempt(lambda: os.rename(parent, parent + ".moved"))
+    if out["move-home-parent"] == "ok":
+        os.rename(parent + ".moved", parent)
     return out
 
 
@@ -380,6 +384,13 @@ def test_covered_paths_read_empty_and_refuse_writes(contained):
         assert refused(files["write"][str(path)]), path
 
 
+def test_the_home_cannot_be_moved_aside_by_moving_its_parent(contained):
+    """The home's parent is writable here (it is tmp_path); as a mount point it cannot be renamed."""
+    spec, result, _, _ = contained
+    assert result["files"]["move-home-parent"] == "EBUSY"
+    assert os.path.dirname(spec["home"]) in result["report"]["protections"][1]["detail"]
+
+
 def test_a_missing_path_cannot_be_created(contained):
     spec, result, _, _ = contained
     files = result["files"]
@@ -508,12 +519,31 @@ def test_without_network_the_host_network_is_kept(possible, tmp_path):
 
 # -- what the machine does not allow is reported, never raised ------------------------
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root enters without a user namespace (the next test)")
 def test_a_process_running_threads_is_told_why(possible, tmp_path):
     result = run_child(tmp_path, {**operator_tree(tmp_path), "threads": True}, "enter")
     report = containment.Report.from_json(json.dumps(result["report"]))
     assert not any(p.in_force for p in report.protections)
     assert "already runs 2 threads" in report.reason
     assert result["header"] == [f"canarchy isolation: containment: not in force ({report.reason})"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can enter mount and network namespaces with threads")
+def test_root_running_threads_gets_the_view_and_the_network_unlocked(possible, tmp_path):
+    """A native library's thread pool (OpenBLAS under numpy) must not cost root its containment."""
+    spec = {**operator_tree(tmp_path), "threads": True}
+    result = run_child(tmp_path, spec, "all")
+    report = containment.Report.from_json(json.dumps(result["report"]))
+    assert report.protection("mount view").in_force, report.protection("mount view").detail
+    assert report.protection("network").in_force
+    assert result["network"]["netns"] != spec["outside_netns"]
+    for name in ("user namespace", "lock"):
+        assert not report.protection(name).in_force and "threads" in report.protection(name).detail
+    for path in spec["covered"]:
+        assert result["files"]["look"][path] in ({"entries": []}, {"content": ""}), path
+        assert refused(result["files"]["create"][path]), path
+    assert all(rc != 0 for rc in result["shell"]["write"].values()), result["shell"]
+    assert result["env -i files"]["look"] == result["files"]["look"]
 
 
 def test_another_system_is_told_why(tmp_path):

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from canarchy.testing.isolation import containment
 from canarchy.testing.isolation.tree import content_differences
-from tests.isolation_child import make_operator_home, run_child
+from tests.isolation_child import make_operator_home, operator_environment, run_child
 
 EARLY = ("-p", "canarchy.testing.isolation.plugin")
 
@@ -107,6 +111,70 @@ def test_after_a_chdir():
     assert Path.cwd() != Path("/") and list(Path.cwd().iterdir()) == []
 """
 
+TAMPER_ROUTES = """
+import os
+import pytest
+from pathlib import Path
+from canarchy.testing.isolation import access, plugin
+
+def read_real_config(sandbox):
+    (sandbox.real_home / ".canarchy" / "config.toml").read_text()
+
+def test_switches_the_access_guard_off():
+    access.GUARD.enabled = False
+
+def test_after_the_switch(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_empties_the_judged_events():
+    access._EVENTS.clear()
+
+def test_after_the_events(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_marks_its_thread_exempt():
+    access.GUARD._local.busy = True
+
+def test_after_the_exemption(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_configures_an_empty_protection():
+    access.GUARD.configure(access.Protection())
+
+def test_after_the_protection(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_replaces_a_method():
+    access.AccessGuard._judge = lambda self, *args: None
+
+def test_after_the_method(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_hides_a_method():
+    access.GUARD._audit = lambda *args: None
+
+def test_after_the_hiding(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_opts_every_later_test_out():
+    plugin._opts_out = lambda request, *markers: True
+
+def test_after_the_opt_out(canarchy_sandbox):
+    assert Path.home() != canarchy_sandbox.real_home
+    assert not [k for k in os.environ if k.startswith(("CANARCHY_", "CAN_"))]
+
+def test_marks_the_next_test_integration(request):
+    items = request.session.items
+    items[items.index(request.node) + 1].add_marker(pytest.mark.integration)
+
+def test_marked_after_collection(canarchy_sandbox):
+    assert Path.home() != canarchy_sandbox.real_home
+
+def test_opens_a_descriptor_of_the_home(canarchy_sandbox):
+    home = os.open(canarchy_sandbox.real_home, os.O_RDONLY)
+    os.read(os.open(".canarchy/config.toml", os.O_RDONLY, dir_fd=home), 10)
+"""
+
 STALE_BUS = """
 import can
 
@@ -194,6 +262,20 @@ import ctypes, os, subprocess
 
 REAL = os.environ["CHILD_REAL_CONFIG"]
 
+def test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in(request):
+    # A C-level open: the audit hook does not see it (and refuses a Python open under a home first).
+    import errno, site
+    libc = ctypes.CDLL(None, use_errno=True)
+    targets = [request.config.rootpath / ".git" / "hooks" / "post-checkout",
+               os.path.join(site.getsitepackages()[0], "zz_canarchy_probe.pth")]
+    for target in targets:
+        fd = libc.open(os.fsencode(target), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        if fd >= 0:
+            os.close(fd)
+            os.unlink(target)
+            raise AssertionError(f"{target} could be written")
+        assert ctypes.get_errno() == errno.EROFS, (target, os.strerror(ctypes.get_errno()))
+
 def test_a_shell_child_reads_nothing_and_cannot_write():
     read = subprocess.run(["sh", "-c", f"cat '{REAL}'"], capture_output=True, text=True)
     write = subprocess.run(["sh", "-c", f"echo x > '{REAL}.new'"], capture_output=True, text=True)
@@ -220,7 +302,8 @@ def _run(tmp_path_factory, name: str, files: dict[str, str], *args: str, env: di
 
 @pytest.fixture(scope="module")
 def routes(tmp_path_factory):
-    files = {"test_home_routes.py": HOME_ROUTES, "test_process_state.py": PROCESS_ROUTES, **IMPORT_TIME}
+    files = {"test_home_routes.py": HOME_ROUTES, "test_process_state.py": PROCESS_ROUTES,
+             "test_tamper.py": TAMPER_ROUTES, **IMPORT_TIME}
     return _run(tmp_path_factory, "routes", files, *EARLY, "-o", "canarchy_scan_packages=leakpkg")
 
 
@@ -288,6 +371,78 @@ def test_the_next_test_sees_the_state_put_back(routes, test):
     assert run.outcomes(test) == {"passed"}, run.messages(test)
 
 
+TAMPERING = [
+    ("test_switches_the_access_guard_off", "access guard switched off", "test_after_the_switch"),
+    ("test_empties_the_judged_events", "access._EVENTS changed", "test_after_the_events"),
+    ("test_marks_its_thread_exempt", "told this thread was exempt", "test_after_the_exemption"),
+    ("test_configures_an_empty_protection", "AccessGuard.protection replaced", "test_after_the_protection"),
+    ("test_replaces_a_method", "access.AccessGuard._judge replaced", "test_after_the_method"),
+    ("test_hides_a_method", "AccessGuard._audit added", "test_after_the_hiding"),
+]
+
+
+@pytest.mark.parametrize("tamperer, words, victim", TAMPERING, ids=[t[0].removeprefix("test_") for t in TAMPERING])
+def test_a_test_that_disables_the_guard_is_named_and_the_next_one_is_guarded(routes, tamperer, words, victim):
+    run, _ = routes
+    assert run.outcomes(tamperer) & {"failed", "error"}, run.output
+    messages = run.messages(tamperer)
+    assert f"test_tamper.py::{tamperer} changed the isolation's own code or state" in messages and words in messages
+    assert_refused(run, "test_tamper.py", victim, "open for reading")
+
+
+def test_a_test_that_replaces_the_plugin_s_decisions_is_named_and_the_next_one_isolated(routes):
+    run, _ = routes
+    messages = run.messages("test_opts_every_later_test_out")
+    assert "plugin._opts_out replaced" in messages, run.output
+    assert run.outcomes("test_after_the_opt_out") == {"passed"}, run.messages("test_after_the_opt_out")
+
+
+def test_markers_added_after_collection_change_nothing_and_are_named(routes):
+    run, _ = routes
+    assert run.outcomes("test_marked_after_collection") == {"error"}, run.output
+    assert "opt-out markers of test_tamper.py::test_marked_after_collection changed after collection" in \
+        run.messages("test_marked_after_collection")
+
+
+def test_a_descriptor_of_a_directory_holding_the_operator_s_state_is_refused(routes):
+    run, _ = routes
+    assert_refused(run, "test_tamper.py", "test_opens_a_descriptor_of_the_home", "open a descriptor of the directory")
+
+
+def test_a_run_started_with_a_directory_or_operator_descriptor_open_is_refused(tmp_path_factory):
+    home = make_operator_home(tmp_path_factory.mktemp("descriptor-home"))
+    for path, what in ((home.parent, "on the directory"), (home / ".canrc", "the operator's own state")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            run = run_child(tmp_path_factory.mktemp("descriptors"), {"test_one.py": "def test_one():\n    pass\n"},
+                            *EARLY, pass_fds=(fd,), env={"HOME": str(home), "USERPROFILE": str(home)})
+        finally:
+            os.close(fd)
+        assert run.returncode == 4 and "test_one" not in run.results, run.output
+        assert f"descriptor {fd} is open" in run.output and what in run.output, run.output
+
+
+def test_a_tmpdir_in_the_operator_home_is_not_used(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tmpdir")
+    home = base / "operator-home"
+    files = {"test_tmp.py": "import os, tempfile\n\ndef test_tmp(tmp_path):\n"
+                            "    home = os.environ['CHILD_HOME']\n"
+                            "    assert not tempfile.gettempdir().startswith(home)\n"
+                            "    assert not str(tmp_path).startswith(home)\n"}
+    run = run_child(base, files, *EARLY, env={"TMPDIR": str(home), "CHILD_HOME": str(home)})
+    assert run.outcomes("test_tmp") == {"passed"}, run.output
+
+
+def test_the_operator_s_home_as_the_rootdir_is_refused(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rootdir-home")
+    home = make_operator_home(base)
+    (home / "test_here.py").write_text("def test_here():\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           *EARLY, "--rootdir", str(home), "-c", os.devnull, str(home)],
+                          cwd=home, env=operator_environment(home), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4 and "the rootdir is the operator's home" in proc.stdout + proc.stderr, proc.stdout
+
+
 def test_a_bus_opened_at_collection_fails_the_first_test_and_feeds_no_later_one(tmp_path_factory):
     run, _ = _run(tmp_path_factory, "stale-bus", {"test_stale_bus.py": STALE_BUS}, *EARLY)
     messages = run.messages("test_a_first")
@@ -335,12 +490,12 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     _containment_or_skip()
     base = tmp_path_factory.mktemp("contained")
     home = make_operator_home(base / "pristine")
-    files = {"test_contained.py": CONTAINED,
+    files = {"test_contained.py": CONTAINED, ".git/hooks/README": "",
              "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
     run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
                                                                         / "config.toml")})
     for test in ("test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
-                 "test_a_c_level_open_reads_nothing"):
+                 "test_a_c_level_open_reads_nothing", "test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in"):
         assert run.outcomes(test) == {"passed"}, run.output
     assert content_differences(home, run.home) == []
 

@@ -205,7 +205,11 @@ def test_netns_support_reasons(monkeypatch):
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     support = lane_netns._probe_netns()
-    assert not support.available and "needs root" in support.reason
+    assert support.flags == ("--user", "--map-root-user", "--net")  # another user: a user namespace too
+    if support.available:  # unprivileged user namespaces allowed here: the wrapped command gets them
+        assert lane_netns.netns_command(["true"], support)[1:4] == ["--user", "--map-root-user", "--net"]
+    else:
+        assert "unshare --user --map-root-user --net` failed" in support.reason and "as root" in support.reason
 
 
 def _net_ns(pid: str = "self") -> str:
@@ -548,3 +552,20 @@ def test_lane_code_run_in_process_leaves_no_signal_handler(tmp_path):
     with runner.interrupts():
         assert signal.getsignal(signal.SIGTERM) is not before[1]
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_lane_keeps_its_temporary_files_out_of_the_project(tmp_path, monkeypatch):
+    """nox's session directory (TMPDIR for a lane) is inside the project: the lane's homes must not be."""
+    import tempfile
+
+    inner = tmp_path / "project" / ".nox" / "unit" / "tmp"
+    inner.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(inner))
+    tempfile.tempdir = None
+    with runner.temporary_files_outside(tmp_path / "project") as base:
+        made = tempfile.mkdtemp()
+        assert os.environ["TMPDIR"] == base and not made.startswith(str(tmp_path / "project"))
+        os.rmdir(made)
+    assert os.environ["TMPDIR"] == str(inner) and tempfile.gettempdir() == str(inner)
+    with runner.temporary_files_outside(tmp_path / "elsewhere") as base:  # not inside: kept as it is
+        assert base == str(inner) and os.environ["TMPDIR"] == str(inner)

@@ -338,7 +338,8 @@ def test_an_interrupt_midway_removes_the_copy_and_leaves_the_tree_untouched(proj
     marker = tmp_path / "slow.marker"
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_slow",), controls=())
     before = snapshot(project, walk=WHOLE)
-    env = lane_env.build_env(home=tmp_path, extra={"TMPDIR": str(temp_root), "PYTHONPATH": str(REPO)})
+    (tmp_path / "home").mkdir()  # not tmp_path: a TMPDIR inside the home would be moved out of it
+    env = lane_env.build_env(home=tmp_path / "home", extra={"TMPDIR": str(temp_root), "PYTHONPATH": str(REPO)})
     runner = subprocess.Popen(
         [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project), "mutation", str(path)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -530,5 +531,6 @@ def test_the_registry_covers_every_protection():
         "iso-sentinel", "iso-test-cwd", "iso-env-restore", "iso-access-guard", "iso-access-children",
         "iso-containment", "iso-putenv", "iso-environ-replaced", "iso-python-can-globals", "iso-signal-handlers",
         "iso-umask", "iso-stale-bus", "iso-import-time-containers", "iso-stuck", "iso-earliest-start",
-        "iso-required-import", "iso-stray-config",
+        "iso-required-import", "iso-stray-config", "iso-pins", "iso-seal", "iso-frozen-markers", "iso-dir-descriptor",
+        "iso-inherited-fds", "iso-temp-base", "iso-readonly-trees",
     } <= names

@@ -1,7 +1,7 @@
 """Kernel-level containment of a test run (Linux, root or not).
 
 :func:`enter` moves the calling process, once, while it is still
-single-threaded, and so every process it starts later, into private user,
+single-threaded (root: or not, unlocked), and so every process it starts later, into private user,
 mount and (optionally) network namespaces: each path a :class:`Plan` covers
 is an empty read-only view, the read-only trees cannot be written except the
 writable trees inside them, and only ``lo`` exists. A nested user and mount
@@ -31,7 +31,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 # <linux/sched.h>
 CLONE_NEWNS = 0x00020000
@@ -353,6 +353,16 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     return kept
 
 
+def _ancestors(path: str) -> list[str]:
+    """The directories above ``path``, ``/`` excluded (it cannot be renamed anyway)."""
+    out = []
+    parent = os.path.dirname(path.rstrip("/"))
+    while parent not in ("", "/"):
+        out.append(parent)
+        parent = os.path.dirname(parent)
+    return out
+
+
 def _nearest_existing(path: str) -> str:
     parent = os.path.dirname(path)
     while not os.path.lexists(parent):
@@ -368,6 +378,7 @@ class _View:
     the deepest one decides; at the same path the writable one does."""
 
     covers: list[str] = field(default_factory=list)          # existing: made empty
+    pins: list[str] = field(default_factory=list)            # ancestors of read-only trees: mount points
     uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
     layers: list[tuple[str, bool]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -390,6 +401,7 @@ class _View:
         for path, kind in layers:  # keep a layer only where it changes something
             if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
                 view.layers.append((path, kind))
+        view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
         for path, parent in parents.items():
             tree, writable_there = view.decides(parent)
             if writable_there:
@@ -417,6 +429,8 @@ class _View:
         """Mount it (in a private mount namespace, with capabilities there).
         A path that cannot be done is recorded in ``problems``; the rest is done."""
         clones = {path: self._try(path, _open_tree, path) for path in self.writable}  # as they are now
+        for path in self.pins:  # a mount point cannot be renamed (EBUSY): no moving a home's parent aside
+            self._try(path, mount, path, path, None, MS_BIND | MS_REC)
         for path, writable in self.layers:
             if not writable:
                 self._try(path, self._read_only, path)
@@ -464,6 +478,7 @@ class _View:
         parts = [f"empty, read-only: {', '.join(self.covers)}" if self.covers else "",
                  f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
                  f"read-only: {', '.join(self.read_only)}" if self.read_only else "",
+                 f"cannot be moved: {', '.join(self.pins)}" if self.pins else "",
                  f"writable inside: {', '.join(self.writable)}" if self.writable else ""]
         return "; ".join(p for p in parts if p) or "nothing to cover"
 
@@ -490,24 +505,34 @@ def enter(plan: Plan) -> Report:
     if platform.machine() not in _GENERIC_TABLE:
         return _not_possible(plan, f"no system call numbers known for {platform.machine()}", started)
     threads = _threads()
-    if threads > 1:
+    uid, gid = os.geteuid(), os.getegid()
+    # unshare(CLONE_NEWUSER) needs a single thread; a native library (an OpenBLAS
+    # pool, say) may have started one already. Root can still enter mount and
+    # network namespaces (they apply to this thread and what it starts), unlocked.
+    many = threads > 1
+    if many and uid != 0:
         return _not_possible(plan, f"the process already runs {threads} threads "
                                    "(unshare(CLONE_NEWUSER) needs one)", started)
-    uid, gid = os.geteuid(), os.getegid()
     try:
         cwd = os.getcwd()
     except OSError:  # a working directory removed already: nothing to re-resolve
         cwd = None
     try:
-        unshare(CLONE_NEWUSER | CLONE_NEWNS | (CLONE_NEWNET if plan.network else 0))
+        unshare((0 if many else CLONE_NEWUSER) | CLONE_NEWNS | (CLONE_NEWNET if plan.network else 0))
     except OSError as exc:
         return _not_possible(plan, _why_no_user_namespace(exc), started)
-    try:
-        _map_ids(uid, gid)
-        results = {"user namespace": (True, f"uid {uid} and gid {gid} mapped to themselves; "
-                                            "every other id shows as the overflow id")}
-    except OSError as exc:
-        results = {"user namespace": (False, f"ids not mapped ({exc.strerror}): the process runs as the overflow uid")}
+    if many:
+        results = {"user namespace": (False, f"the process already runs {threads} threads: mount and network "
+                                             "namespaces entered as root, without one (threads started "
+                                             "before stay outside)")}
+    else:
+        try:
+            _map_ids(uid, gid)
+            results = {"user namespace": (True, f"uid {uid} and gid {gid} mapped to themselves; "
+                                                "every other id shows as the overflow id")}
+        except OSError as exc:
+            results = {"user namespace": (False, f"ids not mapped ({exc.strerror}): "
+                                                 "the process runs as the overflow uid")}
     view = _View.of(plan)
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # before any mount: nothing propagates out
@@ -521,37 +546,51 @@ def enter(plan: Plan) -> Report:
         view.problems.append(f"working directory {cwd}: {exc.strerror}")
     results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()]))
     if plan.network:
-        notes = []
-        try:
-            _bring_loopback_up()
-        except OSError as exc:
-            notes.append(f"lo is down ({exc.strerror}): nothing reaches a network")
-        try:
-            _private_sysfs()
-        except OSError as exc:
-            notes.append(f"/sys/class/net still lists the host's interfaces ({exc.strerror})")
-        results["network"] = (True, "a private namespace, loopback only: no CAN interface, no route off the machine"
-                                    + "".join(f"; {n}" for n in notes))
-    try:
-        unshare(CLONE_NEWUSER | CLONE_NEWNS)  # copying the view into it locks every mount (MNT_LOCKED)
-    except OSError as exc:
-        results["lock"] = (False, f"nested user namespace refused ({exc.strerror}): "
+        results["network"] = _set_up_network()
+    if many:
+        results["lock"] = (False, f"not possible with {threads} threads (a nested user namespace needs one): "
                                   "a process with capabilities can unmount the covers")
     else:
-        results["lock"] = (True, "mounts locked (no unmount, no remount read-write); "
-                                 + ("network namespace owned by an outer user namespace (no new interface or route)"
-                                    if plan.network else "host network kept"))
-        try:
-            _map_ids(uid, gid)
-        except OSError as exc:
-            results["user namespace"] = (False, f"nested ids not mapped ({exc.strerror}): "
-                                                "the process runs as the overflow uid")
+        _lock(results, uid, gid, plan.network)
     return Report(
         tuple(Protection(name, *results[name]) for name in PROTECTIONS if name in results),
         covered=tuple(view.covers), uncreatable=tuple(view.uncreatable),
         read_only=tuple(view.read_only), writable=tuple(view.writable),
         seconds=time.perf_counter() - started,
     )
+
+
+def _set_up_network() -> tuple[bool, str]:
+    """``lo`` up and a sysfs of this network namespace; the network protection's result."""
+    notes = []
+    try:
+        _bring_loopback_up()
+    except OSError as exc:
+        notes.append(f"lo is down ({exc.strerror}): nothing reaches a network")
+    try:
+        _private_sysfs()
+    except OSError as exc:
+        notes.append(f"/sys/class/net still lists the host's interfaces ({exc.strerror})")
+    return True, ("a private namespace, loopback only: no CAN interface, no route off the machine"
+                  + "".join(f"; {n}" for n in notes))
+
+
+def _lock(results: dict, uid: int, gid: int, network: bool) -> None:
+    """A nested user and mount namespace: copying the view into it locks every mount (MNT_LOCKED)."""
+    try:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    except OSError as exc:
+        results["lock"] = (False, f"nested user namespace refused ({exc.strerror}): "
+                                  "a process with capabilities can unmount the covers")
+        return
+    results["lock"] = (True, "mounts locked (no unmount, no remount read-write); "
+                             + ("network namespace owned by an outer user namespace (no new interface or route)"
+                                if network else "host network kept"))
+    try:
+        _map_ids(uid, gid)
+    except OSError as exc:
+        results["user namespace"] = (False, f"nested ids not mapped ({exc.strerror}): "
+                                            "the process runs as the overflow uid")
 
 
 _PROBED: dict[bool, Report] = {}
@@ -601,7 +640,9 @@ def _probe_here(root: str, network: bool) -> Report:
     if view is None or not view.in_force:
         return report
     failed = []
-    if os.listdir(f"{root}/state") or open(f"{root}/state.conf", "rb").read():
+    with open(f"{root}/state.conf", "rb") as conf:
+        covered_content = conf.read()
+    if os.listdir(f"{root}/state") or covered_content:
         failed.append("a covered path is not empty")
     for path, should in ((f"{root}/absent", False), (f"{root}/writable/new", True)):
         try:

@@ -36,7 +36,8 @@ import threading
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 ALLOWED_INTERFACE = "virtual"
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
@@ -236,7 +237,7 @@ def _patch_python_can() -> None:
         _guarded_get_class_for_interface.__wrapped__ = original  # type: ignore[attr-defined]
         interface_module._get_class_for_interface = _guarded_get_class_for_interface
 
-        def __new__(cls, *args: Any, **kwargs: Any):  # noqa: N807 - installed as BusABC.__new__
+        def __new__(cls, *args: Any, **kwargs: Any):
             GUARD.check_class(cls, args, kwargs)
             instance = object.__new__(cls)
             if GUARD.enabled:
@@ -244,7 +245,19 @@ def _patch_python_can() -> None:
             return instance
 
         BusABC.__new__ = __new__  # type: ignore[method-assign]
+        _PATCHED[:] = [(interface_module, "_get_class_for_interface"), (BusABC, "__new__"),
+                       (sys.modules["can.interfaces"], "BACKENDS")]
         _installed = True
+
+
+_PATCHED: list[tuple[Any, str]] = []
+#: Set when python-can is first imported, after the seal (canarchy.testing.isolation.seal).
+SEAL_SKIPS = ("_installed", "_PATCHED")
+
+
+def patched_attributes() -> list[tuple[Any, str]]:
+    """``(object, name)`` of each hook installed into python-can (none before it is imported)."""
+    return list(_PATCHED)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -253,7 +266,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.callbacks: dict[str, list[Callable[[], None]]] = {}
 
-    def find_spec(self, fullname, path, target=None):  # noqa: D401 - importlib protocol
+    def find_spec(self, fullname, path, target=None):
         if fullname not in self.callbacks:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

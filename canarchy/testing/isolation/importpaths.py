@@ -19,7 +19,8 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 MAX_DEPTH = 6
 _MAX_ITEMS = 50_000  # values looked at per module, at most
@@ -123,6 +124,10 @@ class Finder:
         if id(value) in self._seen:
             return None
         self._seen.add(id(value))
+        return self._inside(slot, value, depth)
+
+    def _inside(self, slot: _Slot, value: Any, depth: int) -> Callable[[Any], Any] | None:
+        """:meth:`rebuilder` for a holder seen for the first time: its items, elements or attributes."""
         if isinstance(value, dict):
             for key, item in list(value.items()):
                 self.walk(_item_slot(value, key, f"{slot.name}[{key!r}]"), item, depth - 1)

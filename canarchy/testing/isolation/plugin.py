@@ -10,10 +10,13 @@ an adopting project sets: ``docs/adopting.md``.
 from __future__ import annotations
 
 import ast
+import atexit
 import itertools
 import logging
 import os
 import re
+import stat
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +26,11 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
+from canarchy.testing.isolation.seal import Seal
 from canarchy.testing.isolation.settings import Settings, add_options
 
 MARKERS = {
@@ -83,9 +88,12 @@ class _Run:
     containment: _containment.Report | None = None
     network_note: str = ""
     header: list[str] = field(default_factory=list)
+    temp_base: str = ""
     home_before: dict | None = None
     checkout_before: dict | None = None
     writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
+    opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
+    seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
 
 
@@ -194,14 +202,55 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_configuration(config)
 
 
+_inside = _tempbase.inside
+
+
+def _git_dirs(root: str) -> list[str]:
+    """The checkout's git directories (``.git``; for a linked work tree, its own and the common one)."""
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        return [dot_git]
+    try:
+        with open(dot_git, encoding="utf-8") as handle:
+            first = handle.readline()
+    except OSError:
+        return []
+    if not first.startswith("gitdir:"):
+        return []
+    own = os.path.normpath(os.path.join(root, first[len("gitdir:"):].strip()))
+    try:
+        with open(os.path.join(own, "commondir"), encoding="utf-8") as handle:
+            common = os.path.normpath(os.path.join(own, handle.read().strip()))
+    except OSError:
+        return [own]
+    return [own, common]
+
+
+def _interpreter_trees() -> list[str]:
+    """Where the running interpreter loads code from at start-up (prefixes, site-packages,
+    the user site): a ``.pth`` file or a module planted there runs in every later Python."""
+    import site
+
+    trees = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages()}
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        trees.add(site.USER_SITE)
+    return sorted(t for t in trees if t and os.path.dirname(t) != t)
+
+
 def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
-    writable = {str(config.rootpath), tempfile.gettempdir(), str(run.sandbox.root)}
+    """Covered: the operator's state; read-only: their homes, the checkout's git directories and
+    the interpreter's trees; writable inside those: the checkout and the run's temporary trees
+    (none of them a home: see :func:`_start`)."""
+    root = str(config.rootpath)
+    writable = {root, run.temp_base, str(run.sandbox.root)}
     basetemp = getattr(config.known_args_namespace, "basetemp", None)
     if basetemp:
         writable.add(os.path.abspath(basetemp))
-    covered = run.guarded if run.settings.containment else []
-    read_only = [h for h in run.homes if os.path.dirname(h) != h] if run.settings.containment else []
-    return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network)
+    if not run.settings.containment:
+        return _containment.Plan(writable=sorted(writable), network=network)
+    homes = [h for h in run.homes if os.path.dirname(h) != h]
+    read_only = [*homes, *_git_dirs(root), *_interpreter_trees()]
+    return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network)
 
 
 def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
@@ -235,11 +284,24 @@ def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
     operator_env = config.workerinput["canarchy_operator_env"] if _is_worker(config) else dict(os.environ)
-    account_home = _access.account_database_home()
+    account_home = _tempbase.account_database_home()
     homes = _access.operator_homes(operator_env, account_home)
-    sandbox = Sandbox(operator_env, scrub_prefixes=settings.scrub_prefixes, scan_packages=settings.scan_packages,
-                      account_home=account_home)
-    run = _Run(settings, sandbox, where, homes, settings.guarded_under(homes))
+    guarded = settings.guarded_under(homes)
+    if not _is_worker(config):
+        _refuse_inherited_descriptors(guarded)
+        if os.path.realpath(config.rootpath) in homes:
+            raise pytest.UsageError(
+                f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
+                "is writable and the home is not. Run pytest from the project (its pytest.ini, pyproject.toml "
+                "or tox.ini sets the rootdir), or pass --rootdir.")
+    temp_base, temp_note = _tempbase.temp_base([*((h, "the operator's home") for h in homes),
+                                                (str(config.rootpath), "the checkout")])
+    sandbox = Sandbox(operator_env, temp_base, scrub_prefixes=settings.scrub_prefixes,
+                      scan_packages=settings.scan_packages, account_home=account_home)
+    atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
+    run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
+    if temp_note:
+        run.header.append(temp_note)
     config.stash[_RUN] = run
     _ACTIVE[:] = [sandbox]
     if not _is_worker(config):
@@ -263,11 +325,13 @@ def _start(config: pytest.Config, where: str) -> None:
     sandbox.enter_session({
         # an xdist worker's own identity (PYTEST_XDIST_WORKER, ...) is not the controller's
         **{k: v for k, v in os.environ.items() if k.startswith("PYTEST_XDIST_")},
+        **({"TMPDIR": temp_base} if temp_note else {}),
         **_access.GUARD.to_environment(),
         "PYTEST_CANARCHY_GUARD": "1",
         "PYTEST_CANARCHY_GUARD_DIR": str(sandbox.refusal_dir),
         "PYTHONPATH": os.pathsep.join(pythonpath),
     })
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     _STATE.changed_between_tests()  # the session's own environment is not a test's doing
     _guard.GUARD.owner = _START_UP
     _guard.GUARD.report_dir = sandbox.refusal_dir
@@ -275,6 +339,64 @@ def _start(config: pytest.Config, where: str) -> None:
     _guard.install()
     _guard.after_import("can.interface", sandbox.scrub_python_can)
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
+    run.seal = _seal()
+
+
+_UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.seal",
+             "canarchy.testing.isolation._child"}
+
+
+def _seal() -> Seal:
+    """Every module of the isolation but those used only at entry, the guards' configuration,
+    and the guards themselves (an attribute of their own would hide a method)."""
+    modules = [m for name, m in sorted(sys.modules.items())
+               if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
+    attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
+                  (_guard.GUARD, "report_dir")]
+    return Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
+
+
+def _unsealed(run: _Run) -> list[str]:
+    """What a test or fixture changed of the isolation itself (put back), python-can's hooks included."""
+    if run.seal is None:
+        return []
+    run.seal.extend(_guard.patched_attributes())
+    found = run.seal.broken()
+    if getattr(_access.GUARD._local, "busy", False):
+        found.append("the access guard told this thread was exempt")
+        _access.GUARD._local.busy = False
+    _access.GUARD.forget_resolutions()  # nothing it remembers of directories comes from before
+    return found
+
+
+def _refuse_inherited_descriptors(guarded: list[str]) -> None:
+    """Refuse a run started with a directory descriptor open (paths resolved through it pass by
+    the containment's view and the access guard) or one open on the operator's state."""
+    fd_dir = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return
+    found = []
+    for name in names:
+        try:
+            fd = int(name)
+            mode = os.fstat(fd).st_mode
+        except (ValueError, OSError):  # the listing's own descriptor, closed by now
+            continue
+        try:
+            target = os.readlink(os.path.join(fd_dir, name))
+        except OSError:
+            target = "?"
+        if stat.S_ISDIR(mode):
+            found.append(f"descriptor {fd} is open on the directory {target}")
+        elif any(_inside(target, g) for g in guarded):
+            found.append(f"descriptor {fd} is open on {target}, the operator's own state")
+    if found:
+        raise pytest.UsageError(
+            "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
+            "through (files opened through it pass by the containment's view and the access guard): "
+            + "; ".join(found) + ". Start pytest without it (in a shell, `exec N<&-` closes descriptor N).")
 
 
 def _guarded_manifest(run: _Run) -> dict:
@@ -461,19 +583,23 @@ def pytest_fixture_setup(fixturedef, request):
 
 # -- per test ------------------------------------------------------------------------------
 
-_OPT_OUTS = pytest.StashKey[frozenset]()
-
-
 def _opt_outs_of(item: pytest.Item) -> frozenset:
-    """The opt-out markers (:data:`MARKERS`) an item carries, looked up once."""
-    found = item.stash.get(_OPT_OUTS, None)
-    if found is None:
-        found = item.stash[_OPT_OUTS] = frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
-    return found
+    """The opt-out markers (:data:`MARKERS`) an item carries now."""
+    return frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Each test's opt-outs as collection left them: a test cannot change a later test's."""
+    run = session.config.stash.get(_RUN, None)
+    if run is not None:
+        run.opt_outs = {item.nodeid: _opt_outs_of(item) for item in session.items}
 
 
 def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
-    return not _opt_outs_of(request.node).isdisjoint(markers)
+    run: _Run = request.config.stash[_RUN]
+    found = run.opt_outs.get(request.node.nodeid)
+    return not (_opt_outs_of(request.node) if found is None else found).isdisjoint(markers)
 
 
 @pytest.fixture(autouse=True)
@@ -488,6 +614,8 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     sandbox = run.sandbox
     cwd_before = os.getcwd()
     dirs = None
+    frozen = run.opt_outs.get(request.node.nodeid)
+    changed = frozen is not None and _opt_outs_of(request.node) != frozen
     for key in _STATE.changed_between_tests():  # left by collection or a wider-scoped fixture
         if key.startswith(run.settings.scrub_prefixes):
             _STATE.quietly(key, None)
@@ -509,6 +637,10 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         os.chdir(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
     _STATE.begin()
     try:
+        if changed:
+            pytest.fail(f"canarchy test isolation: the opt-out markers of {request.node.nodeid} changed after "
+                        f"collection (now {sorted(_opt_outs_of(request.node))}, collected with {sorted(frozen)}): "
+                        "it runs as collected", pytrace=False)
         stuck = sandbox.take_stuck()
         if stuck:
             pytest.fail("canarchy test isolation: import-time paths under the operator's home that cannot be "
@@ -546,7 +678,29 @@ def guard_operator_access(request: pytest.FixtureRequest):
     run: _Run = request.config.stash[_RUN]
     bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
+    _fail_for_what_came_before(run, nodeid)
+    bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
+    _set_owners(nodeid)
+    bus.enabled, files.enabled = not bus_down, not files_down
+    try:
+        yield bus
+    finally:
+        switched = [name for name, g, down in (("bus", bus, bus_down), ("access", files, files_down))
+                    if not g.enabled and not down]
+        bus.enabled = files.enabled = True
+        _set_owners(_BETWEEN_TESTS)
+    _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
+
+
+def _fail_for_what_came_before(run: _Run, nodeid: str) -> None:
+    """Fail the setup of ``nodeid`` for what happened outside any test since the last one:
+    refusals, a change to the isolation itself, a python-can bus still open (shut down here)."""
+    bus, files = _guard.GUARD, _access.GUARD
     earlier = [r.message() for r in bus.take_refusals()] + [a.message() for a in files.take_refusals()]
+    off = [f"{name} guard switched off" for name, g in (("bus", bus), ("access", files)) if not g.enabled]
+    tampered = _unsealed(run) + off
+    if tampered:
+        earlier.append("the isolation's own code or state was changed (put back): " + "; ".join(tampered))
     _remember_writes(run, files.take_watched())
     stale = bus.take_unclosed()
     for open_bus, _owner in stale:
@@ -558,14 +712,15 @@ def guard_operator_access(request: pytest.FixtureRequest):
                   f"still open when {nodeid} started: shut it down where it was opened (it is shut down now, "
                   "so none of its frames reach this test)" for b, owner in stale]
         pytest.fail("\n".join(lines), pytrace=False)
-    bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
-    _set_owners(nodeid)
-    bus.enabled, files.enabled = not bus_down, not files_down
-    try:
-        yield bus
-    finally:
-        bus.enabled = files.enabled = True
-        _set_owners(_BETWEEN_TESTS)
+
+
+def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_down: bool, files_down: bool,
+                                switched: list[str]) -> None:
+    """Fail the test for its refusals (caught or not), a change to the isolation, a bus it left
+    open or python-can's "not properly shut down"; record its writes into the checkout."""
+    bus, files = _guard.GUARD, _access.GUARD
+    nodeid = request.node.nodeid
+    tampered = _unsealed(run) + [f"{name} guard switched off" for name in switched]
     refusals = [r.message() for r in bus.take_refusals()]
     refused, watched = files.take()
     refusals += [a.message() for a in refused]
@@ -577,12 +732,12 @@ def guard_operator_access(request: pytest.FixtureRequest):
     for open_bus, _owner in unclosed:
         open_bus.shutdown()
     records = _SHUTDOWN_RECORDS.take()
-    if bus_down and files_down:
+    if bus_down and files_down and not tampered:
         return
     if bus_down:
         unclosed, records = [], []
-    if refusals or unclosed or records:
-        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records), pytrace=False)
+    if refusals or unclosed or records or tampered:
+        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered), pytrace=False)
 
 
 def _remember_writes(run: _Run, watched: list) -> None:
@@ -590,8 +745,11 @@ def _remember_writes(run: _Run, watched: list) -> None:
         run.writes.setdefault(access.resolved, access.owner)
 
 
-def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str]) -> str:
+def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str]) -> str:
     parts = []
+    if tampered:
+        parts.append(f"canarchy test isolation: {nodeid} changed the isolation's own code or state (put back for "
+                     "the tests after it): " + "; ".join(tampered))
     if refusals:
         parts.append(f"{len(refusals)} attempt(s) refused (the error may have been caught):")
         parts.extend(refusals)

@@ -112,7 +112,7 @@ class ProcessState:
         problems: list[str] = []
         if os.environ is not _ENVIRON:
             problems.append("replaced os.environ with another object (put back)")
-            os.environ = _ENVIRON
+            os.environ = _ENVIRON  # noqa: B003 - the object itself is put back, not its contents
         self._quiet = True
         try:
             for key, value in self._before.items():

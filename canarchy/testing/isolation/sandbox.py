@@ -23,7 +23,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path, PurePath
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
 

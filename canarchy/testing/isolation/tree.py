@@ -20,7 +20,8 @@ import os
 import stat
 import subprocess
 import threading
-from typing import Iterable, Iterator, Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
 
 #: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
 OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
@@ -94,6 +95,7 @@ def _record(out: dict[str, Entry], rel: str, path: str) -> Entry | None:
     return entry
 
 
+# radon D by design: the sentinel's walk of every entry, one function to spare calls (docs/benchmarks.md, 7)
 def _scan(out: dict[str, Entry], root: str, start: str, skip: bool) -> None:
     """Walk the directory ``start`` (relative to ``root``, "" for root itself) into ``out``."""
     stack = [start]

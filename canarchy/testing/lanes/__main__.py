@@ -22,7 +22,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, Interrupted, interrupts, split_pytest_args
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, Interrupted, interrupts, split_pytest_args,
+                                           temporary_files_outside)
 
 #: lane -> (module, main, add_arguments or None, -m the lane fixes)
 LANES = {
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CANNOT_DECIDE
     lane_main = getattr(importlib.import_module(f"canarchy.testing.lanes.{module}"), main_name)
     try:
-        with interrupts():
+        with interrupts(), temporary_files_outside(project.root):
             return lane_main(project, args, selection)
     except Interrupted as exc:
         print(f"{args.lane}: interrupted by {exc.name}; every process it started was stopped and its temporary "

@@ -1,8 +1,11 @@
-"""Private network namespaces for the lanes (Linux, root): ``unshare --net`` plus ``ip``.
+"""Private network namespaces for the lanes (Linux): ``unshare --net`` plus ``ip``.
 
 :func:`netns_command` wraps a command so that it runs in a fresh network
 namespace holding only ``lo`` (up) and a route for IPv4 multicast
 (``224.0.0.0/4 dev lo``); the namespace dies with the last process in it.
+Root needs nothing more; another user gets a user namespace of its own too
+(``unshare --user --map-root-user``: root inside it, the same user outside),
+where the kernel allows unprivileged user namespaces.
 Measured on Linux 6.x with python-can 4.6 ``udp_multicast``: the IPv6 default
 group fails to join with ENODEV, the IPv4 group :data:`NETNS_GROUP`
 (python-can's ``DEFAULT_GROUP_IPv4``) round-trips frames once the multicast
@@ -31,6 +34,7 @@ class NetnsSupport:
     reason: str
     unshare: str | None = None
     ip: str | None = None
+    flags: tuple[str, ...] = ("--net",)
 
 
 _NETNS_CACHE: NetnsSupport | None = None
@@ -42,7 +46,7 @@ def _setup_script(ip: str) -> str:
 
 
 def netns_support(*, refresh: bool = False) -> NetnsSupport:
-    """Probe once whether a private network namespace can be made (Linux, root, ``unshare``, ``ip``)."""
+    """Probe once whether a private network namespace can be made (Linux, ``unshare``, ``ip``)."""
     global _NETNS_CACHE
     if _NETNS_CACHE is not None and not refresh:
         return _NETNS_CACHE
@@ -53,9 +57,7 @@ def netns_support(*, refresh: bool = False) -> NetnsSupport:
 def _probe_netns() -> NetnsSupport:
     if not sys.platform.startswith("linux"):
         return NetnsSupport(False, f"network namespaces are Linux-only (this is {sys.platform})")
-    if os.geteuid() != 0:
-        return NetnsSupport(False, "creating a network namespace needs root "
-                                   "(run the lane as root, or use --operator-bus)")
+    flags = ("--net",) if os.geteuid() == 0 else ("--user", "--map-root-user", "--net")
     search = os.pathsep.join(filter(None, [os.environ.get("PATH"), _SBIN_PATH]))
     unshare, ip = shutil.which("unshare", path=search), shutil.which("ip", path=search)
     if unshare is None or ip is None:
@@ -63,7 +65,7 @@ def _probe_netns() -> NetnsSupport:
         return NetnsSupport(False, f"{missing} not found (util-linux / iproute2)")
     try:
         proc = subprocess.run(
-            [unshare, "--net", "--", "sh", "-c", _setup_script(ip)],
+            [unshare, *flags, "--", "sh", "-c", _setup_script(ip)],
             capture_output=True,
             text=True,
             timeout=10,
@@ -73,8 +75,12 @@ def _probe_netns() -> NetnsSupport:
         return NetnsSupport(False, f"`unshare --net` could not run: {exc}")
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        return NetnsSupport(False, f"`unshare --net` failed: {detail[-1] if detail else proc.returncode}")
-    return NetnsSupport(True, "private network namespace (loopback only, IPv4 multicast routed to lo)", unshare, ip)
+        hint = "" if os.geteuid() == 0 else " (unprivileged user namespaces refused? run the lane as root)"
+        return NetnsSupport(False, f"`unshare {' '.join(flags)}` failed: "
+                                   f"{detail[-1] if detail else proc.returncode}{hint}")
+    where = "" if os.geteuid() == 0 else ", in a user namespace of its own"
+    return NetnsSupport(True, f"private network namespace (loopback only, IPv4 multicast routed to lo{where})",
+                        unshare, ip, flags)
 
 
 def netns_command(argv: Sequence[str], support: NetnsSupport | None = None) -> list[str]:
@@ -87,7 +93,8 @@ def netns_command(argv: Sequence[str], support: NetnsSupport | None = None) -> l
     support = support or netns_support()
     if not support.available or support.unshare is None or support.ip is None:
         raise RuntimeError(f"no private network namespace: {support.reason}")
-    return [support.unshare, "--net", "--", "sh", "-c", _setup_script(support.ip) + ' && exec "$@"', "sh", *argv]
+    return [support.unshare, *support.flags, "--", "sh", "-c", _setup_script(support.ip) + ' && exec "$@"', "sh",
+            *argv]
 
 
 _ROUNDTRIP_CODE = """

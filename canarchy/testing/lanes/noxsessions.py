@@ -14,7 +14,9 @@ dependencies (this file and its two siblings are loaded by path).
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -22,17 +24,21 @@ import nox
 __all__ = ["install", "integration", "lane", "mutations", "order", "parity", "selftest", "unit"]
 
 
-def _sibling(name: str):  # type: ignore[no-untyped-def]
-    key = f"_canarchy_lanes_{name}"
+def _load(key: str, path: Path):  # type: ignore[no-untyped-def]
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(key, path)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[key] = module  # dataclasses look their module up
         spec.loader.exec_module(module)  # type: ignore[union-attr]
     return sys.modules[key]
 
 
+def _sibling(name: str):  # type: ignore[no-untyped-def]
+    return _load(f"_canarchy_lanes_{name}", Path(__file__).with_name(f"{name}.py"))
+
+
 _env = _sibling("env")
+_tempbase = _load("_canarchy_tempbase", Path(__file__).parent.parent / "isolation" / "tempbase.py")
 PROJECT = _sibling("project").load_project(Path.cwd())  # nox runs a noxfile from its own directory
 # On Ctrl+C nox forwards SIGINT, then SIGTERM after `interrupt_timeout` and SIGKILL after
 # `terminate_timeout` (0.3 s and 0.2 s by default): too short for a lane to stop its runs.
@@ -55,10 +61,24 @@ def install(session: nox.Session, *extra: str) -> None:
 
 def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str, ...] = ()) -> None:
     """Run one lane in the session's virtualenv; the session's posargs choose its tests."""
-    home = Path(session.create_tmp()) / "lane-home"
-    home.mkdir(exist_ok=True)
-    session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
-                env=_env.build_env(home=home, passthrough=passthrough), include_outer_env=False, **STOP_IN_TIME)
+    tmp = tempfile.mkdtemp(prefix=f"canarchy-lane-{name}-", dir=temp_outside())
+    try:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
+                    env=_env.build_env(home=home, passthrough=passthrough, extra={"TMPDIR": tmp}),
+                    include_outer_env=False, **STOP_IN_TIME)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def temp_outside() -> str:
+    """A temporary directory in neither the project nor the operator's home (nox's own
+    ``session.create_tmp()`` is inside the project: a lane's homes would be in the checkout)."""
+    base, note = _tempbase.outside_project(PROJECT.root)
+    if note:
+        print(f"nox: {note}", file=sys.stderr)
+    return base
 
 
 @nox.session(tags=["tests"])

@@ -15,11 +15,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
+
+from canarchy.testing.isolation import tempbase
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -96,6 +99,29 @@ def interrupts() -> Iterator[None]:
             for sig, old in previous.items():
                 signal.signal(sig, old)
             _HURRY.clear()
+
+
+@contextlib.contextmanager
+def temporary_files_outside(project_root: str | os.PathLike[str]) -> Iterator[str]:
+    """Point ``TMPDIR`` (and :mod:`tempfile`) at a directory in neither the project nor
+    the operator's home for the duration (nox's session directory is inside the
+    project); yields the directory. Restores both afterwards."""
+    base, note = tempbase.outside_project(project_root)
+    if not note:
+        yield base
+        return
+    print(f"lanes: {note}", file=sys.stderr)
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = base
+    tempfile.tempdir = None
+    try:
+        yield base
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = None
 
 
 def _stop(proc: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:

@@ -43,7 +43,7 @@ class _ImportProof:
     def __init__(self, directory: str, packages: set) -> None:
         self.directory, self.packages = directory, packages
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D401 - importlib protocol
+    def find_spec(self, fullname, path=None, target=None):
         if fullname in self.packages:
             self.packages.discard(fullname)
             spec = None

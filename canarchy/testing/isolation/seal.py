@@ -1,0 +1,100 @@
+"""The isolation's own integrity: a test may not switch off or replace what protects the next one.
+
+:class:`Seal` remembers, when it is made, every global of the given modules and
+every attribute of the classes they define (by identity; a set, list or dict
+also by its contents, one level down; a module's ``SEAL_SKIPS`` names what it
+changes itself later), chosen attributes of chosen objects, and
+which of those objects' own attributes exist (one added there can hide a method).
+:meth:`Seal.broken` names each that differs since and puts it back.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import ModuleType
+from typing import Any
+from collections.abc import Iterable
+
+_MISSING = object()
+
+
+def _contents(value: Any) -> Any:
+    """A comparable record of a container's contents (one level down), else None."""
+    if isinstance(value, (set, frozenset)):
+        return frozenset(value)
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return tuple((k, v, tuple(v) if isinstance(v, list) else None) for k, v in value.items())
+    return None
+
+
+def _refill(container: Any, contents: Any) -> None:
+    if isinstance(container, set):
+        container.clear()
+        container.update(contents)
+    elif isinstance(container, list):
+        container[:] = contents
+    elif isinstance(container, dict):
+        container.clear()
+        for key, value, inner in contents:
+            if inner is not None:
+                value[:] = inner
+            container[key] = value
+
+
+def _raw(holder: Any, name: str) -> Any:
+    """A class's own attribute as stored (a staticmethod stays one), else ``getattr``."""
+    if inspect.isclass(holder):
+        return holder.__dict__.get(name, _MISSING)
+    return getattr(holder, name, _MISSING)
+
+
+class Seal:
+    """``modules``: sealed whole (their classes too); ``attributes``: ``(object, name)`` pairs;
+    ``instances``: objects that may not gain an attribute of their own."""
+
+    def __init__(self, modules: Iterable[ModuleType], attributes: Iterable[tuple[Any, str]] = (),
+                 instances: Iterable[Any] = ()) -> None:
+        self._kept: list[tuple[str, Any, str, Any, Any]] = []
+        self._keys: set[tuple[int, str]] = set()
+        for module in modules:
+            short = module.__name__.rsplit(".", 1)[-1]
+            skipped = set(getattr(module, "SEAL_SKIPS", ()))
+            for name, value in list(vars(module).items()):
+                if name.startswith("__") or name in skipped:
+                    continue
+                self._keep(f"{short}.{name}", module, name, value)
+                if inspect.isclass(value) and value.__module__ == module.__name__:
+                    for attr, member in list(vars(value).items()):
+                        if attr not in ("__dict__", "__weakref__", "__doc__", "__module__"):
+                            self._keep(f"{short}.{name}.{attr}", value, attr, member)
+        self.extend(attributes)
+        self._instances = [(obj, frozenset(vars(obj))) for obj in instances]
+
+    def extend(self, attributes: Iterable[tuple[Any, str]]) -> None:
+        """Seal ``(object, name)`` pairs too, as they are now (a pair already sealed is skipped)."""
+        for holder, name in attributes:
+            if (id(holder), name) not in self._keys:
+                label = f"{getattr(holder, '__name__', type(holder).__name__)}.{name}"
+                self._keep(label, holder, name, _raw(holder, name))
+
+    def _keep(self, label: str, holder: Any, name: str, value: Any) -> None:
+        self._keys.add((id(holder), name))
+        self._kept.append((label, holder, name, value, _contents(value)))
+
+    def broken(self) -> list[str]:
+        """What changed since the seal was made, in words (each put back)."""
+        found = []
+        for label, holder, name, value, contents in self._kept:
+            if _raw(holder, name) is not value:
+                found.append(f"{label} replaced")
+                setattr(holder, name, value)
+            elif contents is not None and _contents(value) != contents:
+                found.append(f"{label} changed")
+                _refill(value, contents)
+        for obj, names in self._instances:
+            for name in set(vars(obj)) - names:
+                found.append(f"{type(obj).__name__}.{name} added")
+                del vars(obj)[name]
+        return found
