@@ -12,15 +12,6 @@ from tests.helpers import run_cli, write_user_config
 
 
 @pytest.fixture
-def peer(monkeypatch, virtual_channel):
-    """A bus on the test's virtual channel; canarchy uses the virtual bus type and needs no typed YES."""
-    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
-    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as bus:
-        yield bus
-
-
-@pytest.fixture
 def bus_kwargs_seen(monkeypatch):
     """The keyword arguments of every ``can.Bus`` opened (the real bus is still opened)."""
     seen: list[dict] = []

@@ -18,7 +18,6 @@ import pytest
 from canarchy import replay, transport
 from canarchy.transport import CanFrame
 from tests.helpers import run_cli
-from tests.test_bus import peer  # noqa: F401  (the fixture: a peer on the test's virtual channel)
 
 #: The scheduler waits on the monotonic clock; its slots and the peer's receive stamps are on
 #: the wall clock, read a moment apart: a frame may appear this much before its slot.
