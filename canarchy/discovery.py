@@ -68,7 +68,8 @@ def classify(exchange: Exchange) -> dict[str, Any]:
     messages = exchange.messages
     replies = [uds.parse_response(message) for message in messages]
     pending = sum(1 for reply in replies if reply is not None and reply.pending)
-    settled = [(message, reply) for message, reply in zip(messages, replies) if reply is None or not reply.pending]
+    settled = [(message, reply) for message, reply in zip(messages, replies, strict=True)
+               if reply is None or not reply.pending]
     out: dict[str, Any] = {"response": "none", "nrc": None, "nrc_name": None, "message": None,
                            "pending_count": pending,
                            "frame_count": sum(1 for direction, _ in exchange.frames if direction == "rx")}

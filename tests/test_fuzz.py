@@ -87,7 +87,7 @@ def test_findings_layout_is_as_specified(ecu, virtual_channel, tmp_path):
     new_classes = set()
     findings = [e for e in data["events"] if e["event_type"] == "fuzz_finding"]
     assert len(findings) == len(names) - 1
-    for event, name in zip(findings, names[1:]):
+    for event, name in zip(findings, names[1:], strict=True):
         finding = json.loads((campaign_dir / name).read_text())
         iteration = int(FINDING_NAME.match(name).group(1))
         assert finding["iteration"] == iteration == event["payload"]["iteration"]

@@ -593,7 +593,7 @@ def test_stdio_server_without_allow_active_never_transmits(tmp_path, virtual_cha
     calls = [("send", {**base, **arguments}) for arguments in ATTEMPTS]
     # even a client whose user would say yes to everything
     results, stderr = over_stdio([], calls, tmp_path, env=env, elicitation=_accept())
-    for (_name, arguments), result in zip(calls, results):
+    for (_name, arguments), result in zip(calls, results, strict=True):
         envelope = result.structured_content
         if envelope["ok"]:
             assert envelope["data"]["mode"] == "dry_run", arguments

@@ -440,7 +440,7 @@ def _run(args: argparse.Namespace, ecus: list[tuple[Any, int, int]], bus_type: s
                              f"The simulated ECU on {args.interface!r} stopped: {network.error.__class__.__name__}: "
                              f"{network.error}",
                              "Check that the interface is still up and the bus is not in bus-off.")
-    for described, node in zip(common["ecus"], nodes):
+    for described, node in zip(common["ecus"], nodes, strict=True):
         described.update(requests=len(node.messages), frames_received=len(node.requests),
                          frames_sent=len(node.responses))
     data = dict(common, mode="active", interface_source=args.interface_source, bus_type=bus_type,
