@@ -524,7 +524,7 @@ def _python_can_reader(path: str, fmt: str) -> Any:
     try:
         if gz:
             text = issubclass(reader_class, TextIOMessageReader)
-            handle = gzip.open(path, "rt" if text else "rb")
+            handle = gzip.open(path, "rt" if text else "rb")  # noqa: SIM115 (the reader owns it and closes it)
             return reader_class(handle)
         return reader_class(path)
     except ImportError as exc:  # a reader's optional dependency

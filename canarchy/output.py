@@ -169,7 +169,7 @@ class EventStream:
 
     def _spool_write(self, text: str) -> None:
         if self._spool is None:
-            self._spool = tempfile.SpooledTemporaryFile(SPOOL_MEMORY_BYTES, mode="w+", encoding="utf-8")
+            self._spool = tempfile.SpooledTemporaryFile(SPOOL_MEMORY_BYTES, mode="w+", encoding="utf-8")  # noqa: SIM115 (kept open for the stream, _close() closes it)
             self._spool.write(_EVENT_INDENT + text)  # one write per event: Ctrl+C never splits one
         else:
             self._spool.write("," + _EVENT_INDENT + text)

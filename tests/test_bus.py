@@ -383,11 +383,13 @@ def test_a_capture_recorded_and_replayed_reproduces_frames_and_schedule(monkeypa
     monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
     gaps = [0.0, 0.12, 0.05, 0.2, 0.01]
     path = tmp_path / "drive.blf"
-    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as source:
-        with CaptureThread(virtual_channel, "--count", str(len(gaps)), "--output", str(path), "--json") as capture:
-            for index, gap in enumerate(gaps):
-                time.sleep(gap)
-                source.send(can.Message(arbitration_id=0x100 + index, data=bytes([index]) * 8, is_extended_id=False))
+    with (
+        can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as source,
+        CaptureThread(virtual_channel, "--count", str(len(gaps)), "--output", str(path), "--json") as capture,
+    ):
+        for index, gap in enumerate(gaps):
+            time.sleep(gap)
+            source.send(can.Message(arbitration_id=0x100 + index, data=bytes([index]) * 8, is_extended_id=False))
     recorded = [e["payload"] for e in json.loads(capture.out.getvalue())["data"]["events"]]
     with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as target:
         result = run_cli("replay", str(path), virtual_channel, "--jsonl")

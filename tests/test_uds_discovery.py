@@ -310,7 +310,9 @@ def test_uds_services_streams_each_probe_as_it_happens(virtual_channel):
 
     with SimulatedEcu(channel=virtual_channel) as ecu:
         class Recording(io.StringIO):
-            seen: list[int] = []
+            def __init__(self) -> None:
+                super().__init__()
+                self.seen: list[int] = []
 
             def write(self, text):
                 self.seen.append(len(ecu.messages))

@@ -403,21 +403,24 @@ class J1939Decoder:
             if key in self._sessions:
                 old = self._sessions[key]
                 self.transport_incomplete += 1
-                self.warnings.add("J1939_TP_REPLACED", f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: a new transfer "
+                self.warnings.add("J1939_TP_REPLACED",
+                                  f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: a new transfer "
                                   f"replaces PGN {old.pgn} begun at t={old.timestamp:.6f} "
                                   f"({len(old.received)} of {old.packets} packets)",
                                   source_address=sa, destination_address=da, pgn=old.pgn, timestamp=frame.timestamp,
                                   received_packets=len(old.received), packets=old.packets)
             if not 9 <= size <= 1785 or packets != -(-size // 7):
-                self.warnings.add("J1939_TP_SIZE_INVALID", f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: size {size} "
+                self.warnings.add("J1939_TP_SIZE_INVALID",
+                                  f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: size {size} "
                                   f"and {packets} packets do not agree (SAE J1939-21: 9..1785 bytes, 7 per packet)",
                                   source_address=sa, destination_address=da, pgn=pgn, timestamp=frame.timestamp,
                                   size=size, packets=packets)
                 self._sessions.pop(key, None)
                 return
             self._sessions[key] = _TransportSession(mode, pgn, size, packets, frame.timestamp)
-        elif control == TP_CM_ABORT:
-            if self._sessions.pop(key, None) is not None or self._sessions.pop((da, sa), None) is not None:
+        elif control == TP_CM_ABORT:  # either end of the connection may abort it
+            aborted = self._sessions.pop(key, None) or self._sessions.pop((da, sa), None)
+            if aborted is not None:
                 self.transport_incomplete += 1
         # CTS and EndOfMsgAck steer the sender; a passive reader needs nothing from them.
 
