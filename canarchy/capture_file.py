@@ -390,7 +390,8 @@ def parse_candump_line(line: str) -> CanFrame | None:
             # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
             payload = bytes.fromhex(data)
         except ValueError:
-            raise ValueError(f"{'CAN FD data' if fd else 'data'} {data!r} is not an even number of hex digits") from None
+            what = "CAN FD data" if fd else "data"
+            raise ValueError(f"{what} {data!r} is not an even number of hex digits") from None
     else:
         payload = b""
     if extended:
@@ -490,7 +491,8 @@ def _has_content(path: str, limit: int = 2**20) -> bool:
 
 
 def _unavailable(path: str, exc: OSError) -> TransportError:
-    return TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {path!r} cannot be opened: {exc.strerror or exc}.",
+    return TransportError("CAPTURE_SOURCE_UNAVAILABLE",
+                          f"Capture file {path!r} cannot be opened: {exc.strerror or exc}.",
                           "Check the path and the file's permissions.")
 
 
@@ -537,7 +539,8 @@ def _python_can_reader(path: str, fmt: str) -> Any:
     except Exception as exc:  # the reader rejected the header
         raise DecodeError("CAPTURE_FORMAT_INVALID",
                           f"{path!r} is not a valid .{fmt} file: {exc.__class__.__name__}: {exc}.",
-                          f"Check that the file really is .{fmt} (and complete), or convert it to candump -l (.log).") from None
+                          f"Check that the file really is .{fmt} (and complete), "
+                          "or convert it to candump -l (.log).") from None
 
 
 def _from_message(message: Any) -> CanFrame:
@@ -549,4 +552,5 @@ def _from_message(message: Any) -> CanFrame:
                         requested_dlc=message.dlc)
     data = bytes(message.data or b"")
     return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel,
-                    bool(message.is_fd and message.bitrate_switch), bool(message.is_fd and message.error_state_indicator))
+                    bool(message.is_fd and message.bitrate_switch),
+                    bool(message.is_fd and message.error_state_indicator))

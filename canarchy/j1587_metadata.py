@@ -72,7 +72,8 @@ def list_pids() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _merged() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
-    return reference_data.merged_with_overrides(_PID_FILE, "pids", pid_overrides_path(), what="J1587 PID", max_id=PID_MAX)
+    return reference_data.merged_with_overrides(_PID_FILE, "pids", pid_overrides_path(),
+                                                what="J1587 PID", max_id=PID_MAX)
 
 
 def _view(pid: int, entry: dict[str, Any], source: str) -> dict[str, Any]:

@@ -134,13 +134,15 @@ def pgn_from_arbitration_id(can_id: int) -> int:
 
 
 def source_address(can_id: int) -> int:
-    """The source address (SA, bits 7-0) of a 29-bit arbitration ID: 0..255. Raises as :func:`pgn_from_arbitration_id`."""
+    """The source address (SA, bits 7-0) of a 29-bit arbitration ID: 0..255.
+    Raises as :func:`pgn_from_arbitration_id`."""
     _check_id(can_id)
     return can_id & 0xFF
 
 
 def priority(can_id: int) -> int:
-    """The priority (bits 28-26) of a 29-bit arbitration ID: 0 (highest) .. 7. Raises as :func:`pgn_from_arbitration_id`."""
+    """The priority (bits 28-26) of a 29-bit arbitration ID: 0 (highest) .. 7.
+    Raises as :func:`pgn_from_arbitration_id`."""
     _check_id(can_id)
     return (can_id >> 26) & 0x7
 

@@ -305,7 +305,8 @@ class Backend:
     name = "abstract"
 
     @contextmanager
-    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+    def receiver(self, channel: str,
+                 filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         """A ``recv(timeout) -> CanFrame | None`` function on one open channel: the
         next frame that passes ``filters`` (:func:`frame_passes`), or None when
         none came within ``timeout`` seconds (or one that did not pass came).
@@ -322,7 +323,8 @@ class Backend:
             count = 0
             last = time.monotonic()
             while limit is None or count < limit:
-                wait = CAPTURE_POLL_S if timeout is None else max(0.0, min(CAPTURE_POLL_S, last + timeout - time.monotonic()))
+                wait = (CAPTURE_POLL_S if timeout is None
+                        else max(0.0, min(CAPTURE_POLL_S, last + timeout - time.monotonic())))
                 try:
                     frame = recv(wait)
                 except SourceEnded:
@@ -449,7 +451,8 @@ class PythonCanBackend(Backend):
         return recv
 
     @contextmanager
-    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+    def receiver(self, channel: str,
+                 filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         can_filters = python_can_filters(filters)
         with (self._open_bus(channel, can_filters) if can_filters else self._open_bus(channel)) as bus:
             yield self._receive_function(bus, channel, filters)
@@ -545,7 +548,8 @@ class ScaffoldBackend(Backend):
             )
 
     @contextmanager
-    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+    def receiver(self, channel: str,
+                 filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         """The fixed frames, at once, then :class:`SourceEnded`."""
         self._check(channel)
         frames = iter(self.FRAMES)

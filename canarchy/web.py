@@ -666,7 +666,8 @@ def render_signal_page(server: DashboardServer, message: str, signal: str) -> st
         f"<a href=\"{_e('/plot.svg?' + urlencode({'message': message, 'signal': signal}))}\">plot.svg</a></p>",
         plot,
         "<table id=\"signal\"><tbody>",
-        *(f"<tr><th>{key}</th><td>{_e(_number(s.get(key)))}</td></tr>" for key in ("count", "min", "max", "last", "unit")),
+        *(f"<tr><th>{key}</th><td>{_e(_number(s.get(key)))}</td></tr>"
+          for key in ("count", "min", "max", "last", "unit")),
         "</tbody></table></body></html>\n",
     ])
 

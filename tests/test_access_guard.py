@@ -517,7 +517,8 @@ def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
     assert result.per_test_ms("loop_cpu", "hook", "canarchy") == pytest.approx(0.01)
     call, judging = figures["with"]["other_event"] - figures["without"]["other_event"], figures["judging"]
     assert set(judging) == set(access_bench.JUDGED_CASES) and all(v > 0 for v in judging.values())
-    assert result.modelled_ms() == pytest.approx((1 * (call + judging["judged_open"]) + 6 * (call + judging["judged_listdir"])
+    assert result.modelled_ms() == pytest.approx((1 * (call + judging["judged_open"])
+                                                  + 6 * (call + judging["judged_listdir"])
                                                   + 50 * call + figures["take"]) / 1000)
     assert "<= 0.05 ms: met" in "\n".join(access_bench.report_lines(result))
 

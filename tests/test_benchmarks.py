@@ -320,7 +320,8 @@ def test_capture_targets_are_judged_from_the_runs():
     result = captures.CaptureResult(
         logs={"mixed": {"frames": 1000, "bytes": 1}, "j1939": {"frames": 1000, "bytes": 1}},
         kinds={"python-can-read": runs("python-can-read", 1.0, 1), "canarchy-read": runs("canarchy-read", 0.4, 1),
-               "capture-jsonl": runs("capture-jsonl", 1.2, 20 * 1024), "decode-json": runs("decode-json", 3.0, 70 * 1024)})
+               "capture-jsonl": runs("capture-jsonl", 1.2, 20 * 1024),
+               "decode-json": runs("decode-json", 3.0, 70 * 1024)})
     text = "\n".join(report.capture_target_lines(result, {}))
     assert "candump parser: 0.40 x python-can's reader (CPU, median); target <= 0.5 x: met" in text
     assert "`capture --file --jsonl`: 1.20 x python-can's reader (CPU, median); target <= 1.0 x: **missed**" in text

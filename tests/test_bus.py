@@ -349,8 +349,8 @@ def test_output_files_read_back_with_python_can(peer, virtual_channel, tmp_path,
     if suffix in ("log", "blf", "asc"):
         assert [m.is_fd for m in back] == [m.is_fd for m in kept]
     # timestamps: absolute, or (asc) relative to the first frame, to the format's precision
-    stamps = [e["payload"]["timestamp"] for e in events if not (suffix == "trc" and (e["payload"]["is_fd"]
-                                                                                      or e["payload"]["is_remote_frame"]))]
+    stamps = [e["payload"]["timestamp"] for e in events
+              if not (suffix == "trc" and (e["payload"]["is_fd"] or e["payload"]["is_remote_frame"]))]
     offset = stamps[0] - back[0].timestamp
     assert [m.timestamp + offset for m in back] == pytest.approx(stamps, abs=1e-4)
     assert envelope["data"]["output"]["frames_written"] == len(kept)

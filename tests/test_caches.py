@@ -247,7 +247,8 @@ def test_dbc_list_without_config_has_no_default_provider():
 
 @pytest.mark.parametrize(
     "text",
-    ['[dbc_cache\n', 'dbc_cache = 3\n', '[dbc_cache]\ndefault_provider = "../x"\n', '[dbc_cache]\ndefault_provider = 5\n'],
+    ['[dbc_cache\n', 'dbc_cache = 3\n', '[dbc_cache]\ndefault_provider = "../x"\n',
+     '[dbc_cache]\ndefault_provider = 5\n'],
 )
 def test_dbc_list_invalid_config_is_config_invalid(text):
     config = dbc_cache._CONFIG_PATH

@@ -304,7 +304,8 @@ def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, 
 ESCAPING_CHILD = """
     import subprocess, sys
     def test_child_without_the_guard():
-        probe = "import os, socket; print(os.readlink('/proc/self/ns/net'), sorted(n for _, n in socket.if_nameindex()))"
+        probe = ("import os, socket; "
+                 "print(os.readlink('/proc/self/ns/net'), sorted(n for _, n in socket.if_nameindex()))")
         print("CHILD-SEES", subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True).stdout)
 """
 
@@ -329,7 +330,8 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     assert namespace != outer and interfaces == "['lo']", run.output
     run = run_child(tmp_path / "off", {"test_c.py": ESCAPING_CHILD}, "-s")
     assert _child_sees(run.output)[0] == outer, run.output
-    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not integration")
+    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on},
+                    "-s", "-m", "real_bus or not integration")
     assert _child_sees(run.output)[0] == outer, run.output
     # "not integration" cannot select a test that uses a real bus: the namespace stays
     run = run_child(tmp_path / "not", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "not integration")
@@ -418,7 +420,7 @@ def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):
 ROUTES = """
     import os, socket
     import pytest
-    from can import Bus as PreBoundBus          # bound before the guard? (at import: the guard is installed at configure)
+    from can import Bus as PreBoundBus  # bound before the guard? (at import: the guard is installed at configure)
     import can
     from canarchy.testing.isolation.guard import RealCanBusRefused
 
@@ -600,7 +602,8 @@ def test_swallowed_child_refusal_still_fails_the_parent(tmp_path):
         import subprocess, sys
         def test_spawns():
             subprocess.run([sys.executable, "-c",
-                            "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\nexcept Exception: pass"],
+                            "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\n"
+                            "except Exception: pass"],
                            check=True, timeout=60)
     """})
     assert "error" in run.outcomes("test_spawns"), run.output

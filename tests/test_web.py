@@ -546,8 +546,8 @@ def test_sigterm_and_sigint_stop_the_server_cleanly():
     try:
         for stop, proc in procs.items():
             line = proc.stderr.readline()
-            match = re.fullmatch(r"canarchy: web serve: .* on (http://127\.0\.0\.1:\d+/) \(read-only; Ctrl\+C to stop\)\n",
-                                 line)
+            match = re.fullmatch(r"canarchy: web serve: .* on (http://127\.0\.0\.1:\d+/) "
+                                 r"\(read-only; Ctrl\+C to stop\)\n", line)
             assert match, line
             url = match.group(1)
             assert json.loads(get(url + "api/status")[2])["data"]["frame_count"] == 3854

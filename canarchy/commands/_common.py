@@ -70,7 +70,8 @@ def parse_hex_data(text: str, max_bytes: int = 64) -> bytes:
     except ValueError:
         raise UserInputError("INVALID_FRAME_DATA", f"Payload {text!r} is not valid hex.", hint) from None
     if len(data) > max_bytes:
-        raise UserInputError("INVALID_FRAME_DATA", f"Payload {text!r} has {len(data)} bytes; at most {max_bytes}.", hint)
+        raise UserInputError("INVALID_FRAME_DATA", f"Payload {text!r} has {len(data)} bytes; at most {max_bytes}.",
+                             hint)
     return data
 
 

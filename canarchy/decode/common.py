@@ -52,7 +52,8 @@ def j1939_pgn(can_id: int) -> int:
 
 
 def isotp_counts(reassemblers: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """``{hex id: {complete, dropped, incomplete}}`` of ISO-TP reassemblers (:class:`canarchy.isotp.IsoTpReassembler`)."""
+    """``{hex id: {complete, dropped, incomplete}}`` of ISO-TP reassemblers
+    (:class:`canarchy.isotp.IsoTpReassembler`)."""
     return {f"0x{m.arbitration_id:X}": {"complete": m.complete_count, "dropped": m.dropped_count,
                                         "incomplete": m.incomplete_count}
             for m in sorted(reassemblers, key=lambda m: m.arbitration_id)}

@@ -148,7 +148,8 @@ class _SpnLayout:
         self.offset = entry.get("offset") or 0
         self.digits = max(_decimals(self.resolution), _decimals(self.offset))
         states = entry.get("states")
-        self.states = {int(k): str(v) for k, v in states.items() if str(k).isdecimal()} if isinstance(states, dict) else {}
+        self.states = ({int(k): str(v) for k, v in states.items() if str(k).isdecimal()}
+                       if isinstance(states, dict) else {})
 
     @property
     def usable(self) -> bool:
@@ -343,7 +344,8 @@ class J1939Decoder:
         """End of the capture: warn about transfers left incomplete."""
         for (sa, da), session in self._sessions.items():
             self.transport_incomplete += 1
-            self.warnings.add("J1939_TP_INCOMPLETE", f"J1939 TP {session.mode} PGN {session.pgn} from SA {sa} to {da} begun at "
+            self.warnings.add("J1939_TP_INCOMPLETE",
+                              f"J1939 TP {session.mode} PGN {session.pgn} from SA {sa} to {da} begun at "
                               f"t={session.timestamp:.6f}: incomplete at end of capture "
                               f"({len(session.received)} of {session.packets} packets)",
                               source_address=sa, destination_address=da, pgn=session.pgn, timestamp=session.timestamp,
