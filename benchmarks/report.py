@@ -102,7 +102,7 @@ def _status(row: Any) -> str:
     if not row.exit_codes:
         return "not run"
     texts = []
-    for code, verdict in zip(row.exit_codes, row.verdicts, strict=True):
+    for code, verdict in zip(row.exit_codes, row.verdicts, strict=False):
         word = re.match(r"^[^:]+: ([A-Z][A-Z ]*[A-Z])", verdict)
         texts.append(word.group(1) if word else f"exit {code}")
     distinct = sorted(set(texts))
