@@ -23,7 +23,7 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from benchmarks import isolation, measure, report
 
@@ -123,7 +123,7 @@ class AccessResult:
         """Median over rounds of (``variant`` - ``reference``) / tests, in ms, for ``metric``
         (``loop_cpu``, ``loop_wall``): by default what the hook adds to the plugin."""
         ours, theirs = self.suite.overhead_ms(variant, metric), self.suite.overhead_ms(reference, metric)
-        return measure.median([a - b for a, b in zip(ours, theirs)])
+        return measure.median([a - b for a, b in zip(ours, theirs, strict=True)])
 
     def added_us(self, case: str) -> float:
         """Median over runs of the µs the hook adds to one call of ``case``."""

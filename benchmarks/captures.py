@@ -57,11 +57,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 #: The kinds that print through the CLI: kind -> (command, output flag).
 CLI_KINDS = {
-    "capture-jsonl": ("capture", "--jsonl"), "capture-json": ("capture", "--json"), "capture-text": ("capture", "--text"),
+    "capture-jsonl": ("capture", "--jsonl"), "capture-json": ("capture", "--json"),
+    "capture-text": ("capture", "--text"),
     "decode-jsonl": ("decode", "--jsonl"), "decode-json": ("decode", "--json"), "decode-text": ("decode", "--text"),
 }
 KINDS = ("canarchy-read", "python-can-read", "capture-jsonl", "capture-json", "capture-text",
@@ -192,7 +193,8 @@ def _loop(kind: str, log: str, dbc: str | None) -> Callable[[], tuple[int, int]]
         from canarchy import cli
 
         command, flag = CLI_KINDS[kind]
-        argv = ["capture", "--file", log, flag] if command == "capture" else ["decode", "--file", log, "--dbc", dbc, flag]
+        argv = (["capture", "--file", log, flag] if command == "capture"
+                else ["decode", "--file", log, "--dbc", dbc, flag])
         if command == "decode":
             from canarchy.decode.dbc import load_dbc
 

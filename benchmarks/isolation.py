@@ -32,7 +32,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from benchmarks import measure
 
@@ -140,7 +140,7 @@ class IsolationResult:
         """Per round, ``(variant - bare) / tests`` in ms for ``metric``
         (``loop_wall``, ``loop_cpu``, ``proc_wall``, ``proc_cpu``)."""
         ours, bare = getattr(self.runs[variant], metric), getattr(self.runs["bare"], metric)
-        return [1000.0 * (a - b) / self.tests for a, b in zip(ours, bare)]
+        return [1000.0 * (a - b) / self.tests for a, b in zip(ours, bare, strict=True)]
 
     def summary(self) -> dict[str, dict[str, float]]:
         """``{variant: {metric: median ms per test over bare}}`` plus the bare loop's own ms per test."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from benchmarks import measure
 
@@ -101,7 +102,7 @@ def _status(row: Any) -> str:
     if not row.exit_codes:
         return "not run"
     texts = []
-    for code, verdict in zip(row.exit_codes, row.verdicts):
+    for code, verdict in zip(row.exit_codes, row.verdicts, strict=False):
         word = re.match(r"^[^:]+: ([A-Z][A-Z ]*[A-Z])", verdict)
         texts.append(word.group(1) if word else f"exit {code}")
     distinct = sorted(set(texts))

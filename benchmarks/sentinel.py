@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 SCENARIOS = ("empty", "ignored", "tracked", "home")
 VARIANTS = ("bare", "plugin")
@@ -164,13 +164,13 @@ class SentinelResult:
         from benchmarks import measure
 
         def over(values: dict[str, list[float]]) -> float:
-            return measure.median([p - b for p, b in zip(values["plugin"], values["bare"])])
+            return measure.median([p - b for p, b in zip(values["plugin"], values["bare"], strict=True)])
 
         out = {}
         for name, runs in self.scenarios.items():
             snap = runs.snapshot
             peak_over_bare = [(p - b) / 1024 for p, b in zip(runs.pytest_peak_kib["plugin"],
-                                                             runs.pytest_peak_kib["bare"])]
+                                                             runs.pytest_peak_kib["bare"], strict=True)]
             out[name] = {
                 "snapshot_seconds": measure.median([r["seconds"] for r in snap]),
                 "snapshot_cpu_seconds": measure.median([r["cpu_seconds"] for r in snap]),

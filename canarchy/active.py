@@ -23,7 +23,8 @@ import contextvars
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import TextIO
+from collections.abc import Iterator
 
 from canarchy import config
 from canarchy.errors import UserInputError

@@ -53,7 +53,8 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from canarchy.errors import DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
@@ -153,7 +154,7 @@ class CaptureFile:
         # newline="": lines still end at LF, CRLF or CR, untranslated (split() drops the CR).
         if self.path.lower().endswith(".gz"):
             return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline="")  # type: ignore[return-value]
-        return open(self.path, "r", encoding="utf-8", errors="replace", newline="")
+        return open(self.path, encoding="utf-8", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
         parse = parse_candump_line
@@ -389,7 +390,8 @@ def parse_candump_line(line: str) -> CanFrame | None:
             # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
             payload = bytes.fromhex(data)
         except ValueError:
-            raise ValueError(f"{'CAN FD data' if fd else 'data'} {data!r} is not an even number of hex digits") from None
+            what = "CAN FD data" if fd else "data"
+            raise ValueError(f"{what} {data!r} is not an even number of hex digits") from None
     else:
         payload = b""
     if extended:
@@ -399,7 +401,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
     else:
         valid = can_id <= MAX_STANDARD_ID
     brs, esi = bool(flags & _CANFD_BRS), bool(flags & _CANFD_ESI)
-    if not valid or len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS):
+    if not valid or (len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS)):
         return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi)  # raises INVALID_FRAME
     # Checked above with CanFrame's own limits: build it without checking again (a third of the time).
     frame = _new(CanFrame)
@@ -489,7 +491,8 @@ def _has_content(path: str, limit: int = 2**20) -> bool:
 
 
 def _unavailable(path: str, exc: OSError) -> TransportError:
-    return TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {path!r} cannot be opened: {exc.strerror or exc}.",
+    return TransportError("CAPTURE_SOURCE_UNAVAILABLE",
+                          f"Capture file {path!r} cannot be opened: {exc.strerror or exc}.",
                           "Check the path and the file's permissions.")
 
 
@@ -523,7 +526,7 @@ def _python_can_reader(path: str, fmt: str) -> Any:
     try:
         if gz:
             text = issubclass(reader_class, TextIOMessageReader)
-            handle = gzip.open(path, "rt" if text else "rb")
+            handle = gzip.open(path, "rt" if text else "rb")  # noqa: SIM115 (the reader owns it and closes it)
             return reader_class(handle)
         return reader_class(path)
     except ImportError as exc:  # a reader's optional dependency
@@ -536,7 +539,8 @@ def _python_can_reader(path: str, fmt: str) -> Any:
     except Exception as exc:  # the reader rejected the header
         raise DecodeError("CAPTURE_FORMAT_INVALID",
                           f"{path!r} is not a valid .{fmt} file: {exc.__class__.__name__}: {exc}.",
-                          f"Check that the file really is .{fmt} (and complete), or convert it to candump -l (.log).") from None
+                          f"Check that the file really is .{fmt} (and complete), "
+                          "or convert it to candump -l (.log).") from None
 
 
 def _from_message(message: Any) -> CanFrame:
@@ -548,4 +552,5 @@ def _from_message(message: Any) -> CanFrame:
                         requested_dlc=message.dlc)
     data = bytes(message.data or b"")
     return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel,
-                    bool(message.is_fd and message.bitrate_switch), bool(message.is_fd and message.error_state_indicator))
+                    bool(message.is_fd and message.bitrate_switch),
+                    bool(message.is_fd and message.error_state_indicator))

@@ -54,7 +54,8 @@ def _writer_class(suffix: str) -> Any:
 
 
 def _failed(path: Path, exc: BaseException) -> TransportError:
-    return TransportError("CAPTURE_WRITE_FAILED", f"Cannot write {str(path)!r}: {getattr(exc, 'strerror', None) or exc}.",
+    return TransportError("CAPTURE_WRITE_FAILED",
+                          f"Cannot write {str(path)!r}: {getattr(exc, 'strerror', None) or exc}.",
                           "Check that the directory exists and is writable and that the disk is not full.")
 
 
@@ -147,7 +148,7 @@ class CaptureWriter:
             except OSError:
                 pass
 
-    def __enter__(self) -> "CaptureWriter":
+    def __enter__(self) -> CaptureWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -28,7 +28,8 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence, TextIO
+from typing import TextIO
+from collections.abc import Callable, Iterator, Sequence
 
 from canarchy.errors import COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, UserInputError
 from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, Printer

@@ -21,7 +21,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from canarchy.errors import COMMAND_WARNINGS, ConfigError
 
@@ -476,7 +477,8 @@ def resolve_bus_kwargs(flag_value: dict[str, Any] | None = None,
             merged[name] = {"value": value, "source": "file"}
     env_value = os.environ.get("CANARCHY_BUS_KWARGS")
     if env_value is not None and env_value.strip():
-        for name, value in _converted(setting, env_value, "env", "the environment variable CANARCHY_BUS_KWARGS").items():
+        converted = _converted(setting, env_value, "env", "the environment variable CANARCHY_BUS_KWARGS")
+        for name, value in converted.items():
             merged[name] = {"value": value, "source": "env"}
     if flag_value:
         for name, value in _converted(setting, flag_value, "flag", "the command line (--bus-option)").items():

@@ -17,7 +17,8 @@ reassembly). No python-can; shapes and rules: ``docs/uds-discovery.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from canarchy import uds
 from canarchy.isotp import (PCI_FIRST, BusLink, Exchange, IsoTpTester, default_response_id, normal_fixed_id,
@@ -67,7 +68,8 @@ def classify(exchange: Exchange) -> dict[str, Any]:
     messages = exchange.messages
     replies = [uds.parse_response(message) for message in messages]
     pending = sum(1 for reply in replies if reply is not None and reply.pending)
-    settled = [(message, reply) for message, reply in zip(messages, replies) if reply is None or not reply.pending]
+    settled = [(message, reply) for message, reply in zip(messages, replies, strict=True)
+               if reply is None or not reply.pending]
     out: dict[str, Any] = {"response": "none", "nrc": None, "nrc_name": None, "message": None,
                            "pending_count": pending,
                            "frame_count": sum(1 for direction, _ in exchange.frames if direction == "rx")}

@@ -25,7 +25,8 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from canarchy.errors import TransportError, UserInputError
 from canarchy.fileio import write_bytes_atomic, write_json_atomic
@@ -323,7 +324,7 @@ class FuzzPersistenceError(TransportError):
 
 def new_campaign_id(now: float | None = None) -> str:
     """``YYYYMMDDTHHMMSSZ-<6 hex>``: UTC time plus a random suffix (not from the fuzzing rng)."""
-    stamp = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.timezone.utc)
+    stamp = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.UTC)
     return f"{stamp:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 

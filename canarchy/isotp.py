@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
 
 from canarchy.transport import MAX_STANDARD_ID, CanFrame
 from canarchy.warning_log import WarningRecord
@@ -239,7 +240,8 @@ class IsoTpReassembler:
     def _interrupt(self, frame: CanFrame, by: str) -> None:
         if self._active:
             self.dropped_count += 1
-            self._warn(frame, "ISOTP_INTERRUPTED", f"{by} interrupts the message begun at t={self._first_timestamp:.6f} "
+            self._warn(frame, "ISOTP_INTERRUPTED",
+                       f"{by} interrupts the message begun at t={self._first_timestamp:.6f} "
                        f"({len(self._buffer)} of {self._expected_length} bytes); it is dropped",
                        first_timestamp=self._first_timestamp, received_bytes=len(self._buffer),
                        expected_bytes=self._expected_length)
@@ -281,8 +283,8 @@ class IsoTpReassembler:
     def _consecutive(self, frame: CanFrame, data: bytes) -> IsoTpPdu | None:
         sequence = data[0] & 0x0F
         if not self._active:
-            self._warn(frame, "ISOTP_CF_UNEXPECTED", f"consecutive frame (SN {sequence}) without a first frame; ignored",
-                       sequence=sequence)
+            self._warn(frame, "ISOTP_CF_UNEXPECTED",
+                       f"consecutive frame (SN {sequence}) without a first frame; ignored", sequence=sequence)
             return None
         if sequence != self._next_sequence:
             self.dropped_count += 1

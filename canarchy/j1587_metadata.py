@@ -72,11 +72,12 @@ def list_pids() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _merged() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
-    return reference_data.merged_with_overrides(_PID_FILE, "pids", pid_overrides_path(), what="J1587 PID", max_id=PID_MAX)
+    return reference_data.merged_with_overrides(_PID_FILE, "pids", pid_overrides_path(),
+                                                what="J1587 PID", max_id=PID_MAX)
 
 
 def _view(pid: int, entry: dict[str, Any], source: str) -> dict[str, Any]:
-    view: dict[str, Any] = {field: None for field in _PID_FIELDS}
+    view: dict[str, Any] = dict.fromkeys(_PID_FIELDS)
     view.update(entry)
     view.update(pid=pid, page=pid_page(pid), length_prefixed=192 <= pid % 256 <= 253,
                 standard=STANDARD, source=source)

@@ -23,7 +23,8 @@ Imports neither python-can nor cantools.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from canarchy import reference_data
 from canarchy.errors import UserInputError
@@ -133,13 +134,15 @@ def pgn_from_arbitration_id(can_id: int) -> int:
 
 
 def source_address(can_id: int) -> int:
-    """The source address (SA, bits 7-0) of a 29-bit arbitration ID: 0..255. Raises as :func:`pgn_from_arbitration_id`."""
+    """The source address (SA, bits 7-0) of a 29-bit arbitration ID: 0..255.
+    Raises as :func:`pgn_from_arbitration_id`."""
     _check_id(can_id)
     return can_id & 0xFF
 
 
 def priority(can_id: int) -> int:
-    """The priority (bits 28-26) of a 29-bit arbitration ID: 0 (highest) .. 7. Raises as :func:`pgn_from_arbitration_id`."""
+    """The priority (bits 28-26) of a 29-bit arbitration ID: 0 (highest) .. 7.
+    Raises as :func:`pgn_from_arbitration_id`."""
     _check_id(can_id)
     return (can_id >> 26) & 0x7
 
@@ -210,7 +213,7 @@ def _merged_spns() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
 
 
 def _pgn_view(pgn: int, bundled: Any, carried: list[dict[str, Any]]) -> dict[str, Any]:
-    entry: dict[str, Any] = {field: None for field in _PGN_FIELDS}
+    entry: dict[str, Any] = dict.fromkeys(_PGN_FIELDS)
     if bundled is not None:
         entry.update(reference_data.merge_entry(bundled, None)[0])  # type: ignore[index]
     carried.sort(key=_payload_order)
@@ -226,7 +229,7 @@ def _pgn_view(pgn: int, bundled: Any, carried: list[dict[str, Any]]) -> dict[str
 
 
 def _spn_view(spn: int, entry: dict[str, Any], source: str, pgns: reference_data.Catalog) -> dict[str, Any]:
-    view: dict[str, Any] = {field: None for field in _SPN_FIELDS}
+    view: dict[str, Any] = dict.fromkeys(_SPN_FIELDS)
     view.update(entry)
     owner = pgns.entries.get(view["pgn"]) if _is_int(view["pgn"]) else None
     view["pgn_acronym"] = owner.get("acronym") if owner else None

@@ -63,7 +63,8 @@ def list_mids() -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _merged() -> tuple[dict[int, tuple[dict[str, Any], str]], list[str]]:
-    return reference_data.merged_with_overrides(_MID_FILE, "mids", mid_overrides_path(), what="J2497 MID", max_id=MID_MAX)
+    return reference_data.merged_with_overrides(_MID_FILE, "mids", mid_overrides_path(),
+                                                what="J2497 MID", max_id=MID_MAX)
 
 
 def _view(mid: int, entry: dict[str, Any], source: str) -> dict[str, Any]:

@@ -26,7 +26,8 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from canarchy import __version__, cli, output
 from canarchy.active import caller_acknowledged, preflight_warning
@@ -106,7 +107,7 @@ class ServerPolicy:
     active_channels: frozenset[str] = frozenset()
 
     @classmethod
-    def build(cls, files: Iterable[str] = (), allow_active: Iterable[str] = ()) -> "ServerPolicy":
+    def build(cls, files: Iterable[str] = (), allow_active: Iterable[str] = ()) -> ServerPolicy:
         """Check and resolve the operator's options. Raises ``UserInputError``
         ``MCP_FILES_INVALID`` (a directory that does not exist) or ``INVALID_ARGUMENTS`` (a bad channel)."""
         import re

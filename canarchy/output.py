@@ -24,7 +24,8 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, TextIO
+from collections.abc import Callable, Iterator
 
 from canarchy.errors import CanarchyError
 
@@ -104,7 +105,7 @@ class EventStream:
     caught one, else None. Raises :class:`OutputClosed` when the reader is gone.
     """
 
-    def __init__(self, printer: "Printer", source: str, *, live: bool, keep: bool) -> None:
+    def __init__(self, printer: Printer, source: str, *, live: bool, keep: bool) -> None:
         self.source = source
         self.count = 0
         self.stopped_by: str | None = None
@@ -168,13 +169,13 @@ class EventStream:
 
     def _spool_write(self, text: str) -> None:
         if self._spool is None:
-            self._spool = tempfile.SpooledTemporaryFile(SPOOL_MEMORY_BYTES, mode="w+", encoding="utf-8")
+            self._spool = tempfile.SpooledTemporaryFile(SPOOL_MEMORY_BYTES, mode="w+", encoding="utf-8")  # noqa: SIM115 (kept open for the stream, _close() closes it)
             self._spool.write(_EVENT_INDENT + text)  # one write per event: Ctrl+C never splits one
         else:
             self._spool.write("," + _EVENT_INDENT + text)
 
     @contextmanager
-    def stoppable(self) -> Iterator["EventStream"]:
+    def stoppable(self) -> Iterator[EventStream]:
         """A block that Ctrl+C (or SIGTERM, which ``canarchy.cli.main`` turns into
         ``KeyboardInterrupt``) ends without an error: ``stopped_by`` says which; the
         code after the block reports what was done."""

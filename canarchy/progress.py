@@ -57,7 +57,7 @@ class Progress:
         except (OSError, ValueError):  # the terminal went away: the run goes on without it
             self.active = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

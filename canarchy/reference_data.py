@@ -36,7 +36,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from canarchy.errors import DecodeError
 
@@ -68,7 +69,7 @@ def load_bundled(filename: str, section: str) -> Catalog:
     return _load_bundled(filename, section)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_bundled(filename: str, section: str) -> Catalog:
     from importlib import resources
 
@@ -77,7 +78,8 @@ def _load_bundled(filename: str, section: str) -> Catalog:
         text = resources.files("canarchy").joinpath("data", filename).read_text(encoding="utf-8")
         raw = json.loads(text)
     except (OSError, ValueError) as exc:
-        raise DecodeError("REFERENCE_DATA_INVALID", f"Bundled catalog {filename} cannot be read: {exc}.", hint) from None
+        raise DecodeError("REFERENCE_DATA_INVALID", f"Bundled catalog {filename} cannot be read: {exc}.",
+                          hint) from None
     entries = raw.get(section) if isinstance(raw, dict) else None
     note = raw.get("source") if isinstance(raw, dict) else None
     if not isinstance(entries, dict) or not isinstance(note, str):
@@ -144,7 +146,8 @@ def read_overrides(path: Path, *, what: str, max_id: int, catalog: Catalog | Non
     except json.JSONDecodeError as exc:
         return {}, [_ignored(what, path, f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")]
     if not isinstance(raw, dict):
-        return {}, [_ignored(what, path, f"the top level is {_json_type(raw)}, expected an object keyed by decimal {what} id")]
+        return {}, [_ignored(what, path,
+                             f"the top level is {_json_type(raw)}, expected an object keyed by decimal {what} id")]
     entries: dict[int, dict[str, Any]] = {}
     problems: list[str] = []
     for key, value in raw.items():
@@ -166,7 +169,8 @@ def read_overrides(path: Path, *, what: str, max_id: int, catalog: Catalog | Non
     return entries, []
 
 
-def merge_entry(bundled: Mapping[str, Any] | None, override: Mapping[str, Any] | None) -> tuple[dict[str, Any], str] | None:
+def merge_entry(bundled: Mapping[str, Any] | None,
+                override: Mapping[str, Any] | None) -> tuple[dict[str, Any], str] | None:
     """Shallow-merge one override entry over one bundled entry.
 
     Returns ``(entry, source)`` with a new dict (nested values deep-copied from
@@ -182,7 +186,8 @@ def merge_entry(bundled: Mapping[str, Any] | None, override: Mapping[str, Any] |
     return merged, SOURCE_BOTH if override is not None else SOURCE_BUNDLED
 
 
-def merged_catalog(catalog: Catalog, overrides: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[dict[str, Any], str]]:
+def merged_catalog(catalog: Catalog,
+                   overrides: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[dict[str, Any], str]]:
     """Every id of the bundled catalog and the overrides, each as ``(entry, source)``."""
     out: dict[int, tuple[dict[str, Any], str]] = {}
     for number in sorted(set(catalog.entries) | set(overrides)):
@@ -218,4 +223,5 @@ def _json_type(value: Any) -> str:
         return "a boolean"
     if value is None:
         return "null"
-    return {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}.get(type(value), "a value")
+    names = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
+    return names.get(type(value), "a value")

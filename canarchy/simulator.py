@@ -28,7 +28,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from canarchy.isotp import (CF_DATA, CLASSIC_FRAME, FF_DATA, FF_MAX_LENGTH, FLOW_STATUS_CONTINUE,
                             FLOW_STATUS_WAIT, PCI_CONSECUTIVE, PCI_FIRST, PCI_FLOW_CONTROL, PCI_SINGLE, SF_MAX,
@@ -550,7 +551,7 @@ class _BusHost:
 
     # -- lifecycle --
 
-    def start(self) -> "_BusHost":
+    def start(self) -> _BusHost:
         """Open the bus and start answering. Idempotent. Raises whatever python-can raises."""
         if self._bus is not None:
             return self

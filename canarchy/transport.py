@@ -22,7 +22,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from canarchy import config
 from canarchy.errors import TransportError, UserInputError
@@ -117,7 +118,7 @@ class CanFrame:
         }
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> "CanFrame":
+    def from_payload(cls, payload: dict[str, Any]) -> CanFrame:
         """The frame of a :meth:`to_payload` dict (flags missing from older output read as false).
 
         Raises ``UserInputError`` ``INVALID_FRAME`` / ``ValueError`` / ``KeyError`` /
@@ -304,7 +305,8 @@ class Backend:
     name = "abstract"
 
     @contextmanager
-    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+    def receiver(self, channel: str,
+                 filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         """A ``recv(timeout) -> CanFrame | None`` function on one open channel: the
         next frame that passes ``filters`` (:func:`frame_passes`), or None when
         none came within ``timeout`` seconds (or one that did not pass came).
@@ -321,7 +323,8 @@ class Backend:
             count = 0
             last = time.monotonic()
             while limit is None or count < limit:
-                wait = CAPTURE_POLL_S if timeout is None else max(0.0, min(CAPTURE_POLL_S, last + timeout - time.monotonic()))
+                wait = (CAPTURE_POLL_S if timeout is None
+                        else max(0.0, min(CAPTURE_POLL_S, last + timeout - time.monotonic())))
                 try:
                     frame = recv(wait)
                 except SourceEnded:
@@ -349,7 +352,7 @@ class Backend:
         yield lambda frame: self.send(channel, frame)
 
     @contextmanager
-    def session(self, channel: str) -> Iterator["BusSession"]:
+    def session(self, channel: str) -> Iterator[BusSession]:
         """One bus for a whole exchange of many frames (UDS discovery, a fuzz
         campaign): a :class:`BusSession` with ``send(frame) -> send time`` and
         ``recv(timeout) -> CanFrame | None``. Raises what :meth:`send` raises."""
@@ -448,7 +451,8 @@ class PythonCanBackend(Backend):
         return recv
 
     @contextmanager
-    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+    def receiver(self, channel: str,
+                 filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         can_filters = python_can_filters(filters)
         with (self._open_bus(channel, can_filters) if can_filters else self._open_bus(channel)) as bus:
             yield self._receive_function(bus, channel, filters)
@@ -544,7 +548,8 @@ class ScaffoldBackend(Backend):
             )
 
     @contextmanager
-    def receiver(self, channel: str, filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
+    def receiver(self, channel: str,
+                 filters: tuple[FrameFilter, ...] = ()) -> Iterator[Callable[[float], CanFrame | None]]:
         """The fixed frames, at once, then :class:`SourceEnded`."""
         self._check(channel)
         frames = iter(self.FRAMES)

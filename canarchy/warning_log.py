@@ -10,7 +10,8 @@ and keeps the first :data:`MAX_PER_KIND` of each, so no kind hides another.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 #: Records (and warning strings) kept per kind; further ones are counted only.
 MAX_PER_KIND = 50
@@ -24,7 +25,7 @@ class WarningRecord(str):
     code: str
     details: dict[str, Any]
 
-    def __new__(cls, code: str, message: str, **details: Any) -> "WarningRecord":
+    def __new__(cls, code: str, message: str, **details: Any) -> WarningRecord:
         record = super().__new__(cls, message)
         record.code = code
         record.details = details
@@ -65,7 +66,7 @@ class WarningLog:
         for record in records:
             self.add_record(record)
 
-    def merge(self, other: "WarningLog") -> None:
+    def merge(self, other: WarningLog) -> None:
         """Add ``other``'s counts and its kept records (up to this log's room per kind)."""
         for code, count in other.counts.items():
             kept = [r for r in other.records if r.code == code]

@@ -28,7 +28,8 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from canarchy.errors import CanarchyError, TransportError, UserInputError
@@ -270,7 +271,7 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def render_plot(dashboard: "Dashboard", message: str, signal: str, width: int = PLOT_WIDTH,
+def render_plot(dashboard: Dashboard, message: str, signal: str, width: int = PLOT_WIDTH,
                 height: int = PLOT_HEIGHT) -> str:
     """An SVG line plot of ``message.signal`` over the capture's time (relative seconds on x).
 
@@ -384,7 +385,7 @@ class DashboardServer(ThreadingHTTPServer):
     def uptime(self) -> float:
         return time.monotonic() - self._started
 
-    def start(self) -> "DashboardServer":
+    def start(self) -> DashboardServer:
         """Serve in a background thread. Idempotent."""
         if self._thread is None:
             self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
@@ -405,7 +406,7 @@ class DashboardServer(ThreadingHTTPServer):
             self._thread = None
         self.server_close()
 
-    def __enter__(self) -> "DashboardServer":
+    def __enter__(self) -> DashboardServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -555,7 +556,7 @@ def _number(value: Any) -> str:
 def _utc(stamp: float | None) -> str:
     if stamp is None:
         return "-"
-    moment = datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(stamp, datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
 
 
@@ -665,7 +666,8 @@ def render_signal_page(server: DashboardServer, message: str, signal: str) -> st
         f"<a href=\"{_e('/plot.svg?' + urlencode({'message': message, 'signal': signal}))}\">plot.svg</a></p>",
         plot,
         "<table id=\"signal\"><tbody>",
-        *(f"<tr><th>{key}</th><td>{_e(_number(s.get(key)))}</td></tr>" for key in ("count", "min", "max", "last", "unit")),
+        *(f"<tr><th>{key}</th><td>{_e(_number(s.get(key)))}</td></tr>"
+          for key in ("count", "min", "max", "last", "unit")),
         "</tbody></table></body></html>\n",
     ])
 
@@ -861,4 +863,4 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _write_event(self, name: str, data: dict[str, Any], event_id: int | None) -> None:
         head = f"id: {event_id}\n" if event_id is not None else ""
-        self.wfile.write(f"{head}event: {name}\ndata: {json.dumps(data, sort_keys=True)}\n\n".encode("utf-8"))
+        self.wfile.write(f"{head}event: {name}\ndata: {json.dumps(data, sort_keys=True)}\n\n".encode())

@@ -41,3 +41,14 @@ def rigged_transport(monkeypatch):
     monkeypatch.setattr(transport, "build_backend", rigged)
     monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", rigged)
     return attempts
+
+
+@pytest.fixture
+def peer(monkeypatch, virtual_channel):
+    """A bus on the test's virtual channel; canarchy uses the virtual bus type and needs no typed YES."""
+    import can
+
+    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
+    monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
+    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as bus:
+        yield bus

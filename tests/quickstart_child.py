@@ -52,7 +52,7 @@ def sniff(ifname: str, stop: threading.Event, packets: list[bytes]) -> None:
         while not stop.is_set():
             try:
                 packets.append(sock.recv(65535))
-            except socket.timeout:
+            except TimeoutError:
                 continue
     finally:
         sock.close()

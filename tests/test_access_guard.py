@@ -264,7 +264,7 @@ def test_reads_elsewhere_and_writes_to_writable_trees_are_allowed(tmp_path):
     home, work = make_operator(tmp_path)
     scenario = "".join(f"attempt({name!r}, lambda: {code})\n" for name, code in ALLOWED.items())
     report = run_guarded(scenario, home, work)
-    assert report["outcomes"] == {name: "allowed" for name in ALLOWED}
+    assert report["outcomes"] == dict.fromkeys(ALLOWED, "allowed")
     assert report["refusals"] == [] and report["watched"] == []
     assert (home / ".canrc").exists() and not (work / "rc-to-remove").exists()
 
@@ -517,7 +517,8 @@ def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
     assert result.per_test_ms("loop_cpu", "hook", "canarchy") == pytest.approx(0.01)
     call, judging = figures["with"]["other_event"] - figures["without"]["other_event"], figures["judging"]
     assert set(judging) == set(access_bench.JUDGED_CASES) and all(v > 0 for v in judging.values())
-    assert result.modelled_ms() == pytest.approx((1 * (call + judging["judged_open"]) + 6 * (call + judging["judged_listdir"])
+    assert result.modelled_ms() == pytest.approx((1 * (call + judging["judged_open"])
+                                                  + 6 * (call + judging["judged_listdir"])
                                                   + 50 * call + figures["take"]) / 1000)
     assert "<= 0.05 ms: met" in "\n".join(access_bench.report_lines(result))
 

@@ -110,7 +110,7 @@ def _registered_by(module_name: str) -> list[str]:
 
 def test_command_groups_name_the_module_that_registers_each_command():
     registered = {name: module for module in cli.COMMAND_MODULES for name in _registered_by(module)}
-    assert cli.COMMAND_GROUPS == registered, (
+    assert registered == cli.COMMAND_GROUPS, (
         "cli.COMMAND_GROUPS must map every top-level command to the module that registers it "
         "(a command missing there still works, but builds every parser: slower start-up)")
 
@@ -320,7 +320,8 @@ def test_capture_targets_are_judged_from_the_runs():
     result = captures.CaptureResult(
         logs={"mixed": {"frames": 1000, "bytes": 1}, "j1939": {"frames": 1000, "bytes": 1}},
         kinds={"python-can-read": runs("python-can-read", 1.0, 1), "canarchy-read": runs("canarchy-read", 0.4, 1),
-               "capture-jsonl": runs("capture-jsonl", 1.2, 20 * 1024), "decode-json": runs("decode-json", 3.0, 70 * 1024)})
+               "capture-jsonl": runs("capture-jsonl", 1.2, 20 * 1024),
+               "decode-json": runs("decode-json", 3.0, 70 * 1024)})
     text = "\n".join(report.capture_target_lines(result, {}))
     assert "candump parser: 0.40 x python-can's reader (CPU, median); target <= 0.5 x: met" in text
     assert "`capture --file --jsonl`: 1.20 x python-can's reader (CPU, median); target <= 1.0 x: **missed**" in text

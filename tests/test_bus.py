@@ -12,15 +12,6 @@ from tests.helpers import run_cli, write_user_config
 
 
 @pytest.fixture
-def peer(monkeypatch, virtual_channel):
-    """A bus on the test's virtual channel; canarchy uses the virtual bus type and needs no typed YES."""
-    monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
-    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as bus:
-        yield bus
-
-
-@pytest.fixture
 def bus_kwargs_seen(monkeypatch):
     """The keyword arguments of every ``can.Bus`` opened (the real bus is still opened)."""
     seen: list[dict] = []
@@ -209,7 +200,7 @@ class CaptureThread:
         self.code = main(["capture", *argv], stdout=self.out)
         self.ended = time.monotonic()
 
-    def __enter__(self) -> "CaptureThread":
+    def __enter__(self) -> CaptureThread:
         channel = self.argv[0]
         already = receivers(channel)
         self.thread.start()
@@ -358,8 +349,8 @@ def test_output_files_read_back_with_python_can(peer, virtual_channel, tmp_path,
     if suffix in ("log", "blf", "asc"):
         assert [m.is_fd for m in back] == [m.is_fd for m in kept]
     # timestamps: absolute, or (asc) relative to the first frame, to the format's precision
-    stamps = [e["payload"]["timestamp"] for e in events if not (suffix == "trc" and (e["payload"]["is_fd"]
-                                                                                      or e["payload"]["is_remote_frame"]))]
+    stamps = [e["payload"]["timestamp"] for e in events
+              if not (suffix == "trc" and (e["payload"]["is_fd"] or e["payload"]["is_remote_frame"]))]
     offset = stamps[0] - back[0].timestamp
     assert [m.timestamp + offset for m in back] == pytest.approx(stamps, abs=1e-4)
     assert envelope["data"]["output"]["frames_written"] == len(kept)
@@ -392,11 +383,13 @@ def test_a_capture_recorded_and_replayed_reproduces_frames_and_schedule(monkeypa
     monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
     gaps = [0.0, 0.12, 0.05, 0.2, 0.01]
     path = tmp_path / "drive.blf"
-    with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as source:
-        with CaptureThread(virtual_channel, "--count", str(len(gaps)), "--output", str(path), "--json") as capture:
-            for index, gap in enumerate(gaps):
-                time.sleep(gap)
-                source.send(can.Message(arbitration_id=0x100 + index, data=bytes([index]) * 8, is_extended_id=False))
+    with (
+        can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as source,
+        CaptureThread(virtual_channel, "--count", str(len(gaps)), "--output", str(path), "--json") as capture,
+    ):
+        for index, gap in enumerate(gaps):
+            time.sleep(gap)
+            source.send(can.Message(arbitration_id=0x100 + index, data=bytes([index]) * 8, is_extended_id=False))
     recorded = [e["payload"] for e in json.loads(capture.out.getvalue())["data"]["events"]]
     with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as target:
         result = run_cli("replay", str(path), virtual_channel, "--jsonl")

@@ -121,7 +121,7 @@ def test_dbc_list_providers_sorted_and_dot_dirs_ignored():
     write_provider(root, "zeta", CUR)
     write_provider(root, "alpha", CUR)
     (root / "providers" / ".partial-download").mkdir()
-    code, env = run("dbc", "cache", "list")
+    _code, env = run("dbc", "cache", "list")
     assert [p["provider"] for p in env["data"]["providers"]] == ["alpha", "zeta"]
     assert env["warnings"] == []
 
@@ -236,7 +236,7 @@ def test_dbc_list_reads_config_path_at_call_time(tmp_path, monkeypatch):
     config = tmp_path / "elsewhere.toml"
     config.write_text('[dbc_cache]\ndefault_provider = "vendor"\n', encoding="utf-8")
     monkeypatch.setattr(dbc_cache, "_CONFIG_PATH", config)
-    code, env = run("dbc", "cache", "list")
+    _code, env = run("dbc", "cache", "list")
     assert env["data"]["default_provider"] == "vendor"
 
 
@@ -247,7 +247,8 @@ def test_dbc_list_without_config_has_no_default_provider():
 
 @pytest.mark.parametrize(
     "text",
-    ['[dbc_cache\n', 'dbc_cache = 3\n', '[dbc_cache]\ndefault_provider = "../x"\n', '[dbc_cache]\ndefault_provider = 5\n'],
+    ['[dbc_cache\n', 'dbc_cache = 3\n', '[dbc_cache]\ndefault_provider = "../x"\n',
+     '[dbc_cache]\ndefault_provider = 5\n'],
 )
 def test_dbc_list_invalid_config_is_config_invalid(text):
     config = dbc_cache._CONFIG_PATH
@@ -483,7 +484,7 @@ def test_skills_list_reports_provider():
 
 def test_skills_list_is_separate_from_dbc_cache():
     write_provider(dbc_cache._CACHE_ROOT, "opendbc", CUR)
-    code, env = run("skills", "cache", "list")
+    _code, env = run("skills", "cache", "list")
     assert env["data"]["provider_count"] == 0
 
 
@@ -491,7 +492,7 @@ def test_skills_list_reads_root_at_call_time(tmp_path, monkeypatch):
     custom = tmp_path / "skills-root"
     monkeypatch.setattr(skills_cache, "_CACHE_ROOT", custom)
     write_provider(custom, "mine", CUR)
-    code, env = run("skills", "cache", "list")
+    _code, env = run("skills", "cache", "list")
     assert env["data"]["cache_root"] == str(custom)
     assert [p["provider"] for p in env["data"]["providers"]] == ["mine"]
 
@@ -536,7 +537,7 @@ def test_skills_list_allows_symlink_staying_inside_the_root():
     document = json.loads((provider_dir / "manifest.json").read_text())
     document["files"].append({"path": "alias.md", "sha256": SHA_ZERO, "bytes": 4})
     (provider_dir / "manifest.json").write_text(json.dumps(document))
-    code, env = run("skills", "cache", "list")
+    _code, env = run("skills", "cache", "list")
     assert [f["path"] for f in env["data"]["providers"][0]["files"]] == ["real.md", "alias.md"]
     assert env["warnings"] == []
 
@@ -570,7 +571,7 @@ def test_skills_list_default_provider_from_its_own_table():
     config = skills_cache._CONFIG_PATH
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text('[dbc_cache]\ndefault_provider = "opendbc"\n[skills_cache]\ndefault_provider = "mine"\n')
-    code, env = run("skills", "cache", "list")
+    _code, env = run("skills", "cache", "list")
     assert env["data"]["default_provider"] == "mine"
 
 

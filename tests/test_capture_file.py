@@ -330,7 +330,7 @@ def test_checked_frames_are_canframes_equal_to_validated_ones():
 
     from canarchy.transport import CanFrame
 
-    assert capture_file.CHECKED_FRAME_FIELDS == tuple(f.name for f in dataclasses.fields(CanFrame))
+    assert tuple(f.name for f in dataclasses.fields(CanFrame)) == capture_file.CHECKED_FRAME_FIELDS
     for line, expected in [
         ("(1.5) can0 18F00E00#821639C4FFFFFFFF", CanFrame(0x18F00E00, bytes.fromhex("821639C4FFFFFFFF"), True,
                                                           False, False, 1.5, "can0")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_counts_and_rates_match_the_log_text():
         assert row["count"] == len(stamps)
         if len(stamps) > 1:
             assert row["rate_hz"] == round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 3)
-            assert row["min_gap_s"] == round(min(b - a for a, b in zip(stamps, stamps[1:])), 6)
+            assert row["min_gap_s"] == round(min(b - a for a, b in itertools.pairwise(stamps)), 6)
         assert row["first_s"] == round(stamps[0] - min(min(v) for v in expected.values()), 6)
 
 

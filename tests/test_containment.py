@@ -444,7 +444,7 @@ def test_the_operator_files_are_untouched(contained):
 
 @pytest.mark.parametrize("which", ["escape", "nested escape"])
 def test_a_child_cannot_unmount_or_remount_a_cover(contained, which):
-    spec, result, _, _ = contained
+    _spec, result, _, _ = contained
     escape = result[which]
     if which == "nested escape" or os.geteuid() == 0:  # so the refusals are not for want of a capability
         assert int(escape["caps"], 16) != 0

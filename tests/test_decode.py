@@ -560,7 +560,8 @@ def test_no_warning_kind_hides_another(tmp_path):
     answers = 3 * 26
     assert data["warning_counts"] == {"DBC_DECODE_FAILED": answers - len(gaps), "ISOTP_SEQUENCE_ERROR": len(gaps)}
     records = [r for r in data["warning_records"] if r["code"] == "ISOTP_SEQUENCE_ERROR"]
-    assert [{k: r[k] for k in ("arbitration_id", "expected_sequence", "sequence", "timestamp")} for r in records] == gaps
+    fields = ("arbitration_id", "expected_sequence", "sequence", "timestamp")
+    assert [{k: r[k] for k in fields} for r in records] == gaps
     assert all(r["message"] in result.envelope["warnings"] for r in records)
     assert data["isotp_counts"] == {"0x7BB": {"complete": answers - len(gaps), "dropped": len(gaps), "incomplete": 0}}
     failed = [r for r in data["warning_records"] if r["code"] == "DBC_DECODE_FAILED"]

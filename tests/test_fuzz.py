@@ -87,7 +87,7 @@ def test_findings_layout_is_as_specified(ecu, virtual_channel, tmp_path):
     new_classes = set()
     findings = [e for e in data["events"] if e["event_type"] == "fuzz_finding"]
     assert len(findings) == len(names) - 1
-    for event, name in zip(findings, names[1:]):
+    for event, name in zip(findings, names[1:], strict=True):
         finding = json.loads((campaign_dir / name).read_text())
         iteration = int(FINDING_NAME.match(name).group(1))
         assert finding["iteration"] == iteration == event["payload"]["iteration"]
@@ -392,7 +392,7 @@ def test_first_finding_is_streamed_before_later_iterations(ecu, virtual_channel,
     progress = [i for i, kind in enumerate(kinds) if kind == "fuzz_progress"]
     assert [lines[i]["payload"]["iterations"] for i in progress] == list(range(100, 1001, 100))
     assert kinds[0] == "fuzz_finding" and lines[0]["payload"]["iteration"] == 0
-    assert 0 < progress[0]                               # the first finding precedes iteration 100's event
+    assert progress[0] > 0                               # the first finding precedes iteration 100's event
     assert out.requests_when_written[0] <= 2             # written while the campaign had barely begun
     first = lines[0]["payload"]
     assert "timing:slow" not in first["markers"] and first["timing_judged"] is False

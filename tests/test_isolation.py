@@ -304,7 +304,8 @@ def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, 
 ESCAPING_CHILD = """
     import subprocess, sys
     def test_child_without_the_guard():
-        probe = "import os, socket; print(os.readlink('/proc/self/ns/net'), sorted(n for _, n in socket.if_nameindex()))"
+        probe = ("import os, socket; "
+                 "print(os.readlink('/proc/self/ns/net'), sorted(n for _, n in socket.if_nameindex()))")
         print("CHILD-SEES", subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True).stdout)
 """
 
@@ -329,7 +330,8 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     assert namespace != outer and interfaces == "['lo']", run.output
     run = run_child(tmp_path / "off", {"test_c.py": ESCAPING_CHILD}, "-s")
     assert _child_sees(run.output)[0] == outer, run.output
-    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "real_bus or not integration")
+    run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on},
+                    "-s", "-m", "real_bus or not integration")
     assert _child_sees(run.output)[0] == outer, run.output
     # "not integration" cannot select a test that uses a real bus: the namespace stays
     run = run_child(tmp_path / "not", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "not integration")
@@ -418,7 +420,7 @@ def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):
 ROUTES = """
     import os, socket
     import pytest
-    from can import Bus as PreBoundBus          # bound before the guard? (at import: the guard is installed at configure)
+    from can import Bus as PreBoundBus  # bound before the guard? (at import: the guard is installed at configure)
     import can
     from canarchy.testing.isolation.guard import RealCanBusRefused
 
@@ -557,8 +559,8 @@ def test_unlisted_import_time_paths_are_found_and_repointed(canarchy_sandbox, mo
     offenders = canarchy_sandbox.paths_under_real_home()
     assert len([o for o in offenders if o.startswith("canarchy._audit_probe.")]) == 4, offenders
     canarchy_sandbox.rebase(Path.home())
-    assert probe.STATE_DIR == Path.home() / ".canarchy" / "probe"
-    assert probe.STATE_TEXT == str(Path.home() / ".canarchy" / "probe.json")
+    assert Path.home() / ".canarchy" / "probe" == probe.STATE_DIR
+    assert str(Path.home() / ".canarchy" / "probe.json") == probe.STATE_TEXT
     assert reader() == (Path.home() / ".canarchy" / "x.json", str(Path.home() / ".canarchy" / "y"))
     assert [o for o in canarchy_sandbox.paths_under_real_home() if "_audit_probe" in o] == []
 
@@ -600,7 +602,8 @@ def test_swallowed_child_refusal_still_fails_the_parent(tmp_path):
         import subprocess, sys
         def test_spawns():
             subprocess.run([sys.executable, "-c",
-                            "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\nexcept Exception: pass"],
+                            "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\n"
+                            "except Exception: pass"],
                            check=True, timeout=60)
     """})
     assert "error" in run.outcomes("test_spawns"), run.output

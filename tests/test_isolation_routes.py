@@ -326,7 +326,8 @@ HOME_ROUTE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("test, operation", HOME_ROUTE_CASES, ids=[c[0].removeprefix("test_") for c in HOME_ROUTE_CASES])
+@pytest.mark.parametrize("test, operation", HOME_ROUTE_CASES,
+                         ids=[c[0].removeprefix("test_") for c in HOME_ROUTE_CASES])
 def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, operation):
     run, _ = routes
     assert_refused(run, "test_home_routes.py", test, operation)
@@ -447,7 +448,8 @@ def test_a_bus_opened_at_collection_fails_the_first_test_and_feeds_no_later_one(
     run, _ = _run(tmp_path_factory, "stale-bus", {"test_stale_bus.py": STALE_BUS}, *EARLY)
     messages = run.messages("test_a_first")
     assert run.outcomes("test_a_first") == {"error"} and "opened by <collection of test_stale_bus.py>" in messages
-    assert run.outcomes("test_b_later_on_the_same_channel") == {"passed"}, run.messages("test_b_later_on_the_same_channel")
+    later = "test_b_later_on_the_same_channel"
+    assert run.outcomes(later) == {"passed"}, run.messages(later)
 
 
 def test_import_time_paths_in_every_kind_of_holder_follow_the_test_home(routes):
@@ -495,7 +497,8 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
                                                                         / "config.toml")})
     for test in ("test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
-                 "test_a_c_level_open_reads_nothing", "test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in"):
+                 "test_a_c_level_open_reads_nothing",
+                 "test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in"):
         assert run.outcomes(test) == {"passed"}, run.output
     assert content_differences(home, run.home) == []
 

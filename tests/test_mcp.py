@@ -223,15 +223,17 @@ def test_mcp_ref_stdio_stays_reference(tmp_path):
 
     async def session():
         with open(errlog, "w", encoding="utf-8") as err:
-            async with stdio_client(params, errlog=err) as (read_stream, write_stream):
-                async with ClientSession(read_stream, write_stream) as client:
-                    await client.initialize()
-                    tools = (await client.list_tools()).tools
-                    config = await client.call_tool("config_show", {})
-                    services = await client.call_tool("uds_services", {})
-                    send = await client.call_tool("send", {"channel": "vcan7", "arbitration_id": "0x7E0",
-                                                           "data": "0210010000000000", "dry_run": False})
-                    return tools, config, services, send
+            async with (
+                stdio_client(params, errlog=err) as (read_stream, write_stream),
+                ClientSession(read_stream, write_stream) as client,
+            ):
+                await client.initialize()
+                tools = (await client.list_tools()).tools
+                config = await client.call_tool("config_show", {})
+                services = await client.call_tool("uds_services", {})
+                send = await client.call_tool("send", {"channel": "vcan7", "arbitration_id": "0x7E0",
+                                                       "data": "0210010000000000", "dry_run": False})
+                return tools, config, services, send
 
     tools, config, services, send = anyio.run(session)
     assert_reference_schemas(tools)
@@ -519,7 +521,7 @@ def test_serve_stops_cleanly_on_sigterm_sigint_and_eof():
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if not stream.closed:
                     stream.close()
-    for stop, (code, elapsed, rest, stderr) in outcomes.items():
+    for stop, (code, _elapsed, rest, stderr) in outcomes.items():
         assert code == 0, (stop, stderr)
         assert "Traceback" not in stderr, (stop, stderr)
         assert rest == "", stop  # nothing after the protocol: no envelope on stdout
@@ -565,10 +567,12 @@ def over_stdio(serve_args, calls, tmp_path, *, env=None, elicitation=None):
 
     async def session():
         with open(errlog, "w", encoding="utf-8") as err:
-            async with stdio_client(params, errlog=err) as (read_stream, write_stream):
-                async with ClientSession(read_stream, write_stream, elicitation_callback=elicitation) as client:
-                    await client.initialize()
-                    return [await client.call_tool(name, arguments) for name, arguments in calls]
+            async with (
+                stdio_client(params, errlog=err) as (read_stream, write_stream),
+                ClientSession(read_stream, write_stream, elicitation_callback=elicitation) as client,
+            ):
+                await client.initialize()
+                return [await client.call_tool(name, arguments) for name, arguments in calls]
 
     results = anyio.run(session)
     return results, errlog.read_text(encoding="utf-8")
@@ -593,7 +597,7 @@ def test_stdio_server_without_allow_active_never_transmits(tmp_path, virtual_cha
     calls = [("send", {**base, **arguments}) for arguments in ATTEMPTS]
     # even a client whose user would say yes to everything
     results, stderr = over_stdio([], calls, tmp_path, env=env, elicitation=_accept())
-    for (_name, arguments), result in zip(calls, results):
+    for (_name, arguments), result in zip(calls, results, strict=True):
         envelope = result.structured_content
         if envelope["ok"]:
             assert envelope["data"]["mode"] == "dry_run", arguments

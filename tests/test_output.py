@@ -6,11 +6,9 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -229,7 +227,8 @@ def test_frames_written_directly_are_the_json_of_their_payload(fmt):
         assert [json.loads(line) for line in direct_out.getvalue().splitlines()] == \
                [json.loads(line) for line in generic_out.getvalue().splitlines()]
     else:
-        assert json.loads(direct_out.getvalue())["data"]["events"] == json.loads(generic_out.getvalue())["data"]["events"]
+        assert (json.loads(direct_out.getvalue())["data"]["events"]
+                == json.loads(generic_out.getvalue())["data"]["events"])
     # past the first frame (written both ways to check), the log's own text of the timestamp
     assert '"timestamp": 1641469561.949700' in direct_out.getvalue()
 

@@ -110,7 +110,8 @@ def _command(report: dict, start: str) -> dict:
 
 def test_the_section_sets_up_the_loopback_only_bus(report):
     assert report["setup"][1:] == ["export CANARCHY_PYTHON_CAN_INTERFACE=udp_multicast",
-                                   f"export CANARCHY_DEFAULT_INTERFACE={GROUP}", "export CANARCHY_BUS_KWARGS=hop_limit=0"]
+                                   f"export CANARCHY_DEFAULT_INTERFACE={GROUP}",
+                                   "export CANARCHY_BUS_KWARGS=hop_limit=0"]
     assert "ready on udp_multicast channel" in report["server_ready"], report["server"]
 
 

@@ -18,7 +18,6 @@ import pytest
 from canarchy import replay, transport
 from canarchy.transport import CanFrame
 from tests.helpers import run_cli
-from tests.test_bus import peer  # noqa: F401  (the fixture: a peer on the test's virtual channel)
 
 #: The scheduler waits on the monotonic clock; its slots and the peer's receive stamps are on
 #: the wall clock, read a moment apart: a frame may appear this much before its slot.
@@ -54,7 +53,7 @@ def assert_on_schedule(received: list[can.Message], events: list[dict]) -> None:
     """Each frame reached the peer no earlier than its slot (``due_at``: the replay's start on the
     wall clock plus the frame's offset), in order."""
     assert len(received) == len(events)
-    for message, event in zip(received, events):
+    for message, event in zip(received, events, strict=True):
         assert message.timestamp >= event["payload"]["due_at"] - CLOCK_TOLERANCE_S, (message, event["payload"])
     stamps = [m.timestamp for m in received]
     assert stamps == sorted(stamps)
@@ -153,7 +152,7 @@ def test_schedule_offsets_loops_skip_and_disorder():
     assert [s.offset_s for s in slots] == [0.0, 0.25, 0.25, 0.75, 0.75, 1.0, 1.0, 1.5]
     assert [s.loop for s in slots] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert [s.index for s in slots] == list(range(8))
-    assert list(replay.schedule(lambda: [], loops=None)) == []  # an empty recording ends an endless replay
+    assert list(replay.schedule(list, loops=None)) == []  # an empty recording ends an endless replay
 
 
 def test_play_never_sends_before_a_slot_and_keeps_order():
@@ -170,6 +169,6 @@ def test_play_never_sends_before_a_slot_and_keeps_order():
     slots = list(replay.schedule(lambda: frames_at(0.0, 0.1, 0.2, 1.0)))
     done = list(replay.play(slots, send, clock=lambda: now[0], sleep=sleep))
     assert [i for _t, i in sent] == [0x100, 0x101, 0x102, 0x103]
-    for (at, _id), slot in zip(sent, slots):
+    for (at, _id), slot in zip(sent, slots, strict=True):
         assert at >= 100.0 + slot.offset_s
     assert done[2].late_s == pytest.approx(0.2) and done[3].late_s == 0.0  # late frames do not move the schedule

@@ -63,7 +63,7 @@ def test_save_writes_sorted_record_and_makes_it_active(project):
 
 
 def test_save_without_options_stores_nulls(project):
-    code, env = run("session", "save", "plain")
+    code, _env = run("session", "save", "plain")
     assert code == 0
     record = json.loads((project / ".canarchy" / "sessions" / "plain.json").read_text())
     assert record["interface"] is None and record["dbc"] is None and record["capture"] is None
@@ -71,7 +71,7 @@ def test_save_without_options_stores_nulls(project):
 
 def test_save_replaces_an_existing_record(project):
     run("session", "save", "lab", "--interface", "can0", "--dbc", "a.dbc")
-    code, env = run("session", "save", "lab", "--interface", "can1")
+    code, _env = run("session", "save", "lab", "--interface", "can1")
     assert code == 0
     record = json.loads((project / ".canarchy" / "sessions" / "lab.json").read_text())
     assert record["interface"] == "can1" and record["dbc"] is None
@@ -79,7 +79,7 @@ def test_save_replaces_an_existing_record(project):
 
 def test_save_interface_is_not_swallowed_by_prepare_args(project):
     # prepare_args resets args.interface; the session's channel must survive it.
-    code, env = run("session", "save", "ch", "--interface", "vcan3")
+    _code, env = run("session", "save", "ch", "--interface", "vcan3")
     assert env["data"]["interface"] == "vcan3"
 
 
@@ -90,7 +90,7 @@ def test_save_resolves_the_working_directory_at_call_time(tmp_path, monkeypatch)
     monkeypatch.chdir(first)
     assert run("session", "save", "here")[0] == 0
     monkeypatch.chdir(second)
-    code, env = run("session", "show")
+    _code, env = run("session", "show")
     assert env["data"]["sessions"] == [] and env["data"]["active"] is None
     assert (first / ".canarchy" / "sessions" / "here.json").exists()
     assert not (second / ".canarchy").exists()
@@ -142,7 +142,7 @@ def test_failed_save_leaves_no_temp_file_and_keeps_the_old_record(project, monke
     assert sorted(p.name for p in sessions.iterdir()) == ["lab.json"]
     assert (sessions / "lab.json").read_bytes() == before
     assert (project / ".canarchy" / "active_session.json").read_bytes() == pointer_before
-    assert not [p for p in (project / ".canarchy").rglob("*.tmp")]
+    assert not list((project / ".canarchy").rglob("*.tmp"))
 
 
 def test_failed_first_save_leaves_nothing_behind(project, monkeypatch):
@@ -152,7 +152,7 @@ def test_failed_first_save_leaves_nothing_behind(project, monkeypatch):
     monkeypatch.setattr(os, "fsync", failing_fsync)
     code, env = run("session", "save", "new")
     assert code == 1 and env["errors"][0]["code"] == "SESSION_WRITE_FAILED"
-    assert [p for p in state_files(project) if p.endswith(".json") or p.endswith(".tmp")] == []
+    assert [p for p in state_files(project) if p.endswith((".json", ".tmp"))] == []
 
 
 def test_save_when_state_dir_is_a_file_is_write_failed(project):
@@ -276,7 +276,7 @@ def test_show_active_and_saved_list(project):
 def test_show_lists_saved_sessions_without_active_pointer(project):
     run("session", "save", "one")
     (project / ".canarchy" / "active_session.json").unlink()
-    code, env = run("session", "show")
+    _code, env = run("session", "show")
     assert env["data"]["active"] is None and env["data"]["sessions"] == ["one"]
 
 
@@ -312,7 +312,7 @@ def test_show_ignores_temp_and_foreign_files(project):
     sessions = project / ".canarchy" / "sessions"
     (sessions / ".real.json.abc.tmp").write_text("{")
     (sessions / "notes.txt").write_text("x")
-    code, env = run("session", "show")
+    _code, env = run("session", "show")
     assert env["data"]["sessions"] == ["real"]
 
 

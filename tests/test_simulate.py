@@ -70,7 +70,7 @@ class EcuThread:
     def _run(self, argv: list[str]) -> None:
         self.code = main(["simulate", "ecu", *argv, "--jsonl"], stdout=self.out)
 
-    def __enter__(self) -> "EcuThread":
+    def __enter__(self) -> EcuThread:
         self.thread.start()
         if not self.out.ready.wait(5):
             self.thread.join(5)
@@ -122,23 +122,25 @@ def test_uds_services_finds_the_services_of_the_profile(virtual, virtual_channel
 
 def test_the_profile_vin_and_security_key_are_served(virtual, virtual_channel, tmp_path):
     profile = write_profile(tmp_path)
-    with EcuThread(virtual_channel, "--profile", profile, "--max-requests", "3", "--duration", "5"):
-        with can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as tester:
-            def exchange(data: str, expect: int = 1) -> list[bytes]:
-                tester.send(can.Message(arbitration_id=0x7E0, data=bytes.fromhex(data), is_extended_id=False))
-                frames = []
-                while len(frames) < expect and (message := tester.recv(timeout=1)) is not None:
-                    if message.arbitration_id == 0x7E8:
-                        frames.append(bytes(message.data))
-                return frames
+    with (
+        EcuThread(virtual_channel, "--profile", profile, "--max-requests", "3", "--duration", "5"),
+        can.Bus(channel=virtual_channel, interface="virtual", ignore_config=True) as tester,
+    ):
+        def exchange(data: str, expect: int = 1) -> list[bytes]:
+            tester.send(can.Message(arbitration_id=0x7E0, data=bytes.fromhex(data), is_extended_id=False))
+            frames = []
+            while len(frames) < expect and (message := tester.recv(timeout=1)) is not None:
+                if message.arbitration_id == 0x7E8:
+                    frames.append(bytes(message.data))
+            return frames
 
-            first = exchange("0322F190", 1)
-            assert first[0][:5] == bytes.fromhex("101462F190")  # first frame: 20 bytes follow
-            rest = exchange("300000", 2)  # flow control: send the consecutive frames
-            vin = (first[0][5:] + rest[0][1:] + rest[1][1:])[:17]
-            assert vin.decode() == "WDB12345678901234" != DEFAULT_VIN
-            assert exchange("022701")[0][:7] == bytes.fromhex("066701A1B2C3D4")  # the profile's seed
-            assert exchange("0627025E4D3C2B")[0][:3] == bytes.fromhex("026702")
+        first = exchange("0322F190", 1)
+        assert first[0][:5] == bytes.fromhex("101462F190")  # first frame: 20 bytes follow
+        rest = exchange("300000", 2)  # flow control: send the consecutive frames
+        vin = (first[0][5:] + rest[0][1:] + rest[1][1:])[:17]
+        assert vin.decode() == "WDB12345678901234" != DEFAULT_VIN
+        assert exchange("022701")[0][:7] == bytes.fromhex("066701A1B2C3D4")  # the profile's seed
+        assert exchange("0627025E4D3C2B")[0][:3] == bytes.fromhex("026702")
 
 
 def test_without_a_profile_the_built_in_ecu_answers(virtual, virtual_channel):
@@ -294,7 +296,7 @@ def test_sigterm_and_sigint_stop_the_process_cleanly(virtual_channel):
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    for stop, (code, elapsed, out, err) in outcomes.items():
+    for stop, (code, _elapsed, out, err) in outcomes.items():
         assert code == 0, (stop, err)
         assert "Traceback" not in err, (stop, err)
         envelope = json.loads(out)

@@ -218,7 +218,8 @@ def test_flow_control_block_size_is_honoured(tester):
 def test_segmented_request_is_reassembled(ecu, tester):
     # 22 F187 F18C F195 F186: 9 bytes, a first frame plus one consecutive frame.
     request = bytes.fromhex("22f187f18cf195f186")
-    assert tester.exchange("100922f187f18cf1") == [bytes.fromhex("300000") + b"\xaa" * 5]  # flow control: CTS, BS 0, STmin 0
+    # flow control: CTS, BS 0, STmin 0
+    assert tester.exchange("100922f187f18cf1") == [bytes.fromhex("300000") + b"\xaa" * 5]
     tester.send(bytes.fromhex("2195f186"))
     first = tester.receive(1)
     assert first[0][0] >> 4 == 1                                     # the answer is segmented too

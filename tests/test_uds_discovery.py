@@ -140,7 +140,7 @@ def test_dids_are_read_and_decoded(three_ecus):
     assert dids["0xF186"]["session"] == "defaultSession"
     assert data["refused_by_nrc"] == {"0x31": 32 - 5}          # requestOutOfRange for the others
     text = run_cli("uds", "dids", network.channel, "--request-id", f"0x{DID_ECU[0]:X}", "--dids", "0xF190").out
-    assert f"0xF190  VIN" in text and VIN in text and "18DA33F1 -> 18DAF133" in text
+    assert "0xF190  VIN" in text and VIN in text and "18DA33F1 -> 18DAF133" in text
 
 
 def test_a_long_did_outside_the_default_range(three_ecus):
@@ -310,7 +310,9 @@ def test_uds_services_streams_each_probe_as_it_happens(virtual_channel):
 
     with SimulatedEcu(channel=virtual_channel) as ecu:
         class Recording(io.StringIO):
-            seen: list[int] = []
+            def __init__(self) -> None:
+                super().__init__()
+                self.seen: list[int] = []
 
             def write(self, text):
                 self.seen.append(len(ecu.messages))

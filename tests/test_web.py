@@ -338,7 +338,7 @@ def test_events_are_bounded(serve):
 
 def test_events_are_paced_by_the_capture_timestamps(serve):
     server = serve(OBD)
-    (t0, *_), (t1, *_), (t2, *_) = log_frames(OBD)[:3]  # 5.8 ms, then 194 ms apart
+    (t0, *_), (_t1, *_), (t2, *_) = log_frames(OBD)[:3]  # 5.8 ms, then 194 ms apart
     started = time.monotonic()
     events = sse(get(server.url + "api/events?limit=3&speed=1")[2])
     elapsed = time.monotonic() - started
@@ -546,8 +546,8 @@ def test_sigterm_and_sigint_stop_the_server_cleanly():
     try:
         for stop, proc in procs.items():
             line = proc.stderr.readline()
-            match = re.fullmatch(r"canarchy: web serve: .* on (http://127\.0\.0\.1:\d+/) \(read-only; Ctrl\+C to stop\)\n",
-                                 line)
+            match = re.fullmatch(r"canarchy: web serve: .* on (http://127\.0\.0\.1:\d+/) "
+                                 r"\(read-only; Ctrl\+C to stop\)\n", line)
             assert match, line
             url = match.group(1)
             assert json.loads(get(url + "api/status")[2])["data"]["frame_count"] == 3854
@@ -560,7 +560,7 @@ def test_sigterm_and_sigint_stop_the_server_cleanly():
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    for stop, (code, elapsed, out, err, url) in outcomes.items():
+    for stop, (code, _elapsed, out, err, url) in outcomes.items():
         assert code == 0, (stop, err)
         assert "Traceback" not in err, (stop, err)
         envelope = json.loads(out)

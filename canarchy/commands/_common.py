@@ -28,7 +28,7 @@ class StopSignals:
         self.name = signal.Signals(signum).name
         self.event.set()
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._saved[signum] = signal.signal(signum, self._on_signal)
@@ -70,7 +70,8 @@ def parse_hex_data(text: str, max_bytes: int = 64) -> bytes:
     except ValueError:
         raise UserInputError("INVALID_FRAME_DATA", f"Payload {text!r} is not valid hex.", hint) from None
     if len(data) > max_bytes:
-        raise UserInputError("INVALID_FRAME_DATA", f"Payload {text!r} has {len(data)} bytes; at most {max_bytes}.", hint)
+        raise UserInputError("INVALID_FRAME_DATA", f"Payload {text!r} has {len(data)} bytes; at most {max_bytes}.",
+                             hint)
     return data
 
 

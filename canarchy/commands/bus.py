@@ -56,7 +56,8 @@ def bus_flags(args: argparse.Namespace) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UserInputError("INVALID_ARGUMENTS", f"--bus-option {item!r} is not KEY=VALUE.",
-                                 "Give one python-can keyword argument per --bus-option, e.g. --bus-option serial=12345.")
+                                 "Give one python-can keyword argument per --bus-option, "
+                                 "e.g. --bus-option serial=12345.")
         options[key.strip()] = config.bus_kwarg_value(value)
     return {"CANARCHY_PYTHON_CAN_INTERFACE": args.bus_type, "CANARCHY_BITRATE": args.bitrate,
             "CANARCHY_DATA_BITRATE": args.data_bitrate, "CANARCHY_BUS_FD": True if args.fd else None,
@@ -92,7 +93,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="a frame in cansend's syntax (123#DEADBEEF, 18FEF100#00FF, 123#R, 123##1DEADBEEF), or an "
                         "arbitration ID in hex: 3 digits 11-bit, 8 digits 29-bit (7E0, 18FEF100, 0x7E0)")
     p.add_argument("data", metavar="DATA", nargs="?", default="", help="payload as hex after an ID, e.g. 0210")
-    p.add_argument("--fd", action="store_true", help="send a CAN FD frame (up to 64 bytes; the bus opens in CAN FD mode)")
+    p.add_argument("--fd", action="store_true",
+                   help="send a CAN FD frame (up to 64 bytes; the bus opens in CAN FD mode)")
     add_bus_arguments(p, fd=False)
     add_active_arguments(p)
     p.set_defaults(command="send", handler=_send, takes_channel=True, no_interface_ok=lambda a: a.dry_run,

@@ -266,6 +266,7 @@ def _render_j1939(result: CommandResult) -> str:
                  f"{len(d['pgns'])} PGNs, {d['transport']['complete']} TP transfers, {d['dm1_count']} DM1")
     for dm in d["dm"]:
         for t in dm["dtcs"]:
-            lines.append(f"  {dm['type']} SA {dm['source_address']}: SPN {t['spn']} ({t['spn_name'] or 'not in catalog'}) "
+            lines.append(f"  {dm['type']} SA {dm['source_address']}: "
+                         f"SPN {t['spn']} ({t['spn_name'] or 'not in catalog'}) "
                          f"FMI {t['fmi']} {t['fmi_description']}, occurrences {_number(t['occurrence_count'])}")
     return "\n".join(lines)

@@ -126,7 +126,7 @@ def _guided(args: argparse.Namespace) -> CommandResult:
     if args.dry_run:
         planned = fuzz.plan_payloads(seed_data, corpus, rng_seed, min(args.max_iterations, fuzz.PLAN_PREVIEW))
         data = dict(common, mode="dry_run", planned_iterations=args.max_iterations, max_seconds=args.max_seconds,
-                    rate=args.rate, corpus_size=len(set([seed_data, *corpus])),
+                    rate=args.rate, corpus_size=len({seed_data, *corpus}),
                     planned_payloads=[payload.hex() for payload in planned])
         return CommandResult(data=data, warnings=warnings)
 

@@ -32,7 +32,8 @@ import random
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import parse_hex_data, parse_int
@@ -231,7 +232,7 @@ def _generate(args: argparse.Namespace) -> CommandResult:
         shown = PREVIEW_FRAMES if run.count is None else run.count
         stream = open_stream(args, "generate:dry_run")
         with stream.stoppable():
-            for index, (can_id, data) in zip(range(shown), run.spec.frames(run.seed)):
+            for index, (can_id, data) in zip(range(shown), run.spec.frames(run.seed), strict=False):
                 stream.emit("frame_planned", _frame_payload(can_id, data, run.spec, index))
         return CommandResult(data=dict(common, mode="dry_run", planned_frames=run.count, frames_shown=stream.count,
                                        stopped_by=_stopped_by(stream, "count")))

@@ -50,7 +50,7 @@ def _serve(args: argparse.Namespace) -> CommandResult:
 
         stopped_by = mcp_server.serve_stdio(policy)
     except ModuleNotFoundError as exc:
-        if not (exc.name or "").split(".")[0] in ("mcp", "mcp_types", "anyio"):
+        if (exc.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio"):
             raise
         raise UserInputError(
             "MCP_SDK_MISSING",

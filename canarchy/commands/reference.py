@@ -144,7 +144,8 @@ def _parse_pgn(text: str) -> int:
         pgn = j1939.pgn_from_arbitration_id(can_id)
         raise UserInputError(exc.code, exc.message,
                              f"{text} looks like a 29-bit arbitration ID; its PGN is {pgn} (0x{pgn:04X}) "
-                             f"from source address {j1939.source_address(can_id)}: try `canarchy j1939 pgn {pgn}`.") from None
+                             f"from source address {j1939.source_address(can_id)}: "
+                             f"try `canarchy j1939 pgn {pgn}`.") from None
 
 
 def _with_warnings(hint: str, warnings: list[str]) -> str:
@@ -201,7 +202,8 @@ def _render_pgn(result: CommandResult) -> str:
     length = e.get("length")
     length_text = f"{length} bytes" if isinstance(length, int) else _show(length)
     lines = [
-        f"format: {e.get('pdu_format')}    length: {length_text}    default priority: {_show(e.get('default_priority'))}",
+        f"format: {e.get('pdu_format')}    length: {length_text}    "
+        f"default priority: {_show(e.get('default_priority'))}",
         f"transmission rate: {_show(e.get('transmission_rate'))}",
         *_footer(e),
         f"SPNs ({e.get('spn_count', 0)}):",

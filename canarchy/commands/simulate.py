@@ -33,7 +33,8 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_hex_data, parse_int
@@ -439,7 +440,7 @@ def _run(args: argparse.Namespace, ecus: list[tuple[Any, int, int]], bus_type: s
                              f"The simulated ECU on {args.interface!r} stopped: {network.error.__class__.__name__}: "
                              f"{network.error}",
                              "Check that the interface is still up and the bus is not in bus-off.")
-    for described, node in zip(common["ecus"], nodes):
+    for described, node in zip(common["ecus"], nodes, strict=True):
         described.update(requests=len(node.messages), frames_received=len(node.requests),
                          frames_sent=len(node.responses))
     data = dict(common, mode="active", interface_source=args.interface_source, bus_type=bus_type,

@@ -6,7 +6,8 @@ or ``0x18FEF100`` (29-bit). PGN from a 29-bit ID: SAE J1939-21.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 #: Distinct unknown arbitration IDs listed in a summary; the rest are counted.
 MAX_UNKNOWN_IDS = 256
@@ -20,7 +21,7 @@ def hex_id(can_id: int, extended: bool) -> str:
 class ValueRange:
     """Count, min, max, first and last value of one series (bounded memory; min/max of numbers only)."""
 
-    __slots__ = ("count", "min", "max", "first", "last")
+    __slots__ = ("count", "first", "last", "max", "min")
 
     def __init__(self) -> None:
         self.count = 0
@@ -51,7 +52,8 @@ def j1939_pgn(can_id: int) -> int:
 
 
 def isotp_counts(reassemblers: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """``{hex id: {complete, dropped, incomplete}}`` of ISO-TP reassemblers (:class:`canarchy.isotp.IsoTpReassembler`)."""
+    """``{hex id: {complete, dropped, incomplete}}`` of ISO-TP reassemblers
+    (:class:`canarchy.isotp.IsoTpReassembler`)."""
     return {f"0x{m.arbitration_id:X}": {"complete": m.complete_count, "dropped": m.dropped_count,
                                         "incomplete": m.incomplete_count}
             for m in sorted(reassemblers, key=lambda m: m.arbitration_id)}

@@ -60,7 +60,8 @@ def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, WarningLog]:
             database = cantools.database.load_file(text_path, encoding=encoding, strict=False)
         except Exception as exc:
             raise _load_failed(text_path, exc) from None
-        warnings.add("DBC_NOT_STRICT", f"{text_path}: loaded without cantools' strict checks: {_first_line(strict_exc)}",
+        warnings.add("DBC_NOT_STRICT",
+                     f"{text_path}: loaded without cantools' strict checks: {_first_line(strict_exc)}",
                      file=text_path)
     except Exception as exc:  # cantools' parsers raise more than its own Error (e.g. ValueError, KeyError)
         raise _load_failed(text_path, exc) from None
@@ -184,7 +185,8 @@ class DbcDecoder:
             values = message.decode(data, decode_choices=True, scaling=True, allow_truncated=True)
         except Exception as exc:  # cantools raises its DecodeError and others (e.g. a bad multiplexer value)
             self.decode_error_count += 1
-            self.warnings.add("DBC_DECODE_FAILED", f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} "
+            self.warnings.add("DBC_DECODE_FAILED",
+                              f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} "
                               f"{message.name}: does not decode: {_first_line(exc)}",
                               arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name)
             return []

@@ -120,8 +120,20 @@ def _decimals(number: Any) -> int:
 class _SpnLayout:
     """One catalog SPN prepared for fast extraction from a payload."""
 
-    __slots__ = ("spn", "name", "unit", "kind", "start_bit", "bit_length", "mask", "resolution", "offset",
-                 "digits", "ascii", "states")
+    __slots__ = (
+        "ascii",
+        "bit_length",
+        "digits",
+        "kind",
+        "mask",
+        "name",
+        "offset",
+        "resolution",
+        "spn",
+        "start_bit",
+        "states",
+        "unit",
+    )
 
     def __init__(self, spn: int, entry: dict[str, Any]) -> None:
         self.spn = spn
@@ -136,7 +148,8 @@ class _SpnLayout:
         self.offset = entry.get("offset") or 0
         self.digits = max(_decimals(self.resolution), _decimals(self.offset))
         states = entry.get("states")
-        self.states = {int(k): str(v) for k, v in states.items() if str(k).isdecimal()} if isinstance(states, dict) else {}
+        self.states = ({int(k): str(v) for k, v in states.items() if str(k).isdecimal()}
+                       if isinstance(states, dict) else {})
 
     @property
     def usable(self) -> bool:
@@ -248,7 +261,7 @@ class J1939Catalog:
 
 
 class _TransportSession:
-    __slots__ = ("mode", "pgn", "size", "packets", "received", "timestamp")
+    __slots__ = ("mode", "packets", "pgn", "received", "size", "timestamp")
 
     def __init__(self, mode: str, pgn: int, size: int, packets: int, timestamp: float) -> None:
         self.mode = mode
@@ -331,7 +344,8 @@ class J1939Decoder:
         """End of the capture: warn about transfers left incomplete."""
         for (sa, da), session in self._sessions.items():
             self.transport_incomplete += 1
-            self.warnings.add("J1939_TP_INCOMPLETE", f"J1939 TP {session.mode} PGN {session.pgn} from SA {sa} to {da} begun at "
+            self.warnings.add("J1939_TP_INCOMPLETE",
+                              f"J1939 TP {session.mode} PGN {session.pgn} from SA {sa} to {da} begun at "
                               f"t={session.timestamp:.6f}: incomplete at end of capture "
                               f"({len(session.received)} of {session.packets} packets)",
                               source_address=sa, destination_address=da, pgn=session.pgn, timestamp=session.timestamp,
@@ -391,21 +405,24 @@ class J1939Decoder:
             if key in self._sessions:
                 old = self._sessions[key]
                 self.transport_incomplete += 1
-                self.warnings.add("J1939_TP_REPLACED", f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: a new transfer "
+                self.warnings.add("J1939_TP_REPLACED",
+                                  f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: a new transfer "
                                   f"replaces PGN {old.pgn} begun at t={old.timestamp:.6f} "
                                   f"({len(old.received)} of {old.packets} packets)",
                                   source_address=sa, destination_address=da, pgn=old.pgn, timestamp=frame.timestamp,
                                   received_packets=len(old.received), packets=old.packets)
             if not 9 <= size <= 1785 or packets != -(-size // 7):
-                self.warnings.add("J1939_TP_SIZE_INVALID", f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: size {size} "
+                self.warnings.add("J1939_TP_SIZE_INVALID",
+                                  f"t={frame.timestamp:.6f} TP {mode} from SA {sa}: size {size} "
                                   f"and {packets} packets do not agree (SAE J1939-21: 9..1785 bytes, 7 per packet)",
                                   source_address=sa, destination_address=da, pgn=pgn, timestamp=frame.timestamp,
                                   size=size, packets=packets)
                 self._sessions.pop(key, None)
                 return
             self._sessions[key] = _TransportSession(mode, pgn, size, packets, frame.timestamp)
-        elif control == TP_CM_ABORT:
-            if self._sessions.pop(key, None) is not None or self._sessions.pop((da, sa), None) is not None:
+        elif control == TP_CM_ABORT:  # either end of the connection may abort it
+            aborted = self._sessions.pop(key, None) or self._sessions.pop((da, sa), None)
+            if aborted is not None:
                 self.transport_incomplete += 1
         # CTS and EndOfMsgAck steer the sender; a passive reader needs nothing from them.
 

@@ -17,8 +17,9 @@ from canarchy.testing.isolation.plugin import active_sandbox
 
 if active_sandbox() is None:
     raise ImportError(
-        "canarchy's isolation (canarchy.testing.isolation.plugin) is not active in this pytest run, and this test module "
-        "must not run without it: it would read and write your real ~/.canarchy and the checkout. Run "
+        "canarchy's isolation (canarchy.testing.isolation.plugin) is not active in this pytest run, "
+        "and this test module must not run without it: it would read and write your real ~/.canarchy "
+        "and the checkout. Run "
         "`python -m pytest` from the checkout (its conftest.py and pyproject.toml load the plugin), and "
         "do not pass -p no:canarchy.testing.isolation.plugin, --noconftest with -o addopts= or -c."
     )
