@@ -333,6 +333,10 @@ def test_a_run_can_move_into_a_private_network_namespace(tmp_path):
     run = run_child(tmp_path / "bus", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on},
                     "-s", "-m", "real_bus or not integration")
     assert _child_sees(run.output)[0] == outer, run.output
+    # the same at the earliest start (-p: before the command line is parsed into config.option)
+    run = run_child(tmp_path / "early", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s",
+                    "-p", "canarchy.testing.isolation.plugin", "-m", "real_bus or not integration")
+    assert _child_sees(run.output)[0] == outer, run.output
     # "not integration" cannot select a test that uses a real bus: the namespace stays
     run = run_child(tmp_path / "not", {"test_c.py": ESCAPING_CHILD, "pytest.ini": on}, "-s", "-m", "not integration")
     assert _child_sees(run.output)[0] != outer, run.output

@@ -112,10 +112,15 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 def _markexpr(config: pytest.Config) -> str:
+    """The run's ``-m`` expression. The command line's known arguments first: at the earliest
+    start (``pytest_load_initial_conftests``) ``config.option`` still holds the defaults."""
+    known = getattr(config, "known_args_namespace", None)
+    if known is not None and getattr(known, "markexpr", None):
+        return known.markexpr
     try:
         return config.getoption("markexpr", "") or ""
     except (AttributeError, ValueError):
-        return getattr(config.known_args_namespace, "markexpr", "") or ""
+        return ""
 
 
 # -- the -m expression ------------------------------------------------------------------
