@@ -1,4 +1,4 @@
-"""canarchy's benchmarks (``nox -s bench``; issue #6, ``docs/benchmarks.md``).
+"""canarchy's benchmarks (``nox -s bench``; ``docs/benchmarks.md``).
 
 Run from the checkout's root, in one process so that the figures are
 comparable as ratios::

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description="canarchy's benchmarks (issue #6)")
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description="canarchy's benchmarks (docs/benchmarks.md)")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
     p.add_argument("--rounds", type=int, default=9, help="isolation rounds (default 9)")
     p.add_argument("--tests", type=int, default=2000, help="generated trivial tests (default 2000)")

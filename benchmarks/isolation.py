@@ -1,4 +1,4 @@
-"""What canarchy's test isolation costs per test (issue #6, item 1).
+"""What canarchy's test isolation costs per test.
 
 A generated suite of trivial tests (``def test_0001(): pass``, default 2,000 in
 10 modules) runs under four ``conftest.py`` files, each in its own directory,

@@ -1,4 +1,4 @@
-"""Command start-up: wall time from process start to exit (issue #6, item 4).
+"""Command start-up: wall time from process start to exit.
 
 Each command runs as its own process (the ``canarchy`` console script of the
 interpreter running the benchmarks), with a disposable home, and with byte

@@ -13,8 +13,8 @@ A manifest is one JSON object (see ``docs/caches-and-sessions.md``)::
      "fetched_at": "2026-01-31T12:00:00Z",       # ISO 8601
      "files": [{"path": "toyota_prius_2010_pt.dbc", "sha256": "<64 hex>", "bytes": 7330}]}
 
-``_CACHE_ROOT`` and ``_CONFIG_PATH`` are bound at import ON PURPOSE (product
-brief §1: the test harness re-points them). Every function reads them from
+``_CACHE_ROOT`` and ``_CONFIG_PATH`` are bound at import ON PURPOSE
+(REQ-TISO-03: the test harness re-points them). Every function reads them from
 this module when it is called, so ``monkeypatch.setattr(dbc_cache,
 "_CACHE_ROOT", ...)`` moves everything. The config file's optional
 ``[dbc_cache]`` table has one key, ``default_provider`` (a provider name).

@@ -8,7 +8,7 @@ characters; 254 is the data link escape and 255 the page extension.
 
 PID overrides: ``$CANARCHY_J1587_PID_OVERRIDES`` when set and non-empty, else
 :data:`_PID_OVERRIDES_DEFAULT` (``~/.canarchy/j1587_pids.json``), resolved at
-each lookup. The constant is bound at import ON PURPOSE (product.md §1): the
+each lookup. The constant is bound at import ON PURPOSE (REQ-TISO-03): the
 test harness re-points it, so code here reads the module attribute when called.
 
 Public surface: :func:`lookup_pid`, :func:`list_pids`, :func:`pid_overrides_path`,
@@ -23,7 +23,7 @@ from typing import Any
 from canarchy import reference_data
 from canarchy.errors import UserInputError
 
-# Bound at import on purpose (product.md §1, REQ-TISO-03); read at call time below.
+# Bound at import on purpose (REQ-TISO-03, docs/design/test-isolation.md); read at call time below.
 _PID_OVERRIDES_DEFAULT = Path.home() / ".canarchy" / "j1587_pids.json"
 
 PID_OVERRIDES_ENV = "CANARCHY_J1587_PID_OVERRIDES"

@@ -6,7 +6,7 @@ J1939-81 (Address Claimed); see ``docs/reference-data.md``.
 
 SPN overrides: ``$CANARCHY_J1939_SPN_OVERRIDES`` when set and non-empty, else
 :data:`_SPN_OVERRIDES_DEFAULT` (``~/.canarchy/j1939_spns.json``), resolved at
-each lookup. The constant is bound at import ON PURPOSE (product.md §1): the
+each lookup. The constant is bound at import ON PURPOSE (REQ-TISO-03): the
 test harness re-points it, so code here reads the module attribute when called.
 
 Public surface:
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from canarchy import reference_data
 from canarchy.errors import UserInputError
 
-# Bound at import on purpose (product.md §1, REQ-TISO-03); read at call time below.
+# Bound at import on purpose (REQ-TISO-03, docs/design/test-isolation.md); read at call time below.
 _SPN_OVERRIDES_DEFAULT = Path.home() / ".canarchy" / "j1939_spns.json"
 
 SPN_OVERRIDES_ENV = "CANARCHY_J1939_SPN_OVERRIDES"

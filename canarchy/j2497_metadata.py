@@ -7,7 +7,7 @@ power line) uses the MIDs of SAE J1587 unchanged; the catalog holds MIDs
 
 MID overrides: ``$CANARCHY_J2497_MID_OVERRIDES`` when set and non-empty, else
 :data:`_MID_OVERRIDES_DEFAULT` (``~/.canarchy/j2497_mids.json``), resolved at
-each lookup. The constant is bound at import ON PURPOSE (product.md §1): the
+each lookup. The constant is bound at import ON PURPOSE (REQ-TISO-03): the
 test harness re-points it, so code here reads the module attribute when called.
 
 Public surface: :func:`lookup_mid`, :func:`list_mids`, :func:`mid_overrides_path`.
@@ -22,7 +22,7 @@ from typing import Any
 from canarchy import reference_data
 from canarchy.errors import UserInputError
 
-# Bound at import on purpose (product.md §1, REQ-TISO-03); read at call time below.
+# Bound at import on purpose (REQ-TISO-03, docs/design/test-isolation.md); read at call time below.
 _MID_OVERRIDES_DEFAULT = Path.home() / ".canarchy" / "j2497_mids.json"
 
 MID_OVERRIDES_ENV = "CANARCHY_J2497_MID_OVERRIDES"

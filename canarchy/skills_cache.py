@@ -7,7 +7,7 @@ Same layout and manifest format as the DBC cache (:mod:`canarchy.dbc_cache`,
     <root>/providers/<provider>/files/<commit>/<path>
 
 ``_CACHE_ROOT`` (``~/.canarchy/cache/skills``) and ``_CONFIG_PATH`` are bound
-at import ON PURPOSE (product brief §1: the test harness re-points them);
+at import ON PURPOSE (REQ-TISO-03: the test harness re-points them);
 :func:`list_cache` reads them from this module when it is called. The config
 file's optional ``[skills_cache]`` table has one key, ``default_provider``.
 

@@ -1,4 +1,4 @@
-"""The benchmarks' code (benchmarks/, issue #6) and the import hygiene of offline commands.
+"""The benchmarks' code (benchmarks/) and the import hygiene of offline commands.
 
 Nothing here asserts a timing: benchmarks run in ``nox -s bench``, never in
 the suite. What is checked is that each benchmark measures what it says

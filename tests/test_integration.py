@@ -122,7 +122,7 @@ def test_uds_services_finds_a_simulated_ecu_in_another_process():
     assert data["supported_count"] < 27  # the simulated ECU answers 0x11 to some services
 
 
-# -- issue #4 §5: cross-process on the real bus ------------------------------------------------
+# -- cross-process on the real bus ------------------------------------------------
 
 def _canarchy(*argv: str, timeout: float = 60, **popen) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CANARCHY_MCP_NONINTERACTIVE_ACK="1")  # --ack-active without a typed YES

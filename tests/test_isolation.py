@@ -361,7 +361,7 @@ def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
     assert _child_sees(proc.stdout)[0] != outer, proc.stdout
 
 
-# -- seed 004: wider-scoped fixtures see the disposable home ---------------------------
+# -- REQ-TISO-14: wider-scoped fixtures see the disposable home ---------------------------
 
 @pytest.fixture(scope="module")
 def module_scoped_config():
@@ -419,7 +419,7 @@ def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):
         assert run.outcomes(name) == {"passed"}, run.output
 
 
-# -- issue #3 item 1: every route to a real bus ------------------------------------------
+# -- every route to a real bus ------------------------------------------
 
 ROUTES = """
     import os, socket
@@ -521,7 +521,7 @@ def test_swallowed_refusal_fails_its_test_at_teardown(tmp_path):
     assert run.outcomes("test_next_is_clean") == {"passed"}
 
 
-# -- issue #3 item 3: environment does not survive a test --------------------------------
+# -- environment does not survive a test --------------------------------
 
 def test_environment_set_by_a_test_does_not_reach_the_next(tmp_path):
     run = run_child(tmp_path, {"test_env.py": """
@@ -581,7 +581,7 @@ def test_no_canarchy_module_holds_the_real_home(canarchy_sandbox):
     assert canarchy_sandbox.paths_under_real_home() == []
 
 
-# -- issue #3 item 6: child processes ------------------------------------------------------
+# -- child processes ------------------------------------------------------
 
 def test_child_process_inherits_the_home():
     out = subprocess.run([sys.executable, "-c", "import pathlib, os; print(pathlib.Path.home()); "
@@ -614,7 +614,7 @@ def test_swallowed_child_refusal_still_fails_the_parent(tmp_path):
     assert "in child process" in run.messages("test_spawns")
 
 
-# -- issue #3 item 7: in-process resources ----------------------------------------------------
+# -- in-process resources ----------------------------------------------------
 
 def test_a_bus_left_open_fails_its_test(tmp_path):
     run = run_child(tmp_path, {"test_open.py": """
@@ -643,7 +643,7 @@ def test_virtual_channel_names_are_unique(virtual_channel):
     assert all(name.startswith(f"canarchy-test-{os.getpid()}-") for name in names)
 
 
-# -- issue #3 item 8: the checkout ----------------------------------------------------------------
+# -- the checkout ----------------------------------------------------------------
 
 def test_working_directory_is_disposable(canarchy_sandbox):
     cwd = Path.cwd()
@@ -656,7 +656,7 @@ def test_working_directory_is_disposable(canarchy_sandbox):
     assert not (REPO / ".canarchy").exists()
 
 
-# -- issue #3 item 9: the sentinel --------------------------------------------------------------------
+# -- the sentinel --------------------------------------------------------------------
 
 def test_sentinel_fails_a_run_that_writes_operator_state(tmp_path):
     """The last line: a write the access guard cannot see (a shell child, the containment off)
@@ -725,7 +725,7 @@ def test_sentinel_blames_the_tests_not_an_installed_plugins_start_up_files(tmp_p
     assert "added: stray.txt" in run.output and ".tool-cache" not in run.output, run.output
 
 
-# -- issue #3 item 10: opt-outs -----------------------------------------------------------------------
+# -- opt-outs -----------------------------------------------------------------------
 
 def test_opt_out_markers(tmp_path):
     run = run_child(tmp_path, {"test_optout.py": """
@@ -768,7 +768,7 @@ def test_opt_out_markers(tmp_path):
     assert run.outcomes("test_integration_sees_the_operator") == {"passed"}, run.output
 
 
-# -- issue #3 item 11: parallel runs ------------------------------------------------------------------
+# -- parallel runs ------------------------------------------------------------------
 
 def test_parallel_workers_are_isolated(tmp_path):
     pytest.importorskip("xdist")
@@ -813,7 +813,7 @@ def test_each_test_gets_an_empty_home_and_cwd_after_one_that_wrote(tmp_path):
         assert run.outcomes(name) == {"passed"}, run.output
 
 
-# -- issue #4: tests that kill the isolation mutants (fixtures/mutations/iso-*.toml) ----------
+# -- tests that kill the isolation mutants (fixtures/mutations/iso-*.toml) ----------
 
 def test_python_can_environment_does_not_reach_a_virtual_bus(tmp_path):
     """REQ-TISO-12, behaviour and not only the variable listing: with the operator's CAN_CHANNEL,

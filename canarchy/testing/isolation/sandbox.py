@@ -42,7 +42,7 @@ HOME_VARIABLES: Mapping[str, str] = {
 # Prefixes of variables the product or python-can read as configuration.
 SCRUBBED_PREFIXES = ("CANARCHY_", "CAN_")
 
-# The import-time constants named by the original design (seed 000, REQ-TISO-03).
+# The import-time constants the design names (REQ-TISO-03).
 # The scan below finds these and any others; this list makes sure they are
 # checked even if a scan were to miss them.
 KNOWN_IMPORT_TIME_PATHS: tuple[tuple[str, str], ...] = (
