@@ -19,13 +19,14 @@ _MISSING = object()
 
 
 def _contents(value: Any) -> Any:
-    """A comparable record of a container's contents (one level down), else None."""
-    if isinstance(value, (set, frozenset)):
+    """A comparable record of a mutable container's contents (one level down), else None.
+    (Tuples compare element by element, identity first: a record of the same objects is cheap.)"""
+    if isinstance(value, set):
         return frozenset(value)
     if isinstance(value, list):
         return tuple(value)
     if isinstance(value, dict):
-        return tuple((k, v, tuple(v) if isinstance(v, list) else None) for k, v in value.items())
+        return tuple(value.items()), tuple((k, tuple(v)) for k, v in value.items() if isinstance(v, list))
     return None
 
 
@@ -36,11 +37,11 @@ def _refill(container: Any, contents: Any) -> None:
     elif isinstance(container, list):
         container[:] = contents
     elif isinstance(container, dict):
+        items, lists = contents
         container.clear()
-        for key, value, inner in contents:
-            if inner is not None:
-                value[:] = inner
-            container[key] = value
+        container.update(items)
+        for key, inner in lists:
+            container[key][:] = inner
 
 
 def _raw(holder: Any, name: str) -> Any:
@@ -48,6 +49,14 @@ def _raw(holder: Any, name: str) -> Any:
     if inspect.isclass(holder):
         return holder.__dict__.get(name, _MISSING)
     return getattr(holder, name, _MISSING)
+
+
+def _namespace(holder: Any) -> Any:
+    """Where ``holder``'s own attributes live, read without ``getattr`` (a module's or a
+    class's ``__dict__``; both live views), or None for any other object."""
+    if isinstance(holder, ModuleType) or inspect.isclass(holder):
+        return holder.__dict__
+    return None
 
 
 class Seal:
@@ -81,13 +90,17 @@ class Seal:
 
     def _keep(self, label: str, holder: Any, name: str, value: Any) -> None:
         self._keys.add((id(holder), name))
-        self._kept.append((label, holder, name, value, _contents(value)))
+        # a class's dunder dicts (annotations, dataclass fields) protect nothing: identity only
+        contents = None if name.startswith("__") else _contents(value)
+        self._kept.append((label, _namespace(holder), holder, name, value, contents))
 
     def broken(self) -> list[str]:
-        """What changed since the seal was made, in words (each put back)."""
+        """What changed since the seal was made, in words (each put back). Runs twice per
+        test: one dictionary lookup per sealed name, contents compared only for containers."""
         found = []
-        for label, holder, name, value, contents in self._kept:
-            if _raw(holder, name) is not value:
+        for label, namespace, holder, name, value, contents in self._kept:
+            now = namespace.get(name, _MISSING) if namespace is not None else getattr(holder, name, _MISSING)
+            if now is not value:
                 found.append(f"{label} replaced")
                 setattr(holder, name, value)
             elif contents is not None and _contents(value) != contents:
