@@ -71,6 +71,86 @@ def _jsonable(value):
     return value
 
 
+# Each section: (what goes into bench.json under its name, or None for nothing; its report lines; did it measure?)
+Section = tuple[object, list[str], bool]
+
+
+def _isolation(args: argparse.Namespace) -> Section:
+    from benchmarks import isolation
+
+    result = isolation.run_isolation(tests=args.tests, rounds=args.rounds)
+    return _jsonable(result), report.isolation_lines(result), bool(result.runs["bare"].loop_wall)
+
+
+def _lanes(args: argparse.Namespace) -> Section:
+    if not args.nox_python:
+        return None, ["### 2. Lanes", "", "Not measured: no `--nox-python` given."], False
+    from benchmarks import lane_times
+
+    rows, problems = lane_times.run_lanes(ROOT, args.nox_python, runs=args.lane_runs, cold=not args.no_cold)
+    return {"runs": _jsonable(rows), "problems": problems}, report.lanes_lines(rows, problems), bool(rows)
+
+
+def _captures(args: argparse.Namespace) -> Section:
+    from benchmarks import captures
+
+    result = captures.run_captures(frames=args.frames, runs=args.capture_runs)
+    return _jsonable(result), report.captures_lines(result), all(r.results for r in result.kinds.values())
+
+
+def _startup(args: argparse.Namespace) -> Section:
+    from benchmarks import startup
+
+    rows = startup.run_startup(runs=args.startup_runs)
+    return _jsonable(rows), report.startup_lines(rows, startup.TARGET_S), all(r.wall for r in rows)
+
+
+def _access(args: argparse.Namespace) -> Section:
+    from benchmarks import access
+
+    result = access.run_access(tests=args.tests, rounds=args.rounds)
+    return _jsonable(result), access.report_lines(result), bool(result.ok)
+
+
+def _containment(args: argparse.Namespace) -> Section:
+    from benchmarks import containment
+
+    rows = containment.run_containment(runs=args.containment_runs)
+    return _jsonable(rows), containment.containment_lines(rows), all(r.ms for r in rows)
+
+
+def _sentinel(args: argparse.Namespace) -> Section:
+    from benchmarks import sentinel
+
+    result = sentinel.run_sentinel(files=args.sentinel_files, rounds=args.sentinel_rounds)
+    return _jsonable(result), sentinel.report_lines(result), all(r.snapshot for r in result.scenarios.values())
+
+
+RUNNERS = {"isolation": _isolation, "lanes": _lanes, "captures": _captures, "startup": _startup,
+           "access": _access, "containment": _containment, "sentinel": _sentinel}
+
+
+def _under_root(name: str) -> Path:
+    return ROOT / name if not Path(name).is_absolute() else Path(name)
+
+
+def _write(args: argparse.Namespace, text: str, document: dict[str, object]) -> None:
+    """Write ``bench.md`` and ``bench.json`` under ``--reports``; replace the results block of ``--docs``."""
+    from canarchy.fileio import write_json_atomic, write_text_atomic
+
+    reports = _under_root(args.reports)
+    reports.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(reports / "bench.md", "# canarchy benchmarks\n\n" + text)
+    write_json_atomic(reports / "bench.json", document)
+    print(text)
+    print(f"bench: wrote {reports / 'bench.md'} and bench.json")
+    if not args.no_docs:
+        docs = _under_root(args.docs)
+        existing = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
+        write_text_atomic(docs, report.replace_block(existing, text))
+        print(f"bench: updated the results block of {docs}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -85,86 +165,20 @@ def main(argv: list[str] | None = None) -> int:
     blocks: list[list[str]] = []
     raw: dict[str, object] = {}
     failed = []
-    if "isolation" in sections:
-        from benchmarks import isolation
-
-        result = isolation.run_isolation(tests=args.tests, rounds=args.rounds)
-        raw["isolation"] = _jsonable(result)
-        blocks.append(report.isolation_lines(result))
-        if not result.runs["bare"].loop_wall:
-            failed.append("isolation")
-    if "lanes" in sections:
-        if not args.nox_python:
-            blocks.append(["### 2. Lanes", "", "Not measured: no `--nox-python` given."])
-            failed.append("lanes")
-        else:
-            from benchmarks import lane_times
-
-            rows, problems = lane_times.run_lanes(ROOT, args.nox_python, runs=args.lane_runs, cold=not args.no_cold)
-            raw["lanes"] = {"runs": _jsonable(rows), "problems": problems}
-            blocks.append(report.lanes_lines(rows, problems))
-            if not rows:
-                failed.append("lanes")
-    if "captures" in sections:
-        from benchmarks import captures
-
-        result = captures.run_captures(frames=args.frames, runs=args.capture_runs)
-        raw["captures"] = _jsonable(result)
-        blocks.append(report.captures_lines(result))
-        if not all(r.results for r in result.kinds.values()):
-            failed.append("captures")
-    if "startup" in sections:
-        from benchmarks import startup
-
-        rows = startup.run_startup(runs=args.startup_runs)
-        raw["startup"] = _jsonable(rows)
-        blocks.append(report.startup_lines(rows, startup.TARGET_S))
-        if not all(r.wall for r in rows):
-            failed.append("startup")
-    if "access" in sections:
-        from benchmarks import access
-
-        result = access.run_access(tests=args.tests, rounds=args.rounds)
-        raw["access"] = _jsonable(result)
-        blocks.append(access.report_lines(result))
-        if not result.ok:
-            failed.append("access")
-    if "containment" in sections:
-        from benchmarks import containment
-
-        rows = containment.run_containment(runs=args.containment_runs)
-        raw["containment"] = _jsonable(rows)
-        blocks.append(containment.containment_lines(rows))
-        if not all(r.ms for r in rows):
-            failed.append("containment")
-    if "sentinel" in sections:
-        from benchmarks import sentinel
-
-        result = sentinel.run_sentinel(files=args.sentinel_files, rounds=args.sentinel_rounds)
-        raw["sentinel"] = _jsonable(result)
-        blocks.append(sentinel.report_lines(result))
-        if not all(r.snapshot for r in result.scenarios.values()):
-            failed.append("sentinel")
+    for name in (s for s in SECTIONS if s in sections):
+        value, block, measured = RUNNERS[name](args)
+        if value is not None:
+            raw[name] = value
+        blocks.append(block)
+        if not measured:
+            failed.append(name)
     info["loadavg"] = measure.machine()["loadavg"]
     seconds = time.monotonic() - clock
     body = report.machine_lines(info, started, seconds, _commit())
     for block in blocks:
         body += [""] + block
     text = "\n".join(body) + "\n"
-
-    from canarchy.fileio import write_json_atomic, write_text_atomic
-
-    reports = ROOT / args.reports if not Path(args.reports).is_absolute() else Path(args.reports)
-    reports.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(reports / "bench.md", "# canarchy benchmarks\n\n" + text)
-    write_json_atomic(reports / "bench.json", {"machine": info, "started": started, "seconds": seconds, **raw})
-    print(text)
-    print(f"bench: wrote {reports / 'bench.md'} and bench.json")
-    if not args.no_docs:
-        docs = ROOT / args.docs if not Path(args.docs).is_absolute() else Path(args.docs)
-        existing = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
-        write_text_atomic(docs, report.replace_block(existing, text))
-        print(f"bench: updated the results block of {docs}")
+    _write(args, text, {"machine": info, "started": started, "seconds": seconds, **raw})
     if failed:
         print(f"bench: could not measure: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -334,6 +334,7 @@ def capture_format(path: str) -> str:
     )
 
 
+# radon D by design: the log reader's hot path, one branch per candump -l field, inline for speed (docs/benchmarks.md 3)
 def parse_candump_line(line: str) -> CanFrame | None:
     """Parse one candump ``-l`` line into a frame; None for a blank line.
 

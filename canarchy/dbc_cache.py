@@ -79,6 +79,18 @@ def validate_manifest(document: Any, provider: str) -> dict[str, Any]:
     name the manifest was found in; the manifest must name the same provider.
     Raises :class:`ManifestError` with the first problem found.
     """
+    _check_manifest_header(document, provider)
+    return {
+        "provider": provider,
+        "repository": document.get("repository"),
+        "commit": document["commit"],
+        "fetched_at": document["fetched_at"],
+        "files": _manifest_entries(document["files"]),
+    }
+
+
+def _check_manifest_header(document: Any, provider: str) -> None:
+    """Check a manifest's top-level keys (everything but the ``files`` entries)."""
     if not isinstance(document, dict):
         raise ManifestError(f"expected a JSON object, got {type(document).__name__}")
     for key in ("provider", "commit", "fetched_at", "files"):
@@ -99,9 +111,12 @@ def validate_manifest(document: Any, provider: str) -> dict[str, Any]:
         datetime.fromisoformat(fetched_at)
     except ValueError:
         raise ManifestError(f"'fetched_at' is not an ISO 8601 timestamp: {fetched_at!r}") from None
-    files = document["files"]
-    if not isinstance(files, list):
+    if not isinstance(document["files"], list):
         raise ManifestError("'files' must be a list")
+
+
+def _manifest_entries(files: list[Any]) -> list[dict[str, Any]]:
+    """The checked ``files`` entries as ``[{"path", "sha256", "bytes"}]``; a path may appear once."""
     entries = []
     seen: set[str] = set()
     for index, entry in enumerate(files):
@@ -119,13 +134,7 @@ def validate_manifest(document: Any, provider: str) -> dict[str, Any]:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ManifestError(f"{where}.bytes must be an integer >= 0")
         entries.append({"path": path, "sha256": sha256, "bytes": size})
-    return {
-        "provider": provider,
-        "repository": repository,
-        "commit": commit,
-        "fetched_at": fetched_at,
-        "files": entries,
-    }
+    return entries
 
 
 def read_manifest(provider_dir: Path) -> dict[str, Any]:

@@ -467,6 +467,55 @@ def _exchange(link: Any, request: CanFrame, accept: Callable[[CanFrame], bool],
     return sent_at, replies, late
 
 
+def _open_campaign(settings: CampaignSettings, started_wall: float) -> tuple[str, Path, dict[str, Any]]:
+    """Create the campaign directory, its ``campaign.json`` and ``corpus_dir``: ``(campaign_id, directory, document)``.
+
+    Raises :class:`FuzzPersistenceError` and leaves no campaign behind when one cannot be written.
+    """
+    try:
+        campaign_id, campaign_dir = _create_campaign_dir(settings.findings_root)
+    except OSError as exc:
+        raise FuzzPersistenceError(settings.findings_root, exc, 0, 0) from exc
+    document = _campaign_document(settings, campaign_id, started_wall)
+    target = campaign_dir / "campaign.json"
+    try:
+        write_json_atomic(target, document)
+        if settings.corpus_dir is not None:
+            target = settings.corpus_dir
+            settings.corpus_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        for leftover in (campaign_dir / "campaign.json", campaign_dir):
+            try:  # leave no campaign behind that never sent a frame
+                leftover.unlink() if leftover.is_file() else leftover.rmdir()
+            except OSError:
+                pass
+        raise FuzzPersistenceError(target, exc, 0, 0) from exc
+    return campaign_id, campaign_dir, document
+
+
+def _wait_until(due: float, deadline: float | None, clock: Callable[[], float],
+                sleep: Callable[[float], None]) -> bool:
+    """Sleep until ``due`` (the next iteration's slot, ``clock`` seconds); False when ``deadline`` comes first."""
+    now = clock()
+    if deadline is not None and now >= deadline:
+        return False
+    if due > now:
+        if deadline is not None and due >= deadline:
+            return False
+        sleep(due - now)
+    return True
+
+
+def _save_finding(settings: CampaignSettings, generator: InputGenerator, path: Path, finding: dict[str, Any],
+                  payload: bytes) -> None:
+    """Write ``finding`` to ``path``; when the generator keeps its input, also write it to ``corpus_dir`` (once)."""
+    write_json_atomic(path, finding)
+    if generator.add(payload, marker_weight(finding["new_markers"])) and settings.corpus_dir is not None:
+        path_corpus = settings.corpus_dir / corpus_entry_name(payload)
+        if not path_corpus.exists():
+            write_bytes_atomic(path_corpus, payload)
+
+
 def run_campaign(settings: CampaignSettings, backend: Backend,
                  on_finding: Callable[[dict[str, Any]], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
@@ -486,29 +535,10 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
     Raises :class:`FuzzPersistenceError` when a file cannot be written (no
     further frame is sent), ``TransportError`` from the backend.
     """
-    started_wall = time.time()
     frames_sent = 0
     iterations = 0
     late_replies = 0
-    try:
-        campaign_id, campaign_dir = _create_campaign_dir(settings.findings_root)
-    except OSError as exc:
-        raise FuzzPersistenceError(settings.findings_root, exc, 0, 0) from exc
-    document = _campaign_document(settings, campaign_id, started_wall)
-    target = campaign_dir / "campaign.json"
-    try:
-        write_json_atomic(target, document)
-        if settings.corpus_dir is not None:
-            target = settings.corpus_dir
-            settings.corpus_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        for leftover in (campaign_dir / "campaign.json", campaign_dir):
-            try:  # leave no campaign behind that never sent a frame
-                leftover.unlink() if leftover.is_file() else leftover.rmdir()
-            except OSError:
-                pass
-        raise FuzzPersistenceError(target, exc, 0, 0) from exc
-
+    campaign_id, campaign_dir, document = _open_campaign(settings, time.time())
     initial = [settings.seed_data, *settings.corpus]
     generator = InputGenerator(initial, settings.rng_seed)
     seeded = seeded_sids(initial)
@@ -531,11 +561,14 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
                         classes=sorted(seen_keys))
         write_json_atomic(campaign_dir / "campaign.json", document)
 
-    def transport_failed(exc: TransportError) -> TransportError:
+    def abandon(reason: str) -> None:  # the error that stops the campaign is the one to report
         try:
-            finish("failed", "transport_error")
+            finish("failed", reason)
         except OSError:
             pass
+
+    def transport_failed(exc: TransportError) -> TransportError:
+        abandon("transport_error")
         return TransportError(exc.code, f"{exc.message} (fuzz campaign {campaign_id}: stopped after "
                                         f"{frames_sent} frame(s) sent)", exc.hint)
 
@@ -546,16 +579,9 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
             except TransportError as exc:  # the bus could not be opened
                 raise transport_failed(exc) from exc
             while iterations < settings.max_iterations:
-                now = clock()
-                if deadline is not None and now >= deadline:
+                if not _wait_until(start + iterations * interval, deadline, clock, sleep):
                     stopped_reason = "max_seconds"
                     break
-                due = start + iterations * interval
-                if due > now:
-                    if deadline is not None and due >= deadline:
-                        stopped_reason = "max_seconds"
-                        break
-                    sleep(due - now)
                 payload, parent, ops = generator.next()
                 request = CanFrame(settings.arbitration_id, payload, settings.is_extended_id)
                 try:
@@ -582,17 +608,9 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
                                        markers, shape, keys, new, latency, judged, replies)
                     path = campaign_dir / f"finding-{iterations - 1:08d}.json"
                     try:
-                        write_json_atomic(path, finding)
-                        if generator.add(payload, marker_weight(finding["new_markers"])) and \
-                                settings.corpus_dir is not None:
-                            path_corpus = settings.corpus_dir / corpus_entry_name(payload)
-                            if not path_corpus.exists():
-                                write_bytes_atomic(path_corpus, payload)
+                        _save_finding(settings, generator, path, finding, payload)
                     except OSError as exc:
-                        try:
-                            finish("failed", "persistence_failed")
-                        except OSError:
-                            pass
+                        abandon("persistence_failed")
                         raise FuzzPersistenceError(path, exc, frames_sent, iterations) from exc
                     finding = dict(finding, path=str(path))
                     findings.append(finding)

@@ -431,8 +431,24 @@ def check_argv(spec: ToolSpec, argv: Sequence[str], policy: ServerPolicy | None 
     problems = []
     if argv[:len(words)] != words:
         problems.append(f"it does not start with `{spec.command_name}`")
+    positionals = _scan_options(spec, argv[len(words):], policy, problems)
+    problems += _positional_problems(spec, positionals)
+    problems += [f"active command word {token!r}" for token in argv[len(words):] if token in ACTIVE_COMMAND_WORDS]
+    if any(word in ACTIVE_COMMAND_WORDS for word in words) and spec.kind != "file":
+        problems.append(f"active command word {words[0]!r}")
+    if problems:
+        raise UserInputError(
+            "REFERENCE_ONLY_TOOL_VIOLATION",
+            f"Reference-only tool {spec.name!r} built {argv!r}: {'; '.join(problems)}. Nothing was run.",
+            "This is a bug in canarchy's MCP server, stopped before it reached a bus; report it. "
+            "Use the `send` tool (with ack_active) for active work.",
+        )
+
+
+def _scan_options(spec: ToolSpec, rest: list[str], policy: ServerPolicy | None, problems: list[str]) -> list[str]:
+    """Walk the tokens after the command words; append each flag problem to ``problems``; return the positionals."""
     flags = {flag: prop for prop, flag in spec.options.items()}
-    positionals, rest, index = [], argv[len(words):], 0
+    positionals, index = [], 0
     while index < len(rest):
         token = rest[index]
         index += 1
@@ -441,8 +457,7 @@ def check_argv(spec: ToolSpec, argv: Sequence[str], policy: ServerPolicy | None 
         elif token == _OUTPUT_FLAG or token in spec.flags:
             pass
         elif token in flags:
-            prop = spec.properties[flags[token]]
-            if prop.get("type") == "boolean":
+            if spec.properties[flags[token]].get("type") == "boolean":
                 continue
             if index >= len(rest):
                 problems.append(f"option {token!r} without a value")
@@ -455,20 +470,16 @@ def check_argv(spec: ToolSpec, argv: Sequence[str], policy: ServerPolicy | None 
             problems.append(f"unexpected option {token!r}")
         else:
             positionals.append(token)
+    return positionals
+
+
+def _positional_problems(spec: ToolSpec, positionals: list[str]) -> list[str]:
+    """A channel given to ``uds services``, or more positionals than ``spec`` declares."""
     if spec.command == ("uds", "services") and positionals:
-        problems.append(f"a channel positional ({positionals[0]!r}) would make `uds services` active")
-    elif len(positionals) > len(spec.positionals):
-        problems.append(f"unexpected positionals {positionals[len(spec.positionals):]!r}")
-    problems += [f"active command word {token!r}" for token in argv[len(words):] if token in ACTIVE_COMMAND_WORDS]
-    if any(word in ACTIVE_COMMAND_WORDS for word in words) and spec.kind != "file":
-        problems.append(f"active command word {words[0]!r}")
-    if problems:
-        raise UserInputError(
-            "REFERENCE_ONLY_TOOL_VIOLATION",
-            f"Reference-only tool {spec.name!r} built {argv!r}: {'; '.join(problems)}. Nothing was run.",
-            "This is a bug in canarchy's MCP server, stopped before it reached a bus; report it. "
-            "Use the `send` tool (with ack_active) for active work.",
-        )
+        return [f"a channel positional ({positionals[0]!r}) would make `uds services` active"]
+    if len(positionals) > len(spec.positionals):
+        return [f"unexpected positionals {positionals[len(spec.positionals):]!r}"]
+    return []
 
 
 def check_reference_argv(spec: ToolSpec, argv: Sequence[str]) -> None:

@@ -77,6 +77,24 @@ def parse_bind(text: str, allow_remote: bool = False) -> Bind:
     is not a loopback address (127.0.0.0/8, ::1) is refused unless
     ``allow_remote``. Raises ``UserInputError`` ``WEB_BIND_INVALID``.
     """
+    host, port = _split_bind(text)
+    host = host or DEFAULT_HOST
+    if host.lower() == "localhost":
+        host = DEFAULT_HOST
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is None:
+        return _named_bind(text, host, port, allow_remote)
+    if not address.is_loopback and not allow_remote:
+        raise _bind_error(text, f"{host} is not a loopback address; the dashboard has no authentication.")
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    return Bind(str(address), port, family, address.is_loopback)
+
+
+def _split_bind(text: str) -> tuple[str, int]:
+    """``(host as written, may be empty; port)`` of a ``--bind`` value."""
     raw = text.strip()
     if raw.startswith("["):
         end = raw.find("]")
@@ -94,23 +112,16 @@ def parse_bind(text: str, allow_remote: bool = False) -> Bind:
     port = int(port_text)
     if port > 65535:
         raise _bind_error(text, f"port {port} is above 65535.")
-    host = host or DEFAULT_HOST
-    if host.lower() == "localhost":
-        host = DEFAULT_HOST
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if address is None:
-        if not allow_remote:
-            raise _bind_error(text, f"{host!r} is not a loopback address; the dashboard has no authentication.")
-        if not all(c.isalnum() or c in "-." for c in host) or len(host) > 253:
-            raise _bind_error(text, f"{host!r} is not a host name or address.")
-        return Bind(host, port, socket.AF_INET, False)
-    if not address.is_loopback and not allow_remote:
-        raise _bind_error(text, f"{host} is not a loopback address; the dashboard has no authentication.")
-    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    return Bind(str(address), port, family, address.is_loopback)
+    return host, port
+
+
+def _named_bind(text: str, host: str, port: int, allow_remote: bool) -> Bind:
+    """The bind for a host name (not an address): only with ``allow_remote``, never looked up here."""
+    if not allow_remote:
+        raise _bind_error(text, f"{host!r} is not a loopback address; the dashboard has no authentication.")
+    if not all(c.isalnum() or c in "-." for c in host) or len(host) > 253:
+        raise _bind_error(text, f"{host!r} is not a host name or address.")
+    return Bind(host, port, socket.AF_INET, False)
 
 
 # --- the data -------------------------------------------------------------------------------

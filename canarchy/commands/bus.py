@@ -146,6 +146,18 @@ def _capture_limits(args: argparse.Namespace, settings) -> tuple[int | None, flo
     return limit, duration, settings.capture_timeout if idle is None else idle
 
 
+def _stop_reason(count: int, limit: int | None, elapsed: float, duration: float | None, idle_for: float,
+                 idle: float | None) -> str | None:
+    """The capture limit reached (``count``, ``duration``, ``idle_timeout``), or None; times in seconds."""
+    if limit is not None and count >= limit:
+        return "count"
+    if duration is not None and elapsed >= duration:
+        return "duration"
+    if idle is not None and idle_for >= idle:
+        return "idle_timeout"
+    return None
+
+
 def _capture(args: argparse.Namespace) -> CommandResult:
     """``capture CHANNEL``: frames as they arrive until --count, --duration, --idle-timeout, Ctrl+C or SIGTERM."""
     if args.file is not None:
@@ -172,14 +184,8 @@ def _capture(args: argparse.Namespace) -> CommandResult:
             opened = True
             while True:
                 now = time.monotonic()
-                if limit is not None and count >= limit:
-                    stopped_by = "count"
-                    break
-                if duration is not None and now - started >= duration:
-                    stopped_by = "duration"
-                    break
-                if idle is not None and now - last >= idle:
-                    stopped_by = "idle_timeout"
+                stopped_by = _stop_reason(count, limit, now - started, duration, now - last, idle)
+                if stopped_by is not None:
                     break
                 wait = CAPTURE_POLL_S
                 if duration is not None:

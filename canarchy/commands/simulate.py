@@ -237,35 +237,11 @@ def _profile_from(path: str, document: dict[str, Any], where: str = "") -> tuple
         changes["forced_nrcs"] = {_int(path, f"nrc key {sid!r}", sid, 0, 0xFF): _int(path, f"nrc.{sid}", nrc, 1, 0xFF)
                                   for sid, nrc in _table(path, document, "nrc").items()}
     if "dids" in document:
-        dids = {}
-        for did, value in _table(path, document, "dids").items():
-            number = _int(path, f"dids key {did!r}", did, 0, 0xFFFF)
-            if isinstance(value, str):
-                data = value.encode("utf-8")
-            elif isinstance(value, dict) and set(value) == {"hex"}:
-                data = _hex(path, f"dids.{did}.hex", value["hex"], 4000)
-            else:
-                raise _invalid(path, f"dids.{did} must be a text string or {{hex = \"..\"}}, got {value!r}.")
-            if not data or len(data) > 4000:
-                raise _invalid(path, f"dids.{did} must hold 1..4000 bytes (one ISO-TP message), has {len(data)}.")
-            dids[number] = data
-        changes["dids"] = dids
+        changes["dids"] = _dids(path, _table(path, document, "dids"))
     if "writable_dids" in document:
         changes["writable_dids"] = _sid_list(path, "writable_dids", document["writable_dids"], 0, 0xFFFF)
     if "security" in document:
-        security = _table(path, document, "security")
-        unknown = sorted(set(security) - set(_SECURITY_KEYS))
-        if unknown:
-            raise _invalid(path, f"unknown key(s) security.{', security.'.join(unknown)}; "
-                                 f"expected {', '.join(_SECURITY_KEYS)}.")
-        if "seed" in security:
-            changes["security_seed"] = _hex(path, "security.seed", security["seed"], 32)
-        if "key" in security:
-            changes["security_key"] = _hex(path, "security.key", security["key"], 32)
-        if "max_attempts" in security:
-            changes["security_max_attempts"] = _int(path, "security.max_attempts", security["max_attempts"], 1, 255)
-        if "lockout" in security:
-            changes["security_lockout"] = _seconds(path, "security.lockout", security["lockout"])
+        changes.update(_security(path, _table(path, document, "security")))
     for key, field_name in (("pending", "pending"), ("delays", "response_delays")):
         if key in document:
             changes[field_name] = {_int(path, f"{key} key {sid!r}", sid, 0, 0xFF): _seconds(path, f"{key}.{sid}", s)
@@ -278,6 +254,41 @@ def _profile_from(path: str, document: dict[str, Any], where: str = "") -> tuple
             raise _invalid(path, f"{where}silent must be true or false, got {document['silent']!r}.")
         changes["silent"] = document["silent"]
     return replace(profile, **changes), request_id, response_id
+
+
+def _dids(path: str, table: dict[str, Any]) -> dict[int, bytes]:
+    """The ``dids`` table: DID -> its value, a text string (UTF-8) or ``{hex = ".."}``, 1..4000 bytes."""
+    dids = {}
+    for did, value in table.items():
+        number = _int(path, f"dids key {did!r}", did, 0, 0xFFFF)
+        if isinstance(value, str):
+            data = value.encode("utf-8")
+        elif isinstance(value, dict) and set(value) == {"hex"}:
+            data = _hex(path, f"dids.{did}.hex", value["hex"], 4000)
+        else:
+            raise _invalid(path, f"dids.{did} must be a text string or {{hex = \"..\"}}, got {value!r}.")
+        if not data or len(data) > 4000:
+            raise _invalid(path, f"dids.{did} must hold 1..4000 bytes (one ISO-TP message), has {len(data)}.")
+        dids[number] = data
+    return dids
+
+
+def _security(path: str, security: dict[str, Any]) -> dict[str, Any]:
+    """The ``security`` table as the profile's ``security_*`` field changes."""
+    unknown = sorted(set(security) - set(_SECURITY_KEYS))
+    if unknown:
+        raise _invalid(path, f"unknown key(s) security.{', security.'.join(unknown)}; "
+                             f"expected {', '.join(_SECURITY_KEYS)}.")
+    changes: dict[str, Any] = {}
+    if "seed" in security:
+        changes["security_seed"] = _hex(path, "security.seed", security["seed"], 32)
+    if "key" in security:
+        changes["security_key"] = _hex(path, "security.key", security["key"], 32)
+    if "max_attempts" in security:
+        changes["security_max_attempts"] = _int(path, "security.max_attempts", security["max_attempts"], 1, 255)
+    if "lockout" in security:
+        changes["security_lockout"] = _seconds(path, "security.lockout", security["lockout"])
+    return changes
 
 
 def describe_profile(profile: Any) -> dict[str, Any]:

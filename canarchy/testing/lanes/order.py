@@ -25,7 +25,7 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import comparison_table, markdown_table
-from canarchy.testing.lanes.results import Comparison, Report, case_key, compare, totals_text
+from canarchy.testing.lanes.results import Comparison, Report, Row, case_key, compare, totals_text
 from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
 )
@@ -136,6 +136,29 @@ def bisect(entry: OrderRun, victim: str, before: Sequence[str], out: Path, pytho
     return Bisection(victim, entry.label, None, note, len(before))
 
 
+def _prepare(entry: OrderRun, base: Path, project: Project, files: list[str], source_env: Mapping[str, str] | None,
+             extra_env: Mapping[str, str] | None) -> None:
+    """Give ``entry`` its own copy of the checkout, home and TMPDIR under ``base``, and its environment."""
+    entry.copy, home, tmpdir = base / "tree", base / "home", base / "tmp"
+    for d in (entry.copy, home, tmpdir):
+        d.mkdir(parents=True)
+    copy_tree(project.root, entry.copy, files)
+    entry.env = build_env(home=home, source=source_env, extra={
+        **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
+
+
+def _victim(row: Row, normal: OrderRun, other: OrderRun) -> tuple[OrderRun, str, list[str]] | None:
+    """``(the run where the differing test failed, its node id, the node ids run before it)``, or None."""
+    where = normal if _failed(row.outcome_a) else other if _failed(row.outcome_b) else None
+    if where is None:
+        return None  # e.g. present in one run only: the comparison already names it
+    executed = where.executed
+    victim = where.node_ids.get(row.id)
+    if victim is None or victim not in executed:
+        return None
+    return where, victim, executed[: executed.index(victim)]
+
+
 def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequence[int], jobs: int = 2,
                    max_bisections: int = 3, source_env: Mapping[str, str] | None = None, python: str | None = None,
                    reports: Path | None = None, echo: Callable[[str], None] = print,
@@ -149,13 +172,7 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
     files = tree_files(project.root)
     with tempfile.TemporaryDirectory(prefix="canarchy-order-") as tmp:
         for index, entry in enumerate(result.runs):
-            base = Path(tmp) / str(index)
-            entry.copy, home, tmpdir = base / "tree", base / "home", base / "tmp"
-            for d in (entry.copy, home, tmpdir):
-                d.mkdir(parents=True)
-            copy_tree(project.root, entry.copy, files)
-            entry.env = build_env(home=home, source=source_env, extra={
-                **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
+            _prepare(entry, Path(tmp) / str(index), project, files, source_env, extra_env)
         concurrently([lambda e=e: _one_run(e, selection, out, python, echo, project.uses_plugin) for e in result.runs],
                      workers=jobs)
         normal = result.runs[0]
@@ -169,15 +186,10 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
                 if row.id in seen or len(result.bisections) >= max_bisections:
                     continue
                 seen.add(row.id)
-                other = next(r for r in result.runs if r.label == label)
-                where = normal if _failed(row.outcome_a) else other if _failed(row.outcome_b) else None
-                if where is None:
-                    continue  # e.g. present in one run only: the comparison already names it
-                executed = where.executed
-                victim = where.node_ids.get(row.id)
-                if victim is None or victim not in executed:
+                found = _victim(row, normal, next(r for r in result.runs if r.label == label))
+                if found is None:
                     continue
-                before = executed[: executed.index(victim)]
+                where, victim, before = found
                 echo(f"order: asking detect-test-pollution about {len(before)} tests before {victim} ({where.label})")
                 result.bisections.append(bisect(where, victim, before, out, python))
     result.seconds = time.monotonic() - started

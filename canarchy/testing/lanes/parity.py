@@ -25,10 +25,11 @@ from collections.abc import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env, hostile_env
-from canarchy.testing.isolation.tree import changes, content_differences, snapshot
+from canarchy.testing.isolation.tree import Entry, changes, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
-from canarchy.testing.lanes.results import ABSENT, Comparison, Report, case_key, compare, load_allowlist, totals_text
+from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, case_key, compare, load_allowlist,
+                                           totals_text)
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest
 from canarchy.testing.lanes.verdict import read_run
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, tree_files
@@ -136,6 +137,33 @@ def _rerun(env: Mapping[str, str], copy: Path, name: str, node_ids: Sequence[str
     return seen
 
 
+def _make_twin(name: str, seed: int, project: Project, files: list[str], base: Path, op_home: Path,
+               source_env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None) -> Twin:
+    """One twin: its own copy of the checkout and TMPDIR; the operator's home and shell, or a clean home."""
+    copy = base / f"{name}-tree"
+    copy.mkdir()
+    copy_tree(project.root, copy, files)
+    home = op_home if name == "operator" else base / "clean-home"
+    home.mkdir(exist_ok=True)
+    (base / f"{name}-tmp").mkdir()
+    extra = {**(extra_env or {}), "TMPDIR": str(base / f"{name}-tmp"),
+             "PYTHONPATH": pythonpath(copy, project, extra_env)}
+    if name == "operator":
+        extra.update(hostile_env(op_home))
+    return Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
+
+
+def _check_twin(result: ParityResult, twin: Twin, copy_before: dict[str, Entry]) -> None:
+    """Add what ``twin``'s run wrote into its copy of the checkout, and its not-shut-down log lines, to ``result``."""
+    cases = twin.report.cases.items() if twin.report else ()
+    result.checkout_writes += [f"{key}: {path}" for key, case in cases
+                               for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
+    changed = changes(copy_before, snapshot(twin.copy))
+    result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}" for line in changed]
+    result.not_shut_down[twin.name] = [line.strip() for line in (twin.run.output if twin.run else "").splitlines()
+                                       if _NOT_SHUT_DOWN in line]
+
+
 def run_parity(project: Project, selection: Sequence[str], *, source_env: Mapping[str, str] | None = None,
                reruns: int = 2, strict: bool = False, hashseeds: tuple[int, int] | None = None,
                reports: Path | None = None, python: str | None = None,
@@ -160,19 +188,8 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         base = Path(tmp)
         op_home = base / "operator-home"
         shutil.copytree(project.operator_home, op_home, symlinks=True)
-        twins: dict[str, Twin] = {}
-        for name, seed in zip(TWINS, seeds, strict=True):
-            copy = base / f"{name}-tree"
-            copy.mkdir()
-            copy_tree(project.root, copy, files)
-            home = op_home if name == "operator" else base / "clean-home"
-            home.mkdir(exist_ok=True)
-            (base / f"{name}-tmp").mkdir()
-            extra = {**(extra_env or {}), "TMPDIR": str(base / f"{name}-tmp"),
-                     "PYTHONPATH": pythonpath(copy, project, extra_env)}
-            if name == "operator":
-                extra.update(hostile_env(op_home))
-            twins[name] = Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
+        twins = {name: _make_twin(name, seed, project, files, base, op_home, source_env, extra_env)
+                 for name, seed in zip(TWINS, seeds, strict=True)}
         copies_before = {name: snapshot(t.copy) for name, t in twins.items()}
         concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin) for t in twins.values()])
         comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
@@ -183,13 +200,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         if not comparison.undecided:
             result.findings = _classify(twins, comparison, selection, out, reruns, python)
         for name, twin in twins.items():
-            cases = twin.report.cases.items() if twin.report else ()
-            result.checkout_writes += [f"{key}: {path}" for key, case in cases
-                                       for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
-            changed = changes(copies_before[name], snapshot(twin.copy))
-            result.checkout_writes += [f"{name} twin's copy after its run: {line}" for line in changed]
-            result.not_shut_down[name] = [line.strip() for line in (twin.run.output if twin.run else "").splitlines()
-                                          if _NOT_SHUT_DOWN in line]
+            _check_twin(result, twin, copies_before[name])
         result.checkout_writes = sorted(set(result.checkout_writes))
         result.home_changes = content_differences(project.operator_home, op_home)
     result.checkout_changes = changes(checkout_before, snapshot(project.root))
@@ -201,33 +212,49 @@ def _classify(twins: dict[str, Twin], comparison: Comparison, selection: Sequenc
     """Each difference as ``operator``, ``flaky`` or ``hash seed`` (see the module docstring)."""
     clean, operator = twins["clean"], twins["operator"]
     reseeded_env = dict(clean.env, PYTHONHASHSEED=str(operator.hashseed))
-    findings: list[Finding] = []
     absent = [r for r in comparison.differences if ABSENT in (r.outcome_a, r.outcome_b)]
     present = [r for r in comparison.differences if r not in absent]
-    if absent:  # collected in one twin only: is the clean configuration with the operator's seed the same?
-        again = {case_key(n) for n in _collect(clean, reseeded_env, selection, out, "clean-reseeded", python)}
-        theirs = {case_key(n) for n in _node_ids(out / "parity-operator-ids.txt")}
-        for row in absent:
-            seed = (row.id in again) == (row.id in theirs)
-            findings.append(Finding(row.id, "hash seed" if seed else "operator", (row.outcome_a,), (row.outcome_b,),
-                                    _UNSTABLE if seed else "collected in one configuration only"))
+    findings: list[Finding] = []
+    if absent:
+        findings += _classify_absent(clean, reseeded_env, absent, selection, out, python)
     if present:
-        ids = {case_key(n): n for n in _node_ids(out / "parity-clean-ids.txt")}
-        node_ids = [ids[r.id] for r in present if r.id in ids]
-        jobs = [lambda t=t: _rerun(t.env, t.copy, t.name, node_ids, reruns, out, python) for t in (clean, operator)]
-        jobs.append(lambda: _rerun(reseeded_env, clean.copy, "clean-reseeded", node_ids, 1, out, python))
-        seen_clean, seen_operator, reseeded = concurrently(jobs) if node_ids else ({}, {}, {})
-        for row in present:
-            in_clean = (row.outcome_a, *seen_clean.get(row.id, []))
-            in_operator = (row.outcome_b, *seen_operator.get(row.id, []))
-            if len(set(in_clean)) > 1 or len(set(in_operator)) > 1:
-                findings.append(Finding(row.id, "flaky", in_clean, in_operator,
-                                        "varies within a configuration; see also `nox -s order`"))
-            elif reseeded.get(row.id, [None])[0] == row.outcome_b:
-                findings.append(Finding(row.id, "hash seed", in_clean, in_operator, _UNSTABLE))
-            else:
-                findings.append(Finding(row.id, "operator", in_clean, in_operator,
-                                        "the same outcome every time in each configuration, different between them"))
+        findings += _classify_present(clean, operator, reseeded_env, present, out, reruns, python)
+    return findings
+
+
+def _classify_absent(clean: Twin, reseeded_env: dict[str, str], absent: list[Row], selection: Sequence[str],
+                     out: Path, python: str) -> list[Finding]:
+    """Tests collected in one twin only: is the clean configuration with the operator's seed the same?"""
+    again = {case_key(n) for n in _collect(clean, reseeded_env, selection, out, "clean-reseeded", python)}
+    theirs = {case_key(n) for n in _node_ids(out / "parity-operator-ids.txt")}
+    findings = []
+    for row in absent:
+        seed = (row.id in again) == (row.id in theirs)
+        findings.append(Finding(row.id, "hash seed" if seed else "operator", (row.outcome_a,), (row.outcome_b,),
+                                _UNSTABLE if seed else "collected in one configuration only"))
+    return findings
+
+
+def _classify_present(clean: Twin, operator: Twin, reseeded_env: dict[str, str], present: list[Row], out: Path,
+                      reruns: int, python: str) -> list[Finding]:
+    """Tests with different outcomes: re-run each in both twins and in the clean one under the operator's seed."""
+    ids = {case_key(n): n for n in _node_ids(out / "parity-clean-ids.txt")}
+    node_ids = [ids[r.id] for r in present if r.id in ids]
+    jobs = [lambda t=t: _rerun(t.env, t.copy, t.name, node_ids, reruns, out, python) for t in (clean, operator)]
+    jobs.append(lambda: _rerun(reseeded_env, clean.copy, "clean-reseeded", node_ids, 1, out, python))
+    seen_clean, seen_operator, reseeded = concurrently(jobs) if node_ids else ({}, {}, {})
+    findings = []
+    for row in present:
+        in_clean = (row.outcome_a, *seen_clean.get(row.id, []))
+        in_operator = (row.outcome_b, *seen_operator.get(row.id, []))
+        if len(set(in_clean)) > 1 or len(set(in_operator)) > 1:
+            findings.append(Finding(row.id, "flaky", in_clean, in_operator,
+                                    "varies within a configuration; see also `nox -s order`"))
+        elif reseeded.get(row.id, [None])[0] == row.outcome_b:
+            findings.append(Finding(row.id, "hash seed", in_clean, in_operator, _UNSTABLE))
+        else:
+            findings.append(Finding(row.id, "operator", in_clean, in_operator,
+                                    "the same outcome every time in each configuration, different between them"))
     return findings
 
 
@@ -238,14 +265,29 @@ _UNSTABLE = ("the clean configuration gives the operator twin's result under its
 _KIND_TEXT = {"operator": "depends on the operator", "flaky": "flaky", "hash seed": "depends on the hash seed"}
 
 
+def _verdict_text(result: ParityResult) -> str:
+    """The comparison's verdict, or "identical but for N flaky ..." when only flaky or seed-dependent tests differ."""
+    c = result.comparison
+    if c.differences and not c.undecided and not result.of_kind("operator"):
+        reported = [f"{len(result.of_kind(kind))} {kind}" for kind in ("flaky", "hash seed") if result.of_kind(kind)]
+        return f"identical but for {' and '.join(reported)} test" + ("s" if len(result.findings) > 1 else "")
+    return c.verdict
+
+
+def _check_lines(result: ParityResult) -> list[str]:
+    """The terminal lines of the checks: stale allow-list entries, writes, log lines, home and checkout changes."""
+    lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
+    lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
+    lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
+    lines += [f"  operator home changed: {line}" for line in result.home_changes]
+    lines += [f"  the checkout itself changed: {line}" for line in result.checkout_changes]
+    return lines
+
+
 def render(result: ParityResult) -> str:
     """The terminal view: the verdict line, the twins, each finding and check."""
     c = result.comparison
-    verdict = c.verdict
-    if c.differences and not c.undecided and not result.of_kind("operator"):
-        reported = [f"{len(result.of_kind(kind))} {kind}" for kind in ("flaky", "hash seed") if result.of_kind(kind)]
-        verdict = f"identical but for {' and '.join(reported)} test" + ("s" if len(result.findings) > 1 else "")
-    lines = [f"parity: {result.status} - results {verdict}"
+    lines = [f"parity: {result.status} - results {_verdict_text(result)}"
              + (f" ({len(c.report_a.cases)} tests)" if c.report_a else "")]
     for twin in result.twins.values():
         run = f"{twin.run.duration:.1f} s, exit code {twin.run.returncode}" if twin.run else "not run"
@@ -258,11 +300,7 @@ def render(result: ParityResult) -> str:
         lines += ["", "allowed to differ (allow-list):",
                   table(["test", "clean", "operator", "reason"],
                         [[r.id, r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
-    lines += [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in c.stale_allowed]
-    lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
-    lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
-    lines += [f"  operator home changed: {line}" for line in result.home_changes]
-    lines += [f"  the checkout itself changed: {line}" for line in result.checkout_changes]
+    lines += _check_lines(result)
     if not result.strict and (result.of_kind("flaky") or result.of_kind("hash seed")):
         lines.append("  (flaky and hash-seed dependent tests are reported, not failed: --strict fails them)")
     return "\n".join(lines)

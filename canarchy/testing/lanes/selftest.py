@@ -75,6 +75,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.isolation.plugin import DESELECTED_PROPERTY
@@ -143,36 +144,38 @@ def load_corpus(folder: str | os.PathLike[str]) -> list[Entry]:
         raise CorpusError(f"{path}: cannot read the manifest ({exc})") from None
     if set(doc) - {"defect", "control"}:
         raise CorpusError(f"{path}: unknown tables {sorted(set(doc) - {'defect', 'control'})}")
-    entries: list[Entry] = []
-    for kind in ("defect", "control"):
-        for index, raw in enumerate(doc.get(kind, []), 1):
-            where = f"{path}: {kind} {index}"
-            allowed = {"name", "file", "description"} | ({"detector", "test", "expect"} if kind == "defect" else set())
-            if not isinstance(raw, dict) or set(raw) - allowed:
-                raise CorpusError(f"{where}: only {sorted(allowed)} are allowed")
-            for key in ("name", "file", "description") + (("detector", "expect") if kind == "defect" else ()):
-                if not isinstance(raw.get(key), str) or not raw[key].strip():
-                    raise CorpusError(f"{where}: `{key}` must be a non-empty string")
-            if not re.fullmatch(r"[A-Za-z0-9._-]+", raw["name"]):
-                raise CorpusError(f"{where}: `name` may hold letters, digits, '.', '_' and '-' only")
-            file = base / raw["file"]
-            if Path(raw["file"]).name != raw["file"] or not file.is_file():
-                raise CorpusError(f"{where}: `file` {raw['file']!r} is not a file in {base}")
-            if file.name.startswith("test_") or file.name.endswith("_test.py"):
-                raise CorpusError(f"{where}: {file.name} would be collected by a plain pytest run; "
-                                  "do not name it test_*")
-            detector = raw.get("detector")
-            if kind == "defect" and detector not in DETECTORS:
-                raise CorpusError(f"{where}: `detector` must be one of {', '.join(DETECTORS)}")
-            if kind == "defect" and detector != "sentinel" and not raw.get("test"):
-                raise CorpusError(f"{where}: the {detector} detector needs `test` (the test it must name)")
-            entries.append(Entry(raw["name"], file, detector, raw.get("test"), raw.get("expect"), raw["description"]))
+    entries = [_corpus_entry(base, f"{path}: {kind} {index}", kind, raw)
+               for kind in ("defect", "control") for index, raw in enumerate(doc.get(kind, []), 1)]
     names = [e.name for e in entries]
     if len(set(names)) != len(names):
         raise CorpusError(f"{path}: a name is used twice")
     if not any(e.is_control for e in entries):
         raise CorpusError(f"{path}: no [[control]]: a corpus needs a module every detector passes")
     return entries
+
+
+def _corpus_entry(base: Path, where: str, kind: str, raw: Any) -> Entry:
+    """One ``[[defect]]`` or ``[[control]]`` table of the manifest, checked; ``where`` starts each error."""
+    allowed = {"name", "file", "description"} | ({"detector", "test", "expect"} if kind == "defect" else set())
+    if not isinstance(raw, dict) or set(raw) - allowed:
+        raise CorpusError(f"{where}: only {sorted(allowed)} are allowed")
+    for key in ("name", "file", "description") + (("detector", "expect") if kind == "defect" else ()):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise CorpusError(f"{where}: `{key}` must be a non-empty string")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", raw["name"]):
+        raise CorpusError(f"{where}: `name` may hold letters, digits, '.', '_' and '-' only")
+    file = base / raw["file"]
+    if Path(raw["file"]).name != raw["file"] or not file.is_file():
+        raise CorpusError(f"{where}: `file` {raw['file']!r} is not a file in {base}")
+    if file.name.startswith("test_") or file.name.endswith("_test.py"):
+        raise CorpusError(f"{where}: {file.name} would be collected by a plain pytest run; "
+                          "do not name it test_*")
+    detector = raw.get("detector")
+    if kind == "defect" and detector not in DETECTORS:
+        raise CorpusError(f"{where}: `detector` must be one of {', '.join(DETECTORS)}")
+    if kind == "defect" and detector != "sentinel" and not raw.get("test"):
+        raise CorpusError(f"{where}: the {detector} detector needs `test` (the test it must name)")
+    return Entry(raw["name"], file, detector, raw.get("test"), raw.get("expect"), raw["description"])
 
 
 # --------------------------------------------------------------------------- running one entry
