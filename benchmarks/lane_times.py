@@ -44,10 +44,6 @@ class LaneRuns:
     exit_codes: list[int] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
 
-    @property
-    def all_passed(self) -> bool:
-        return bool(self.exit_codes) and all(code == 0 for code in self.exit_codes)
-
 
 def verdict_line(output: str) -> str:
     """The last lane verdict line in ``output`` (without nox's ``nox >`` prefix), or ``""``."""

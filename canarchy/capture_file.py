@@ -435,11 +435,6 @@ CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is
                         "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc")
 
 
-def iter_frames(path: str | os.PathLike[str]) -> Iterator[CanFrame]:
-    """Shortcut: the frames of ``path`` (warnings dropped). Raises as :func:`open_capture`."""
-    yield from open_capture(path)
-
-
 # --- internals --------------------------------------------------------------------------------
 
 

@@ -732,11 +732,6 @@ def install() -> None:
             _installed = True
 
 
-def is_installed() -> bool:
-    """True once the hook is in this process."""
-    return _installed
-
-
 def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
     """In a child process: configure, install and enable :data:`GUARD` from the
     variable :meth:`AccessGuard.to_environment` made (``environ``, default

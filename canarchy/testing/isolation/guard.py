@@ -308,7 +308,3 @@ def install() -> None:
     """
     after_import("can.interface", _patch_python_can)
 
-
-def is_installed() -> bool:
-    """True once the hooks are in python-can."""
-    return _installed

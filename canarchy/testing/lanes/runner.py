@@ -152,12 +152,6 @@ def stop_all() -> None:
         _stop(proc)
 
 
-def live_children() -> int:
-    """How many children are running now (for tests)."""
-    with _LIVE_LOCK:
-        return sum(1 for proc in _LIVE if proc.poll() is None)
-
-
 @dataclass
 class Run:
     """One finished child: its argv, exit code, log file, seconds."""
@@ -215,12 +209,6 @@ def junit_path(pytest_args: Sequence[str]) -> Path:
     if len(found) != 1 or any(a == "--junitxml" for a in pytest_args):
         raise ValueError("pytest arguments must contain exactly one --junitxml=PATH")
     return Path(found[0])
-
-
-def with_junit(pytest_args: Sequence[str], path: Path) -> list[str]:
-    """``pytest_args`` with its ``--junitxml=`` replaced by ``path``."""
-    junit_path(pytest_args)
-    return [f"--junitxml={path}" if a.startswith("--junitxml=") else a for a in pytest_args]
 
 
 def run_pytest(pytest_args: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None,
