@@ -61,15 +61,16 @@ def install(session: nox.Session, *extra: str) -> None:
 
 def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str, ...] = ()) -> None:
     """Run one lane in the session's virtualenv; the session's posargs choose its tests."""
-    tmp = tempfile.mkdtemp(prefix=f"canarchy-lane-{name}-", dir=temp_outside())
+    # TMPDIR is the base itself, not a directory in it: the lane nests its runs' temporary trees
+    # there, and a Unix socket's path (Chromium's, a test's) must stay under 108 bytes.
+    base = temp_outside()
+    home = tempfile.mkdtemp(prefix=f"canarchy-lane-{name}-home-", dir=base)
     try:
-        home = Path(tmp) / "home"
-        home.mkdir()
         session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
-                    env=_env.build_env(home=home, passthrough=passthrough, extra={"TMPDIR": tmp}),
+                    env=_env.build_env(home=home, passthrough=passthrough, extra={"TMPDIR": base}),
                     include_outer_env=False, **STOP_IN_TIME)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def temp_outside() -> str:
