@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -98,10 +99,13 @@ def test_warns():
 def _run_pytest(directory: Path, *args: str) -> tuple[Path, str, int]:
     (directory / "pytest.ini").write_text("[pytest]\n")
     junit = directory / "report.xml"
+    # a pytest of its own, not a worker of ours: an xdist worker's identity would make plugins
+    # installed beside pytest (pytest-benchmark) add warnings after the summary line
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(directory / "pytest.ini"),
          "--rootdir", str(directory), f"--junitxml={junit}", *args],
-        cwd=directory, capture_output=True, text=True, timeout=120,
+        cwd=directory, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return junit, proc.stdout + proc.stderr, proc.returncode
 
