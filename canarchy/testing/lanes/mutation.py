@@ -3,9 +3,8 @@
 A mutation is a TOML file (format: ``fixtures/mutations/README.md``): edits
 (each ``search`` exactly once in its file, paths relative to the project root),
 ``killers`` that must fail on the mutant, ``controls`` that must still pass.
-:func:`run_mutations` copies the tree once, runs every listed test once
-unmutated (each must pass), then applies each mutation in turn and runs its
-tests. A run counts only if every Python process it started imported the
+:func:`run_mutations` runs every listed test once unmutated (each must
+pass) and each mutant's tests, on copies of the tree, several runs at once. A run counts only if every Python process it started imported the
 project's packages from the copy (the import proof, written by the start-up
 hook in ``canarchy/testing/isolation/_subprocess``). Anything that prevents
 an answer is CANNOT DECIDE, never "killed". Design:
@@ -15,8 +14,10 @@ docs/design/verification-harness.md §5-§6.
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import json
+import os
+import queue
 import re
 import shutil
 import sys
@@ -34,7 +35,8 @@ from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.project import Project, ProjectError
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, run, run_pytest
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
+                                           run_pytest)
 from canarchy.testing.lanes.workspace import CopyError, copy_tree, tree_files
 
 DEFAULT_EXCLUDED = ("ImportError", "ModuleNotFoundError", "SyntaxError")
@@ -225,7 +227,7 @@ class _Workspace:
         self.project, self.root, self.python, self.timeout = project, root, python, timeout
         self.tree, self.home, self.tmp, self.out = root / "tree", root / "home", root / "tmp", root / "out"
         for d in (self.home, self.tmp, self.out):
-            d.mkdir()
+            d.mkdir(parents=True)
         self.files = tree_files(project.root)
         self.pristine: dict = {}
         self.runs = 0
@@ -375,20 +377,30 @@ def _packages(project: Project, mutations: Sequence[Mutation]) -> list[str]:
     return sorted(set(found))
 
 
+def default_jobs() -> int:
+    """Copies worked on at once: one per core the lane may use, at most 4."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
+
 def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: str = sys.executable,
-                  timeout: float = 900.0, echo: Callable[[str], None] = print) -> list[MutationResult]:
-    """Run ``mutations`` on one copy of ``project``, with one baseline run of all their tests."""
+                  timeout: float = 900.0, echo: Callable[[str], None] = print,
+                  jobs: int | None = None) -> list[MutationResult]:
+    """Run ``mutations`` on copies of ``project``, ``jobs`` pytest runs at a time (default
+    :func:`default_jobs`): one baseline run of all their tests, and one run per mutant, each
+    on a copy of its own. A mutant's verdict stands only if its tests passed in the baseline."""
     results = [MutationResult(m, rows=[TestRow(n, "killer") for n in m.killers]
                               + [TestRow(n, "control") for n in m.controls]) for m in mutations]
     netns = netns_support()
     with tempfile.TemporaryDirectory(prefix="canarchy-mutation-") as tmp:
+        started = time.monotonic()
         try:
-            work = _Workspace(project, Path(tmp), python, timeout)
-            started = time.monotonic()
-            work.make_copy()
+            first = _Workspace(project, Path(tmp) / "copy-1", python, timeout)
+            first.make_copy()
             packages = _packages(project, mutations)
-            echo(f"mutations: working on a copy in {work.tree} (the project is only read); "
-                 f"import proof watches {', '.join(packages) or 'nothing'}")
         except (CopyError, OSError) as exc:
             for result in results:
                 result.reason = f"cannot copy the project: {exc}"
@@ -402,44 +414,74 @@ def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: st
                                        f"tests could reach a real bus) and there is none: {netns.reason}")
                 for file in result.mutation.files:
                     project.module_of(file)
-                pending.append((result, _mutated_texts(result.mutation, work.tree)))
+                pending.append((result, _mutated_texts(result.mutation, first.tree)))
             except (CannotDecide, ProjectError) as exc:
                 result.reason = str(exc)
-        pending = _baseline(work, pending, packages)
-        for result, texts in pending:
-            _one(work, result, texts, packages, echo)
+        if pending:
+            _run_concurrently(first, pending, packages, min(jobs or default_jobs(), 1 + len(pending)), echo)
     return results
 
 
-def _baseline(work: _Workspace, pending: list, packages: Sequence[str]) -> list:
-    """Every listed test once on the unmutated copy: the mutations whose tests all passed go on."""
-    if not pending:
-        return []
+def _run_concurrently(first: _Workspace, pending: list, packages: Sequence[str], jobs: int,
+                      echo: Callable[[str], None]) -> None:
+    """The baseline and every mutant of ``pending``, ``jobs`` at a time, each holding one copy while it runs."""
+    free: queue.SimpleQueue[_Workspace] = queue.SimpleQueue()
+    free.put(first)
+    for i in range(2, jobs + 1):
+        extra = _Workspace(first.project, first.root.parent / f"copy-{i}", first.python, first.timeout)
+        extra.make_copy()
+        free.put(extra)
+    where = first.root.parent if jobs > 1 else first.tree
+    echo(f"mutations: working on {jobs} cop{'ies' if jobs > 1 else 'y'} in {where}, {jobs} run(s) at a time "
+         f"(the project is only read); import proof watches {', '.join(packages) or 'nothing'}")
+
+    def holding_a_copy(job: Callable[[_Workspace], object]) -> object:
+        work = free.get()
+        try:
+            return job(work)
+        finally:
+            free.put(work)
+
     node_ids = list(dict.fromkeys(n for result, _ in pending for n in result.mutation.node_ids))
+    baseline = functools.partial(_baseline, node_ids=node_ids, packages=packages)
+    mutants = [functools.partial(_one, result=result, texts=texts, packages=packages, echo=echo)
+               for result, texts in pending]
+    outcome = concurrently([functools.partial(holding_a_copy, job) for job in (baseline, *mutants)], workers=jobs)
+    _apply_baseline(outcome[0], pending)
+
+
+def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str]) -> tuple[dict | str, float]:
+    """Every listed test once on the unmutated copy: ``({node id: Case}, seconds)``, or
+    ``(why it cannot decide, seconds)``."""
     started = time.monotonic()
     try:
         cases, records = work.pytest("baseline", node_ids, packages)
         work.prove_imports("baseline", records, packages)
     except CannotDecide as exc:
-        for result, _ in pending:
-            result.reason = str(exc)
-        return []
-    ready = []
-    for result, texts in pending:
-        result.durations["baseline"] = time.monotonic() - started
+        return str(exc), time.monotonic() - started
+    finally:
+        if work.changes():
+            work.make_copy()
+    return cases, time.monotonic() - started
+
+
+def _apply_baseline(baseline: tuple[dict | str, float], pending: list) -> None:
+    """A mutation whose tests did not all pass unmutated cannot decide, whatever its mutant did."""
+    cases, seconds = baseline
+    for result, _ in pending:
+        result.durations["baseline"] = seconds
+        if isinstance(cases, str):
+            result.status, result.reason = "cannot decide", cases
+            continue
         for row in result.rows:
             row.baseline = cases[row.node_id].outcome
         not_passing = [f"{r.node_id} ({r.baseline})" for r in result.rows if r.baseline != "passed"]
         if not_passing:
+            result.status = "cannot decide"
             result.reason = "baseline: these must pass on the unmutated code first: " + ", ".join(not_passing)
-        else:
-            ready.append((result, texts))
-    if work.changes():
-        work.make_copy()
-    return ready
 
 
-def _one(work: _Workspace, result: MutationResult, texts: dict[str, tuple[str, str]], packages: Sequence[str],
+def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str, str]], packages: Sequence[str],
          echo: Callable[[str], None]) -> None:
     m = result.mutation
     started = time.monotonic()
@@ -537,6 +579,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("definitions", nargs="*",
                         help="mutation files or directories (default: the project's mutations)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per pytest run")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="pytest runs at once, each on its own copy (default: one per core, at most 4)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
@@ -547,7 +591,7 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
         return EXIT_CANNOT_DECIDE
     started = time.monotonic()
     loaded, broken = load_definitions(paths)
-    results = run_mutations(project, loaded, timeout=args.timeout) + broken
+    results = run_mutations(project, loaded, timeout=args.timeout, jobs=args.jobs) + broken
     if not results:
         print(f"mutation: CANNOT DECIDE - no mutation definition in {', '.join(map(str, paths))}")
         return EXIT_CANNOT_DECIDE

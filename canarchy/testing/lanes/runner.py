@@ -33,6 +33,7 @@ GRACE_SECONDS = 10.0
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
 _HURRY = threading.Event()  # a further signal arrived: stop with SIGKILL, now
+_CLOSED = threading.Event()  # the lane is stopping: start no further child
 
 
 class Interrupted(BaseException):
@@ -180,10 +181,12 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[s
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE if echo else fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        with _LIVE_LOCK:
+        with _LIVE_LOCK:  # checked and registered under the lock that stop_all lists under
+            if _CLOSED.is_set():
+                raise RunTimeout(f"{' '.join(map(str, argv[:4]))} ... not started: the lane is stopping")
+            proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE if echo else fh, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
             _LIVE.add(proc)
         try:
             if echo:
@@ -244,8 +247,9 @@ def concurrently(jobs: Sequence, workers: int = 2) -> list:  # type: ignore[type
     """Call each of ``jobs`` (no-argument callables), ``workers`` at a time; their results in order.
 
     An exception in a job is re-raised here after all have ended; an interrupt
-    (which reaches only the main thread) stops every child first, and queued
-    jobs never start.
+    (which reaches only the main thread) stops every child first, queued jobs
+    never start, and a running job can start no further child (:func:`run`
+    raises :class:`RunTimeout`).
     """
     results: list = [None] * len(jobs)
     errors: list[BaseException] = []
@@ -270,12 +274,17 @@ def concurrently(jobs: Sequence, workers: int = 2) -> list:  # type: ignore[type
             thread.start()
         for thread in threads:
             thread.join()
+    except BaseException:
+        with _LIVE_LOCK:
+            _CLOSED.set()
+        raise
     finally:
         cancelled.set()
         stop_all()
         for thread in threads:
             if thread.ident is not None:
                 thread.join()
+        _CLOSED.clear()
     if errors:
         raise errors[0]
     return results
