@@ -10,8 +10,9 @@ Measured per scenario, interleaved, ``rounds`` times:
 
 ``snapshot``
     a child (``python -m benchmarks.sentinel worker CHECKOUT HOME``) takes what
-    the sentinel takes with :mod:`canarchy.testing.isolation.tree` (the checkout,
-    the operator state under the home; twice, and ``changes`` of each): wall and
+    the sentinel takes with :mod:`canarchy.testing.isolation.tree` (the checkout's
+    ``checkout_state``, the operator state under the home; twice, and ``changes``
+    of each): wall and
     CPU time (git's included), resident set before, high-water mark after
     (``VmHWM``, reset first).
 ``pytest``
@@ -125,8 +126,8 @@ def worker(checkout: str, home: str) -> dict[str, float | int]:
     _reset_peak()
     before_kib = _rss_kib()
     wall, cpu = time.perf_counter(), cpu_now()
-    first = tree.snapshot(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
-    second = tree.snapshot(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
+    first = tree.checkout_state(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
+    second = tree.checkout_state(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
     found = tree.changes(first[0], second[0]) + tree.changes(first[1], second[1])
     wall, cpu = time.perf_counter() - wall, cpu_now() - cpu
     return {"seconds": wall, "cpu_seconds": cpu, "rss_before_kib": before_kib, "peak_kib": _peak_kib(),

@@ -151,6 +151,78 @@ def test_every_kind_of_change_is_reported(checkout: Path):
     ]
 
 
+def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout: Path):
+    """The sentinel's view: a clean tracked file is not recorded at all (git compares its
+    metadata with the index), so a change to it shows up as a new entry against the index."""
+    before = tree.checkout_state(checkout)
+    if (checkout / ".git").exists():
+        assert before == {}, before  # a clean checkout: nothing to record
+    (checkout / "dirty.txt").write_text("untracked before the run\n")
+    before = tree.checkout_state(checkout)
+    assert tree.changes(before, tree.checkout_state(checkout)) == []
+
+    (checkout / "dirty.txt").write_text("written again\n")
+    (checkout / "new.txt").write_text("hello\n")
+    (checkout / "gone.txt").unlink()
+    (checkout / "grow.txt").write_text("abc")
+    quiet = checkout / "quiet.txt"
+    stamp = quiet.stat()
+    quiet.write_text("bbbb")  # same size, and the times put back: only ctime can tell
+    os.utime(quiet, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    os.chmod(checkout / "script.sh", 0o755)
+    (checkout / "link").unlink()
+    os.symlink("grow.txt", checkout / "link")
+
+    found = tree.changes(before, tree.checkout_state(checkout))
+    if (checkout / ".git").exists():
+        assert found == [
+            "changed: dirty.txt (size 25 -> 14)",
+            "removed: gone.txt",
+            "changed: grow.txt (now differs from git's index)",
+            "changed: link (now differs from git's index)",
+            "added: new.txt",
+            "changed: quiet.txt (now differs from git's index)",
+            "changed: script.sh (now differs from git's index)",
+        ]
+    else:  # no git: the skip-list walk, as snapshot()
+        assert found == [
+            "changed: dirty.txt (size 25 -> 14)",
+            "removed: gone.txt",
+            "changed: grow.txt (size 1 -> 3)",
+            "changed: link (link target keep.txt -> grow.txt)",
+            "added: new.txt",
+            "changed: quiet.txt (content or metadata)",
+            "changed: script.sh (mode 644 -> 755)",
+        ]
+
+
+def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(tmp_path: Path, monkeypatch):
+    """Its cost follows what changed: no clean tracked file is stat'ed by Python, none is opened."""
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": "x\n" for i in range(50)}, gitignore="/venv/\n")
+    (repo / "venv" / "lib").mkdir(parents=True)
+    (repo / "venv" / "lib" / "site.py").write_text("ignored\n")
+    (repo / "src" / "m7.py").write_text("changed before the run\n")
+    settle()
+    with recorded_calls(monkeypatch) as seen, monkeypatch.context() as m:
+        opened: list[str] = []
+        real_open = builtins.open
+        m.setattr(builtins, "open", lambda f, *a, **k: opened.append(os.fsdecode(f)) or real_open(f, *a, **k))
+        state = tree.checkout_state(repo)
+    assert sorted(state) == ["src/m7.py"] and state["src/m7.py"].note == tree.TRACKED
+    assert seen == [str(repo / "src" / "m7.py")] and opened == []
+
+
+def test_the_checkout_state_of_an_ignored_directory_or_without_git_is_the_skip_list_walk(tmp_path: Path,
+                                                                                         monkeypatch):
+    repo = make_repo(tmp_path / "repo", {"a.py": "a\n"}, gitignore="/data/\n")
+    (repo / "data" / "sub").mkdir(parents=True)
+    (repo / "data" / "sub" / "f.txt").write_text("x\n")
+    assert sorted(tree.checkout_state(repo / "data")) == ["sub", "sub/f.txt"]  # git sees nothing here
+    assert tree.checkout_state(repo) == {}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    assert sorted(tree.checkout_state(repo)) == [".gitignore", "a.py", "data", "data/sub", "data/sub/f.txt"]
+
+
 def test_a_file_replaced_by_another_of_the_same_size_and_times_is_reported(tmp_path: Path):
     (tmp_path / "f.txt").write_text("1234")
     settle()
@@ -509,8 +581,33 @@ def test_the_benchmark_measures_a_real_run_with_and_without_the_plugin():
                                    warmup=False, log=lambda line: None)
     for name, runs in result.scenarios.items():
         assert runs.failures == [], name
-        assert runs.snapshot[0]["changes"] == 0 and runs.snapshot[0]["entries"] >= 5
+        assert runs.snapshot[0]["changes"] == 0
         for variant in sentinel.VARIANTS:
             assert runs.pytest_wall[variant][0] > 0 and runs.pytest_peak_kib[variant][0] > 0
-    assert result.figures()["home"]["entries"] == result.figures()["empty"]["entries"] + 2
+    # a clean checkout: nothing differs from git's index, so the sentinel records nothing of it
+    assert result.figures()["empty"]["entries"] == 0 and result.figures()["home"]["entries"] == 2
     assert sentinel.main(["bad"]) == 2
+
+
+def test_the_plugin_s_sentinel_names_the_test_that_changed_a_tracked_file(tmp_path: Path):
+    """In a git checkout the sentinel compares what differs from git's index: a tracked file a
+    test rewrote, and one it deleted, fail the run, the rewrite named with its writer."""
+    from tests.isolation_child import run_child
+
+    test_file = """
+        from pathlib import Path
+        def test_edits_the_checkout(request):
+            root = Path(request.config.rootpath)
+            (root / "notes.txt").write_text("rewritten by a test\\n")
+            (root / "data.txt").unlink()
+        def test_quiet():
+            pass
+    """
+    make_repo(tmp_path / "project", {"notes.txt": "the operator's notes\n", "data.txt": "tracked data\n"})
+    settle()
+    run = run_child(tmp_path, {"test_edit.py": test_file})
+    assert run.returncode == 1 and run.outcomes("test_quiet") == {"passed"}, run.output
+    assert "the test run changed the checkout" in run.output, run.output
+    assert ("changed: notes.txt (now differs from git's index) (written by test_edit.py::test_edits_the_checkout)"
+            in run.output), run.output
+    assert "removed: data.txt" in run.output and "test_edit.py (" not in run.output, run.output

@@ -817,9 +817,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def _checkout_manifest(root: Path, operator_env: dict) -> dict:
-    """The checkout as git sees it (what it ignores is never walked), git run with the operator's
-    environment (their global configuration: ``safe.directory``, ``core.excludesFile``)."""
-    return _tree.snapshot(root, env=operator_env)
+    """The checkout as git sees it (what differs from its index, and the untracked files it does
+    not ignore), git run with the operator's environment (their global configuration:
+    ``safe.directory``, ``core.excludesFile``)."""
+    return _tree.checkout_state(root, env=operator_env)
 
 
 @pytest.hookimpl(trylast=True)

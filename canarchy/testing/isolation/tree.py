@@ -4,8 +4,10 @@
 mtime/ctime in ns, inode, mode, link target) from one ``lstat`` per entry; no
 file is opened, no symlink followed. A checkout is walked as git sees it
 (tracked plus untracked-but-not-ignored files, ``git ls-files``), elsewhere
-with ``os.scandir`` minus :data:`SKIPPED_DIRS`. :func:`changes` says what
-differs between two snapshots; :func:`content_differences` compares two trees
+with ``os.scandir`` minus :data:`SKIPPED_DIRS`. :func:`checkout_state` is the
+sentinel's cheaper view of a git checkout: only what differs from git's index
+and the untracked files. :func:`changes` says what differs between two
+snapshots; :func:`content_differences` compares two trees
 byte for byte (:func:`content_digest`, SHA-256 in 1 MiB blocks) where a copy
 must be proved identical. Errors: an entry that vanishes during the walk is
 left out; a directory that cannot be listed is recorded with ``error`` set.
@@ -37,6 +39,9 @@ SKIPPED_DIRS = frozenset({
 SKIPPED_SUFFIXES = (".egg-info",)
 VENV_MARKER = "pyvenv.cfg"
 
+#: ``Entry.note`` of a tracked path in :func:`checkout_state`: its metadata differs from git's index.
+TRACKED = "tracked"
+
 #: ``walk`` values of :func:`snapshot`.
 CHECKOUT, SKIP_LIST, WHOLE = "checkout", "skip-list", "whole"
 WALKS = (CHECKOUT, SKIP_LIST, WHOLE)
@@ -51,7 +56,8 @@ class Entry(NamedTuple):
     """One path: ``kind`` ``file``/``dir``/``link``/``other``; ``size`` in bytes (a link: its
     target's length; a directory: 0); ``mtime_ns``/``ctime_ns`` (0 for a directory, whose times
     move with every entry made in it, watched or not); ``inode``; ``mode`` (``st_mode``);
-    ``target`` (a link's); ``error`` (why a directory could not be listed, else "")."""
+    ``target`` (a link's); ``error`` (why a directory could not be listed, else ""); ``note``:
+    :data:`TRACKED` in :func:`checkout_state` for a tracked path (kind ``missing`` if deleted)."""
 
     kind: str
     size: int
@@ -61,36 +67,37 @@ class Entry(NamedTuple):
     mode: int
     target: str = ""
     error: str = ""
+    note: str = ""
 
 
 _new = tuple.__new__  # builds an Entry without NamedTuple's per-call argument handling
 
 
-def _entry(st: os.stat_result, path: str) -> Entry:
+def _entry(st: os.stat_result, path: str, note: str = "") -> Entry:
     mode = st.st_mode
     if stat.S_ISREG(mode):
-        return _new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", ""))
+        return _new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", "", note))
     if stat.S_ISDIR(mode):
-        return _new(Entry, ("dir", 0, 0, 0, st.st_ino, mode, "", ""))
+        return _new(Entry, ("dir", 0, 0, 0, st.st_ino, mode, "", "", note))
     if stat.S_ISLNK(mode):
         target = os.readlink(path)
-        return Entry("link", len(target), st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, target)
-    return Entry("other", 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode)
+        return Entry("link", len(target), st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, target, note=note)
+    return Entry("other", 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, note=note)
 
 
 def _error(exc: OSError) -> str:
     return f"cannot list: {exc.strerror or exc}"
 
 
-def _record(out: dict[str, Entry], rel: str, path: str) -> Entry | None:
+def _record(out: dict[str, Entry], rel: str, path: str, note: str = "") -> Entry | None:
     """``lstat`` one path into ``out``; None (and nothing recorded) if it is gone."""
     try:
         st = os.lstat(path)
-        entry = _entry(st, path)
+        entry = _entry(st, path, note)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:  # e.g. no search permission on a parent
-        entry = Entry("other", 0, 0, 0, 0, 0, error=f"cannot stat: {exc.strerror or exc}")
+        entry = Entry("other", 0, 0, 0, 0, 0, error=f"cannot stat: {exc.strerror or exc}", note=note)
     out[rel] = entry
     return entry
 
@@ -136,23 +143,42 @@ def _scan(out: dict[str, Entry], root: str, start: str, skip: bool) -> None:
 
 
 class _GitListing:
-    """``git ls-files -z --cached --others --exclude-standard`` under ``root``, read as it is
-    written (so the caller stats the tracked paths while git still looks for untracked ones).
-    After :meth:`batches` is exhausted, ``ok`` says whether git gave a view of ``root``."""
+    """A NUL-separated path listing of ``git -C root ARGS`` (``ls-files``, ``diff-files``), read
+    as it is written (so the caller stats paths while git still looks for more). After
+    :meth:`batches` is exhausted, ``ok`` says whether git gave a view of ``root`` (with
+    ``empty_ok``, an empty listing is one). How metadata is compared is fixed here, not by the
+    operator's configuration (``core.checkStat``, ``core.trustctime``)."""
 
-    def __init__(self, root: str, only: list[str] | None, env: Mapping[str, str] | None) -> None:
-        self.argv = ["git", "-c", "core.fsmonitor=false", "-C", root, "ls-files", "-z", "--cached", "--others",
-                     "--exclude-standard"]
-        if only is not None:
-            self.argv += ["--", *(f":(literal){name}" for name in only)]
+    def __init__(self, root: str, args: list[str], env: Mapping[str, str] | None, empty_ok: bool = False) -> None:
+        self.argv = ["git", "-c", "core.fsmonitor=false", "-c", "core.checkStat=default", "-c", "core.trustctime=true",
+                     "-C", root, *args]
         self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _GIT_LOCATION}
+        self.empty_ok = empty_ok
         self.ok = False
+        self._proc: subprocess.Popen | None = None
+
+    def start(self) -> _GitListing:
+        """Start git now (so several listings run at once); :meth:`batches` reads it."""
+        if self._proc is None:
+            try:
+                self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, env=self.env)
+            except OSError:  # no git
+                pass
+        return self
+
+    @classmethod
+    def files(cls, root: str, only: list[str] | None, env: Mapping[str, str] | None,
+              *which: str) -> _GitListing:
+        """``git ls-files -z WHICH --exclude-standard [-- ONLY]`` (``--cached``, ``--others``)."""
+        args = ["ls-files", "-z", *which, "--exclude-standard"]
+        if only is not None:
+            args += ["--", *(f":(literal){name}" for name in only)]
+        return cls(root, args, env, empty_ok="--cached" not in which)
 
     def batches(self) -> Iterator[list[str]]:
-        try:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, env=self.env)
-        except OSError:  # no git
+        proc = self.start()._proc
+        if proc is None:
             return
         watchdog = threading.Timer(GIT_TIMEOUT_S, proc.kill)
         watchdog.daemon = True
@@ -165,7 +191,7 @@ class _GitListing:
                 if parts:
                     listed = True
                     yield os.fsdecode(b"\0".join(parts)).split("\0")
-            self.ok = proc.wait() == 0 and listed and not rest
+            self.ok = proc.wait() == 0 and (listed or self.empty_ok) and not rest
         finally:
             watchdog.cancel()
             if proc.poll() is None:
@@ -181,13 +207,15 @@ def git_paths(root: str | os.PathLike[str], only: Iterable[str] | None = None,
     untracked nested repository as its directory. None when ``root`` is not in a git work tree,
     git cannot be run, or git lists nothing there (``root`` itself ignored). In this mode git
     does not open an ignored directory (measured with strace, git 2.39)."""
-    listing = _GitListing(os.fspath(root), None if only is None else list(only), env)
+    listing = _GitListing.files(os.fspath(root), None if only is None else list(only), env, "--cached", "--others")
     names = [name.rstrip("/") for batch in listing.batches() for name in batch]
     return names if listing.ok else None
 
 
-def _from_git(out: dict[str, Entry], root: str, listing: _GitListing) -> bool:
-    """``lstat`` each path git lists, and every directory above one; the hot loop, kept flat."""
+def _from_git(out: dict[str, Entry], root: str, listing: _GitListing, note: str = "", parents: bool = True) -> bool:
+    """``lstat`` each path git lists (with ``parents``, every directory above one too); the hot
+    loop, kept flat. A listed path that is gone is left out, or with ``note`` recorded as kind
+    ``missing`` (a tracked file deleted in the work tree)."""
     prefix = os.path.join(root, "")
     lstat, new, file_type, regular = os.lstat, _new, stat.S_IFMT(0o177777), stat.S_IFREG
     dirs: set[str] = set()
@@ -196,16 +224,20 @@ def _from_git(out: dict[str, Entry], root: str, listing: _GitListing) -> bool:
             try:
                 st = lstat(prefix + name)
             except (FileNotFoundError, NotADirectoryError):
+                if note:
+                    out[name] = new(Entry, ("missing", 0, 0, 0, 0, 0, "", "", note))
                 continue  # tracked but deleted in the work tree, or gone since git listed it
             except OSError:
-                _record(out, name, prefix + name)
+                _record(out, name, prefix + name, note)
                 continue
             mode = st.st_mode
             if mode & file_type == regular:
-                out[name] = new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", ""))
+                out[name] = new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", "",
+                                        note))
             else:  # a link, a submodule, an untracked nested repository ("name/")
-                _record(out, name.rstrip("/"), prefix + name.rstrip("/"))
-        dirs.update(name.rstrip("/").rpartition("/")[0] for name in names)
+                _record(out, name.rstrip("/"), prefix + name.rstrip("/"), note)
+        if parents:
+            dirs.update(name.rstrip("/").rpartition("/")[0] for name in names)
     if not listing.ok:
         out.clear()
         return False
@@ -236,7 +268,7 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
     base = os.fspath(root)
     names = None if only is None else [os.fspath(n).strip("/") for n in only]
     out: dict[str, Entry] = {}
-    if walk == CHECKOUT and _from_git(out, base, _GitListing(base, names, env)):
+    if walk == CHECKOUT and _from_git(out, base, _GitListing.files(base, names, env, "--cached", "--others")):
         return out
     skip = walk != WHOLE
     if names is None:
@@ -247,6 +279,35 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
         if entry is not None and entry.kind == "dir":
             _scan(out, base, name, skip)
     return out
+
+
+def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> dict[str, Entry]:
+    """What a run could have changed in a checkout, at a cost that grows with what changed, not
+    with the checkout: in a git work tree, the tracked paths whose metadata differs from git's
+    index (``git diff-files``, which compares size, times, inode and mode in C and opens no file),
+    noted :data:`TRACKED`, and the untracked files git does not ignore; no directory entries.
+    Elsewhere (no git, ``root`` not in a work tree or wholly ignored) :func:`snapshot`'s
+    skip-list walk. Two states compare with :func:`changes`; git runs with ``env``."""
+    base = os.fspath(root)
+    out: dict[str, Entry] = {}
+    changed = _GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
+    untracked = _GitListing.files(base, None, env, "--others").start()
+    ok = _from_git(out, base, changed, TRACKED, parents=False)
+    ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
+    if ok and (out or _tracks_anything(base, env)):
+        return out
+    out.clear()
+    _scan(out, base, "", True)
+    return out
+
+
+def _tracks_anything(root: str, env: Mapping[str, str] | None) -> bool:
+    """Whether git tracks a path under ``root`` (a clean checkout, not an ignored directory)."""
+    batches = _GitListing(root, ["ls-files", "-z", "--cached"], env).batches()
+    try:
+        return next(batches, None) is not None  # the first batch is enough
+    finally:
+        batches.close()
 
 
 def _what(old: Entry, new: Entry, metadata: bool = True) -> str:
@@ -277,10 +338,12 @@ def changes(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str
         old, new = before.get(path), after.get(path)
         if old == new:
             continue
-        if old is None:
-            lines.append(f"added: {path}")
-        elif new is None:
+        if new is not None and new.kind == "missing":
             lines.append(f"removed: {path}")
+        elif old is None:
+            lines.append(f"changed: {path} (now differs from git's index)" if new.note else f"added: {path}")
+        elif new is None:
+            lines.append(f"changed: {path} (matches git's index again)" if old.note else f"removed: {path}")
         else:
             lines.append(f"changed: {path} ({_what(old, new)})")
     return lines

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env, hostile_env
-from canarchy.testing.isolation.tree import Entry, changes, content_differences, snapshot
+from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, case_key, compare, load_allowlist,
@@ -182,7 +182,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
     out = reports or project.root / "reports"
     out.mkdir(parents=True, exist_ok=True)
     seeds = hashseeds or tuple(random.sample(range(1, 2**31), 2))
-    checkout_before = snapshot(project.root)
+    checkout_before = checkout_state(project.root)
     files = tree_files(project.root)
     with tempfile.TemporaryDirectory(prefix="canarchy-parity-") as tmp:
         base = Path(tmp)
@@ -203,7 +203,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
             _check_twin(result, twin, copies_before[name])
         result.checkout_writes = sorted(set(result.checkout_writes))
         result.home_changes = content_differences(project.operator_home, op_home)
-    result.checkout_changes = changes(checkout_before, snapshot(project.root))
+    result.checkout_changes = changes(checkout_before, checkout_state(project.root))
     return result
 
 
