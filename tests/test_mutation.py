@@ -534,3 +534,35 @@ def test_the_registry_covers_every_protection():
         "iso-required-import", "iso-stray-config", "iso-pins", "iso-seal", "iso-frozen-markers", "iso-dir-descriptor",
         "iso-inherited-fds", "iso-temp-base", "iso-readonly-trees",
     } <= names
+
+
+RENDEZVOUS = """
+import os, time
+from pathlib import Path
+from tinypkg.guard import decide
+
+def test_meets_the_other_run():
+    here = Path({where!r})
+    (here / str(os.getpid())).write_text(os.getcwd())
+    deadline = time.monotonic() + 60  # a bound against a hang, not a speed target
+    while len(list(here.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(here.iterdir())) == 2, "the baseline and the mutant did not run at the same time"
+    assert decide(None, "vcan7") == "reference"
+"""
+
+
+def test_the_baseline_and_the_mutant_run_at_once_each_on_a_copy_of_its_own(project, temp_root, tmp_path):
+    """Its killer waits for the other run to start: it passes unmutated only if the mutant's run
+    started meanwhile, on another copy of the tree."""
+    where = tmp_path / "runs"
+    where.mkdir()
+    (project / "tests" / "test_overlap.py").write_text(RENDEZVOUS.format(where=str(where)))
+    path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_overlap.py::test_meets_the_other_run",),
+                          controls=())
+    [result] = mutation.run_mutations(load_project(project), [mutation.load_mutation(path)],
+                                      echo=lambda line: None, timeout=120, jobs=2)
+    assert result.status == "killed", result.reason
+    assert [r.baseline for r in result.rows] == ["passed"]
+    copies = {p.read_text() for p in where.iterdir()}
+    assert len(copies) == 2 and all(c.startswith(str(temp_root)) for c in copies), copies
