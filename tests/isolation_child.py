@@ -58,6 +58,7 @@ class ChildRun:
     output: str
     results: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     home: Path | None = None
+    modules: dict[str, set[str]] = field(default_factory=dict)  # test name -> the JUnit classnames holding it
 
     def outcomes(self, name: str) -> set[str]:
         return {outcome for outcome, _ in self.results.get(name, [])}
@@ -103,6 +104,7 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     if report.exists():
         for case in ET.parse(report).getroot().iter("testcase"):
             name = case.get("name")
+            run.modules.setdefault(name, set()).add(case.get("classname", ""))
             entries = []
             for child in case:
                 if child.tag in ("failure", "error", "skipped"):
@@ -110,3 +112,26 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
                     entries.append((outcome, (child.get("message") or "") + "\n" + (child.text or "")))
             run.results.setdefault(name, []).extend(entries or [("passed", "")])
     return run
+
+
+def run_batch(base: Path, files: dict[str, str], *args: str, env: dict[str, str] | None = None,
+              timeout: float = 300) -> tuple[ChildRun, list[str]]:
+    """One child pytest carrying many independent test files (``run_child``'s arguments),
+    and the changes it left in the operator home (empty when it left it byte-identical).
+
+    The report is read by test name, so a name two modules share is refused. A run that
+    times out is returned as a run, not raised: each test that reads it then fails on its
+    own assertions instead of erroring at setup."""
+    from canarchy.testing.isolation.tree import content_differences
+
+    pristine = make_operator_home(base / "pristine")
+    try:
+        run = run_child(base, files, *args, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        parts = (part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                 for part in (expired.stdout, expired.stderr))
+        run = ChildRun(-1, f"the child pytest timed out after {timeout} s\n" + "".join(parts),
+                       home=base / "operator-home")
+    shared = {name: sorted(modules) for name, modules in run.modules.items() if len(modules) > 1}
+    assert not shared, f"test names shared by several modules of one batch: {shared}"
+    return run, content_differences(pristine, run.home)

@@ -18,7 +18,7 @@ import pytest
 
 from canarchy.testing.isolation import containment
 from canarchy.testing.isolation.tree import content_differences
-from tests.isolation_child import make_operator_home, operator_environment, run_child
+from tests.isolation_child import make_operator_home, operator_environment, run_batch, run_child
 
 EARLY = ("-p", "canarchy.testing.isolation.plugin")
 
@@ -294,10 +294,7 @@ def test_a_c_level_open_reads_nothing():
 
 
 def _run(tmp_path_factory, name: str, files: dict[str, str], *args: str, env: dict | None = None):
-    base = tmp_path_factory.mktemp(name)
-    pristine = make_operator_home(base / "pristine")
-    run = run_child(base, files, *args, env=env)
-    return run, content_differences(pristine, run.home)
+    return run_batch(tmp_path_factory.mktemp(name), files, *args, env=env)
 
 
 @pytest.fixture(scope="module")
