@@ -4,6 +4,9 @@ In-process tests check what every unit test sees. Child runs
 (``tests/isolation_child.py``) put a small test project under the plugin in a
 hostile operator environment and check that each kind of leak is caught, with
 the expected message: those tests fail if the protection they cover is removed.
+Child tests that need no command line or configuration of their own share one
+child run (the ``batch`` fixture); each parent test reads its own tests' outcomes
+and messages in that run's report.
 """
 
 from __future__ import annotations
@@ -22,9 +25,24 @@ from canarchy.errors import TransportError
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.isolation.guard import RealCanBusRefused
 from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
-from tests.isolation_child import run_child
+from tests.isolation_child import run_batch, run_child
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """One child run, under the hostile operator environment, of every child test file
+    below that needs no command line of its own."""
+    base = tmp_path_factory.mktemp("batch")
+    files = {"conftest.py": SCOPES_CONFTEST, "test_view.py": VIEW, "test_scopes.py": SCOPES,
+             "test_routes.py": ROUTES, "test_swallow.py": SWALLOW, "test_env.py": ENVIRONMENT,
+             "test_child.py": SWALLOWED_CHILD, "test_open.py": LEFT_OPEN, "test_fresh.py": FRESH,
+             "test_can_env.py": CAN_ENVIRONMENT, "test_constants.py": CONSTANTS}
+    env = {"CHILD_OPERATOR_HOME": str(base / "operator-home"),
+           "LEFT_BY_THE_OPERATOR": "kept", "ALSO_LEFT_BY_THE_OPERATOR": "kept"}
+    run, _ = run_batch(base, files, env=env)
+    return run
 
 
 # -- TEST-TISO-01..07: state redirection ----------------------------------------------
@@ -71,21 +89,23 @@ def test_tiso07_default_findings_root_is_in_the_test_home():
     assert fuzz.default_findings_root() == Path.home() / ".canarchy" / "findings"
 
 
-def test_operator_state_is_invisible_in_a_hostile_environment(tmp_path):
+VIEW = """
+    import os
+    from pathlib import Path
+    from canarchy import transport, config
+    def test_view():
+        assert [k for k in os.environ if k.startswith(("CANARCHY_", "CAN_"))] == []
+        assert transport._load_user_config() == {}
+        assert transport.default_can_interface() is None
+        settings = transport.transport_backend_config()
+        assert (settings.backend, settings.bus_type) == ("python-can", "socketcan")
+        assert not (Path.home() / ".canrc").exists()
+"""
+
+
+def test_operator_state_is_invisible_in_a_hostile_environment(batch):
     """TEST-TISO-03..05 against a real operator config, CANARCHY_* and CAN_* exported."""
-    run = run_child(tmp_path, {"test_view.py": """
-        import os
-        from pathlib import Path
-        from canarchy import transport, config
-        def test_view():
-            assert [k for k in os.environ if k.startswith(("CANARCHY_", "CAN_"))] == []
-            assert transport._load_user_config() == {}
-            assert transport.default_can_interface() is None
-            settings = transport.transport_backend_config()
-            assert (settings.backend, settings.bus_type) == ("python-can", "socketcan")
-            assert not (Path.home() / ".canrc").exists()
-    """})
-    assert run.outcomes("test_view") == {"passed"}, run.output
+    assert batch.outcomes("test_view") == {"passed"}, batch.output
 
 
 # -- TEST-TISO-08..12: the bus guard --------------------------------------------------
@@ -380,43 +400,46 @@ def test_module_scoped_fixture_sees_the_disposable_home(module_scoped_config, ca
     assert module_scoped_config["variables"] == []
 
 
-def test_wider_scoped_fixtures_in_a_hostile_environment(tmp_path):
-    run = run_child(tmp_path, {"conftest.py": """
-        pytest_plugins = ["canarchy.testing.isolation.plugin"]
-        import pytest
-        from pathlib import Path
-        def snapshot():
-            from canarchy import transport, dbc_cache
-            return {"home": Path.home(), "default": transport.default_can_interface(),
-                    "config": transport._load_user_config(), "cache": dbc_cache._CACHE_ROOT}
-        @pytest.fixture(scope="session")
-        def session_view():
-            return snapshot()
-        @pytest.fixture(scope="module")
-        def module_view():
-            return snapshot()
-        @pytest.fixture(scope="class")
-        def class_view():
-            return snapshot()
-    """, "test_scopes.py": """
-        import os
-        from pathlib import Path
-        operator_home = Path(os.environ["CHILD_OPERATOR_HOME"])
-        def check(view):
-            assert view["default"] is None
-            assert view["config"] == {}
-            assert operator_home not in view["home"].parents and view["home"] != operator_home
-            assert not view["cache"].is_relative_to(operator_home)
-        def test_session(session_view):
-            check(session_view)
-        def test_module(module_view):
-            check(module_view)
-        class TestClass:
-            def test_class(self, class_view):
-                check(class_view)
-    """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+SCOPES_CONFTEST = """
+    pytest_plugins = ["canarchy.testing.isolation.plugin"]
+    import pytest
+    from pathlib import Path
+    def snapshot():
+        from canarchy import transport, dbc_cache
+        return {"home": Path.home(), "default": transport.default_can_interface(),
+                "config": transport._load_user_config(), "cache": dbc_cache._CACHE_ROOT}
+    @pytest.fixture(scope="session")
+    def session_view():
+        return snapshot()
+    @pytest.fixture(scope="module")
+    def module_view():
+        return snapshot()
+    @pytest.fixture(scope="class")
+    def class_view():
+        return snapshot()
+"""
+SCOPES = """
+    import os
+    from pathlib import Path
+    operator_home = Path(os.environ["CHILD_OPERATOR_HOME"])
+    def check(view):
+        assert view["default"] is None
+        assert view["config"] == {}
+        assert operator_home not in view["home"].parents and view["home"] != operator_home
+        assert not view["cache"].is_relative_to(operator_home)
+    def test_session(session_view):
+        check(session_view)
+    def test_module(module_view):
+        check(module_view)
+    class TestClass:
+        def test_class(self, class_view):
+            check(class_view)
+"""
+
+
+def test_wider_scoped_fixtures_in_a_hostile_environment(batch):
     for name in ("test_session", "test_module", "test_class"):
-        assert run.outcomes(name) == {"passed"}, run.output
+        assert batch.outcomes(name) == {"passed"}, batch.output
 
 
 # -- every route to a real bus ------------------------------------------
@@ -492,58 +515,62 @@ REFUSED_ROUTES = ("test_can_bus", "test_interface_bus", "test_thread_safe_bus", 
                   "test_detect_available_configs", "test_swallowed")
 
 
-def test_every_route_to_a_real_bus_is_refused(tmp_path):
-    run = run_child(tmp_path, {"test_routes.py": ROUTES})
+def test_every_route_to_a_real_bus_is_refused(batch):
     for name in REFUSED_ROUTES:
-        outcomes = run.outcomes(name)
-        assert outcomes & {"failed", "error"}, f"{name} was not refused:\n{run.output}"
-        messages = run.messages(name)
+        outcomes = batch.outcomes(name)
+        assert outcomes & {"failed", "error"}, f"{name} was not refused:\n{batch.output}"
+        messages = batch.messages(name)
         assert "tried to open a real CAN bus" in messages, f"{name}:\n{messages}"
         assert f"test_routes.py::{name}" in messages, f"{name} not named:\n{messages}"
-    assert run.outcomes("test_zz_no_socket_was_opened") == {"passed"}, run.output
-    assert run.outcomes("test_virtual_spellings") == {"passed"}, run.messages("test_virtual_spellings")
+    assert batch.outcomes("test_zz_no_socket_was_opened") == {"passed"}, batch.output
+    assert batch.outcomes("test_virtual_spellings") == {"passed"}, batch.messages("test_virtual_spellings")
 
 
-def test_swallowed_refusal_fails_its_test_at_teardown(tmp_path):
-    """A swallowed refusal still fails its test, at teardown, with the guard's message."""
-    run = run_child(tmp_path, {"test_swallow.py": """
-        import can
-        def test_swallowed():
-            try:
-                can.Bus(channel="can0", interface="socketcan")
-            except Exception:
-                pass
-        def test_next_is_clean():
+SWALLOW = """
+    import can
+    def test_swallows_a_refusal():
+        try:
+            can.Bus(channel="can0", interface="socketcan")
+        except Exception:
             pass
-    """})
-    assert run.outcomes("test_swallowed") == {"error"}  # the call passed; the teardown check fails it
-    assert "the error may have been caught" in run.messages("test_swallowed")
-    assert run.outcomes("test_next_is_clean") == {"passed"}
+    def test_next_is_clean():
+        pass
+"""
+
+
+def test_swallowed_refusal_fails_its_test_at_teardown(batch):
+    """A swallowed refusal still fails its test, at teardown, with the guard's message."""
+    assert batch.outcomes("test_swallows_a_refusal") == {"error"}  # the call passed; the teardown check fails it
+    assert "the error may have been caught" in batch.messages("test_swallows_a_refusal")
+    assert batch.outcomes("test_next_is_clean") == {"passed"}
 
 
 # -- environment does not survive a test --------------------------------
 
-def test_environment_set_by_a_test_does_not_reach_the_next(tmp_path):
-    run = run_child(tmp_path, {"test_env.py": """
-        import os, subprocess, sys
-        def test_a_sets():
-            os.environ["CANARCHY_MCP_NONINTERACTIVE_ACK"] = "1"
-            os.environ["SOME_OTHER_SETTING"] = "x"
-            os.environ["LEFT_BY_THE_OPERATOR"] = "changed"
-            del os.environ["ALSO_LEFT_BY_THE_OPERATOR"]
-            os.environb[b"NOT_UTF8"] = b"\\xff\\xfe"
-        def test_b_sees_nothing():
-            assert "CANARCHY_MCP_NONINTERACTIVE_ACK" not in os.environ
-            assert "SOME_OTHER_SETTING" not in os.environ and b"NOT_UTF8" not in os.environb
-            assert (os.environ["LEFT_BY_THE_OPERATOR"], os.environ["ALSO_LEFT_BY_THE_OPERATOR"]) == ("kept", "kept")
-            # and the C environment a child inherits says the same
-            probe = ("import os; print(sorted(k for k in os.environ if k.startswith(('SOME_', 'NOT_UTF8', 'LEFT_', "
-                     "'ALSO_'))), os.environ['LEFT_BY_THE_OPERATOR'])")
-            out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-            assert out.split(" ", 1) == ["['ALSO_LEFT_BY_THE_OPERATOR',", "'LEFT_BY_THE_OPERATOR'] kept\\n"], out
-    """}, "-p", "no:randomly", env={"LEFT_BY_THE_OPERATOR": "kept", "ALSO_LEFT_BY_THE_OPERATOR": "kept"})
-    assert run.outcomes("test_a_sets") == {"passed"}, run.output
-    assert run.outcomes("test_b_sees_nothing") == {"passed"}, run.output
+ENVIRONMENT = """
+    import os, subprocess, sys
+    def test_a_sets():
+        os.environ["CANARCHY_MCP_NONINTERACTIVE_ACK"] = "1"
+        os.environ["SOME_OTHER_SETTING"] = "x"
+        os.environ["LEFT_BY_THE_OPERATOR"] = "changed"
+        del os.environ["ALSO_LEFT_BY_THE_OPERATOR"]
+        os.environb[b"NOT_UTF8"] = b"\\xff\\xfe"
+    def test_b_sees_nothing():
+        assert "CANARCHY_MCP_NONINTERACTIVE_ACK" not in os.environ
+        assert "SOME_OTHER_SETTING" not in os.environ and b"NOT_UTF8" not in os.environb
+        assert (os.environ["LEFT_BY_THE_OPERATOR"], os.environ["ALSO_LEFT_BY_THE_OPERATOR"]) == ("kept", "kept")
+        # and the C environment a child inherits says the same
+        probe = ("import os; print(sorted(k for k in os.environ if k.startswith(('SOME_', 'NOT_UTF8', 'LEFT_', "
+                 "'ALSO_'))), os.environ['LEFT_BY_THE_OPERATOR'])")
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+        assert out.split(" ", 1) == ["['ALSO_LEFT_BY_THE_OPERATOR',", "'LEFT_BY_THE_OPERATOR'] kept\\n"], out
+"""
+
+
+def test_environment_set_by_a_test_does_not_reach_the_next(batch):
+    """The batch exports LEFT_BY_THE_OPERATOR and ALSO_LEFT_BY_THE_OPERATOR as "kept"."""
+    assert batch.outcomes("test_a_sets") == {"passed"}, batch.output
+    assert batch.outcomes("test_b_sees_nothing") == {"passed"}, batch.output
 
 
 def test_unlisted_import_time_paths_are_found_and_repointed(canarchy_sandbox, monkeypatch):
@@ -601,38 +628,42 @@ def test_child_process_bus_is_refused_naming_the_parent_test(request, bus_guard)
     assert [(r.interface, r.pid != os.getpid()) for r in refusals] == [("udp_multicast", True)]
 
 
-def test_swallowed_child_refusal_still_fails_the_parent(tmp_path):
-    run = run_child(tmp_path, {"test_child.py": """
-        import subprocess, sys
-        def test_spawns():
-            subprocess.run([sys.executable, "-c",
-                            "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\n"
-                            "except Exception: pass"],
-                           check=True, timeout=60)
-    """})
-    assert "error" in run.outcomes("test_spawns"), run.output
-    assert "in child process" in run.messages("test_spawns")
+SWALLOWED_CHILD = """
+    import subprocess, sys
+    def test_spawns():
+        subprocess.run([sys.executable, "-c",
+                        "import can\\ntry:\\n  can.Bus(channel='can0', interface='socketcan')\\n"
+                        "except Exception: pass"],
+                       check=True, timeout=60)
+"""
+
+
+def test_swallowed_child_refusal_still_fails_the_parent(batch):
+    assert "error" in batch.outcomes("test_spawns"), batch.output
+    assert "in child process" in batch.messages("test_spawns")
 
 
 # -- in-process resources ----------------------------------------------------
 
-def test_a_bus_left_open_fails_its_test(tmp_path):
-    run = run_child(tmp_path, {"test_open.py": """
-        import can
-        KEEP = []
-        def test_leaves_bus_open():
-            KEEP.append(can.Bus(channel="left-open", interface="virtual"))
-        def test_drops_unclosed_bus():
-            can.Bus(channel="dropped", interface="virtual")
-        def test_after():
-            from can.interfaces import virtual
-            assert virtual.channels == {}
-    """})
-    assert "error" in run.outcomes("test_leaves_bus_open"), run.output
-    assert "left 1 python-can bus(es) open" in run.messages("test_leaves_bus_open")
-    assert "error" in run.outcomes("test_drops_unclosed_bus"), run.output
-    assert "not properly shut down" in run.messages("test_drops_unclosed_bus")
-    assert run.outcomes("test_after") == {"passed"}
+LEFT_OPEN = """
+    import can
+    KEEP = []
+    def test_leaves_bus_open():
+        KEEP.append(can.Bus(channel="left-open", interface="virtual"))
+    def test_drops_unclosed_bus():
+        can.Bus(channel="dropped", interface="virtual")
+    def test_after():
+        from can.interfaces import virtual
+        assert virtual.channels == {}
+"""
+
+
+def test_a_bus_left_open_fails_its_test(batch):
+    assert "error" in batch.outcomes("test_leaves_bus_open"), batch.output
+    assert "left 1 python-can bus(es) open" in batch.messages("test_leaves_bus_open")
+    assert "error" in batch.outcomes("test_drops_unclosed_bus"), batch.output
+    assert "not properly shut down" in batch.messages("test_drops_unclosed_bus")
+    assert batch.outcomes("test_after") == {"passed"}
 
 
 def test_virtual_channel_names_are_unique(virtual_channel):
@@ -790,71 +821,77 @@ def test_parallel_workers_are_isolated(tmp_path):
     assert sum(1 for name in run.results if name.startswith("test_isolated")) == 4
 
 
-def test_each_test_gets_an_empty_home_and_cwd_after_one_that_wrote(tmp_path):
-    run = run_child(tmp_path, {"test_fresh.py": """
-        import os
-        from pathlib import Path
-        seen = []
-        def test_a_writes():
-            seen.append((Path.home(), Path.cwd()))
-            (Path.home() / ".canarchy").mkdir()
-            Path("stray.json").write_text("{}")
-        def test_b_is_clean():
-            assert list(Path.home().iterdir()) == [] and list(Path.cwd().iterdir()) == []
-            assert (Path.home(), Path.cwd()) != seen[0]
-            seen.append((Path.home(), Path.cwd()))
-            os.chmod(Path.home(), 0o755)
-        def test_c_is_clean_and_private():
-            assert list(Path.home().iterdir()) == []
-            assert Path.home() != seen[1][0]
-            assert os.stat(Path.home()).st_mode & 0o777 == 0o700
-    """})
+FRESH = """
+    import os
+    from pathlib import Path
+    seen = []
+    def test_a_writes():
+        seen.append((Path.home(), Path.cwd()))
+        (Path.home() / ".canarchy").mkdir()
+        Path("stray.json").write_text("{}")
+    def test_b_is_clean():
+        assert list(Path.home().iterdir()) == [] and list(Path.cwd().iterdir()) == []
+        assert (Path.home(), Path.cwd()) != seen[0]
+        seen.append((Path.home(), Path.cwd()))
+        os.chmod(Path.home(), 0o755)
+    def test_c_is_clean_and_private():
+        assert list(Path.home().iterdir()) == []
+        assert Path.home() != seen[1][0]
+        assert os.stat(Path.home()).st_mode & 0o777 == 0o700
+"""
+
+
+def test_each_test_gets_an_empty_home_and_cwd_after_one_that_wrote(batch):
     for name in ("test_a_writes", "test_b_is_clean", "test_c_is_clean_and_private"):
-        assert run.outcomes(name) == {"passed"}, run.output
+        assert batch.outcomes(name) == {"passed"}, batch.output
 
 
 # -- tests that kill the isolation mutants (fixtures/mutations/iso-*.toml) ----------
 
-def test_python_can_environment_does_not_reach_a_virtual_bus(tmp_path):
+CAN_ENVIRONMENT = """
+    import can
+    import pytest
+    def test_virtual_bus_keeps_its_defaults():
+        with can.Bus(interface="virtual") as bus:
+            assert (bus.channel_id, bus.receive_own_messages) == ("channel-0", False)
+    def test_no_interface_is_inherited():
+        with pytest.raises(can.CanInterfaceNotImplementedError):
+            can.Bus(channel="canarchy-probe")
+"""
+
+
+def test_python_can_environment_does_not_reach_a_virtual_bus(batch):
     """REQ-TISO-12, behaviour and not only the variable listing: with the operator's CAN_CHANNEL,
     CAN_CONFIG and CAN_INTERFACE exported, an explicit virtual bus keeps python-can's defaults
     and a bus without an interface is not given the operator's."""
-    run = run_child(tmp_path, {"test_can_env.py": """
-        import can
-        import pytest
-        def test_virtual_bus_keeps_its_defaults():
-            with can.Bus(interface="virtual") as bus:
-                assert (bus.channel_id, bus.receive_own_messages) == ("channel-0", False)
-        def test_no_interface_is_inherited():
-            with pytest.raises(can.CanInterfaceNotImplementedError):
-                can.Bus(channel="canarchy-probe")
-    """})
     for name in ("test_virtual_bus_keeps_its_defaults", "test_no_interface_is_inherited"):
-        assert run.outcomes(name) == {"passed"}, run.output
+        assert batch.outcomes(name) == {"passed"}, batch.output
 
 
-def test_import_time_paths_bound_at_collection_follow_each_test(tmp_path):
+CONSTANTS = """
+    import importlib
+    from pathlib import Path
+    from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
+    MODULES = {name: importlib.import_module(name) for name, _ in KNOWN_IMPORT_TIME_PATHS}
+    def check():
+        for name, attribute in KNOWN_IMPORT_TIME_PATHS:
+            value = Path(getattr(MODULES[name], attribute))
+            assert value.is_relative_to(Path.home()), f"{name}.{attribute} = {value}"
+    def test_first():
+        check()
+    def test_second():
+        (Path.home() / "used").write_text("")  # the next test gets a home of its own
+        check()
+    def test_third():
+        check()
+"""
+
+
+def test_import_time_paths_bound_at_collection_follow_each_test(batch):
     """REQ-TISO-03: the import-time constants of modules imported at collection (in the session
     home) are re-pointed into each test's own home, whatever the import order."""
-    run = run_child(tmp_path, {"test_constants.py": """
-        import importlib
-        from pathlib import Path
-        from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
-        MODULES = {name: importlib.import_module(name) for name, _ in KNOWN_IMPORT_TIME_PATHS}
-        def check():
-            for name, attribute in KNOWN_IMPORT_TIME_PATHS:
-                value = Path(getattr(MODULES[name], attribute))
-                assert value.is_relative_to(Path.home()), f"{name}.{attribute} = {value}"
-        def test_first():
-            check()
-        def test_second():
-            (Path.home() / "used").write_text("")  # the next test gets a home of its own
-            check()
-        def test_third():
-            check()
-    """})
     for name in ("test_first", "test_second", "test_third"):
-        assert run.outcomes(name) == {"passed"}, run.output
+        assert batch.outcomes(name) == {"passed"}, batch.output
 
 
 def test_each_test_has_a_home_of_its_own(canarchy_sandbox):
