@@ -1,66 +1,12 @@
-"""The harness's self-test: a corpus of seeded defects, each of which must be caught.
+"""The harness's self-test: a corpus of seeded isolation defects, each of which must be caught.
 
-``fixtures/leaks/`` holds small test modules, each embodying one way a test
-can break isolation, and ``manifest.toml`` naming, for each, the detector that
-must catch it::
-
-    [[defect]]
-    name = "thread-safe-udp-multicast"          # [A-Za-z0-9._-]+
-    file = "leak_thread_safe_udp_multicast.py"  # in the corpus folder; never named test_*.py
-    detector = "guard"                          # see DETECTORS
-    test = "test_opens_udp_multicast"           # the test the detector must name (not for "sentinel")
-    expect = "interface='udp_multicast'"        # text the detector's report must hold
-    description = "..."
-
-    [[control]]                                 # modules every detector must stay silent on
-    name = "control-clean"
-    file = "control_clean.py"
-    description = "..."
-
-Each entry is copied, as ``test_<name>.py``, into a fresh temporary project
-(``conftest.py`` loading ``canarchy.testing.isolation.plugin``, an empty ``pytest.ini``)
-and run by this checkout's plugin in a hostile operator environment: a copy of
-``fixtures/operator-home`` as HOME and :data:`canarchy.testing.HOSTILE_ENV`
-exported (``CANARCHY_*``, ``CAN_*``), inside a private network namespace when
-one is available. Detectors:
-
-``guard``
-    the plugin's bus guard and teardown checks: the named test fails or
-    errors, and its report holds ``expect`` (e.g. the refused interface,
-    "in child process", "left 1 python-can bus(es) open").
-``isolation``
-    the isolation layers expose a hidden dependency on the operator's machine:
-    the named test fails in the hostile environment, its report holding
-    ``expect`` (the value it wanted from the operator, or the error it gets
-    without it).
-``sentinel``
-    the run fails with the "canarchy isolation sentinel" section listing
-    ``expect`` (a path changed in the checkout or the operator's home).
-``parity``
-    the parity lane's twins (:func:`canarchy.testing.run_parity`) give
-    the named test different outcomes; ``expect`` is ``"<clean> -> <configured>"``.
-``order``
-    the order lane (:func:`canarchy.testing.lanes.order.run_order_lane`, reverse and
-    seed 1) finds the named test's outcome changing and bisects to the
-    polluter named in ``expect``.
-``deselect``
-    the plugin keeps the named test out of a plain run (an opt-out marker the
-    ``-m`` expression does not name): it is not in the report and pytest
-    counts it deselected; ``expect`` is ``"deselected"``.
-
-A control must pass under the plugin with exit code 0 and no sentinel
-section, give identical parity twins with the operator home unchanged, and
-give the same result in every order.
-
-CLI::
-
-    python -m canarchy.testing.lanes selftest run fixtures/leaks [--reports reports] [--only NAME ...]
-
-Exit codes: 0 every defect caught by its detector and every control clean;
-1 otherwise; 2 the corpus could not be read.
-
-Public surface: :func:`load_corpus`, :func:`run_entry`, :func:`run_corpus`,
-:class:`Entry`, :class:`Outcome`, :data:`DETECTORS`.
+Each corpus entry (``manifest.toml``: format and table in ``fixtures/leaks/README.md``)
+runs as ``test_<name>.py`` in a fresh project under this checkout's plugin, as a hostile
+operator, and its declared detector (:data:`DETECTORS`: guard, isolation, sentinel,
+parity, order, deselect) must report it; a control must stay clean everywhere.
+``python -m canarchy.testing.lanes selftest``; exit 0 when every defect is caught and
+every control clean, 1 otherwise, 2 when the corpus cannot be read.
+Design: docs/design/verification-harness.md §8.
 """
 
 from __future__ import annotations
