@@ -1,41 +1,9 @@
-"""Plugins: discovery through entry points, state in ``~/.canarchy/config.toml``.
-
-A plugin is an installed distribution that declares an entry point in one of
-:data:`GROUPS`::
-
-    # pyproject.toml of a plugin package
-    [project.entry-points."canarchy.decoders"]
-    my-decoder = "my_package.decoder:Decoder"
-
-The plugin's name is the entry point's name (``my-decoder``). One name may
-appear in several groups (a package offering a processor and a decoder under
-the same name); it is one plugin, enabled or disabled as a whole.
-
-State (``[plugins.<name>]`` tables of the config file)::
-
-    [plugins.my-decoder]
-    enabled = true
-
-A plugin that is installed but has no ``enabled`` key is **disabled**:
-installing a package never makes canarchy run its code; ``plugins enable``
-does. Discovery reads metadata only (``entry_points.txt``); it imports
-nothing. :func:`enabled_entry_points` is the one place later code asks which
-entry points it may load.
-
-Writes (:func:`set_enabled`) go through tomlkit, so the user's comments,
-spacing and key order survive: only the plugin's ``enabled`` value (or a new
-``[plugins.<name>]`` table) changes. The result is checked with ``tomllib``
-before it is written (every other setting must read back unchanged), and
-written atomically: a temporary file in the same directory, fsync, then
-``os.replace``. The path is :func:`canarchy.config.config_path`, resolved at
-call time.
-
-Errors: ``ConfigError`` ``CONFIG_INVALID`` (the file does not parse, or
-``plugins``/``plugins.<name>``/``enabled`` have the wrong type; the file is
-left untouched), ``ConfigError`` ``CONFIG_WRITE_FAILED`` (the new file could
-not be written, or the edit would have changed another setting);
-``UserInputError`` ``PLUGIN_NOT_FOUND`` (raised by the command, see
-:mod:`canarchy.commands.plugins`).
+"""Plugins: discovery through entry points (metadata only, nothing imported), state in
+``~/.canarchy/config.toml`` (``[plugins.<name>] enabled``; installed but not enabled means
+disabled). :func:`enabled_entry_points` is the one place later code asks which entry points
+it may load; :func:`set_enabled` edits the file with tomlkit (comments and order kept),
+checks the result and writes it atomically. Errors: ``ConfigError`` ``CONFIG_INVALID``,
+``CONFIG_WRITE_FAILED``. Design and the entry-point groups: docs/plugins.md.
 """
 
 from __future__ import annotations
