@@ -1,22 +1,9 @@
 """canarchy's command-line interface: one parser, one error boundary; output through :mod:`canarchy.output`.
 
-Every command module of :data:`COMMAND_GROUPS` exposes ``add_parser(subparsers,
-parent)``; each leaf parser it adds sets these defaults:
-
-- ``command``: the envelope's command name, e.g. ``"uds services"``;
-- ``handler``: ``handler(args) -> CommandResult``; raises ``CanarchyError``;
-  a command with events emits them through ``canarchy.output.open_stream(args, source)``;
-- ``takes_channel`` (optional, default False): the command has a ``channel``
-  positional and goes through :func:`prepare_args`;
-- ``no_interface_ok`` (optional): ``callable(args) -> bool``, true when the
-  command has a form that needs no channel (dry runs, reference lookups);
-- ``render_text`` (optional): ``callable(CommandResult) -> str``, the ``--text`` summary;
-- ``render_event`` (optional): ``callable(event) -> str | None``, an event's ``--text`` line;
-- ``normalize`` (optional): ``callable(args)`` run before :func:`prepare_args`
-  (e.g. to resolve optional positionals that argparse cannot tell apart).
-
-Exit codes: 0 ok, 1 user/input error, 2 transport error, 3 decode/schema
-error; 141 when the reader of the output went away (``docs/design/cli.md``).
+Each module of :data:`COMMAND_GROUPS` exposes ``add_parser(subparsers, parent)``; the defaults its leaf
+parsers set (``command``, ``handler``, ``takes_channel`` ...) are listed in ``docs/design/cli.md``
+("Adding a command"). Exit codes: 0 ok, 1 user/input error, 2 transport error, 3 decode/schema error;
+141 when the reader of the output went away.
 """
 
 from __future__ import annotations
