@@ -1,19 +1,11 @@
 """The active-transmit gate: nothing goes on a bus without it.
 
-Every active command (``send``, ``uds services CHANNEL``, ``fuzz guided``)
-calls :func:`active_gate` after its dry-run check and before it opens a
-transport:
-
-1. a one-line preflight warning on stderr, before anything is sent;
-2. with ``[safety].require_active_ack`` (or ``CANARCHY_REQUIRE_ACTIVE_ACK``)
-   true and no ``--ack-active``: ``ACTIVE_ACK_REQUIRED`` (exit 1);
-3. with ``--ack-active``: the operator types ``YES`` on stdin, unless
-   ``CANARCHY_MCP_NONINTERACTIVE_ACK=1`` or the caller collected the
-   acknowledgement itself (:func:`caller_acknowledged`, used by the MCP
-   server for a call with ``ack_active: true``); anything else is
-   ``ACTIVE_CONFIRMATION_DECLINED`` (exit 1).
-
-``--dry-run`` plans without calling the gate and without opening a transport.
+Every active command calls :func:`active_gate` after its dry-run check and before it opens a transport: a
+one-line preflight warning on stderr; with ``[safety].require_active_ack`` and no ``--ack-active``,
+``ACTIVE_ACK_REQUIRED`` (exit 1); with ``--ack-active``, ``YES`` typed on stdin (else
+``ACTIVE_CONFIRMATION_DECLINED``, exit 1) unless ``CANARCHY_MCP_NONINTERACTIVE_ACK=1`` or the caller
+collected the acknowledgement itself (:func:`caller_acknowledged`, the MCP server). Rules:
+``docs/design/cli.md`` ("Active transmit").
 """
 
 from __future__ import annotations
