@@ -1,28 +1,10 @@
-"""``generate [CHANNEL]``: send generated frames, in the manner of can-utils' ``cangen``.
+"""``generate [CHANNEL]``: send generated frames, in the manner of can-utils' ``cangen`` (active).
 
-Each of arbitration ID, DLC and data is fixed, random (``r``) or incrementing
-(``i``); the defaults are random, as in ``cangen``. Frames go out ``--gap``
-milliseconds apart (default 200, ``cangen``'s), ``--count`` of them (default
-10) or, with ``--forever``, until Ctrl+C. Random choices come from one
-``random.Random(--seed)``: the same seed and options give the same frames, and
-the seed of a run without ``--seed`` is reported so that it can be repeated.
-``--dry-run`` lists exactly the frames a run with the same seed sends, and
-needs no channel.
-
-Active: the active-transmit gate runs before the bus is opened (see
-:mod:`canarchy.active`). One bus is opened for the whole run. See
-``docs/generate-and-simulate.md``.
-
-Modes, per frame ``n`` (0, 1, 2 ...):
-
-- ID: fixed (hex, ``0x`` optional, like ``cangen -I``; above 0x7FF a 29-bit
-  ID); ``r`` uniform over 0..0x7FF (0..0x1FFFFFFF with ``--extended``); ``i``
-  ``n`` modulo the ID space.
-- DLC: the DLC code (ISO 11898-1): 0..8 classic, 0..15 CAN FD (9..15 = 12, 16,
-  20, 24, 32, 48, 64 bytes); ``r`` uniform; ``i`` ``n`` modulo 9 (16 with
-  ``--fd``). Without ``--dlc``, fixed data fixes the length; else random.
-- data: fixed hex (truncated or zero-padded to the DLC); ``r`` random bytes;
-  ``i`` the frame number ``n`` as a little-endian counter (``cangen -D i``).
+ID, DLC (the ISO 11898-1 DLC code) and data are each fixed, random (``r``) or incrementing (``i``);
+``--count`` frames ``--gap`` milliseconds apart, or ``--forever``. Every random choice comes from one
+``random.Random(--seed)``, so ``--dry-run`` (no channel needed) lists exactly the frames a run with the same
+seed sends. The active-transmit gate (:mod:`canarchy.active`) runs before the run's one bus is opened.
+Options, defaults and output: ``docs/generate-and-simulate.md``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
-"""``simulate ecu [CHANNEL]``: the simulated UDS ECU (:class:`canarchy.simulator.SimulatedEcu`)
-as a command, so that ``uds services`` and ``fuzz guided`` can be tried without hardware.
+"""``simulate ecu [CHANNEL]``: the simulated UDS ECU (:class:`canarchy.simulator.SimulatedEcu`) as a command.
 
-The ECU answers UDS requests (ISO 14229-1 over ISO 15765-2) on ``--request-id``
-with responses on ``--response-id``, on the configured python-can bus type
-(``[transport].interface``; ``virtual`` works in one process, ``vcan0`` on
-socketcan across processes). A profile file (TOML or JSON, see
-:func:`load_profile` and ``docs/generate-and-simulate.md``) sets the supported
-services, forced NRCs, DIDs (e.g. the VIN, 0xF190) and the SecurityAccess
-seed and key.
-
-It runs until SIGINT (Ctrl+C) or SIGTERM, ``--duration`` seconds, or
-``--max-requests`` UDS requests have been answered, and then reports how many
-requests it answered (exit 0). A ready line goes to stderr once the bus is
-open (with ``--jsonl`` also a ``simulator_ready`` event on stdout, then one
-``uds_request`` event per request).
-
-It is **active**: it transmits (its answers). The active-transmit gate runs
-before the bus is opened (:mod:`canarchy.active`); ``--dry-run`` shows the
-resolved profile and opens nothing.
-
-Errors: ``SIMULATOR_PROFILE_INVALID`` (exit 1) for a profile that is missing,
-does not parse, or has an unknown key or a bad value; ``SIMULATOR_TRANSPORT_UNSUPPORTED``
-(exit 1) with the scaffold backend; ``TRANSPORT_UNAVAILABLE`` (exit 2) when
-the bus cannot be opened; ``SIMULATOR_BUS_FAILED`` (exit 2) when the bus
-fails while the ECU runs.
+It answers UDS (ISO 14229-1 over ISO 15765-2) on the configured python-can bus type as a TOML or JSON
+profile says (:func:`load_profile`), until SIGINT/SIGTERM, ``--duration`` or ``--max-requests``. Active (it
+transmits its answers): the active-transmit gate (:mod:`canarchy.active`) runs first; ``--dry-run`` shows the
+resolved profile. Errors: ``SIMULATOR_PROFILE_INVALID``, ``SIMULATOR_TRANSPORT_UNSUPPORTED`` (exit 1);
+``TRANSPORT_UNAVAILABLE``, ``SIMULATOR_BUS_FAILED`` (exit 2). See ``docs/generate-and-simulate.md``.
 """
 
 from __future__ import annotations
