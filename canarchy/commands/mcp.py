@@ -1,15 +1,9 @@
 """``mcp serve``: canarchy's tools for agents over the Model Context Protocol (stdio).
 
-The server itself is :mod:`canarchy.mcp_server`; this module only registers
-the command and imports it (and the MCP SDK) when the command runs, so no
-other command pays for the SDK. ``--files DIR`` lets the file tools read
-recordings under DIR; ``--allow-active CHANNEL`` lets the active tools
-transmit on CHANNEL (neither by default). Tools, schemas and safety: ``docs/mcp.md``.
-
-stdout belongs to the protocol: the command prints nothing of its own there,
-and ``--json``/``--jsonl`` are refused (``INVALID_ARGUMENTS``) before the
-server starts. It exits 0 when the client closes stdin and on SIGINT or
-SIGTERM (a requested stop is a clean stop).
+This module only registers the command; the server (:mod:`canarchy.mcp_server`) and the MCP SDK are
+imported when it runs. ``--files DIR`` and ``--allow-active CHANNEL`` widen what the tools may do (neither
+by default). stdout belongs to the protocol: ``--json``/``--jsonl`` are ``INVALID_ARGUMENTS``. Exit 0 when
+the client closes stdin and on SIGINT/SIGTERM. Tools, schemas and safety: ``docs/mcp.md``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """``replay FILE [CHANNEL]``: play a recording onto a bus with its original timing (active).
 
-Any recording ``capture --file`` reads (candump ``.log``, ``.asc``, ``.blf``,
-``.trc``, ``.csv``, canarchy's ``.jsonl``/``.json`` ...) goes out on one
-bus, frame by frame on the schedule of :mod:`canarchy.replay`: ``--speed``
-(2 = twice as fast), ``--loop N`` passes (0 = until Ctrl+C), ``--skip S``
-(gaps longer than S seconds shortened to S), ``--filter`` (candump's
-``ID:MASK`` / ``ID~MASK``, several: any may pass). Error frames in the
-recording are not sent (a controller cannot transmit them); they are counted.
-
-It transmits, so it goes through the active-transmit gate (:mod:`canarchy.active`);
-``--dry-run`` prints the schedule and opens nothing. See ``docs/record-and-replay.md``.
+Any recording ``capture --file`` reads goes out on one bus on the schedule of :mod:`canarchy.replay`
+(``--speed``, ``--loop N``, ``--skip S``, ``--filter``); error frames are counted, not sent. The
+active-transmit gate (:mod:`canarchy.active`) runs first; ``--dry-run`` prints the schedule and opens
+nothing. See ``docs/record-and-replay.md``.
 """
 
 from __future__ import annotations

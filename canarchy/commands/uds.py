@@ -1,14 +1,10 @@
 """``uds services``, ``uds scan``, ``uds dids``: the ISO 14229 catalog and UDS discovery.
 
-``uds services`` without a channel typed on the command line (and without
-``--dry-run``) is the reference catalog: no transport is built, nothing is
-sent, nothing on stderr; a configured default interface never changes that
-(the #530 guard, :func:`canarchy.cli.prepare_args`). With a channel, and
-always for ``uds scan`` and ``uds dids``, the command is active: the
-active-transmit gate, then one bus for the whole run
-(:mod:`canarchy.discovery`); each result is reported as it happens.
-``--dry-run`` plans without a channel or a transport. See
-``docs/uds-discovery.md``.
+``uds services`` without a channel typed on the command line (and without ``--dry-run``) is the reference
+catalog: no transport, nothing sent, whatever the configured default interface
+(:func:`canarchy.cli.prepare_args`). With a channel, and always for ``uds scan`` and ``uds dids``, the
+command is active: the active-transmit gate, then one bus for the run (:mod:`canarchy.discovery`).
+``--dry-run`` plans without a transport. See ``docs/uds-discovery.md``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """``web serve --file CAPTURE [--dbc DB] [--bind HOST:PORT]``: a read-only local dashboard.
 
-The server and its routes are :mod:`canarchy.web`; see ``docs/web.md``. The
-command reads the capture (and the DBC) first, so their errors come before
-anything listens; then it binds, prints one line with the URL on stderr
-(``--jsonl``: also a ``web_listening`` event on stdout), and serves until
-SIGINT (Ctrl+C), SIGTERM or ``--duration`` seconds. It then prints the
-envelope (URL, requests served, how it stopped) and exits 0.
-
-Default bind ``127.0.0.1:8765``; port 0 takes any free port. Hosts other than
-loopback need ``--allow-remote``. Errors: ``WEB_BIND_INVALID`` (exit 1),
-``WEB_BIND_FAILED`` (exit 2), and those of reading the capture and the DBC.
+Reads the capture (and the DBC) before binding, so their errors come first; then serves
+(:mod:`canarchy.web`) until SIGINT, SIGTERM or ``--duration`` and prints the envelope (exit 0). Default bind
+``127.0.0.1:8765``; a host other than loopback needs ``--allow-remote``. Errors: ``WEB_BIND_INVALID``
+(exit 1), ``WEB_BIND_FAILED`` (exit 2), and those of reading the capture and the DBC. See ``docs/web.md``.
 """
 
 from __future__ import annotations
