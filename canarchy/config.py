@@ -1,17 +1,10 @@
 """canarchy's configuration: one loader per source, precedence in one place.
 
-Precedence, highest first: command-line flag > non-empty ``CANARCHY_*``
-variable > ``~/.canarchy/config.toml`` > built-in default. The file path is
-resolved when a function is called (``Path.home()`` at call time), never at
-import. The keys, their variables, defaults and checks are :data:`SETTINGS`
-(the table is in ``docs/design/cli.md``); ``[transport.bus_kwargs]`` holds
-python-can bus keyword arguments (:func:`resolve_bus_kwargs`).
-
-A key or table the file has but canarchy does not know is a *finding*
-(:func:`check_document`, with the nearest known name from :mod:`difflib`):
-each command that reads the file reports it as a warning (on stderr at once,
-and in the envelope: ``canarchy.errors.COMMAND_WARNINGS``); ``config check``
-fails on it.
+Command-line flag > non-empty ``CANARCHY_*`` variable > ``~/.canarchy/config.toml`` (the path resolved at call
+time, never at import) > built-in default; the keys, variables, defaults and checks are :data:`SETTINGS` (the
+table is in ``docs/design/cli.md``). A key or table of the file that canarchy does not know is a finding
+(:func:`check_document`): a warning on each command that reads the file (``canarchy.errors.COMMAND_WARNINGS``),
+a failure of ``config check``. Errors: ``ConfigError`` ``CONFIG_INVALID`` (exit 1).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""Structured errors: every failure a user can cause has a code, a message and a hint.
+"""Structured errors: every failure a user can cause has a code, a message and a hint (never empty).
 
-Hierarchy::
-
-    CanarchyError                 code, message, hint, exit_code
-    ├── UserInputError            exit 1  (bad flags, ids, hex, names)
-    │   └── ConfigError           exit 1  (CONFIG_INVALID: a config file or value that does not convert)
-    ├── TransportError            exit 2  (a bus that cannot be opened, read or written)
-    └── DecodeError               exit 3  (data that does not decode or match its schema)
-
-The CLI's single error boundary (`canarchy.cli.main`) turns any of these into
-an envelope error ``{code, message, hint}`` and the class's exit code. A hint
-is never empty.
+``CanarchyError`` (``code``, ``message``, ``hint``, ``exit_code``) and its classes: ``UserInputError``
+(exit 1; ``ConfigError``, ``CONFIG_INVALID``, under it), ``TransportError`` (exit 2), ``DecodeError``
+(exit 3). The CLI's one error boundary (``canarchy.cli.main``) turns any of them into an envelope error
+``{code, message, hint}`` and the class's exit code; the codes: ``docs/design/cli.md``.
 """
 
 from __future__ import annotations
