@@ -1,30 +1,9 @@
-"""The local DBC cache: provider manifests, listing and pruning.
+"""The local DBC cache (``~/.canarchy/cache/dbc/``): provider manifests, listing and pruning.
 
-Layout under the cache root (``~/.canarchy/cache/dbc/`` by default)::
-
-    <root>/providers/<provider>/manifest.json
-    <root>/providers/<provider>/files/<commit>/<path>
-
-A manifest is one JSON object (see ``docs/caches-and-sessions.md``)::
-
-    {"provider": "opendbc",                      # = the directory name
-     "repository": "https://github.com/...",     # optional, a string
-     "commit": "<sha>",                          # the current commit directory
-     "fetched_at": "2026-01-31T12:00:00Z",       # ISO 8601
-     "files": [{"path": "toyota_prius_2010_pt.dbc", "sha256": "<64 hex>", "bytes": 7330}]}
-
-``_CACHE_ROOT`` and ``_CONFIG_PATH`` are bound at import ON PURPOSE
-(REQ-TISO-03: the test harness re-points them). Every function reads them from
-this module when it is called, so ``monkeypatch.setattr(dbc_cache,
-"_CACHE_ROOT", ...)`` moves everything. The config file's optional
-``[dbc_cache]`` table has one key, ``default_provider`` (a provider name).
-
-The scanning and manifest code here is shared with :mod:`canarchy.skills_cache`
-(same layout, another root and code prefix): :func:`scan_cache`,
-:func:`read_manifest`, :func:`read_cache_settings`.
-
-Public surface: :func:`list_cache`, :func:`prune_cache`, :func:`scan_cache`,
-:func:`read_manifest`, :func:`read_cache_settings`, :func:`is_valid_name`.
+Layout, manifest format and the ``[dbc_cache]`` table: ``docs/caches-and-sessions.md``. ``_CACHE_ROOT`` and
+``_CONFIG_PATH`` are bound at import on purpose (the test harness re-points them); every function reads them
+from this module when called. :func:`scan_cache`, :func:`read_manifest` and :func:`read_cache_settings` are
+shared with :mod:`canarchy.skills_cache` (same layout, another root and code prefix).
 """
 
 from __future__ import annotations

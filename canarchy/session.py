@@ -1,28 +1,9 @@
 """Project-local sessions: a named record of the channel, DBC and capture a user works with.
 
-Files, relative to the current working directory (resolved at call time)::
-
-    ./.canarchy/sessions/<name>.json      one session record
-    ./.canarchy/active_session.json       the active-session pointer
-
-A session record is a JSON object with sorted keys::
-
-    {"capture": "runs/drive.log" | null, "dbc": "car.dbc" | null,
-     "interface": "can0" | null, "name": "<name>", "saved_at": "2026-01-31T12:00:00Z"}
-
-The pointer is ``{"activated_at": "<UTC ISO 8601>", "name": "<name>"}``.
-
-Every file is written atomically (temp file in the same directory, fsync,
-``os.replace``), and a file canarchy cannot read is never overwritten: it is
-reported as ``SESSION_CORRUPT`` so the user can inspect it.
-
-Errors (all ``UserInputError``, exit 1): ``INVALID_SESSION_NAME``,
-``INVALID_ARGUMENTS`` (a blank field), ``SESSION_NOT_FOUND``,
-``SESSION_CORRUPT``, ``SESSION_WRITE_FAILED``.
-
-Public surface: :func:`save_session`, :func:`load_session`,
-:func:`show_sessions`, :func:`list_sessions`, :func:`validate_name`,
-:func:`sessions_dir`, :func:`active_pointer_path`.
+Files under ``./.canarchy/`` of the working directory (resolved at call time): ``sessions/<name>.json`` and
+the pointer ``active_session.json``; formats in ``docs/caches-and-sessions.md``. Every write is atomic, and a
+file canarchy cannot read is never overwritten. Errors (``UserInputError``, exit 1): ``INVALID_SESSION_NAME``,
+``INVALID_ARGUMENTS`` (a blank field), ``SESSION_NOT_FOUND``, ``SESSION_CORRUPT``, ``SESSION_WRITE_FAILED``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""The local skills cache: provider manifests and listing.
+"""The local skills cache (``~/.canarchy/cache/skills``): provider manifests and listing.
 
-Same layout and manifest format as the DBC cache (:mod:`canarchy.dbc_cache`,
-``docs/caches-and-sessions.md``), under another root::
-
-    <root>/providers/<provider>/manifest.json
-    <root>/providers/<provider>/files/<commit>/<path>
-
-``_CACHE_ROOT`` (``~/.canarchy/cache/skills``) and ``_CONFIG_PATH`` are bound
-at import ON PURPOSE (REQ-TISO-03: the test harness re-points them);
-:func:`list_cache` reads them from this module when it is called. The config
-file's optional ``[skills_cache]`` table has one key, ``default_provider``.
-
-A manifest entry whose path resolves outside the cache root (an absolute
-path, ``..``, or a symlink leading out) is refused: it is not listed and a
-``SKILLS_CACHE_PATH_ESCAPE`` warning names it.
+Same layout and manifest format as the DBC cache (:mod:`canarchy.dbc_cache`, ``docs/caches-and-sessions.md``),
+with its own ``[skills_cache]`` table. ``_CACHE_ROOT`` and ``_CONFIG_PATH`` are bound at import on purpose
+(the test harness re-points them) and read when :func:`list_cache` runs. An entry whose path resolves outside
+the cache root is not listed; a ``SKILLS_CACHE_PATH_ESCAPE`` warning names it.
 """
 
 from __future__ import annotations
