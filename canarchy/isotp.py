@@ -1,29 +1,9 @@
 """ISO 15765-2 (ISO-TP): frame forms, reassembly of a recorded frame stream, and a tester.
 
-Protocol control information (PCI), the high nibble of the first data byte
-(ISO 15765-2:2016, §9.6, normal addressing)::
-
-    0  single frame (SF)        byte 0 low nibble = length 1..7; CAN FD: 0 and byte 1 = length 8..62
-    1  first frame (FF)         12-bit length in byte 0 low nibble + byte 1 (8..4095);
-                                0x000 escapes to a 32-bit length in bytes 2..5
-    2  consecutive frame (CF)   byte 0 low nibble = sequence number, 1, 2 .. 15, 0, 1 ..
-    3  flow control (FC)        sent by the receiver; ignored for reassembly
-
-The payload length comes from the SF/FF header, so padding after it (0x00,
-0x55, 0xAA, 0xCC ... whatever the ECU fills with) is stripped. A consecutive
-frame with the wrong sequence number aborts the message being received (as a
-receiving ECU does); the PDU is dropped with a warning.
-
-Reassembly warnings are :class:`~canarchy.warning_log.WarningRecord` strings
-with a code per kind: ``ISOTP_INVALID_PCI``, ``ISOTP_SF_LENGTH_INVALID``,
-``ISOTP_FF_INVALID``, ``ISOTP_CF_UNEXPECTED``, ``ISOTP_SEQUENCE_ERROR``,
-``ISOTP_INTERRUPTED``, ``ISOTP_INCOMPLETE``.
-
-Public surface: frame builders (:func:`single_frame`, :func:`segment`,
-:func:`flow_control`), :class:`IsoTpPdu`, :class:`IsoTpReassembler` (one
-arbitration ID), :func:`reassemble` (several IDs over one frame stream,
-passive) and :class:`IsoTpTester` (sends a request, flow control for a
-segmented answer, reassembles it: the active side). No python-can.
+PCI and lengths as in ISO 15765-2:2016, §9.6 (normal addressing); the length comes from the SF/FF header, so
+padding is stripped. :func:`reassemble` and :class:`IsoTpReassembler` (passive) report trouble as
+``ISOTP_*`` warning records (codes and rules: ``docs/decoding.md``); :class:`IsoTpTester` sends a request and
+reassembles a segmented answer, sending flow control (the active side). No python-can.
 """
 
 from __future__ import annotations
