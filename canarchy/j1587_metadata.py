@@ -1,18 +1,9 @@
 """J1587 reference data: the bundled parameter identifier (PID) catalog.
 
-Facts from SAE J1587 (Appendix A); see ``docs/reference-data.md``. PIDs
-0-255 are page 1; 256-511 are page 2, sent as PID 255 (extension) followed by
-the PID minus 256. Within a page (PID modulo 256): 0-127 carry one data
-character, 128-191 two, 192-253 a byte count followed by that many
-characters; 254 is the data link escape and 255 the page extension.
-
-PID overrides: ``$CANARCHY_J1587_PID_OVERRIDES`` when set and non-empty, else
-:data:`_PID_OVERRIDES_DEFAULT` (``~/.canarchy/j1587_pids.json``), resolved at
-each lookup. The constant is bound at import ON PURPOSE (REQ-TISO-03): the
-test harness re-points it, so code here reads the module attribute when called.
-
-Public surface: :func:`lookup_pid`, :func:`list_pids`, :func:`pid_overrides_path`,
-:func:`pid_page`. Imports neither python-can nor cantools.
+Facts from SAE J1587 (Appendix A); pages and data lengths by PID range: ``docs/reference-data.md``.
+Overrides: ``$CANARCHY_J1587_PID_OVERRIDES`` when set and non-empty, else :data:`_PID_OVERRIDES_DEFAULT`
+(``~/.canarchy/j1587_pids.json``), read at each lookup; the constant is bound at import on purpose (the test
+harness re-points it). Imports neither python-can nor cantools.
 """
 
 from __future__ import annotations

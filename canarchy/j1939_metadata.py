@@ -1,23 +1,10 @@
 """J1939 reference data: the bundled PGN and SPN catalogs, and the 29-bit arbitration ID layout.
 
-Facts from SAE J1939-21 (ID layout, Request, transport protocol), SAE J1939-71
-(application parameter groups and SPNs), SAE J1939-73 (DM1/DM2) and SAE
-J1939-81 (Address Claimed); see ``docs/reference-data.md``.
-
-SPN overrides: ``$CANARCHY_J1939_SPN_OVERRIDES`` when set and non-empty, else
-:data:`_SPN_OVERRIDES_DEFAULT` (``~/.canarchy/j1939_spns.json``), resolved at
-each lookup. The constant is bound at import ON PURPOSE (REQ-TISO-03): the
-test harness re-points it, so code here reads the module attribute when called.
-
-Public surface:
-
-- :func:`lookup_pgn`, :func:`lookup_spn` -> ``(entry or None, warnings)``
-- :func:`list_pgns`, :func:`list_spns` -> ``(entries, warnings)``
-- :func:`spn_overrides_path`
-- :func:`pgn_from_arbitration_id`, :func:`source_address`, :func:`priority`,
-  :func:`destination_address`, :func:`pdu_format`, :func:`describe_arbitration_id`
-
-Imports neither python-can nor cantools.
+Facts from SAE J1939-21 (ID layout, Request, transport protocol), SAE J1939-71 (parameter groups, SPNs),
+SAE J1939-73 (DM1/DM2) and SAE J1939-81 (Address Claimed); see ``docs/reference-data.md``. Lookups and lists
+return ``(result, warnings)``. SPN overrides: ``$CANARCHY_J1939_SPN_OVERRIDES`` when set and non-empty, else
+:data:`_SPN_OVERRIDES_DEFAULT` (``~/.canarchy/j1939_spns.json``), read at each lookup; the constant is bound
+at import on purpose (the test harness re-points it). Imports neither python-can nor cantools.
 """
 
 from __future__ import annotations

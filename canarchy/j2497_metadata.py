@@ -1,17 +1,9 @@
 """J2497 reference data: the bundled message identifier (MID) catalog.
 
-SAE J2497 (PLC4TRUCKS: J1708-style messages carried over the tractor-trailer
-power line) uses the MIDs of SAE J1587 unchanged; the catalog holds MIDs
-128-255 (0-127 are assigned by SAE J1708 and not bundled). See
-``docs/reference-data.md``.
-
-MID overrides: ``$CANARCHY_J2497_MID_OVERRIDES`` when set and non-empty, else
-:data:`_MID_OVERRIDES_DEFAULT` (``~/.canarchy/j2497_mids.json``), resolved at
-each lookup. The constant is bound at import ON PURPOSE (REQ-TISO-03): the
-test harness re-points it, so code here reads the module attribute when called.
-
-Public surface: :func:`lookup_mid`, :func:`list_mids`, :func:`mid_overrides_path`.
-Imports neither python-can nor cantools.
+SAE J2497 (PLC4TRUCKS) uses the MIDs of SAE J1587 unchanged; MIDs 0-127 belong to SAE J1708 and are not
+bundled. See ``docs/reference-data.md``. Overrides: ``$CANARCHY_J2497_MID_OVERRIDES`` when set and non-empty,
+else :data:`_MID_OVERRIDES_DEFAULT` (``~/.canarchy/j2497_mids.json``), read at each lookup; the constant is
+bound at import on purpose (the test harness re-points it). Imports neither python-can nor cantools.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """Loading and merging of the bundled reference catalogs (J1939, J1587, J2497).
 
-Shared by :mod:`canarchy.j1939_metadata`, :mod:`canarchy.j1587_metadata` and
-:mod:`canarchy.j2497_metadata`; see ``docs/reference-data.md``.
-
-Bundled catalog (``canarchy/data/<name>.json``, ours, read once per process)::
-
-    {"source": "<the standard the facts come from>",
-     "<section>": {"<decimal id>": {<entry fields>}, ...}}
-
-Override file (the user's, read on every lookup so an edit shows at once)::
-
-    {"<decimal id>": {<fields>}, ...}
-
-Each override entry is shallow-merged over the bundled entry with the same id
-(its keys win) or added when there is none. The result carries ``source``:
-``"bundled"``, ``"override"`` (only in the override file) or
-``"bundled+override"``.
-
-A missing override file is silent. A file that cannot be used (unreadable, not
-JSON, not an object, a key that is not a decimal id in range, an entry that is
-not an object, a field whose JSON type differs from the bundled catalog's for
-that field, a value the catalog's own check refuses — e.g. a J1939 SPN bit
-position outside its 8-byte frame) is ignored as a whole, never half-applied: the lookup answers
-from the bundled catalog and gets one warning string naming the file and every
-problem found. This module imports neither python-can nor anything that
-resolves a home path.
+Shared by :mod:`canarchy.j1939_metadata`, :mod:`canarchy.j1587_metadata` and :mod:`canarchy.j2497_metadata`.
+The bundled catalog (``canarchy/data/<name>.json``) is read once per process, the user's override file on
+every lookup and shallow-merged over it. A missing override file is silent; one that cannot be used is
+ignored as a whole, with one warning naming every problem. Formats, ``source`` values and the checks:
+``docs/reference-data.md``. Imports neither python-can nor anything that resolves a home path.
 """
 
 from __future__ import annotations
