@@ -1,17 +1,9 @@
 """UDS discovery over one open bus: which IDs answer, which services, which DIDs.
 
-Three procedures, each on a :class:`canarchy.isotp.BusLink` (a bus held
-open for the whole run) and each reporting every result to ``on_result`` as
-it happens:
-
-- :func:`scan_ecus`: one side-effect-free request (TesterPresent, or
-  DiagnosticSessionControl defaultSession) per candidate request ID, every
-  arbitration ID listened to; each answer is confirmed by asking again.
-- :func:`probe_services`: one request per SID (``canarchy.uds.request_payload``).
-- :func:`read_dids`: ReadDataByIdentifier (0x22) per DID.
-
-The last two use :class:`canarchy.isotp.IsoTpTester` (flow control,
-reassembly). No python-can; shapes and rules: ``docs/uds-discovery.md``.
+:func:`scan_ecus` (one side-effect-free request per candidate request ID, each answer confirmed by asking
+again), :func:`probe_services` (one request per SID) and :func:`read_dids` (ReadDataByIdentifier 0x22 per
+DID), each on a :class:`canarchy.isotp.BusLink` held open for the run and reporting every result to
+``on_result`` as it happens. No python-can here. Shapes and rules: ``docs/uds-discovery.md``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""The field's syntax for IDs, frames and filters on the command line (can-utils).
+"""The command line's syntax for IDs, frames and filters, as can-utils writes them.
 
-- An arbitration ID is **hex**, ``0x`` optional: 3 digits are an 11-bit ID,
-  8 digits a 29-bit ID (``123``, ``18FEF100``, ``0x7E0``); other widths are
-  11-bit up to 0x7FF and 29-bit above (:func:`parse_arbitration_id`).
-- A frame is cansend's ``ID#DATA`` (``lib.c`` of can-utils): ``123#DEADBEEF``,
-  ``123#DE.AD.BE.EF``, ``1F334455#11`` (29-bit), ``123#R`` / ``123#R4``
-  (remote, requested DLC), ``123##1DEADBEEF`` (CAN FD: one hex flags digit,
-  BRS 0x1 and ESI 0x2, then the data) (:func:`parse_frame`); ID widths 3 or 8.
-- A filter is candump's ``ID:MASK`` (pass when ``id & mask == ID & mask``) or
-  ``ID~MASK`` (pass the others; ``~ID:MASK`` too); the ID's width says which
-  kind of frame it applies to (:func:`parse_filter`).
-
-Errors: ``UserInputError`` ``INVALID_FRAME`` / ``INVALID_FRAME_DATA`` /
-``INVALID_FILTER`` (exit 1), each with a hint in this syntax.
+Arbitration IDs are hex, ``0x`` optional: 3 digits 11-bit, 8 digits 29-bit, other widths 11-bit up to 0x7FF
+and 29-bit above (:func:`parse_arbitration_id`); frames are cansend's ``ID#DATA`` (``lib.c`` of can-utils;
+``123#R4`` remote, ``123##1DEADBEEF`` CAN FD, flags BRS 0x1, ESI 0x2) (:func:`parse_frame`); filters are
+candump's ``ID:MASK`` / ``ID~MASK`` (:func:`parse_filter`). Examples: ``docs/record-and-replay.md``. Errors:
+``UserInputError`` ``INVALID_FRAME`` / ``INVALID_FRAME_DATA`` / ``INVALID_FILTER`` (exit 1).
 """
 
 from __future__ import annotations

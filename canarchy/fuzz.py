@@ -1,17 +1,10 @@
 """Response-feedback fuzzing of one arbitration ID (``fuzz guided``).
 
-The loop: pick an input from the corpus, mutate it, send it, observe the
-replies on the response ID and turn them into *markers* (``positive:67``,
-``nrc:27:35``, ``silence``, ``timing:slow``, ``isotp:fc:30`` ...). An input
-is a *finding* when a reply's *response class* is new for its *request
-shape* (:func:`request_shape`, :func:`response_class`): a new NRC for the
-service under test is news, the tenth random SID answered 0x11 is not.
-Findings are written as they happen and reported to ``on_finding``.
-
-One bus is opened for the whole campaign; latency is measured from the moment
-each request is handed to the bus, and the first exchange after opening it is
-not judged for timing. Markers, shapes, classes, mutation, storage and errors:
-``docs/fuzz-guided.md``.
+Pick an input from the corpus, mutate it, send it, and turn the replies on the response ID into markers
+(``nrc:27:35``, ``silence``, ``timing:slow`` ...); an input is a finding when a reply's response class
+(:func:`response_class`) is new for its request shape (:func:`request_shape`). Findings are written as they
+happen and reported to ``on_finding``; one bus serves the whole campaign. Markers, shapes, timing, storage
+and errors: ``docs/fuzz-guided.md``.
 """
 
 from __future__ import annotations
