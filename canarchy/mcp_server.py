@@ -1,18 +1,11 @@
 """canarchy's MCP server: canarchy commands as Model Context Protocol tools (``canarchy mcp serve``).
 
-Every tool builds a canarchy argv, runs it in this process through
-``canarchy.cli.main(argv, stdout=buffer)`` with ``--json``, and answers with
-the command's envelope as ``structuredContent`` and as JSON text. Kinds
-(:data:`TOOLS`): **reference** lookups and **file** tools (recordings under
-a directory the operator allowed, :class:`ServerPolicy`), which never touch
-a bus (:data:`REFERENCE_ONLY_TOOLS`, their argv checked by
-:func:`check_argv`); **bus** (``capture``, listens); **active** (``send``),
-which transmits only on a channel the operator allowed, with the call's
-``ack_active`` and, under ``require_active_ack``, a person's confirmation
-asked through the client (MCP elicitation). Arguments are checked with
-jsonschema against each tool's input schema. Neither python-can nor the SDK
-is imported at import time; :func:`build_server` and :func:`serve_stdio`
-import the SDK. Shapes and rules: ``docs/mcp.md``.
+Each tool builds an argv, runs it in this process through ``canarchy.cli.main`` with ``--json`` and answers
+with the command's envelope. Kinds (:data:`TOOLS`): reference and file tools never touch a bus
+(:data:`REFERENCE_ONLY_TOOLS`, :func:`check_argv`); ``capture`` listens; ``send`` transmits only on a channel
+the operator allowed (:class:`ServerPolicy`) and with the call's ``ack_active``. Neither python-can nor the
+SDK is imported at import time; :func:`build_server` and :func:`serve_stdio` import the SDK. Shapes and
+rules: ``docs/mcp.md``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""A read-only local dashboard of a capture file, served with the standard library
-(``http.server``) from a thread: per-ID counts and rates, decoded signals with
-server-rendered SVG plots, the first frames, and a live replay.
+"""A read-only local dashboard of a capture file, served with ``http.server`` from a thread.
 
-Routes (``GET`` only, else ``405``; unknown path ``404``; error bodies are
-canarchy envelopes): ``/`` (the page), ``/signal`` and ``/plot.svg``
-(``?message=M&signal=S``), ``/api/status``, ``/api/ids``, ``/api/events``
-(Server-Sent Events replaying the whole recording, paced by its timestamps).
-Times on the pages are seconds since the capture's first frame; IDs are
-written as candump writes them. The capture is read once at start and again,
-one frame at a time, by each stream and plot: memory does not grow with it.
-Only loopback unless ``allow_remote``; a foreign ``Host`` header is ``403``.
-Errors: ``WEB_BIND_INVALID`` (exit 1), ``WEB_BIND_FAILED`` (exit 2). Details:
+Routes (``GET`` only): ``/``, ``/signal``, ``/plot.svg``, ``/api/status``, ``/api/ids``, ``/api/events``
+(Server-Sent Events replaying the recording, paced by its timestamps); error bodies are canarchy envelopes.
+Streams and plots read the capture one frame at a time, so memory does not grow with it. Loopback only
+unless ``allow_remote``. Errors: ``WEB_BIND_INVALID`` (exit 1), ``WEB_BIND_FAILED`` (exit 2). Details:
 ``docs/web.md``.
 """
 
