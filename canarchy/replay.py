@@ -1,19 +1,11 @@
 """Replaying a recording onto a bus with its original timing (as can-utils' ``canplayer``
 and python-can's ``can.player`` do).
 
-The schedule (:func:`schedule`): frame *i* of pass *k* may go out at
-
-    start + (pass_offset(k) + gap-capped (t_i - t_0)) / speed
-
-where *t* are the recording's timestamps, a gap longer than ``skip`` seconds
-counts as ``skip`` (python-can ``MessageSync(skip=...)``), a negative gap
-(timestamps out of order) as 0, and each pass starts where the previous one
-ended: the first frame of a pass follows the last of the one before at once.
-The recording is read again for each pass, never held in memory.
-
-:func:`play` sends each slot no earlier than its time, in order (sleeping to
-it; a late frame goes out at once and the schedule does not move), and
-reports each send; how late it was is ``late_s``.
+:func:`schedule` gives frame *i* of pass *k* the slot ``start + (pass_offset(k) + gap-capped (t_i - t_0)) /
+speed``, in seconds (a gap longer than ``skip`` counts as ``skip``, a negative one as 0; a pass follows the
+last at once), reading the recording again for each pass. :func:`play` sends each frame no earlier than its
+slot (a late one at once, without moving the schedule) and reports how late it was, ``late_s``. See
+``docs/record-and-replay.md``.
 """
 
 from __future__ import annotations

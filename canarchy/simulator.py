@@ -1,19 +1,10 @@
 """Simulated UDS ECUs: the real peers active commands are tested against.
 
-:class:`SimulatedEcu` is one ECU on its own python-can bus;
-:class:`SimulatedNetwork` puts several :class:`EcuNode` objects (one may be
-``silent``) on one bus. They answer UDS (ISO 14229-1) over ISO-TP (ISO
-15765-2: single and segmented messages both ways, flow control honoured,
-invalid PCIs ignored) from a background thread, open their bus with
-``ignore_config=True`` and shut it down on exit::
-
-    with SimulatedEcu(channel="canarchy-test-1234") as ecu:
-        ...                      # talk to it on the virtual channel
-    assert ecu.requests == [bytes.fromhex("023e00")]
-
-``requests``/``messages``/``responses`` record what crossed the bus. What
-the default :class:`EcuProfile` answers: ``docs/fuzz-guided.md``. As a
-process: ``python -m canarchy.simulator --channel CH [--bus-type T]``.
+:class:`SimulatedEcu` is one ECU on its own python-can bus; :class:`SimulatedNetwork` puts several
+:class:`EcuNode` objects (one may be ``silent``) on one bus. They answer UDS (ISO 14229-1) over ISO-TP
+(ISO 15765-2) from a background thread, open their bus with ``ignore_config=True`` and shut it down on exit;
+``requests``/``messages``/``responses`` record what crossed the bus. Usage, the default :class:`EcuProfile`
+and ``python -m canarchy.simulator``: ``docs/fuzz-guided.md``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """CAN transports: the python-can backend (live) and the scaffold backend (offline).
 
-``PythonCanBackend._open_bus`` is the one place canarchy opens a real bus. It
-passes everything explicitly (the bus type, :attr:`TransportConfig.bus_options`:
-bit rates, ``fd``, ``[transport.bus_kwargs]``; ``can_filters``) and
-``ignore_config=True``, so python-can's ambient configuration
-(``CAN_INTERFACE``, ``~/.canrc``, ``can.rc``) can never steer a canarchy bus.
-Every bus is shut down in a ``with`` block. :class:`FrameFilter` is candump's
-ID/mask filter (inverse ones are applied here, python-can has none).
-
-python-can is imported only when a bus is opened or a message built
-(``import can`` costs about 0.6 s); reference commands never pay for it.
-
-Errors: :class:`canarchy.errors.TransportError` (CLI exit 2) with codes
-``TRANSPORT_UNAVAILABLE``, ``TRANSPORT_SEND_FAILED``, ``TRANSPORT_RECEIVE_FAILED``;
-``UserInputError`` ``INVALID_FRAME`` for a frame that does not fit;
-:class:`canarchy.errors.ConfigError` for invalid configuration.
+``PythonCanBackend._open_bus`` is the one place canarchy opens a real bus: every option explicit and
+``ignore_config=True``, so python-can's own configuration never steers it; buses are shut down in ``with``
+blocks. python-can is imported only when a bus is opened or a message built. Errors: ``TransportError``
+(exit 2) ``TRANSPORT_UNAVAILABLE``, ``TRANSPORT_SEND_FAILED``, ``TRANSPORT_RECEIVE_FAILED``; ``UserInputError``
+``INVALID_FRAME``; ``ConfigError``. Design: ``docs/design/cli.md`` ("Transport").
 """
 
 from __future__ import annotations
