@@ -2,13 +2,10 @@
 
     import canarchy.testing.required  # noqa: F401
 
-The import fails (``ImportError``, so pytest reports the module as a
-collection error and runs none of its tests) unless
-``canarchy.testing.isolation.plugin`` is configured in this process. That holds however
-the plugin was lost: ``-p no:canarchy.testing.isolation.plugin``, ``--noconftest``
-together with ``-o addopts=`` or ``-c FILE``, or a test file run from another
-project. A module that failed to import is not cached, so every test module
-that imports this one is refused in turn.
+The import raises ``ImportError`` (a collection error: none of the module's tests run) unless
+``canarchy.testing.isolation.plugin`` is configured in this process, however the plugin was lost; a failed
+import is not cached, so every module that imports this one is refused in turn. See
+``docs/design/test-isolation.md`` ("Loading").
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The access guard: a test neither reads nor writes the operator's state.
 
-A CPython audit hook (PEP 578) sees each file operation of the process
-(``open``, ``os.*``, ``shutil.*``, ``sqlite3.connect``, ...) with its path,
-before the OS does. The guard resolves the path (symlinks and ``..``
-included) and raises :class:`OperatorStateRefused` for a read or write of a
-*refused* path (the operator's canarchy and python-can state) and for a write
-under a *read-only* tree (the real homes) outside its *writable* trees;
-writes into *watched* trees (the checkout) are recorded, not refused. Every
-refusal is recorded too (appended to ``report_dir`` by a child process), so a
-test that catches it still fails. An audit hook can never be removed:
-``GUARD.enabled`` switches it. The events judged, and what cannot be judged:
-``docs/design/test-isolation.md`` ("Layer 6: the access guard").
-
-Imports neither pytest nor python-can.
+A CPython audit hook (PEP 578) sees each file operation with its path before the OS does; the guard resolves
+the path and raises :class:`OperatorStateRefused` for a read or write of a refused path and for a write under
+a read-only tree outside its writable trees (writes into watched trees are recorded). Every refusal is also
+recorded, so a test that catches it still fails. The hook cannot be removed: ``GUARD.enabled`` switches it.
+Design and limits: ``docs/design/test-isolation.md`` ("Layer 6: the access guard"). Imports neither pytest
+nor python-can.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Kernel-level containment of a test run (Linux, root or not).
 
-:func:`enter` moves the calling process, once, while it is still
-single-threaded (root: or not, unlocked), and so every process it starts later, into private user,
-mount and (optionally) network namespaces: each path a :class:`Plan` covers
-is an empty read-only view, the read-only trees cannot be written except the
-writable trees inside them, and only ``lo`` exists. A nested user and mount
-namespace then locks that view (``MNT_LOCKED``: no unmount, no remount
-read-write) and leaves the network namespace to an owner the process has no
-capabilities in. Nothing raises for "not possible here": the :class:`Report`
-says what is in force and why not; :func:`probe` asks a child process.
-Design and guarantees: ``docs/design/test-isolation.md`` ("Containment").
-Constants: ``<linux/sched.h>``, ``<linux/mount.h>``, ``<linux/fcntl.h>``,
-``<linux/sockios.h>``; system call numbers: ``asm-generic/unistd.h``. Stdlib only.
+:func:`enter` moves the calling process, once and while single-threaded, and every process it starts later,
+into private user, mount and (optionally) network namespaces: covered paths become empty read-only views, only
+``lo`` exists, and a nested namespace locks the view (``MNT_LOCKED``). Nothing raises for "not possible here":
+the :class:`Report` says what is in force and why not; :func:`probe` asks a child process. Design:
+``docs/design/test-isolation.md`` ("Layer 0: containment"). Constants: ``<linux/sched.h>``, ``<linux/mount.h>``,
+``<linux/fcntl.h>``, ``<linux/sockios.h>``; system call numbers: ``asm-generic/unistd.h``. Stdlib only.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The CAN bus guard: a unit test can reach python-can's ``virtual`` bus and nothing else.
 
-Where it stands (python-can 4.x; see ``docs/design/test-isolation.md``):
-
-1. ``can.interface._get_class_for_interface(name)``: every construction *by
-   name* passes through it (``can.Bus``, a ``Bus`` bound before the guard was
-   installed, ``ThreadSafeBus``, an interface chosen by ``CAN_INTERFACE``,
-   ``CAN_CONFIG``, ``can.rc`` or a config file, legacy ``bustype=``,
-   ``detect_available_configs``). It sees the resolved interface name before
-   the interface module is imported, so no driver is loaded.
-2. ``can.BusABC.__new__``: every construction of a bus *class*, including
-   ``UdpMulticastBus(...)`` or ``SocketcanBus("vcan0")`` built directly. It runs
-   before the backend's ``__init__`` opens a socket or a device.
-
-Both hooks are installed once per process and switched by ``GUARD.enabled``;
-they are never removed (deleting ``BusABC.__new__`` again breaks every later
-bus construction in CPython). A refusal raises :class:`RealCanBusRefused`
-and is also *recorded* (in memory, and as a file in ``report_dir`` when set),
-so product code that catches ``Exception`` cannot turn it into a pass: the
-pytest plugin fails the test at teardown from the record.
-
-The guard also keeps a weak list of the buses it let through, so the plugin
-can check that each was shut down.
-
-This module imports neither pytest nor python-can at import time.
+Two hooks on python-can 4.x, installed once per process, switched by ``GUARD.enabled`` and never removed:
+``can.interface._get_class_for_interface`` (every construction by name, before a driver is imported) and
+``can.BusABC.__new__`` (every bus class, before its ``__init__`` opens anything). A refusal raises
+:class:`RealCanBusRefused` and is recorded (also in ``report_dir`` when set), so code that catches it cannot
+turn it into a pass; the buses let through are kept weakly, to check each was shut down. Design:
+``docs/design/test-isolation.md`` ("Layer 3"). Imports neither pytest nor python-can at import time.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""Finding paths under a home that modules bound at import time, wherever they hide, to re-point them.
+"""Finding paths under a home that modules bound at import time, to re-point them.
 
-:func:`find` walks a module's attributes: values inside containers (dict,
-list, tuple, set, frozenset, named tuples, nested), classes defined in the
-scanned packages (their attributes, dataclass and NamedTuple defaults),
-instances of them, ``functools.partial`` objects and functions' default
-arguments. Each path found becomes a :class:`Target` that :meth:`Target.point`
-re-points at another home: in place where the holder is mutable, by rebuilding
-an immutable container and storing it in the nearest mutable holder. A value
-that holds a home path but cannot be re-pointed (a string that merely
-contains one, a holder that refuses assignment) becomes a :class:`Stuck`,
-named ``module.attribute[key]``. No pytest import here.
+:func:`find` walks a module's attributes (containers, classes of the scanned packages and their instances,
+``functools.partial`` objects, functions' default arguments); each path found is a :class:`Target` that
+:meth:`Target.point` re-points at another home, and a value that cannot be re-pointed becomes a :class:`Stuck`
+named ``module.attribute[key]``. What is walked: ``docs/design/test-isolation.md`` ("Layer 2"). No pytest
+import here.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Process state a test may change and must give back, checked and restored after each test.
 
-- the environment: which variables a test set or removed is known from the
-  ``os.putenv``/``os.unsetenv`` audit events (``os.environ`` writes raise them
-  too), so only those are compared and put back; one set with ``os.putenv``
-  alone (the C-level environment children inherit, invisible to
-  ``os.environ``) is named; so is ``os.environ`` replaced by another object;
-- python-can's module-level configuration: ``can.rc``, ``can.util.CONFIG_FILES``
-  and the ``virtual`` entry of ``can.interfaces.BACKENDS``;
-- signal handlers and the umask.
-
-Everything changed is put back; :meth:`ProcessState.finish` returns what the
-test should not have left changed, in words. No pytest import here.
+The environment (only the variables the ``os.putenv``/``os.unsetenv`` audit events name), python-can's
+module-level configuration, signal handlers and the umask. Everything changed is put back;
+:meth:`ProcessState.finish` returns, in words, what the test should not have left changed. Details:
+``docs/design/test-isolation.md`` ("Layer 2"). No pytest import here.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The disposable home, the environment scrub, and re-pointing of import-time paths.
 
-A :class:`Sandbox` owns one temporary root per pytest process::
-
-    <root>/home            the session home (collection, module/session fixtures)
-    <root>/tests/<n>/home  a fresh, empty home per test
-    <root>/tests/<n>/cwd   a fresh working directory per test
-    <root>/refusals        bus-guard refusals written by child processes
-
-The home is moved through the environment (HOME, USERPROFILE, XDG_*, APPDATA,
-LOCALAPPDATA), not by patching ``Path.home``, so child processes inherit it
-and a test may still set its own HOME. Module attributes that captured a
-home path at import time (and function default arguments) are found by
-scanning the ``canarchy`` modules and re-pointed at the current home.
-
-No pytest import here: the plugin drives it.
+A :class:`Sandbox` owns one temporary root per pytest process: the session home, a fresh home and working
+directory per test, and the bus-guard refusals written by child processes. The home moves through the
+environment (HOME, USERPROFILE, XDG_*, APPDATA, LOCALAPPDATA), not by patching ``Path.home``, so children
+inherit it. Layout and rules: ``docs/design/test-isolation.md`` ("Layer 1", "Layer 2"). No pytest import
+here: the plugin drives it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The one tree manifest: what is in a directory tree, by metadata, at a cost flat in what the user has.
 
-:func:`snapshot` maps relative POSIX paths to :class:`Entry` (kind, size,
-mtime/ctime in ns, inode, mode, link target) from one ``lstat`` per entry; no
-file is opened, no symlink followed. A checkout is walked as git sees it
-(tracked plus untracked-but-not-ignored files, ``git ls-files``), elsewhere
-with ``os.scandir`` minus :data:`SKIPPED_DIRS`. :func:`checkout_state` is the
-sentinel's cheaper view of a git checkout: only what differs from git's index
-and the untracked files. :func:`changes` says what differs between two
-snapshots; :func:`content_differences` compares two trees
-byte for byte (:func:`content_digest`, SHA-256 in 1 MiB blocks) where a copy
-must be proved identical. Errors: an entry that vanishes during the walk is
-left out; a directory that cannot be listed is recorded with ``error`` set.
-Design: ``docs/design/test-isolation.md`` (the sentinel).
+:func:`snapshot` maps relative POSIX paths to :class:`Entry` from one ``lstat`` per entry (no file opened, no
+symlink followed), walking a checkout as git sees it; :func:`checkout_state` is the sentinel's cheaper view of
+a git checkout; :func:`changes` compares two snapshots, :func:`content_differences` two trees byte for byte
+(SHA-256). An entry that vanishes is left out; a directory that cannot be listed is recorded with ``error``
+set. Design: ``docs/design/test-isolation.md`` ("Layer 5: the sentinel").
 """
 
 from __future__ import annotations
