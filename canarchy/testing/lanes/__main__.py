@@ -1,18 +1,9 @@
 """``python -m canarchy.testing.lanes LANE ...``: the one command line of the lanes (what nox runs).
 
-    python -m canarchy.testing.lanes [--project DIR] unit [--jobs N] [-- SELECTION]
-    python -m canarchy.testing.lanes [--project DIR] integration [--operator-bus] [-- SELECTION]
-    python -m canarchy.testing.lanes [--project DIR] parity [--reruns N] [--strict] [-- SELECTION]
-    python -m canarchy.testing.lanes [--project DIR] mutation DEFINITION... [--timeout S]
-    python -m canarchy.testing.lanes [--project DIR] order [--seeds N | --seed S ...] [-- SELECTION]
-    python -m canarchy.testing.lanes [--project DIR] selftest [--only NAME ...]
-    python -m canarchy.testing.lanes [--project DIR] netns-check
-    python -m canarchy.testing.lanes compare A.xml B.xml [--markdown F] [--allowlist F]
-
-SELECTION chooses tests only (paths and node ids in the project, ``-k``,
-``-m``, ``--deselect``); the project's layout comes from its pyproject.toml
-(:mod:`canarchy.testing.lanes.project`). Exit codes: 0 passed, 1 failed,
-2 cannot decide, 128 + N interrupted by signal N.
+Lanes: ``unit``, ``integration``, ``parity``, ``mutation``, ``order``, ``selftest``, ``netns-check``, and
+``compare A.xml B.xml``; ``-- SELECTION`` chooses tests only; the project's layout comes from its
+pyproject.toml (:mod:`canarchy.testing.lanes.project`). Exit codes: 0 passed, 1 failed, 2 cannot decide,
+128 + N interrupted by signal N. Synopsis and design: ``docs/design/verification-harness.md``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The mutation lanes: reintroduce a fixed defect on a copy of the tree; its killer tests must fail.
 
-A mutation is a TOML file (format: ``fixtures/mutations/README.md``): edits
-(each ``search`` exactly once in its file, paths relative to the project root),
-``killers`` that must fail on the mutant, ``controls`` that must still pass.
-:func:`run_mutations` runs every listed test once unmutated (each must
-pass) and each mutant's tests, on copies of the tree, several runs at once.
-A run counts only if every Python process it started imported the
-project's packages from the copy (the import proof, written by the start-up
-hook in ``canarchy/testing/isolation/_subprocess``). Anything that prevents
-an answer is CANNOT DECIDE, never "killed". Design:
-docs/design/verification-harness.md §5-§6.
+A mutation is a TOML file (format: ``fixtures/mutations/README.md``). :func:`run_mutations` runs every
+listed test once unmutated, then each mutant's tests on copies of the tree; a run counts only if every Python
+process it started imported the project's packages from the copy (the import proof). Anything that prevents
+an answer is CANNOT DECIDE, never "killed". Design: ``docs/design/verification-harness.md`` §5-§6.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Private network namespaces for the lanes (Linux): ``unshare --net`` plus ``ip``.
 
-:func:`netns_command` wraps a command so that it runs in a fresh network
-namespace holding only ``lo`` (up) and a route for IPv4 multicast
-(``224.0.0.0/4 dev lo``); the namespace dies with the last process in it.
-Root needs nothing more; another user gets a user namespace of its own too
-(``unshare --user --map-root-user``: root inside it, the same user outside),
-where the kernel allows unprivileged user namespaces.
-Measured on Linux 6.x with python-can 4.6 ``udp_multicast``: the IPv6 default
-group fails to join with ENODEV, the IPv4 group :data:`NETNS_GROUP`
-(python-can's ``DEFAULT_GROUP_IPv4``) round-trips frames once the multicast
-route exists; ``udp_multicast`` also needs ``msgpack``.
+:func:`netns_command` wraps a command to run in a fresh network namespace holding only ``lo`` (up) and a route
+for IPv4 multicast (``224.0.0.0/4 dev lo``); a user other than root gets a user namespace too, where the
+kernel allows it. python-can's ``udp_multicast`` (which needs ``msgpack``) round-trips frames there on the
+IPv4 group :data:`NETNS_GROUP`; its IPv6 default fails with ENODEV. See
+``docs/design/verification-harness.md`` §3.
 """
 
 from __future__ import annotations

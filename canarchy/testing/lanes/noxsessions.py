@@ -1,14 +1,10 @@
 """nox sessions over the lanes, for canarchy and for any project that adopts the harness.
 
-A noxfile gets every session by loading this file (docs/adopting.md)::
-
-    from canarchy.testing.lanes.noxsessions import *  # noqa: F403 (nox finds the sessions)
-
-Each session installs the project (``[tool.canarchy.lanes] install``) and runs
-``python -m canarchy.testing.lanes LANE`` in an environment built from an
-allow-list (:mod:`.env`), never the caller's shell; posargs only choose tests.
-Standard library and nox only: nox's interpreter need not have the project's
-dependencies (this file and its two siblings are loaded by path).
+A noxfile gets every session with ``from canarchy.testing.lanes.noxsessions import *`` (``docs/adopting.md``).
+Each session installs the project (``[tool.canarchy.lanes] install``) and runs ``python -m
+canarchy.testing.lanes LANE`` in an environment built from an allow-list (:mod:`.env`), never the caller's
+shell; posargs only choose tests. Standard library and nox only: nox's interpreter need not have the
+project's dependencies (this file and its two siblings are loaded by path).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The parity lane: the suite with and without an operator's home and shell, compared test by test.
 
-Two twins run at once, each on its own copy of the tree (a test that writes
-into its checkout cannot make them differ) with its own hash seed: *clean*
-(an empty home, a clean shell) and *operator* (a copy of the project's
-operator home and :data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test
-whose outcome differs is run again a few times in both configurations, to
-tell a test that depends on the operator (the verdict fails) from a flaky one
-(reported; fails only with ``--strict``) and from one whose outcome or id
-follows the hash seed (the clean configuration run again with the operator
-twin's seed reproduces the operator twin's result: reported, ``--strict`` fails it).
-Design: docs/design/verification-harness.md §4.
+Two twins run at once, each on its own copy of the tree with its own hash seed: *clean* (an empty home, a
+clean shell) and *operator* (a copy of the project's operator home and
+:data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test whose outcome differs is run again in both, to
+tell a dependency on the operator (the verdict fails) from a flaky or hash-seed-dependent test (reported;
+``--strict`` fails it). Design: ``docs/design/verification-harness.md`` §4.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Where a project keeps its code, tests and harness data: read from its ``pyproject.toml``.
 
-Standard library only (nox's interpreter loads it). The ``[tool.canarchy.lanes]``
-table (docs/adopting.md) overrides what is otherwise derived::
-
-    packages = ["mypkg"]              # import names of the code under test
-    source = "src"                    # the directory holding them ("." or "src" when omitted)
-    tests = ["tests"]                 # default selection (else pytest's testpaths, else "tests")
-    install = ["-e", ".[test]"]       # what a lane's virtualenv installs
-    operator_home = "fixtures/operator-home"
-    parity_allowlist = "fixtures/parity-allowlist.toml"
-    mutations = "fixtures/mutations"
-    leaks = "fixtures/leaks"
-
+The ``[tool.canarchy.lanes]`` table (keys and defaults: ``docs/design/verification-harness.md`` §1,
+``docs/adopting.md``) overrides what is otherwise derived. Standard library only (nox's interpreter loads it).
 Raises :class:`ProjectError` naming the key for anything it cannot use.
 """
 
