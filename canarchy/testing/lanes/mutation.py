@@ -3,7 +3,7 @@
 A mutation is a TOML file (format: ``fixtures/mutations/README.md``). :func:`run_mutations` runs every
 listed test once unmutated and each mutant's tests, several runs at once on copies of the tree; a run counts
 only if every Python process it started imported the project's packages from the copy (the import proof).
-Anything that prevents an answer is CANNOT DECIDE, never "killed". Design: ``docs/design/verification-harness.md`` §5-§6.
+Anything that prevents an answer is CANNOT DECIDE, never "killed". Design: ``docs/design/verification-harness.md``.
 """
 
 from __future__ import annotations
