@@ -3,7 +3,8 @@
 A handler returns a :class:`CommandResult` (the envelope's ``data`` and
 ``warnings``). A command with events opens an :class:`EventStream` with
 :func:`open_stream` and emits each event as it happens; the :class:`Printer`
-(made by ``canarchy.cli.main``) writes it at once in the requested format and
+(made by ``canarchy.cli.main``) writes it in the requested format (``--jsonl``
+lines of a stream that is not live :data:`PENDING_LINES` at a time) and
 closes with the envelope, so memory does not grow with the number of events:
 ``--text`` one line per event then the summary, ``--jsonl`` one JSON line per
 event then the envelope line, ``--json`` one envelope whose ``data.events``
