@@ -30,8 +30,9 @@ ignored. Blank lines are skipped. candump error frames (CAN_ERR_FLAG,
 0x20000000, set in an 8-digit ID) are not CAN frames: they are counted and
 reported as one warning, not yielded.
 
-Streaming: :class:`CaptureFile` is an iterable that reads line by line (or
-message by message); it never holds the file in memory. Warnings are records
+Streaming: :class:`CaptureFile` is an iterable that reads line by line (a
+candump log in batches of :data:`BATCH_LINES` lines), or message by message;
+it never holds the file in memory. Warnings are records
 (:mod:`canarchy.warning_log`), counted per kind, the first 50 of each kept.
 
 Errors (``docs/decoding.md`` lists them with their exit codes): before any
@@ -51,6 +52,7 @@ import gzip
 import importlib.util
 import io
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,7 @@ FRAME_EVENTS = frozenset({"frame", "frame_sent"})
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _COMPRESSION_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+_READ_ERRORS = (OSError, EOFError, zlib.error)  # reading a file stops (a truncated .gz, a failing disk)
 _CAN_ERR_FLAG = 0x20000000  # linux/can.h: the ID marks an error frame
 _CANFD_BRS = 0x01  # linux/can.h: bit rate switch
 _CANFD_ESI = 0x02  # linux/can.h: error state indicator
@@ -78,7 +81,23 @@ _HEX_TEXT = "0123456789abcdefABCDEF"
 _HEX_DIGITS = frozenset(_HEX_TEXT)
 _TIMESTAMP_CHARS = "0123456789."  # str.strip(chars) leaves what is not one of these
 _FD_LENGTHS = frozenset(CAN_FD_DLCS)
+_CLASSIC_HEX_LENGTHS = frozenset(range(0, 17, 2))  # hex digits of 0..8 bytes
+_FD_HEX_LENGTHS = frozenset(2 * n for n in CAN_FD_DLCS)
 _MAX_SHOWN = 80  # characters of a bad line quoted in its warning
+_HEX = "[0-9A-Fa-f]"
+#: The common candump line: ``(seconds) channel ID#HEX`` or ``(seconds) channel ID##FHEX``, maybe with
+#: `` R``/`` T``, the seconds a JSON number. Groups: the seconds, ``"channel ID#"`` (``"channel ID##F"``
+#: for CAN FD: everything that fixes the frame's ID fields) and the data's hex digits.
+_COMMON_LINE = rf"\(((?:0|[1-9][0-9]*)\.[0-9]+)\) (\S+ {_HEX}{{3,8}}#(?:#{_HEX})?)({_HEX}*)(?: [RTrt])?\r?"
+_common_lines = re.compile(rf"^{_COMMON_LINE}$", re.MULTILINE).findall
+_common_line = re.compile(rf"{_COMMON_LINE}\n?").fullmatch
+#: Lines the candump reader takes at a time (:meth:`CaptureFile._candump_batch`).
+BATCH_LINES = 256
+#: Channel and ID pairs whose frame fields the candump reader keeps (a bounded cache).
+MAX_KNOWN_IDS = 4096
+#: What the candump reader keeps of a key of :data:`_COMMON_LINE`: a frame's ``__dict__`` with that
+#: key, and the data lengths (hex digits) such a frame can carry.
+_Known = dict[str, tuple[dict[str, Any], frozenset[int]]]
 
 
 class CaptureFile:
@@ -157,37 +176,81 @@ class CaptureFile:
         return open(self.path, encoding="utf-8", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
-        parse = parse_candump_line
-        path = self.path
         try:
             handle = self._open_text()
         except OSError as exc:
-            raise _unavailable(path, exc) from None
-        lineno = frames = 0
+            raise _unavailable(self.path, exc) from None
+        known: _Known = {}
         with handle:
+            batches = _line_batches(handle, BATCH_LINES)
             try:
-                for lineno, line in enumerate(handle, 1):
-                    try:
-                        frame = parse(line)
-                    except _ErrorFrame:
-                        self.error_frame_count += 1
-                        continue
-                    except (ValueError, UserInputError) as exc:
-                        self.malformed_count += 1
-                        self.log.add("CANDUMP_LINE_MALFORMED", f"{path}:{lineno}: malformed candump line: "
-                                     f"{_why(exc)}: {_shown(line)}", file=path, line=lineno)
-                        continue
-                    if frame is not None:
+                for batch in batches:
+                    yield from self._candump_batch(batch, known)
+            except _READ_ERRORS as exc:  # e.g. a truncated .gz
+                self._stopped = exc
+                line = self.line_count + 1
+                self.log.add("CAPTURE_READ_STOPPED", f"{self.path}:{line}: reading stopped: {exc}",
+                             file=self.path, line=line)
+        self._end()
+
+    def _candump_batch(self, batch: list[str], known: _Known) -> Iterator[CanFrame]:
+        """The frames of ``batch``, the next lines of the file.
+
+        The lines of the common shape (:data:`_COMMON_LINE`) whose channel and ID ``known`` holds,
+        with a data length such a frame can carry, take the fast path: only their timestamp and data
+        are converted, the other fields are those :func:`parse_candump_line` gave for the first line
+        with that channel and ID. Every other line goes to :func:`parse_candump_line`
+        (:meth:`_parse_line`). The frames and warnings are the same either way.
+        """
+        found: list[Any] = _common_lines("".join(batch))
+        if len(found) != len(batch):  # not every line has the common shape: look at each
+            found = [None if match is None else match.groups() for match in map(_common_line, batch)]
+        first = self.line_count + 1
+        lineno = first - 1
+        frames = 0
+        fromhex = bytes.fromhex
+        try:
+            # The reader's hot path: the frame is built here, not in a helper, to save a call per line.
+            for lineno, parts in enumerate(found, first):
+                key = None
+                if parts is not None:
+                    seconds, key, data = parts
+                    entry = known.get(key)
+                    if entry is not None and len(data) in entry[1]:
+                        values = entry[0].copy()
+                        values["data"] = fromhex(data)
+                        values["timestamp"] = float(seconds)
+                        values[TIMESTAMP_TEXT] = seconds
+                        frame = _new(CanFrame)
+                        _set(frame, "__dict__", values)
                         frames += 1
                         yield frame
-            except (OSError, EOFError, zlib.error) as exc:  # e.g. a truncated .gz
-                self._stopped = exc
-                self.log.add("CAPTURE_READ_STOPPED", f"{path}:{lineno + 1}: reading stopped: {exc}",
-                             file=path, line=lineno + 1)
-            finally:
-                self.line_count = lineno
-                self.frame_count = frames
-        self._end()
+                        continue
+                frame = self._parse_line(batch[lineno - first], lineno, key, known)
+                if frame is not None:
+                    frames += 1
+                    yield frame
+        finally:
+            self.line_count = lineno
+            self.frame_count += frames
+
+    def _parse_line(self, line: str, lineno: int, key: str | None, known: _Known) -> CanFrame | None:
+        """:func:`parse_candump_line` of ``line``: its frame, or None (a blank line, or one counted and
+        warned about). The frame of a common line is remembered under its ``key`` in ``known``."""
+        try:
+            frame = parse_candump_line(line)
+        except _ErrorFrame:
+            self.error_frame_count += 1
+            return None
+        except (ValueError, UserInputError) as exc:
+            self.malformed_count += 1
+            self.log.add("CANDUMP_LINE_MALFORMED", f"{self.path}:{lineno}: malformed candump line: "
+                         f"{_why(exc)}: {_shown(line)}", file=self.path, line=lineno)
+            return None
+        if key is not None and frame is not None and len(known) < MAX_KNOWN_IDS:
+            # Every line with this key has these ID fields; its data length must fit the frame.
+            known[key] = (dict(frame.__dict__), _FD_HEX_LENGTHS if frame.is_fd else _CLASSIC_HEX_LENGTHS)
+        return frame
 
     def _iter_json(self) -> Iterator[CanFrame]:
         """Frames of canarchy's own output: each ``--jsonl`` line (a ``--json`` file: its
@@ -334,7 +397,8 @@ def capture_format(path: str) -> str:
     )
 
 
-# radon D by design: the log reader's hot path, one branch per candump -l field, inline for speed (docs/benchmarks.md 3)
+# radon D by design: one branch per candump -l field, inline for speed; the reader sends it the first line of
+# each channel and ID and every line of another shape (CaptureFile._candump_batch)
 def parse_candump_line(line: str) -> CanFrame | None:
     """Parse one candump ``-l`` line into a frame; None for a blank line.
 
@@ -436,6 +500,24 @@ CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is
 
 
 # --- internals --------------------------------------------------------------------------------
+
+
+def _line_batches(handle: io.TextIOBase, size: int) -> Iterator[list[str]]:
+    """The lines of ``handle`` in lists of ``size`` (the last one shorter). When reading fails, the
+    lines read before the failure come first, then the error."""
+    batch: list[str] = []
+    try:
+        for line in handle:
+            batch.append(line)
+            if len(batch) == size:
+                yield batch
+                batch = []
+    except _READ_ERRORS:
+        if batch:
+            yield batch
+        raise
+    if batch:
+        yield batch
 
 
 class _ErrorFrame(Exception):

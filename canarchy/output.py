@@ -3,7 +3,8 @@
 A handler returns a :class:`CommandResult` (the envelope's ``data`` and
 ``warnings``). A command with events opens an :class:`EventStream` with
 :func:`open_stream` and emits each event as it happens; the :class:`Printer`
-(made by ``canarchy.cli.main``) writes it at once in the requested format and
+(made by ``canarchy.cli.main``) writes it in the requested format (``--jsonl``
+lines of a stream that is not live :data:`PENDING_LINES` at a time) and
 closes with the envelope, so memory does not grow with the number of events:
 ``--text`` one line per event then the summary, ``--jsonl`` one JSON line per
 event then the envelope line, ``--json`` one envelope whose ``data.events``
@@ -32,6 +33,10 @@ from canarchy.errors import CanarchyError
 OUTPUT_FORMATS = ("text", "json", "jsonl")
 #: Bytes of ``--json`` events kept in memory before the spool moves to a temporary file.
 SPOOL_MEMORY_BYTES = 4 * 2**20
+#: ``--jsonl`` lines of a stream that is not live held before they are written in one go.
+PENDING_LINES = 256
+#: Different channels (and flags) whose constant JSON text a frame writer keeps.
+_MAX_FRAME_PARTS = 1024
 _EVENT_INDENT = "\n      "  # an event's place in the indented envelope: data -> events -> item
 #: A frame read from text may carry, under this key of its ``__dict__`` (not a field: equality and
 #: ``repr`` ignore it), its timestamp as written in the file when that is a JSON number (digits,
@@ -117,8 +122,8 @@ class EventStream:
         self._fmt = printer.fmt
         self._spool: Any = None
         self._frame_json: Any = None  # None: not tried yet; False: differs from to_payload, not used
-        self._write = printer.out.write
-        self._flush = printer.out.flush
+        self._lines = printer.pending_lines
+        self._batched = printer.fmt == "jsonl" and not live  # lines held, written PENDING_LINES at a time
 
     def emit(self, event_type: str, payload: dict[str, Any], timestamp: float | None = None,
              source: str | None = None) -> None:
@@ -130,8 +135,10 @@ class EventStream:
         event = {"event_type": event_type, "payload": payload, "source": self.source if source is None else source,
                  "timestamp": time.time() if timestamp is None else timestamp}
         fmt = self._fmt
-        if fmt == "jsonl":
-            self._printer.write(self._encode(event) + "\n", flush=self._live)
+        if self._batched:
+            self._printer.write_line(self._encode(event))
+        elif fmt == "jsonl":
+            self._printer.write(self._encode(event) + "\n", flush=True)
         elif fmt == "json":
             self._spool_write(self._encode(event))
         elif self._render is not None:
@@ -157,13 +164,13 @@ class EventStream:
                 fast = write(event_type, frame)
                 self._frame_json = write if fast is not None and json.loads(fast) == json.loads(text) else False
         self.count += 1
-        if self._fmt == "jsonl":
-            try:
-                self._write(text + "\n")
-                if self._live:
-                    self._flush()
-            except BrokenPipeError:
-                raise OutputClosed from None
+        if self._batched:
+            lines = self._lines
+            lines.append(text)
+            if len(lines) >= PENDING_LINES:
+                self._printer.write_lines()
+        elif self._fmt == "jsonl":
+            self._printer.write(text + "\n", flush=True)
         else:
             self._spool_write(text)
 
@@ -206,35 +213,40 @@ def frame_json_writer(encode: Callable[[Any], str], source: str) -> Callable[[st
     frame), the timestamp as the file wrote it when it can (:data:`TIMESTAMP_TEXT`); None for a
     timestamp that is not a finite float (the encoder spells those)."""
     tail = f', "source": {encode(source)}, "timestamp": '
-    heads: dict[Any, str] = {}
-    flags: dict[Any, str] = {}
-    b = ("false", "true")
+    parts: dict[tuple[Any, ...], tuple[str, str, str]] = {}
     float_repr = float.__repr__
 
     def write(event_type: str, frame: Any) -> str | None:
         stamp = frame.timestamp
         if stamp.__class__ is not float or stamp - stamp != 0.0:
             return None
-        # The keys sorted: arbitration_id, bitrate_switch, channel, data, dlc, error_state_indicator,
-        # is_error_frame, is_extended_id, is_fd, is_remote_frame, timestamp; the constant runs are cached.
-        key = (event_type, frame.bitrate_switch, frame.channel)
-        head = heads.get(key)
-        if head is None:
-            head = heads[key] = (f'{{"event_type": {encode(event_type)}, "payload": {{"arbitration_id": '.replace(
-                "%", "%%") + "%d" + f', "bitrate_switch": {b[frame.bitrate_switch]}, "channel": '
-                f'{encode(frame.channel)}, "data": "'.replace("%", "%%"))
         remote = frame.is_remote_frame
-        key = (frame.error_state_indicator, frame.is_error_frame, frame.is_extended_id, frame.is_fd, remote)
-        middle = flags.get(key)
-        if middle is None:
-            middle = flags[key] = (f', "error_state_indicator": {b[key[0]]}, "is_error_frame": {b[key[1]]}, '
-                                   f'"is_extended_id": {b[key[2]]}, "is_fd": {b[key[3]]}, '
-                                   f'"is_remote_frame": {b[key[4]]}, "timestamp": ')
+        # What is neither ID, data, DLC nor timestamp: the same for most frames of a stream.
+        key = (event_type, frame.channel, frame.bitrate_switch, frame.error_state_indicator, frame.is_error_frame,
+               frame.is_extended_id, frame.is_fd, remote)
+        fixed = parts.get(key)
+        if fixed is None:
+            fixed = _frame_json_parts(encode, *key)
+            if len(parts) < _MAX_FRAME_PARTS:
+                parts[key] = fixed
+        head, after_id, middle = fixed
         ts = frame.__dict__.get(TIMESTAMP_TEXT) or float_repr(stamp)
         data = frame.data
-        dlc = frame.requested_dlc if remote else len(data)
-        return f'{head % frame.arbitration_id}{data.hex()}", "dlc": {dlc:d}{middle}{ts}}}{tail}{ts}}}'
+        return (f'{head}{frame.arbitration_id:d}{after_id}{data.hex()}", "dlc": '
+                f'{frame.requested_dlc if remote else len(data):d}{middle}{ts}}}{tail}{ts}}}')
     return write
+
+
+def _frame_json_parts(encode: Callable[[Any], str], event_type: str, channel: Any,
+                      *flags: bool) -> tuple[str, str, str]:
+    """The constant text of a frame event (:func:`frame_json_writer`), keys sorted: before the ID,
+    between the ID and the data, between the DLC and the timestamp. ``flags``: bitrate_switch,
+    error_state_indicator, is_error_frame, is_extended_id, is_fd, is_remote_frame."""
+    brs, esi, error, extended, fd, remote = (encode(bool(flag)) for flag in flags)
+    return (f'{{"event_type": {encode(event_type)}, "payload": {{"arbitration_id": ',
+            f', "bitrate_switch": {brs}, "channel": {encode(channel)}, "data": "',
+            f', "error_state_indicator": {esi}, "is_error_frame": {error}, "is_extended_id": {extended}, '
+            f'"is_fd": {fd}, "is_remote_frame": {remote}, "timestamp": ')
 
 
 class _Writer:
@@ -272,6 +284,8 @@ class Printer:
         self.render_text = render_text
         self.encode = json_encoder()
         self.events: EventStream | None = None
+        #: ``--jsonl`` lines held by :meth:`write_line`, written by the next write.
+        self.pending_lines: list[str] = []
 
     def stream(self, source: str, *, live: bool = False, keep: bool = True) -> EventStream:
         """The command's :class:`EventStream` (made on the first call)."""
@@ -280,13 +294,34 @@ class Printer:
         return self.events
 
     def write(self, text: str, flush: bool = False) -> None:
-        """Write ``text`` to ``out``; raises :class:`OutputClosed` on a closed pipe."""
+        """Write ``text`` to ``out``, after the lines held; raises :class:`OutputClosed` on a closed pipe."""
+        self.write_lines()
         try:
             self.out.write(text)
             if flush:
                 self.out.flush()
         except BrokenPipeError:
             raise OutputClosed from None
+
+    def write_line(self, text: str) -> None:
+        """Write ``text`` and a newline with the next write, or with the :data:`PENDING_LINES` th line
+        held: one write for many events (they are whole lines: Ctrl+C never splits one)."""
+        self.pending_lines.append(text)
+        if len(self.pending_lines) >= PENDING_LINES:
+            self.write_lines()
+
+    def write_lines(self) -> None:
+        """Write the lines held by :meth:`write_line`; raises :class:`OutputClosed` on a closed pipe."""
+        lines = self.pending_lines
+        if not lines:
+            return
+        text = "\n".join(lines) + "\n"
+        try:
+            self.out.write(text)
+        except BrokenPipeError:
+            raise OutputClosed from None
+        finally:
+            lines.clear()  # written, or the reader is gone: never written twice
 
     def finish(self, result: CommandResult | None, error: CanarchyError | None) -> None:
         """Write the end of the output: the ``--json`` envelope (with the streamed

@@ -354,6 +354,198 @@ def test_the_fast_path_still_refuses_what_no_frame_carries(line):
     assert info.value.code == "INVALID_FRAME"
 
 
+#: Lines of the common shape (each matches capture_file._COMMON_LINE) that the reader must still judge
+#: as parse_candump_line does: IDs seen before with data no such frame carries, odd data, error
+#: frames, IDs of other widths or out of range, CAN FD flags, direction suffixes, other channels.
+TRICKY_COMMON = [
+    "(1700000000.000000) can0 18F00E00#821639C4FFFFFFFF",
+    "(1700000000.000001) can0 18F00E00#821639C4FFFFFFFF R",
+    "(1700000000.000002) can0 18F00E00#821639C4FFFFFFFF t",
+    "(1700000000.000003) can0 18F00E00#8216",
+    "(1700000000.000004) can0 18F00E00#",
+    "(1700000000.000005) can0 18F00E00#821639C4FFFFFFFF00",
+    "(1700000000.000006) can0 18F00E00#821",
+    "(1700000000.000007) can1 18F00E00#01",
+    "(1700000000.000008) can0 18f00e00#01",
+    "(1700000000.000009) can0 7E0#0201",
+    "(1700000000.000010) can0 7e0#0201",
+    "(1700000000.000011) can0 7E0#02010000000000000000",
+    "(1700000000.000011) can0 7E0#" + "01" * 12,
+    "(1700000000.000011) can0 18F00E00#" + "01" * 64,
+    "(1700000000.000012) can0 800#00",
+    "(1700000000.000013) can0 5FFFFFFF#00",
+    "(1700000000.000014) can0 20000080#0000000000000000",
+    "(1700000000.000015) can0 20000080#0000000000000000",
+    "(1700000000.000016) can0 1234#00",
+    "(1700000000.000017) can0 1234567#00",
+    "(1700000000.000018) can1 123##1" + "ab" * 64,
+    "(1700000000.000019) can1 123##1" + "ab" * 12,
+    "(1700000000.000020) can1 123##1" + "ab" * 9,
+    "(1700000000.000021) can1 123##1" + "ab" * 66,
+    "(1700000000.000022) can1 123##3" + "01" * 8,
+    "(1700000000.000023) can1 123##0",
+    "(1700000000.000024) can1 123##F0102",
+    "(1700000000.000025) can1 123#0102",
+    "(1700000000.000026) can1 123##1abc",
+    "(0.000027) can0 7E0#0201",
+    "(1.5) can0 7E0#0201",
+    "(1700000000.000029) vcan%d\\\"x 7E0#0201 T",
+    "(1700000000.000030) c\ufffdn0 7E0#0201",
+]
+#: Lines of other shapes: each sends its batch down the line-by-line path.
+TRICKY_OTHER = [
+    "", "   ", "garbage", "(1700000000.000100) can0 7E0#R", "(1700000000.000101) can0 7E0#R4",
+    "(1700000000.000102) can0 20000080#R", "(1700000000.000103) can0 7E0#RX", "(00.5) can0 7E0#00",
+    "(1700000000.) can0 7E0#00", "(.5) can0 7E0#00", "(1700000000) can0 7E0#00", "(1_7.5) can0 7E0#00",
+    "(nan) can0 7E0#00", "(\u0661.5) can0 7E0#00", "(1.5 can0 7E0#00", "(1.5)  can0   7E0#0201  ",
+    "(1.5)\tcan0\t7E0#0201", "(1.5) can0 7E0#0201 X", "(1.5) can0 7E0#02 01", "(1.5) can0 7E0#0201\x1c",
+    "(1.5) can0 7E0#0201\u00a0", "(1.5) can0 7E0-0201", "(1.5) can0 12G#00", "(1.5) can0 123##",
+    "(1.5) can0 123##G00",
+]
+
+
+def _line_by_line(path: Path) -> tuple[list[dict], list[str], tuple[int, int, int]]:
+    """What reading ``path`` one line at a time with parse_candump_line gives (the reference for
+    the reader's fast path): the frames' ``__dict__``, the warnings, and the counts."""
+    frames, warnings, malformed, error_frames = [], [], 0, 0
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                frame = parse_candump_line(line)
+            except capture_file._ErrorFrame:
+                error_frames += 1
+                continue
+            except (ValueError, UserInputError) as exc:
+                malformed += 1
+                warnings.append(f"{path}:{number}: malformed candump line: {capture_file._why(exc)}: "
+                                f"{capture_file._shown(line)}")
+                continue
+            if frame is not None:
+                frames.append(dict(frame.__dict__))
+    if error_frames:
+        warnings.append(f"{path}: {error_frames} error frame(s) (CAN_ERR_FLAG) skipped")
+    return frames, warnings, (number, malformed, error_frames)
+
+
+def _read(path: Path) -> tuple[list[dict], list[str], tuple[int, int, int]]:
+    """What the reader gives: the frames' ``__dict__``, every warning, the counts."""
+    capture = open_capture(path)
+    frames = [dict(frame.__dict__) for frame in capture]
+    return frames, capture.all_warnings(), (capture.line_count, capture.malformed_count, capture.error_frame_count)
+
+
+@pytest.fixture
+def every_warning(monkeypatch):
+    """The reader's warning log keeps every warning (not the first 50 of each kind)."""
+    from canarchy.warning_log import WarningLog
+
+    monkeypatch.setattr(capture_file, "WarningLog", lambda: WarningLog(per_kind=10**9))
+
+
+def _corpus(path: Path, lines: list[str]) -> Path:
+    endings = ("\n", "\r\n", "\n", "\n", "\r\n")
+    path.write_text("".join(line + endings[i % 5] for i, line in enumerate(lines)), encoding="utf-8", newline="")
+    return path
+
+
+def test_the_corpus_of_common_lines_has_the_common_shape():
+    assert len(capture_file._common_lines("\n".join(TRICKY_COMMON) + "\n")) == len(TRICKY_COMMON)
+    assert not any(capture_file._common_line(line) for line in TRICKY_OTHER)
+
+
+def test_whole_batches_of_common_lines_read_as_line_by_line(tmp_path, every_warning):
+    """Every batch matches the common shape at once: the batch path judges each tricky line."""
+    lines = TRICKY_COMMON * (3 * capture_file.BATCH_LINES // len(TRICKY_COMMON) + 1)
+    path = _corpus(tmp_path / "common.log", lines)
+    text = path.read_text(encoding="utf-8")
+    assert len(capture_file._common_lines(text)) == len(lines)  # no line leaves the batch path
+    got = _read(path)
+    assert got == _line_by_line(path)
+    assert got[0] and got[1] and got[2][1] and got[2][2]  # frames, warnings, malformed lines, error frames
+
+
+def test_batches_with_other_lines_read_as_line_by_line(tmp_path, every_warning):
+    """A few uncommon lines among common ones: those batches go line by line, both paths mixed."""
+    lines = []
+    for i in range(3 * capture_file.BATCH_LINES):
+        lines.append(TRICKY_COMMON[i % len(TRICKY_COMMON)])
+        if i % 97 == 0:
+            lines.append(TRICKY_OTHER[i // 97 % len(TRICKY_OTHER)])
+    lines += TRICKY_OTHER
+    path = _corpus(tmp_path / "mixed.log", lines)
+    assert _read(path) == _line_by_line(path)
+
+
+def test_random_lines_read_as_line_by_line(tmp_path, every_warning):
+    """Lines put together from good and bad parts, at random (seeded): reader == reference."""
+    import random
+
+    rng = random.Random(20261201)
+    stamps = ["(1700000000.000001)", "(0.5)", "(12.000)", "(01.5)", "(1.)", "(x)", "1.5", "(1e3)"]
+    channels = ["can0", "can1", "vcan0", "c#n"]
+    ids = ["123", "7FF", "7ff", "800", "18F00E00", "1FFFFFFF", "2FFFFFFF", "20000080", "12", "1234", "12G"]
+    datas = ["#", "#00", "#0011223344556677", "#001122334455667788", "#0", "#R", "#R8", "##1", "##2" + "00" * 12,
+             "##3" + "00" * 9, "##0" + "00" * 64, "##1" + "00" * 65, "#ZZ"]
+    tails = ["", "", "", " R", " T", " X", "  ", "\t"]
+    lines = [f"{rng.choice(stamps)} {rng.choice(channels)} {rng.choice(ids)}{rng.choice(datas)}{rng.choice(tails)}"
+             for _ in range(5 * capture_file.BATCH_LINES)]
+    path = _corpus(tmp_path / "random.log", lines)
+    got = _read(path)
+    assert got == _line_by_line(path)
+    assert len(got[0]) > 100 and len(got[1]) > 100
+
+
+def test_the_fast_path_parses_each_channel_and_id_once(tmp_path, monkeypatch):
+    calls = []
+    real = capture_file.parse_candump_line
+    monkeypatch.setattr(capture_file, "parse_candump_line", lambda line: calls.append(line) or real(line))
+    lines = [f"(1700000000.{i:06d}) can{i % 2} {'7E0' if i % 3 else '18DAF110'}#{i % 256:02X}" for i in range(2000)]
+    frames = list(open_capture(_corpus(tmp_path / "ids.log", lines)))
+    assert len(frames) == 2000 and len(calls) == 4  # two channels, two IDs
+    assert frames[1999].data == bytes([1999 % 256]) and frames[1999].timestamp == 1700000000.001999
+
+
+def test_the_known_ids_are_bounded_and_the_frames_the_same(tmp_path, monkeypatch, every_warning):
+    monkeypatch.setattr(capture_file, "MAX_KNOWN_IDS", 3)
+    lines = [f"(1700000000.{i:06d}) can0 {i % 10:03X}#{i % 256:02X}" for i in range(1000)]
+    path = _corpus(tmp_path / "many.log", lines)
+    assert _read(path) == _line_by_line(path)
+
+
+def test_damage_reads_the_lines_before_it_as_line_by_line(tmp_path, every_warning):
+    """A cut .gz: the frames and warnings before the damage are those of reading line by line."""
+    lines = TRICKY_COMMON * 40 + _lines(TRUCK)
+    whole = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"))
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    expected, warnings, read = [], [], 0
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="") as handle:
+        try:
+            for line in handle:
+                read += 1
+                try:
+                    frame = parse_candump_line(line)
+                except (ValueError, UserInputError, capture_file._ErrorFrame):
+                    continue
+                if frame is not None:
+                    expected.append(dict(frame.__dict__))
+        except EOFError:
+            pass
+    frames, warnings, (line_count, _, _) = _read(path)
+    assert frames == expected and line_count == read
+    assert f"{path}:{read + 1}: reading stopped:" in "\n".join(warnings)
+
+
+def test_a_reader_stopped_early_counts_what_it_gave(tmp_path):
+    path = _corpus(tmp_path / "early.log", _lines(TRUCK) * 2)
+    capture = open_capture(path)
+    frames = iter(capture)
+    for _ in range(capture_file.BATCH_LINES + 5):
+        next(frames)
+    frames.close()
+    assert capture.frame_count == capture.line_count == capture_file.BATCH_LINES + 5
+
+
 # -- bad input: one code and exit status per kind, in every format -------------------------------
 
 

@@ -241,7 +241,91 @@ def test_a_writer_that_disagrees_with_to_payload_is_not_used(monkeypatch):
     frame = parse_candump_line("(1.5) can0 123#01")
     for _ in range(3):
         printer.stream("s").emit_frame("frame", frame)
-    assert [json.loads(line)["payload"] for line in out.getvalue().splitlines()] == [frame.to_payload()] * 3
+    printer.finish(output.CommandResult(data={}), None)
+    assert [json.loads(line)["payload"] for line in out.getvalue().splitlines()[:-1]] == [frame.to_payload()] * 3
+
+
+def _frame_run(live: bool) -> str:
+    """--jsonl of a stream that mixes frames, other events and a direct write, ended by finish()."""
+    from canarchy.capture_file import open_capture
+
+    printer, out = _printer("jsonl")
+    stream = printer.stream("file:x.log", live=live)
+    for number, frame in enumerate(open_capture(LEAF)):
+        stream.emit_frame("frame", frame)
+        if number % 100 == 99:
+            stream.emit("note", {"n": number}, 1.5)
+    printer.write("not an event\n")
+    stream.emit_frame("frame", frame)
+    printer.finish(output.CommandResult(data={"frames": stream.count}), None)
+    return out.getvalue()
+
+
+def test_held_jsonl_lines_come_out_as_written_at_once():
+    """Lines held for one write per batch: the same bytes, in the same order, as a live stream's."""
+    assert _frame_run(live=False) == _frame_run(live=True)
+
+
+def test_jsonl_lines_are_held_up_to_a_batch_and_a_live_stream_writes_each_at_once():
+    from canarchy.capture_file import open_capture
+
+    frames = list(open_capture(TRUCK))[: output.PENDING_LINES + 10]
+    printer, out = _printer("jsonl")
+    stream = printer.stream("file:x.log")
+    for frame in frames:
+        stream.emit_frame("frame", frame)
+    assert out.getvalue().count("\n") == output.PENDING_LINES  # whole lines only
+    printer.finish(output.CommandResult(data={}), None)
+    assert out.getvalue().count("\n") == len(frames) + 1
+    live, live_out = _printer("jsonl")
+    live.stream("capture:can0", live=True).emit_frame("frame", frames[0])
+    assert live_out.getvalue().count("\n") == 1
+
+
+def test_ctrl_c_in_a_jsonl_capture_writes_every_frame_it_counted(monkeypatch):
+    from canarchy import capture_file
+
+    real = capture_file.open_capture
+
+    class Interrupted:
+        """The capture, with Ctrl+C at its 600th frame."""
+
+        def __init__(self, path):
+            self.capture = real(path)
+
+        def __getattr__(self, name):
+            return getattr(self.capture, name)
+
+        def __iter__(self):
+            for number, frame in enumerate(self.capture):
+                if number == 599:
+                    raise KeyboardInterrupt
+                yield frame
+
+    monkeypatch.setattr(capture_file, "open_capture", Interrupted)
+    lines = run_cli("capture", "--file", str(TRUCK), "--jsonl").out.splitlines()
+    assert len(lines) == 600 and strict_json(lines[-1])["data"]["frame_count"] == 599
+    assert all(strict_json(line)["event_type"] == "frame" for line in lines[:-1])
+
+
+def test_a_closed_pipe_ends_a_capture_file_quietly(tmp_path):
+    # `canarchy capture --file LOG --jsonl | head -1` on a log far larger than a pipe holds
+    log = tmp_path / "long.log"
+    log.write_text(TRUCK.read_text(encoding="ascii") * 10, encoding="ascii")
+    producer = subprocess.Popen(_canarchy("capture", "--file", str(log), "--jsonl"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE)
+    producer.stdout.close()
+    try:
+        first, _ = head.communicate(timeout=120)
+        err = producer.stderr.read()
+        code = producer.wait(timeout=60)
+    finally:
+        for proc in (producer, head):
+            if proc.poll() is None:
+                proc.kill()
+    assert strict_json(first)["event_type"] == "frame"
+    assert (err, code) == (b"", EXIT_OUTPUT_CLOSED)
 
 
 # -- memory does not grow with the input ------------------------------------------------------------
