@@ -1,49 +1,13 @@
-"""Reading recorded CAN traffic from capture files, one frame at a time.
+"""Reading recorded CAN traffic from capture files, one frame at a time, in memory that does not
+grow with the file.
 
-Formats, chosen by the file's suffix (a trailing ``.gz`` is decompressed on
-the fly):
-
-===========================  ==========================================================
-suffix                       reader
-===========================  ==========================================================
-``.log``, ``.candump``       canarchy's own candump ``-l`` parser (no python-can import)
-``.asc``                     python-can ``ASCReader`` (Vector ASCII)
-``.blf``                     python-can ``BLFReader`` (Vector binary logging format)
-``.trc``                     python-can ``TRCReader`` (PEAK trace)
-``.csv``                     python-can ``CSVReader`` (python-can's own CSV layout)
-``.mf4``                     python-can ``MF4Reader`` (ASAM MDF 4; needs ``asammdf``)
-``.db``                      python-can ``SqliteReader`` (python-can's SQLite layout)
-``.jsonl``, ``.json``        canarchy's own ``--jsonl`` / ``--json`` output (``frame``, ``frame_sent`` events)
-===========================  ==========================================================
-
-candump ``-l`` lines (can-utils ``lib.c``; the layout python-can's
-``CanutilsLogReader`` reads too)::
-
-    (1635188455.020850) can0 18F00E00#821639C4FFFFFFFF     classic; 8 hex digits = 29-bit ID
-    (1641469561.949700) can0 79B#022101FFFFFFFFFF          classic; 3 hex digits = 11-bit ID
-    (1700000000.000000) can1 123##1A1B2C3D4E5F60718        CAN FD: '##', one flags digit, data
-    (1700000000.000000) can0 123#R                         remote frame (RTR), DLC 0
-    (1700000000.000000) can0 123#R4                        remote frame with DLC 4
-
-An optional trailing `` R``/`` T`` (received/transmitted) is accepted and
-ignored. Blank lines are skipped. candump error frames (CAN_ERR_FLAG,
-0x20000000, set in an 8-digit ID) are not CAN frames: they are counted and
-reported as one warning, not yielded.
-
-Streaming: :class:`CaptureFile` is an iterable that reads line by line (a
-candump log in batches of :data:`BATCH_LINES` lines), or message by message;
-it never holds the file in memory. Warnings are records
-(:mod:`canarchy.warning_log`), counted per kind, the first 50 of each kept.
-
-Errors (``docs/decoding.md`` lists them with their exit codes): before any
-frame is read, ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2: a missing or
-unreadable file, the same class as an unavailable bus),
-``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1: unknown suffix, missing reader),
-``CAPTURE_EMPTY`` (exit 3: zero bytes), ``CAPTURE_COMPRESSION_INVALID`` (exit
-3: a ``.gz`` that is not gzip), ``CAPTURE_FORMAT_INVALID`` (exit 3: a header
-python-can rejects); at the end of a read that gave no frame at all, the same
-three decode errors. Malformed lines and damage after the first frame are
-warnings: ``"<file>:<line>: malformed candump line: <why>: <text>"``.
+The format comes from the suffix (``.log``/``.candump``: canarchy's candump ``-l`` parser, the
+layout of can-utils ``lib.c``; ``.asc``, ``.blf``, ``.trc``, ``.csv``, ``.mf4``, ``.db``: python-can's
+readers; ``.jsonl``/``.json``: canarchy's own output); a trailing ``.gz`` is decompressed on the fly.
+:class:`CaptureFile` yields frames; malformed lines are warnings (:mod:`canarchy.warning_log`), never
+the end of the read. Errors: ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2), ``CAPTURE_FORMAT_UNSUPPORTED``
+(1), ``CAPTURE_EMPTY``, ``CAPTURE_COMPRESSION_INVALID``, ``CAPTURE_FORMAT_INVALID`` (3).
+Line formats, warnings and figures: docs/decoding.md.
 """
 
 from __future__ import annotations

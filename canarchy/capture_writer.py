@@ -1,29 +1,10 @@
-"""Writing captured frames to a log file through python-can's writers, frame by frame.
+"""Writing captured frames to a log file through python-can's writers (chosen by suffix from a fixed
+table: ``.log`` candump, ``.asc``, ``.blf``, ``.trc``, ``.csv``), frame by frame.
 
-=============  ==============================================================
-suffix         python-can writer
-=============  ==============================================================
-``.log``       ``CanutilsLogWriter`` (candump ``-l``: can-utils, canplayer)
-``.asc``       ``ASCWriter`` (Vector ASCII)
-``.blf``       ``BLFWriter`` (Vector binary logging format)
-``.trc``       ``TRCWriter`` (PEAK trace)
-``.csv``       ``CSVWriter`` (python-can's CSV layout)
-=============  ==============================================================
-
-The writer class comes from this fixed table (a python-can writer plugin
-cannot take a suffix over). The file is written under a temporary name in the
-target's directory and renamed to the target by :meth:`CaptureWriter.close`,
-so the target is never a half-written file: it appears complete (with the
-frames up to the end of the capture, however it ended) or not at all. An
-existing target is refused unless ``overwrite``.
-
-What a format cannot hold (python-can 4.6) is said in :meth:`CaptureWriter.warnings`:
-``.trc`` has no CAN FD or remote frames (they are not written), ``.csv`` no
-CAN FD flag, ``.log`` no DLC of a remote frame.
-
-Errors (before the bus is opened): ``CAPTURE_FORMAT_UNSUPPORTED`` (exit 1),
-``CAPTURE_OUTPUT_EXISTS`` (exit 1); ``CAPTURE_WRITE_FAILED`` (exit 2) when the
-file cannot be created, written or renamed (the temporary file is removed).
+The file is written under a temporary name beside the target and renamed by
+:meth:`CaptureWriter.close`: the target appears complete or not at all. What a format cannot hold
+is said in :meth:`CaptureWriter.warnings`. Errors: ``CAPTURE_FORMAT_UNSUPPORTED``,
+``CAPTURE_OUTPUT_EXISTS`` (exit 1), ``CAPTURE_WRITE_FAILED`` (exit 2). Details: docs/record-and-replay.md.
 """
 
 from __future__ import annotations
