@@ -293,6 +293,47 @@ def test_a_c_level_open_reads_nothing():
 """
 
 
+BYTECODE = {
+    "bcpkg/__init__.py": "",
+    "bcpkg/planted.py": "X = 'source'\n",
+    "bcpkg/compiled.py": "X = 'source'\n",
+    "bcpkg/imported.py": "X = 'source'\n",
+    "bcpkg/tampered.py": "X = 'source'\n",
+    "test_bytecode.py": """
+        import builtins, importlib.util, marshal, py_compile
+        from pathlib import Path
+
+        def pyc(request, module):
+            source = Path(request.config.rootpath) / "bcpkg" / f"{module}.py"
+            return source, Path(importlib.util.cache_from_source(str(source)))
+
+        def test_writes_byte_code_into_the_checkout(request):
+            source, target = pyc(request, "planted")
+            code = marshal.dumps(compile("X = 'planted'", str(source), "exec"))
+            target.parent.mkdir(exist_ok=True)
+            target.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + code)
+
+        def test_compiles_into_the_checkout(request):
+            source, target = pyc(request, "compiled")
+            py_compile.compile(str(source), cfile=str(target), doraise=True)
+
+        def test_an_import_caches_its_byte_code(request):
+            import bcpkg.imported
+            assert bcpkg.imported.X == "source" and pyc(request, "imported")[1].is_file()
+
+        def test_a_compile_replaced_and_put_back(request):
+            real = builtins.compile
+            builtins.compile = lambda source, filename, *args, **kwargs: real("X = 'planted'", filename, *args,
+                                                                             **kwargs)
+            try:
+                import bcpkg.tampered
+            finally:
+                builtins.compile = real
+            assert bcpkg.tampered.X == "planted" and pyc(request, "tampered")[1].is_file()
+    """,
+}
+
+
 def _run(tmp_path_factory, name: str, files: dict[str, str], *args: str, env: dict | None = None):
     return run_batch(tmp_path_factory.mktemp(name), files, *args, env=env)
 
@@ -519,3 +560,40 @@ def test_a_stray_configuration_that_loses_the_plugin_s_settings_is_refused(tmp_p
     assert run.returncode == 4, run.output
     assert "tests/pytest.ini shadows the project's configuration in" in run.output
     assert "canarchy_test_cwd" in run.output and "addopts (-p canarchy.testing.isolation.plugin)" in run.output
+
+
+@pytest.fixture(scope="module")
+def bytecode(tmp_path_factory):
+    """A run in which the import system writes byte code (as in an operator's plain ``pytest``)."""
+    return _run(tmp_path_factory, "bytecode", BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": ""})
+
+
+@pytest.mark.parametrize("test, operation", [("test_writes_byte_code_into_the_checkout", "mkdir"),
+                                             ("test_compiles_into_the_checkout", "mkdir")])
+def test_byte_code_written_into_the_checkout_is_refused_at_the_moment(bytecode, test, operation):
+    """Byte code in a checkout's ``__pycache__`` (ignored by git) runs at the next import, outside any
+    isolation: only the import system caching what it compiled may write it."""
+    run, changed = bytecode
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert f"test_bytecode.py::{test} tried to {operation}" in messages and "byte code not written by the import " \
+        "system" in messages, messages
+    cache = run.home.parent / "project" / "bcpkg" / "__pycache__"
+    assert not list(cache.glob("planted.*")) and not list(cache.glob("compiled.*"))
+    assert changed == []
+
+
+def test_an_import_still_caches_its_byte_code_in_the_checkout(bytecode):
+    run, _ = bytecode
+    assert run.outcomes("test_an_import_caches_its_byte_code") == {"passed"}, run.output
+
+
+def test_byte_code_compiled_by_a_replaced_compiler_is_removed_and_named(bytecode):
+    """Put back before the test ends, the replaced compiler leaves no trace in the seal; the cached
+    byte code is compared with the source compiled by the plugin's own compiler instead."""
+    run, _ = bytecode
+    test = "test_a_compile_replaced_and_put_back"
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert "tampered.cpython" in messages and "not the compilation of" in messages and "removed" in messages, messages
+    assert not list((run.home.parent / "project").glob("bcpkg/__pycache__/tampered.*"))

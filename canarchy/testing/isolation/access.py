@@ -61,8 +61,8 @@ class OperatorStateRefused(AssertionError):
 class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
-    resolved, the ``zone`` that decided (``"refused"``, ``"read-only"`` or
-    ``"watched"``), the protected ``tree`` (or file) it fell in, and the pid."""
+    resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``,
+    ``"bytecode"`` or ``"watched"``), the protected ``tree`` (or file) it fell in, and the pid."""
 
     owner: str
     operation: str
@@ -83,8 +83,10 @@ class Access:
             return (f"canarchy test isolation: {self.owner} changed the checkout{where}: {self.operation} "
                     f"{self.path!r} (resolved: {self.resolved}, under {self.tree}). "
                     "Tests work on copies (tmp_path), never on the working tree.")
-        what = ("the operator's own state" if self.zone == "refused"
-                else "a write under the operator's home, outside the checkout and the temporary directories")
+        what = {"refused": "the operator's own state",
+                "bytecode": "byte code not written by the import system, where an import would later run it "
+                            "(outside any isolation)"}.get(
+            self.zone, "a write under the operator's home, outside the checkout and the temporary directories")
         fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{fixes}")
@@ -99,9 +101,10 @@ class Protection:
     ``writable``: trees where writes are allowed; ``watched``: trees where
     writes are allowed and recorded, except under a path component named in
     ``unwatched_names``. Where trees nest, the innermost decides (for one
-    root: watched, writable, read-only); ``refused`` always wins. Writes of
-    Python's byte code (``__pycache__``) are never refused nor recorded outside
-    ``refused``.
+    root: watched, writable, read-only); ``refused`` always wins. Python's byte
+    code (``__pycache__``) may be written in a watched or read-only tree only by
+    the import system caching what it compiled (:func:`_written_by_an_import`);
+    any other such write is refused (zone ``bytecode``).
     """
 
     refused: tuple[str, ...] = ()
@@ -307,6 +310,38 @@ def _resolved(paths: Iterable[str]) -> tuple[str, ...]:
     return _unique(_normcase(os.path.realpath(os.fspath(p))) for p in paths if p)
 
 
+def _import_writers() -> frozenset:
+    """The code of the import system's functions that compile a module and cache its byte code:
+    CPython's ``SourceLoader.get_code`` and, once pytest is imported, its assertion-rewriting
+    hook's ``exec_module``. Taken from the objects as they are when first asked (the plugin asks
+    at start-up, before any test; the seal keeps those objects in place)."""
+    global _IMPORT_WRITERS
+    if _IMPORT_WRITERS is None or len(_IMPORT_WRITERS) < 2:
+        codes = set(_IMPORT_WRITERS or ())
+        external = sys.modules.get("_frozen_importlib_external")
+        if external is not None:
+            codes.add(external.SourceLoader.__dict__["get_code"].__code__)
+        rewrite = sys.modules.get("_pytest.assertion.rewrite")
+        if rewrite is not None:
+            codes.add(rewrite.AssertionRewritingHook.__dict__["exec_module"].__code__)
+        _IMPORT_WRITERS = frozenset(codes)
+    return _IMPORT_WRITERS
+
+
+_IMPORT_WRITERS: frozenset | None = None
+
+
+def _written_by_an_import() -> bool:
+    """Whether one of :func:`_import_writers` is on this thread's stack (byte code being cached by an import)."""
+    writers = _import_writers()
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in writers:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _is_bytecode(path: str) -> bool:
     """A ``__pycache__`` directory or a byte-code file (or its temporary file) in one."""
     if "__pycache__" not in path:
@@ -375,8 +410,10 @@ class _Zones:
         for root, prefix, zone in self.trees:  # innermost first
             if path != root and not path.startswith(prefix):
                 continue
-            if zone == "writable" or _is_bytecode(path):
+            if zone == "writable":
                 return None
+            if _is_bytecode(path):  # the import system's cache; anything else written there runs at an import
+                return ("cached", root) if _written_by_an_import() else ("bytecode", root)
             if zone == "watched" and self.unwatched and not self.unwatched.isdisjoint(path[len(prefix):].split(_SEP)):
                 return None
             return zone, root
@@ -440,6 +477,7 @@ class AccessGuard:
         self._zones = _Zones(self.protection)
         self._refusals: list[Access] = []
         self._watched: list[Access] = []
+        self._cached: list[str] = []  # byte code the import system wrote in watched or read-only trees
         self._lock = threading.Lock()
         self._log = _ReportLog()  # the report file of report_dir, and how far it was read
         self._local = threading.local()
@@ -500,6 +538,16 @@ class AccessGuard:
         """Return and forget the recorded writes into watched trees (as :meth:`take`)."""
         self._collect_reports()
         return self._forget(self._watched, owner)
+
+    def take_cached(self) -> list[str]:
+        """Return and forget the paths of byte code the import system wrote, in this process,
+        into watched or read-only trees (removed by the plugin after a test that changed how
+        the import system compiles)."""
+        if not self._cached:  # every test asks: no lock when there is nothing
+            return []
+        with self._lock:
+            taken, self._cached[:] = list(self._cached), []
+        return taken
 
     def _forget(self, records: list[Access], owner: str | None) -> list[Access]:
         if not records:
@@ -601,6 +649,9 @@ class AccessGuard:
             return
         verdict = zones.verdict(resolved, flags & _WRITE, flags & _TREE)
         if verdict is None:
+            return
+        if verdict[0] == "cached":
+            self._cached.append(resolved)
             return
         self._refuse_or_record(Access(self.owner, operation, text, resolved, verdict[0], verdict[1], os.getpid()))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import itertools
 import logging
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import tempbase as _tempbase
@@ -344,6 +346,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _guard.install()
     _guard.after_import("can.interface", sandbox.scrub_python_can)
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
+    _access._import_writers()  # taken now, before any test could replace them
     run.seal = _seal()
 
 
@@ -357,8 +360,44 @@ def _seal() -> Seal:
     modules = [m for name, m in sorted(sys.modules.items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
-                  (_guard.GUARD, "report_dir")]
+                  (_guard.GUARD, "report_dir"), *_import_machinery()]
     return Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
+
+
+def _import_machinery() -> list[tuple[object, str]]:
+    """What decides the byte code an import caches (compiling, rewriting, marshalling, writing):
+    a test that replaced one could have the import system cache its own code in the checkout."""
+    import builtins
+    import marshal
+
+    external = sys.modules["_frozen_importlib_external"]
+    found = [(builtins, "compile"), (marshal, "dumps"), (ast, "parse"), (external, "_write_atomic"),
+             (external, "_code_to_timestamp_pyc"), (external, "_code_to_hash_pyc"),
+             (external.SourceLoader, "get_code"), (external.SourceLoader, "source_to_code"),
+             (external.SourceFileLoader, "set_data"), (external.SourceFileLoader, "_cache_bytecode")]
+    rewrite = sys.modules.get("_pytest.assertion.rewrite")
+    if rewrite is not None:
+        found += [(rewrite, name) for name in ("rewrite_asserts", "_rewrite_test", "_write_pyc")
+                  if hasattr(rewrite, name)]
+        found.append((rewrite.AssertionRewritingHook, "exec_module"))
+    return found
+
+
+def _checked_cache(config: pytest.Config) -> list[str]:
+    """The byte code the import system cached in the checkout or a read-only tree since the last
+    look, each compared with a compilation of its source by this plugin's own compiler: any
+    other is removed and named (a test that changed the import machinery, even if it put it
+    back, could have had its own code cached where a later import runs it)."""
+    problems = []
+    with _access.GUARD.exempt():
+        for path in dict.fromkeys(_access.GUARD.take_cached()):
+            why = _bytecode.mismatch(path, config)
+            if why:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+                problems.append(f"canarchy test isolation: byte code cached at {path}: {why}; removed (the import "
+                                "system compiled something else than the source: its machinery was changed)")
+    return problems
 
 
 def _unsealed(run: _Run) -> list[str]:
@@ -683,7 +722,7 @@ def guard_operator_access(request: pytest.FixtureRequest):
     run: _Run = request.config.stash[_RUN]
     bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
-    _fail_for_what_came_before(run, nodeid)
+    _fail_for_what_came_before(run, nodeid, request.config)
     bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
     _set_owners(nodeid)
     bus.enabled, files.enabled = not bus_down, not files_down
@@ -697,13 +736,14 @@ def guard_operator_access(request: pytest.FixtureRequest):
     _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
 
 
-def _fail_for_what_came_before(run: _Run, nodeid: str) -> None:
+def _fail_for_what_came_before(run: _Run, nodeid: str, config: pytest.Config) -> None:
     """Fail the setup of ``nodeid`` for what happened outside any test since the last one:
     refusals, a change to the isolation itself, a python-can bus still open (shut down here)."""
     bus, files = _guard.GUARD, _access.GUARD
     earlier = [r.message() for r in bus.take_refusals()] + [a.message() for a in files.take_refusals()]
     off = [f"{name} guard switched off" for name, g in (("bus", bus), ("access", files)) if not g.enabled]
     tampered = _unsealed(run) + off
+    earlier += _checked_cache(config)
     if tampered:
         earlier.append("the isolation's own code or state was changed (put back): " + "; ".join(tampered))
     _remember_writes(run, files.take_watched())
@@ -729,6 +769,7 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
     refusals = [r.message() for r in bus.take_refusals()]
     refused, watched = files.take()
     refusals += [a.message() for a in refused]
+    refusals += _checked_cache(request.config)
     _remember_writes(run, watched)
     for access in watched:
         if access.owner == nodeid:
@@ -835,7 +876,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     lines = run.problems
     pending = [r.message() for r in _guard.GUARD.take_refusals()]
     refused, watched = _access.GUARD.take()
-    pending += [a.message() for a in refused]
+    pending += [a.message() for a in refused] + _checked_cache(config)
     _remember_writes(run, watched)
     if pending:
         lines.append("attempts refused outside any test (collection, fixtures, start-up):")

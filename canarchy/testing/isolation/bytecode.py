@@ -1,0 +1,80 @@
+"""Whether a byte-code file holds the compilation of its source: CPython's own cache
+(``__pycache__/NAME.TAG[.opt-N].pyc``) or pytest's assertion rewrite
+(``__pycache__/NAME.TAG-pytest-VERSION.pyc``). The compiler, ``marshal.loads`` and
+``ast.parse`` are bound when this module is imported, before any test could replace them.
+Design: docs/design/test-isolation.md (layer 6, byte code).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import marshal
+import os
+import sys
+from typing import Any
+
+_COMPILE = compile
+_LOADS = marshal.loads
+_PARSE = ast.parse
+_MAGIC = importlib.util.MAGIC_NUMBER
+_TAG = sys.implementation.cache_tag
+_HEADER = 16  # magic, flags, then mtime and size or a source hash (PEP 552)
+
+
+def _expected_cpython(source: str, optimize: int) -> Any:
+    with open(source, "rb") as fh:
+        return _COMPILE(fh.read(), source, "exec", dont_inherit=True, optimize=optimize)
+
+
+def _expected_pytest(source: str, config: Any) -> Any:
+    from _pytest.assertion.rewrite import rewrite_asserts
+
+    with open(source, "rb") as fh:
+        text = fh.read()
+    tree = _PARSE(text, filename=source)
+    rewrite_asserts(tree, text, source, config)
+    return _COMPILE(tree, source, "exec", dont_inherit=True)
+
+
+def _source_and_kind(path: str) -> tuple[str, str, int] | None:
+    """``(source, "cpython" or "pytest", optimization level)`` for a byte-code file name, or None."""
+    directory, name = os.path.split(path)
+    if os.path.basename(directory) != "__pycache__" or not name.endswith(".pyc"):
+        return None
+    stem, _, rest = name[:-len(".pyc")].partition(f".{_TAG}")
+    source = os.path.join(os.path.dirname(directory), stem + ".py")
+    if rest == "":
+        return source, "cpython", 0
+    if rest in (".opt-1", ".opt-2"):
+        return source, "cpython", int(rest[-1])
+    if rest.startswith("-pytest-"):
+        return source, "pytest", 0
+    return None
+
+
+def mismatch(path: str, config: Any = None) -> str | None:
+    """Why the byte code at ``path`` is not what compiling its source gives (a reason in words),
+    or None when it is, or when there is nothing to judge (the file is gone: a temporary name)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    named = _source_and_kind(path)
+    if named is None:
+        return "not a byte-code file name the import system writes"
+    source, kind, optimize = named
+    if data[:4] != _MAGIC:
+        return "not this interpreter's byte code"
+    try:
+        found = _LOADS(data[_HEADER:])
+    except (EOFError, ValueError, TypeError) as exc:
+        return f"unreadable ({exc})"
+    try:
+        expected = _expected_pytest(source, config) if kind == "pytest" else _expected_cpython(source, optimize)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return f"its source {source} does not compile here ({exc.__class__.__name__})"
+    if found != expected:
+        return f"not the compilation of {source}"
+    return None
