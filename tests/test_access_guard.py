@@ -263,7 +263,7 @@ ALLOWED = {
     "mkdir and rmtree in the work tree": "(os.makedirs(work / 'a' / 'b'), shutil.rmtree(work / 'a'))",
     "a temporary file": "tempfile.TemporaryFile().close()",
     "remove a symlink that points into the state": "os.remove(work / 'rc-to-remove')",
-    "byte code under the home": "open(home / 'pkg' / '__pycache__' / 'm.cpython-311.pyc', 'wb').close()",
+    "byte code in the work tree": "(os.makedirs(work / '__pycache__'), (work / '__pycache__' / 'm.pyc').touch())",
     "sqlite3 in memory": "sqlite3.connect(':memory:').close()",
     "write to the null device": "os.close(os.open(os.devnull, os.O_WRONLY))",
 }
@@ -276,6 +276,24 @@ def test_reads_elsewhere_and_writes_to_writable_trees_are_allowed(tmp_path):
     assert report["outcomes"] == dict.fromkeys(ALLOWED, "allowed")
     assert report["refusals"] == [] and report["watched"] == []
     assert (home / ".canrc").exists() and not (work / "rc-to-remove").exists()
+
+
+def test_byte_code_under_the_home_is_written_only_by_an_import(tmp_path):
+    """A ``.pyc`` there runs at the next import of its module, outside any isolation: the import
+    system may cache what it compiled; any other writer is refused."""
+    home, work = make_operator(tmp_path)
+    (home / "pkg" / "homemod.py").write_text("X = 1\n")
+    report = run_guarded("""
+        sys.path.insert(0, str(home / "pkg"))
+        sys.dont_write_bytecode = False
+        attempt("open", lambda: open(home / "pkg" / "__pycache__" / "m.cpython-311.pyc", "wb").close())
+        attempt("import", lambda: __import__("homemod"))
+    """, home, work)
+    assert report["outcomes"]["open"].startswith("refused: ") and "byte code not written by the import system" \
+        in report["outcomes"]["open"], report["outcomes"]
+    assert report["outcomes"]["import"] == "allowed", report["outcomes"]
+    assert [r["zone"] for r in report["refusals"]] == ["bytecode"]
+    assert list((home / "pkg" / "__pycache__").glob("homemod.*.pyc"))
 
 
 def test_a_disabled_guard_allows_everything(tmp_path):

@@ -569,3 +569,23 @@ def test_a_lane_keeps_its_temporary_files_out_of_the_project(tmp_path, monkeypat
     assert os.environ["TMPDIR"] == str(inner) and tempfile.gettempdir() == str(inner)
     with runner.temporary_files_outside(tmp_path / "elsewhere") as base:  # not inside: kept as it is
         assert base == str(inner) and os.environ["TMPDIR"] == str(inner)
+
+
+def test_the_operator_twin_exports_the_project_s_own_operator_variables(tmp_path):
+    """An adopter's variables (its scrub prefixes) reach the operator twin through
+    ``operator_env``; without it, the lane says that prefix was never exercised."""
+    tests = ("import os\n\ndef test_depends_on_the_shell():\n"
+             "    assert b'ADOPT_MODE=' not in open('/proc/self/environ', 'rb').read()\n")
+    prefixes = 'canarchy_scrub_prefixes = ["ADOPT_"]\n'
+    pyproject = PYPROJECT.replace("xfail_strict = true\n", "xfail_strict = true\n" + prefixes)
+    without = parity.run_parity(_project(tmp_path / "without", tests, pyproject=pyproject), ["tests"],
+                                source_env=os.environ, hashseeds=(3, 4), reruns=1)
+    assert without.exit_code == 0 and without.unexercised == ["ADOPT_"]
+    assert "not exercised: the operator twin exports no ADOPT_* variable" in parity.render(without)
+    pyproject += 'operator_env = { ADOPT_MODE = "operator", ADOPT_HOME = "{home}/.adopt" }\n'
+    project = _project(tmp_path / "with", tests, pyproject=pyproject)
+    assert dict(project.operator_env) == {"ADOPT_MODE": "operator", "ADOPT_HOME": "{home}/.adopt"}
+    found = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1)
+    assert found.exit_code == 1 and found.unexercised == []
+    assert [(f.id, f.kind) for f in found.findings] == [("tests.test_p::test_depends_on_the_shell", "operator")]
+    assert found.twins["operator"].env["ADOPT_HOME"].endswith("/operator-home/.adopt")

@@ -75,6 +75,7 @@ class ParityResult:
     checkout_changes: list[str] = field(default_factory=list)
     not_shut_down: dict[str, list[str]] = field(default_factory=dict)
     strict: bool = False
+    unexercised: list[str] = field(default_factory=list)  # scrub prefixes the operator twin exports nothing of
 
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
@@ -145,6 +146,7 @@ def _make_twin(name: str, seed: int, project: Project, files: list[str], base: P
              "PYTHONPATH": pythonpath(copy, project, extra_env)}
     if name == "operator":
         extra.update(hostile_env(op_home))
+        extra.update({k: v.replace("{home}", str(op_home)) for k, v in project.operator_env})
     return Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
 
 
@@ -192,6 +194,8 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         if any(t.problem for t in twins.values()):
             comparison.undecided.extend(f"{t.name} twin: {t.problem}" for t in twins.values() if t.problem)
         result = ParityResult(comparison, twins, strict=strict)
+        result.unexercised = [p for p in project.scrub_prefixes
+                              if not any(k.startswith(p) for k in twins["operator"].env)]
         if not comparison.undecided:
             result.findings = _classify(twins, comparison, selection, out, reruns, python)
         for name, twin in twins.items():
@@ -276,6 +280,8 @@ def _check_lines(result: ParityResult) -> list[str]:
     lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
     lines += [f"  operator home changed: {line}" for line in result.home_changes]
     lines += [f"  the checkout itself changed: {line}" for line in result.checkout_changes]
+    lines += [f"  not exercised: the operator twin exports no {prefix}* variable, so a test that depends on one "
+              "cannot differ ([tool.canarchy.lanes] operator_env)" for prefix in result.unexercised]
     return lines
 
 

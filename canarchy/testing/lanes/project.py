@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 PLUGIN = "canarchy.testing.isolation.plugin"
-_KEYS = {"packages", "source", "tests", "install", "operator_home", "parity_allowlist", "mutations", "leaks"}
+_KEYS = {"packages", "source", "tests", "install", "operator_home", "operator_env", "parity_allowlist", "mutations",
+         "leaks"}
 
 
 class ProjectError(ValueError):
@@ -35,6 +36,8 @@ class Project:
     mutations: Path | None = None
     leaks: Path | None = None
     uses_plugin: bool = False  # its pytest configuration loads canarchy.testing.isolation.plugin
+    operator_env: tuple[tuple[str, str], ...] = ()  # the operator's shell for parity, beside canarchy's own
+    scrub_prefixes: tuple[str, ...] = ()  # canarchy_scrub_prefixes of its pytest configuration
 
     def module_of(self, file: str) -> str:
         """The dotted module of a project-relative ``file`` (``src/pkg/a.py`` -> ``pkg.a``).
@@ -124,4 +127,14 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
              for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
     addopts = doc.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("addopts", "")
     uses_plugin = PLUGIN in (" ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts))
-    return Project(base, packages, source, tests, install, **paths, uses_plugin=uses_plugin)
+    operator_env = table.get("operator_env", {})
+    if not isinstance(operator_env, dict) or not all(
+            isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and isinstance(v, str)
+            for k, v in operator_env.items()):
+        raise ProjectError(f"{where} operator_env: expected a table of variable names to strings")
+    ini = doc.get("tool", {}).get("pytest", {}).get("ini_options", {})
+    prefixes = ini.get("canarchy_scrub_prefixes", [])
+    prefixes = tuple(p for p in (prefixes if isinstance(prefixes, list) else str(prefixes).split())
+                     if isinstance(p, str))
+    return Project(base, packages, source, tests, install, **paths, uses_plugin=uses_plugin,
+                   operator_env=tuple(operator_env.items()), scrub_prefixes=prefixes)
