@@ -589,3 +589,31 @@ def test_the_operator_twin_exports_the_project_s_own_operator_variables(tmp_path
     assert found.exit_code == 1 and found.unexercised == []
     assert [(f.id, f.kind) for f in found.findings] == [("tests.test_p::test_depends_on_the_shell", "operator")]
     assert found.twins["operator"].env["ADOPT_HOME"].endswith("/operator-home/.adopt")
+
+
+DETACHING_TEST = """
+import os, subprocess, time
+from pathlib import Path
+
+def test_leaves_a_detached_child():
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    Path({started!r}, str(child.pid)).write_text("")
+    time.sleep(120)
+"""
+
+
+def test_ctrl_c_stops_what_a_test_detached_too(tmp_path):
+    """A test's child in a session of its own is out of reach of the run's process group; the lane,
+    its subreaper, adopts it when the run ends and stops it as well."""
+    started, tmp = tmp_path / "started", tmp_path / "tmp"
+    started.mkdir()
+    tmp.mkdir()
+    project = _project(tmp_path / "p", DETACHING_TEST.format(started=str(started)))
+    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
+                             extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "unit", "--jobs", "1"]
+    lane = interrupt_once_started(argv, started=started, runs=1, cwd=project.root, env=env)
+    assert lane.returncode == 130 and "unit: interrupted by SIGINT" in lane.err, lane.out + lane.err
+    [detached] = lane.pids
+    with pytest.raises(ProcessLookupError):
+        os.kill(detached, 0)
