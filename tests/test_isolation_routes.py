@@ -597,3 +597,19 @@ def test_byte_code_compiled_by_a_replaced_compiler_is_removed_and_named(bytecode
     assert run.outcomes(test) & {"failed", "error"}, run.output
     assert "tampered.cpython" in messages and "not the compilation of" in messages and "removed" in messages, messages
     assert not list((run.home.parent / "project").glob("bcpkg/__pycache__/tampered.*"))
+
+
+def test_a_write_at_interpreter_exit_is_refused_too(tmp_path):
+    """pytest has returned, but the process has not ended: an atexit handler a test registered, or
+    a daemon thread, still meets the access guard (with the containment off, nothing else stops it)."""
+    run = run_child(tmp_path, {"test_late.py": """
+        import atexit, os
+        from pathlib import Path
+
+        def test_registers_a_late_write():
+            target = Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "written-at-exit"
+            atexit.register(lambda: target.write_text("late"))
+    """}, "-o", "canarchy_containment=false", env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    assert run.outcomes("test_registers_a_late_write") == {"passed"}, run.output
+    assert "after the session: an atexit handler" in run.output and "Refused" in run.output, run.output
+    assert not (run.home / ".canarchy" / "written-at-exit").exists()

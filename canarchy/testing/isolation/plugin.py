@@ -55,6 +55,7 @@ _CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
 _START_UP = "<pytest start-up, before collection>"
+_AT_EXIT = "<after the session: an atexit handler or a thread still running at interpreter exit>"
 _CONFTESTS = "<import of the initial conftest.py files>"
 
 
@@ -498,6 +499,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(_RUN, None)
     if run is None:
         return
+    if _the_process_ends_with(config):  # what runs until the interpreter exits is still refused
+        _guard.GUARD.owner = _access.GUARD.owner = _AT_EXIT
+        _guard.GUARD.report_dir = _access.GUARD.report_dir = None
+        run.sandbox.cleanup()
+        _ACTIVE.clear()
+        return
     _guard.GUARD.enabled = False
     _guard.GUARD.report_dir = None
     _access.GUARD.enabled = False
@@ -507,6 +514,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run.sandbox.restore_python_can()
     run.sandbox.cleanup()
     _ACTIVE.clear()
+
+
+def _the_process_ends_with(config: pytest.Config) -> bool:
+    """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
+    ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
+    return (os.path.basename(sys.argv[0]) in ("pytest", "py.test", "__main__.py")
+            and list(config.invocation_params.args) == sys.argv[1:])
 
 
 def require_containment(config: pytest.Config) -> None:
