@@ -529,14 +529,21 @@ def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypa
 # --------------------------------------------------------------------------- interrupts
 
 
-def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path):
-    """Two SIGINTs 150 ms apart (the second makes the stop hurry); one SIGINT: tests/test_order.py."""
+def _lane_to_interrupt(tmp_path: Path, test: str) -> tuple[Path, Path, Project, dict[str, str]]:
+    """``(started, TMPDIR, project, lane environment)`` for a lane run as a process on a project
+    whose test is ``test`` (formatted with ``started``, the directory its runs write pids into)."""
     started, tmp = tmp_path / "started", tmp_path / "tmp"
     started.mkdir()
     tmp.mkdir()
-    project = _project(tmp_path / "p", WAITING_TEST.format(started=str(started)))
+    project = _project(tmp_path / "p", test.format(started=str(started)))
     env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
                              extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    return started, tmp, project, env
+
+
+def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path):
+    """Two SIGINTs 150 ms apart (the second makes the stop hurry); one SIGINT: tests/test_order.py."""
+    started, tmp, project, env = _lane_to_interrupt(tmp_path, WAITING_TEST)
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "parity"]
     lane = interrupt_once_started(argv, started=started, runs=2, cwd=project.root, env=env, signals=2)
     assert lane.returncode == 130, lane.out + lane.err
@@ -605,12 +612,7 @@ def test_leaves_a_detached_child():
 def test_ctrl_c_stops_what_a_test_detached_too(tmp_path):
     """A test's child in a session of its own is out of reach of the run's process group; the lane,
     its subreaper, adopts it when the run ends and stops it as well."""
-    started, tmp = tmp_path / "started", tmp_path / "tmp"
-    started.mkdir()
-    tmp.mkdir()
-    project = _project(tmp_path / "p", DETACHING_TEST.format(started=str(started)))
-    env = lane_env.build_env(home=tmp_path / "lane-home", source=os.environ,
-                             extra={"TMPDIR": str(tmp), "PYTHONPATH": str(REPO)})
+    started, _tmp, project, env = _lane_to_interrupt(tmp_path, DETACHING_TEST)
     argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "unit", "--jobs", "1"]
     lane = interrupt_once_started(argv, started=started, runs=1, cwd=project.root, env=env)
     assert lane.returncode == 130 and "unit: interrupted by SIGINT" in lane.err, lane.out + lane.err

@@ -143,13 +143,9 @@ def _canarchy(*argv: str) -> list[str]:
     return [sys.executable, "-m", "canarchy", *argv]
 
 
-@pytest.mark.parametrize("fmt", ["--jsonl", "--text", "--json"])
-def test_a_closed_pipe_ends_the_stream_quietly(fmt):
-    # `canarchy … | head -1`: the reader goes away after one line.
-    # --json writes at the end: a run that ends by itself, whose envelope is far larger than a pipe holds
-    count = "100000" if fmt == "--json" else "1000000000"
-    producer = subprocess.Popen(_canarchy("generate", "--dry-run", "--count", count, fmt),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _first_line_through_head(*argv: str) -> tuple[bytes, bytes, int]:
+    """``canarchy ARGV | head -1``: the line head printed, canarchy's stderr and exit code."""
+    producer = subprocess.Popen(_canarchy(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE)
     producer.stdout.close()  # only head reads the pipe now
     try:
@@ -160,6 +156,15 @@ def test_a_closed_pipe_ends_the_stream_quietly(fmt):
         for proc in (producer, head):
             if proc.poll() is None:
                 proc.kill()
+    return first, err, code
+
+
+@pytest.mark.parametrize("fmt", ["--jsonl", "--text", "--json"])
+def test_a_closed_pipe_ends_the_stream_quietly(fmt):
+    # `canarchy … | head -1`: the reader goes away after one line.
+    # --json writes at the end: a run that ends by itself, whose envelope is far larger than a pipe holds
+    count = "100000" if fmt == "--json" else "1000000000"
+    first, err, code = _first_line_through_head("generate", "--dry-run", "--count", count, fmt)
     assert first.strip()
     assert (err, code) == (b"", EXIT_OUTPUT_CLOSED)
 
@@ -312,18 +317,7 @@ def test_a_closed_pipe_ends_a_capture_file_quietly(tmp_path):
     # `canarchy capture --file LOG --jsonl | head -1` on a log far larger than a pipe holds
     log = tmp_path / "long.log"
     log.write_text(TRUCK.read_text(encoding="ascii") * 10, encoding="ascii")
-    producer = subprocess.Popen(_canarchy("capture", "--file", str(log), "--jsonl"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE)
-    producer.stdout.close()
-    try:
-        first, _ = head.communicate(timeout=120)
-        err = producer.stderr.read()
-        code = producer.wait(timeout=60)
-    finally:
-        for proc in (producer, head):
-            if proc.poll() is None:
-                proc.kill()
+    first, err, code = _first_line_through_head("capture", "--file", str(log), "--jsonl")
     assert strict_json(first)["event_type"] == "frame"
     assert (err, code) == (b"", EXIT_OUTPUT_CLOSED)
 

@@ -119,11 +119,19 @@ def checkout(request, tmp_path: Path) -> Path:
     return root
 
 
-def test_every_kind_of_change_is_reported(checkout: Path):
-    before = tree.snapshot(checkout)
-    assert tree.changes(before, tree.snapshot(checkout)) == []
-    assert before["keep.txt"].kind == "file" and before["pkg"].kind == "dir" and before["link"].kind == "link"
+#: What :func:`change_every_kind` does, as a metadata walk reports it (in path order).
+EVERY_KIND_BY_METADATA = [
+    "removed: gone.txt",
+    "changed: grow.txt (size 1 -> 3)",
+    "changed: link (link target keep.txt -> grow.txt)",
+    "added: new.txt",
+    "changed: quiet.txt (content or metadata)",
+    "changed: script.sh (mode 644 -> 755)",
+]
 
+
+def change_every_kind(checkout: Path) -> None:
+    """Add, remove, grow, rewrite in place (times put back), chmod and re-point a link in ``checkout``."""
     (checkout / "new.txt").write_text("hello\n")
     (checkout / "gone.txt").unlink()
     (checkout / "grow.txt").write_text("abc")
@@ -133,22 +141,22 @@ def test_every_kind_of_change_is_reported(checkout: Path):
     os.utime(quiet, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     assert quiet.stat().st_mtime_ns == stamp.st_mtime_ns
     os.chmod(checkout / "script.sh", 0o755)
-    (checkout / "becomes_dir").unlink()
-    (checkout / "becomes_dir").mkdir()
-    (checkout / "becomes_dir" / "inner.txt").write_text("in\n")
     (checkout / "link").unlink()
     os.symlink("grow.txt", checkout / "link")
 
+
+def test_every_kind_of_change_is_reported(checkout: Path):
+    before = tree.snapshot(checkout)
+    assert tree.changes(before, tree.snapshot(checkout)) == []
+    assert before["keep.txt"].kind == "file" and before["pkg"].kind == "dir" and before["link"].kind == "link"
+
+    change_every_kind(checkout)
+    (checkout / "becomes_dir").unlink()
+    (checkout / "becomes_dir").mkdir()
+    (checkout / "becomes_dir" / "inner.txt").write_text("in\n")
+
     assert tree.changes(before, tree.snapshot(checkout)) == [  # in path order
-        "changed: becomes_dir (file -> dir)",
-        "added: becomes_dir/inner.txt",
-        "removed: gone.txt",
-        "changed: grow.txt (size 1 -> 3)",
-        "changed: link (link target keep.txt -> grow.txt)",
-        "added: new.txt",
-        "changed: quiet.txt (content or metadata)",
-        "changed: script.sh (mode 644 -> 755)",
-    ]
+        "changed: becomes_dir (file -> dir)", "added: becomes_dir/inner.txt", *EVERY_KIND_BY_METADATA]
 
 
 def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout: Path):
@@ -162,16 +170,7 @@ def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout:
     assert tree.changes(before, tree.checkout_state(checkout)) == []
 
     (checkout / "dirty.txt").write_text("written again\n")
-    (checkout / "new.txt").write_text("hello\n")
-    (checkout / "gone.txt").unlink()
-    (checkout / "grow.txt").write_text("abc")
-    quiet = checkout / "quiet.txt"
-    stamp = quiet.stat()
-    quiet.write_text("bbbb")  # same size, and the times put back: only ctime can tell
-    os.utime(quiet, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
-    os.chmod(checkout / "script.sh", 0o755)
-    (checkout / "link").unlink()
-    os.symlink("grow.txt", checkout / "link")
+    change_every_kind(checkout)
 
     found = tree.changes(before, tree.checkout_state(checkout))
     if (checkout / ".git").exists():
@@ -185,15 +184,7 @@ def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout:
             "changed: script.sh (now differs from git's index)",
         ]
     else:  # no git: the skip-list walk, as snapshot()
-        assert found == [
-            "changed: dirty.txt (size 25 -> 14)",
-            "removed: gone.txt",
-            "changed: grow.txt (size 1 -> 3)",
-            "changed: link (link target keep.txt -> grow.txt)",
-            "added: new.txt",
-            "changed: quiet.txt (content or metadata)",
-            "changed: script.sh (mode 644 -> 755)",
-        ]
+        assert found == ["changed: dirty.txt (size 25 -> 14)", *EVERY_KIND_BY_METADATA]
 
 
 def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(tmp_path: Path, monkeypatch):
