@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from collections.abc import Mapping
@@ -48,6 +49,22 @@ def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
     if not (dest / "pyproject.toml").is_file() and (root / "pyproject.toml").is_file():
         raise CopyError(f"{root}: pyproject.toml was not copied ({copied} files)")
     return copied
+
+
+def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
+    """Remove a lane's temporary tree; an entry still appearing while it goes (a run stopped
+    mid-write) makes it try again, up to ``attempts`` times, 0.2 s apart. Raises the last
+    ``OSError`` if the tree is still there."""
+    for attempt in range(attempts):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2)
 
 
 def pythonpath(copy: Path, project: Project, extra_env: Mapping[str, str] | None = None) -> str:
