@@ -1,7 +1,8 @@
 """Whether a byte-code file holds the compilation of its source: CPython's own cache
 (``__pycache__/NAME.TAG[.opt-N].pyc``) or pytest's assertion rewrite
 (``__pycache__/NAME.TAG-pytest-VERSION.pyc``). The compiler, ``marshal.loads`` and
-``ast.parse`` are bound when this module is imported, before any test could replace them.
+``ast.parse`` and pytest's ``rewrite_asserts`` are bound when this module is imported (by the
+plugin, before any test could replace them).
 Design: docs/design/test-isolation.md (layer 6, byte code).
 """
 
@@ -14,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from _pytest.assertion.rewrite import rewrite_asserts as _REWRITE
+
 _COMPILE = compile
 _LOADS = marshal.loads
 _PARSE = ast.parse
@@ -22,18 +25,14 @@ _TAG = sys.implementation.cache_tag
 _HEADER = 16  # magic, flags, then mtime and size or a source hash (PEP 552)
 
 
-def _expected_cpython(source: str, optimize: int) -> Any:
-    with open(source, "rb") as fh:
-        return _COMPILE(fh.read(), source, "exec", dont_inherit=True, optimize=optimize)
-
-
-def _expected_pytest(source: str, config: Any) -> Any:
-    from _pytest.assertion.rewrite import rewrite_asserts
-
+def _expected(source: str, kind: str, optimize: int, config: Any) -> Any:
+    """The code object the import system (``cpython``) or pytest's rewrite (``pytest``) makes of ``source``."""
     with open(source, "rb") as fh:
         text = fh.read()
+    if kind == "cpython":
+        return _COMPILE(text, source, "exec", dont_inherit=True, optimize=optimize)
     tree = _PARSE(text, filename=source)
-    rewrite_asserts(tree, text, source, config)
+    _REWRITE(tree, text, source, config)
     return _COMPILE(tree, source, "exec", dont_inherit=True)
 
 
@@ -72,7 +71,7 @@ def mismatch(path: str, config: Any = None) -> str | None:
     except (EOFError, ValueError, TypeError) as exc:
         return f"unreadable ({exc})"
     try:
-        expected = _expected_pytest(source, config) if kind == "pytest" else _expected_cpython(source, optimize)
+        expected = _expected(source, kind, optimize, config)
     except (OSError, SyntaxError, ValueError) as exc:
         return f"its source {source} does not compile here ({exc.__class__.__name__})"
     if found != expected:

@@ -1,7 +1,7 @@
 """The mutation lanes: reintroduce a fixed defect on a copy of the tree; its killer tests must fail.
 
 A mutation is a TOML file (format: ``fixtures/mutations/README.md``). :func:`run_mutations` runs every
-listed test once unmutated and each mutant's tests, several runs at once on copies of the tree; a run counts
+listed test once unmutated and each mutant's tests, ``jobs`` runs at a time on copies of the tree; a run counts
 only if every Python process it started imported the project's packages from the copy (the import proof).
 Anything that prevents an answer is CANNOT DECIDE, never "killed". Design: ``docs/design/verification-harness.md``.
 """
