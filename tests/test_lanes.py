@@ -529,6 +529,39 @@ def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypa
 # --------------------------------------------------------------------------- interrupts
 
 
+class _Stop(BaseException):
+    pass
+
+
+def test_an_interrupt_returns_only_after_every_running_job_has_ended():
+    """A signal handler's exception cuts the main thread's wait short while a job still works
+    (it cleans up for 0.5 s): the interrupt reaches the caller only after the job has ended.
+    (A plain ``Thread.join`` fails this on CPython 3.11: the interrupted join marks the running
+    thread stopped, and the lane removed its temporary tree while a job was still writing in it.)"""
+    import threading
+    import time
+
+    ended = threading.Event()
+
+    def job() -> None:
+        time.sleep(0.2)  # the main thread is waiting by now
+        os.kill(os.getpid(), signal.SIGUSR1)  # its handler runs in the main thread, in that wait
+        time.sleep(0.5)
+        ended.set()
+
+    def handler(signum, frame):
+        raise _Stop
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with pytest.raises(_Stop):
+            runner.concurrently([job], workers=1)
+        assert ended.is_set(), "concurrently returned while a job was still running"
+        assert not runner.stopping(), "the next concurrently call would start nothing"
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def _lane_to_interrupt(tmp_path: Path, test: str) -> tuple[Path, Path, Project, dict[str, str]]:
     """``(started, TMPDIR, project, lane environment)`` for a lane run as a process on a project
     whose test is ``test`` (formatted with ``started``, the directory its runs write pids into)."""

@@ -31,7 +31,7 @@ from canarchy.testing.lanes.project import Project, ProjectError
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
-                                           run_pytest)
+                                           cores, run_pytest, stopping)
 from canarchy.testing.lanes.workspace import CopyError, copy_tree, remove_tree, tree_files
 
 DEFAULT_EXCLUDED = ("ImportError", "ModuleNotFoundError", "SyntaxError")
@@ -373,9 +373,8 @@ def _packages(project: Project, mutations: Sequence[Mutation]) -> list[str]:
 
 
 def default_jobs() -> int:
-    """Copies worked on at once by default: one. Several (``--jobs``) are faster, but a run of
-    two stopped by Ctrl+C has been seen leaving its temporary tree behind (docs/design/verification-harness.md §6)."""
-    return 1
+    """Copies worked on at once by default: one per core."""
+    return cores()
 
 
 def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: str = sys.executable,
@@ -455,7 +454,7 @@ def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str]) ->
     except CannotDecide as exc:
         return str(exc), time.monotonic() - started
     finally:
-        if work.changes():
+        if not stopping() and work.changes():
             work.make_copy()
     return cases, time.monotonic() - started
 
@@ -491,7 +490,7 @@ def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str
         result.status, result.reason = "cannot decide", str(exc)
     finally:
         work.restore(texts)
-        if work.changes():
+        if not stopping() and work.changes():
             echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
             work.make_copy()
     result.durations["mutant"] = time.monotonic() - started
@@ -575,7 +574,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mutation files or directories (default: the project's mutations)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per pytest run")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="pytest runs at once, each on its own copy (default 1)")
+                        help="pytest runs at once, each on its own copy (default: one per core)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:

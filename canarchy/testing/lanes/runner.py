@@ -310,37 +310,54 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def cores() -> int:
+    """The cores this process may run on (at least 1)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def stopping() -> bool:
+    """True once an interrupt reached :func:`concurrently`: a job should only clean up, not start over."""
+    return _CLOSED.is_set()
+
+
 def concurrently(jobs: Sequence, workers: int = 2) -> list:  # type: ignore[type-arg]
     """Call each of ``jobs`` (no-argument callables), ``workers`` at a time; their results in order.
 
     An exception in a job is re-raised here after all have ended; an interrupt
     (which reaches only the main thread) stops every child first, queued jobs
     never start, and a running job can start no further child (:func:`run`
-    raises :class:`RunTimeout`).
+    raises :class:`RunTimeout`). Returns or raises only when every job has ended.
     """
     results: list = [None] * len(jobs)
     errors: list[BaseException] = []
     queue = list(enumerate(jobs))
     lock = threading.Lock()
     cancelled = threading.Event()
+    # Each worker's own "ended" event, not Thread.join(): on CPython 3.11 a join cut short by a
+    # signal handler's exception marks the still-running thread as stopped (bpo-45274's fix), and
+    # every later join returns at once while the job is still working in its copy.
+    ended = [threading.Event() for _ in range(max(1, min(workers, len(jobs))))]
 
-    def worker() -> None:
-        while not cancelled.is_set():
-            with lock:
-                if not queue:
-                    return
-                index, job = queue.pop(0)
-            try:
-                results[index] = job()
-            except BaseException as exc:
-                errors.append(exc)
+    def worker(done: threading.Event) -> None:
+        try:
+            while not cancelled.is_set():
+                with lock:
+                    if not queue:
+                        return
+                    index, job = queue.pop(0)
+                try:
+                    results[index] = job()
+                except BaseException as exc:
+                    errors.append(exc)
+        finally:
+            done.set()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(workers, len(jobs))))]
+    threads = [threading.Thread(target=worker, args=(done,), daemon=True) for done in ended]
     try:
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        for done in ended:
+            done.wait()
     except BaseException:
         with _LIVE_LOCK:
             _CLOSED.set()
@@ -348,9 +365,9 @@ def concurrently(jobs: Sequence, workers: int = 2) -> list:  # type: ignore[type
     finally:
         cancelled.set()
         stop_all()
-        for thread in threads:
+        for thread, done in zip(threads, ended, strict=True):
             if thread.ident is not None:
-                thread.join()
+                done.wait()  # in a lane a further signal only hurries stop_all: nothing raises here
         _CLOSED.clear()
     if errors:
         raise errors[0]

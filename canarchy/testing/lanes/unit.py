@@ -13,7 +13,7 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, SAFETY_FLAGS, build_env
 from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_roundtrip, netns_support
 from canarchy.testing.lanes.project import Project
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, run_pytest
+from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, cores, run_pytest
 from canarchy.testing.lanes.verdict import Verdict, judge
 from canarchy.testing.lanes.workspace import pythonpath
 
@@ -26,8 +26,8 @@ def workers(requested: int | None = None) -> int:
     more than one (0: run in the pytest process itself)."""
     if requested is not None:
         return max(requested, 0)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores if cores > 1 else 0
+    available = cores()
+    return available if available > 1 else 0
 
 
 def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[bool, list[str], str | None]:
