@@ -23,6 +23,7 @@ from typing import Any
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from canarchy.testing.isolation.tree import OPERATOR_STATE
+from canarchy.testing.isolation.reportlog import ReportLog, append
 
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
@@ -420,46 +421,6 @@ class _Zones:
         return None
 
 
-class _ReportLog:
-    """The report file, read from where the last look stopped (complete lines only)."""
-
-    def __init__(self, directory: Any = None, fd: int | None = None) -> None:
-        self.directory, self.fd, self.offset = directory, fd, 0
-
-    @classmethod
-    def open(cls, directory: Any) -> _ReportLog:
-        """Open the report file of ``directory`` for reading, making it if missing; a log with no
-        descriptor (tried again at the next look) when that fails."""
-        path = os.path.join(directory, REPORT_FILE)
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
-            return cls(directory, os.open(path, os.O_RDONLY))
-        except OSError:  # no report directory (yet)
-            return cls()
-
-    def read_new(self) -> bytes:
-        """The complete lines appended since the last call (a line still being written waits)."""
-        if self.fd is None:
-            return b""
-        try:
-            size = os.lseek(self.fd, 0, os.SEEK_END)
-            if size <= self.offset:
-                return b""
-            os.lseek(self.fd, self.offset, os.SEEK_SET)
-            new = os.read(self.fd, size - self.offset)
-        except OSError:
-            return b""
-        complete = new[:new.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        return complete
-
-    def close(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-        self.fd = None
-
-
 class AccessGuard:
     """The process-wide guard state. One instance, :data:`GUARD`.
 
@@ -479,7 +440,7 @@ class AccessGuard:
         self._watched: list[Access] = []
         self._cached: list[str] = []  # byte code the import system wrote in watched or read-only trees
         self._lock = threading.Lock()
-        self._log = _ReportLog()  # the report file of report_dir, and how far it was read
+        self._log = ReportLog(REPORT_FILE)  # the report file of report_dir, and how far it was read
         self._local = threading.local()
         self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
@@ -567,17 +528,10 @@ class AccessGuard:
         local = self._local
         before, local.busy = getattr(local, "busy", False), True  # reading the reports is not judged
         try:
-            if report_dir is not self._log.directory:
-                if self._log.fd is not None and os.fspath(report_dir) == os.fspath(self._log.directory):
-                    self._log.directory = report_dir  # the same directory again: read on where we were
-                else:
-                    self._log.close()
-                    self._log = _ReportLog.open(report_dir)
-            new = self._log.read_new()
-            for line in new.splitlines():
+            for record in self._log.read_new(report_dir):
                 try:
-                    access = Access(**json.loads(line))
-                except (ValueError, TypeError):
+                    access = Access(**record)
+                except TypeError:
                     continue
                 if access.pid != os.getpid():  # this process's own records are in memory already
                     with self._lock:
@@ -589,13 +543,8 @@ class AccessGuard:
         with self._lock:
             (self._refusals if access.refused else self._watched).append(access)
         if self.report_dir is not None and access.pid != self._memory_pid:
-            line = (json.dumps(asdict(access)) + "\n").encode("utf-8")
-            try:  # one write of one line in append mode: lines of several processes do not mix
-                fd = os.open(os.path.join(self.report_dir, REPORT_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    os.write(fd, line)
-                finally:
-                    os.close(fd)
+            try:  # one line, one write: lines of several processes do not mix
+                append(self.report_dir, REPORT_FILE, asdict(access))
             except OSError:
                 pass  # the in-memory record and the raised error still stand
 

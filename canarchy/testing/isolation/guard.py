@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import json
 import os
 import sys
 import threading
@@ -22,7 +21,10 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from canarchy.testing.isolation.reportlog import ReportLog, append
+
 ALLOWED_INTERFACE = "virtual"
+REPORT_FILE = "bus.jsonl"  # in report_dir: one refusal a line, appended by every process
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
 
 FIXES = (
@@ -68,7 +70,7 @@ class BusGuard:
 
     ``enabled``: refuse non-virtual buses; ``owner``: the node id named in a
     refusal; ``refusals``: recorded attempts (cleared by the owner of a test);
-    ``report_dir``: where a refusal is also written as a JSON file (lets a
+    ``report_dir``: where a refusal is also appended to :data:`REPORT_FILE` (lets a
     parent pytest see refusals made in child processes).
     """
 
@@ -79,7 +81,7 @@ class BusGuard:
         self.report_dir: Path | None = None
         self._created: list[tuple[weakref.ReferenceType, str]] = []
         self._lock = threading.Lock()
-        self._counter = 0
+        self._log = ReportLog(REPORT_FILE)  # the report file of report_dir, and how far it was read
 
     # -- recording ---------------------------------------------------------
     def refuse(self, interface: str, channel: Any, route: str) -> RealCanBusRefused:
@@ -87,42 +89,28 @@ class BusGuard:
         refusal = Refusal(self.owner, str(interface), str(channel), route, os.getpid())
         with self._lock:
             self.refusals.append(refusal)
-            self._counter += 1
-            counter = self._counter
         if self.report_dir is not None:
             try:
-                path = self.report_dir / f"refusal-{os.getpid()}-{counter}.json"
-                path.write_text(json.dumps(asdict(refusal)), encoding="utf-8")
+                append(self.report_dir, REPORT_FILE, asdict(refusal))
             except OSError:
                 pass  # the in-memory record and the raised error still stand
         return RealCanBusRefused(refusal.message())
 
     def take_refusals(self, nodeid: str | None = None) -> list[Refusal]:
         """Return and forget the recorded refusals (those of ``nodeid`` only,
-        when given), including those written to ``report_dir`` by child processes."""
-        taken: list[Refusal] = []
-        if self.refusals:  # called twice per test: skip the lock when there is nothing
-            with self._lock:
-                taken = [r for r in self.refusals if nodeid is None or r.nodeid == nodeid]
-                self.refusals = [r for r in self.refusals if r not in taken]
-        if self.report_dir is None:
-            return taken
-        try:
-            entries = os.scandir(self.report_dir)
-        except OSError:  # not there (yet, or any more): nothing written
-            return taken
-        with entries:
-            for entry in entries:
+        when given), including those child processes appended to ``report_dir``."""
+        with self._lock:
+            for record in self._log.read_new(self.report_dir):
                 try:
-                    refusal = Refusal(**json.loads(Path(entry.path).read_text(encoding="utf-8")))
-                except (OSError, ValueError, TypeError):
+                    refusal = Refusal(**record)
+                except TypeError:
                     continue
-                if refusal.pid == os.getpid():
-                    os.unlink(entry.path)  # already in memory
-                    continue
-                if nodeid is None or refusal.nodeid == nodeid:
-                    taken.append(refusal)
-                    os.unlink(entry.path)
+                if refusal.pid != os.getpid():  # this process's own are in memory already
+                    self.refusals.append(refusal)
+            if not self.refusals:
+                return []
+            taken = [r for r in self.refusals if nodeid is None or r.nodeid == nodeid]
+            self.refusals = [r for r in self.refusals if r not in taken]
         return taken
 
     # -- tracking ------------------------------------------------------------

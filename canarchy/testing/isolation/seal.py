@@ -10,7 +10,10 @@ which of those objects' own attributes exist (one added there can hide a method)
 
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
+from itertools import repeat
 from types import ModuleType
 from typing import Any
 from collections.abc import Iterable
@@ -19,15 +22,22 @@ _MISSING = object()
 
 
 def _contents(value: Any) -> Any:
-    """A comparable record of a mutable container's contents (one level down), else None.
-    (Tuples compare element by element, identity first: a record of the same objects is cheap.)"""
+    """A record of a mutable container's contents (one level down) for :func:`_same`, else None."""
     if isinstance(value, set):
         return frozenset(value)
     if isinstance(value, list):
-        return tuple(value)
+        return list(value)
     if isinstance(value, dict):
-        return tuple(value.items()), tuple((k, tuple(v)) for k, v in value.items() if isinstance(v, list))
+        return dict(value), tuple((k, list(v)) for k, v in value.items() if isinstance(v, list))
     return None
+
+
+def _same(value: Any, record: Any) -> bool:
+    """Whether ``value`` still holds what :func:`_contents` recorded (``==``, identity first)."""
+    if isinstance(record, tuple):
+        items, lists = record
+        return value == items and all(value.get(key) == inner for key, inner in lists)
+    return value == record
 
 
 def _refill(container: Any, contents: Any) -> None:
@@ -80,6 +90,7 @@ class Seal:
                             self._keep(f"{short}.{name}.{attr}", value, attr, member)
         self.extend(attributes)
         self._instances = [(obj, frozenset(vars(obj))) for obj in instances]
+        self._fast: tuple | None = None
 
     def extend(self, attributes: Iterable[tuple[Any, str]]) -> None:
         """Seal ``(object, name)`` pairs too, as they are now (a pair already sealed is skipped)."""
@@ -89,21 +100,36 @@ class Seal:
                 self._keep(label, holder, name, _raw(holder, name))
 
     def _keep(self, label: str, holder: Any, name: str, value: Any) -> None:
+        self._fast = None
         self._keys.add((id(holder), name))
         # a class's dunder dicts (annotations, dataclass fields) protect nothing: identity only
         contents = None if name.startswith("__") else _contents(value)
         self._kept.append((label, _namespace(holder), holder, name, value, contents))
 
+    def _unchanged(self) -> bool:
+        """Whether nothing sealed differs: one C-level ``map`` over every entry's lookup."""
+        if self._fast is None:
+            lookups = [namespace.get if namespace is not None else functools.partial(getattr, holder)
+                       for _label, namespace, holder, _name, _value, _contents in self._kept]
+            self._fast = (lookups, [k[3] for k in self._kept], [k[4] for k in self._kept],
+                          [(k[4], k[5]) for k in self._kept if k[5] is not None])
+        lookups, names, values, containers = self._fast
+        return (all(map(operator.is_, map(operator.call, lookups, names, repeat(_MISSING)), values))
+                and all(_same(value, contents) for value, contents in containers)
+                and all(names.issuperset(vars(obj)) for obj, names in self._instances))
+
     def broken(self) -> list[str]:
         """What changed since the seal was made, in words (each put back). Runs twice per
-        test: one dictionary lookup per sealed name, contents compared only for containers."""
+        test: a C-speed comparison first; the entries one by one only when something differs."""
+        if self._unchanged():
+            return []
         found = []
         for label, namespace, holder, name, value, contents in self._kept:
             now = namespace.get(name, _MISSING) if namespace is not None else getattr(holder, name, _MISSING)
             if now is not value:
                 found.append(f"{label} replaced")
                 setattr(holder, name, value)
-            elif contents is not None and _contents(value) != contents:
+            elif contents is not None and not _same(value, contents):
                 found.append(f"{label} changed")
                 _refill(value, contents)
         for obj, names in self._instances:
