@@ -1,0 +1,42 @@
+"""The report log child processes append to and their parent pytest reads (isolation/reportlog.py)."""
+
+from __future__ import annotations
+
+import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
+
+import os
+
+from canarchy.testing.isolation.reportlog import ReportLog, append
+
+
+def test_each_look_returns_only_what_was_appended_since_the_last(tmp_path):
+    log = ReportLog("x.jsonl")
+    assert log.read_new(tmp_path) == []  # made empty on the first look
+    append(tmp_path, "x.jsonl", {"n": 1})
+    append(tmp_path, "x.jsonl", {"n": 2})
+    assert log.read_new(tmp_path) == [{"n": 1}, {"n": 2}]
+    assert log.read_new(tmp_path) == []
+    append(tmp_path, "x.jsonl", {"n": 3})
+    assert log.read_new(str(tmp_path)) == [{"n": 3}], "the same directory given as a string reads on"
+
+
+def test_a_line_still_being_written_waits_and_a_broken_one_is_skipped(tmp_path):
+    log = ReportLog("x.jsonl")
+    log.read_new(tmp_path)
+    fd = os.open(tmp_path / "x.jsonl", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b'not json\n[1]\n{"n": ')
+        assert log.read_new(tmp_path) == []
+        os.write(fd, b'4}\n')
+    finally:
+        os.close(fd)
+    assert log.read_new(tmp_path) == [{"n": 4}]
+
+
+def test_a_directory_that_appears_later_is_read_then(tmp_path):
+    log, directory = ReportLog("x.jsonl"), tmp_path / "later"
+    assert log.read_new(directory) == [] and log.fd is None
+    directory.mkdir()
+    append(directory, "x.jsonl", {"n": 5})
+    assert log.read_new(directory) == [{"n": 5}]
+    log.close()
