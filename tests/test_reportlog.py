@@ -40,3 +40,23 @@ def test_a_directory_that_appears_later_is_read_then(tmp_path):
     append(directory, "x.jsonl", {"n": 5})
     assert log.read_new(directory) == [{"n": 5}]
     log.close()
+
+
+def test_a_removed_replaced_or_emptied_file_cannot_hide_a_later_record(tmp_path):
+    """A test that deletes, renames over or empties the report file (its sandbox is writable)
+    before a child appends: the parent still reads the child's record. (Emptied: when the
+    file is then shorter than what was read; see docs/design/test-isolation.md.)"""
+    log = ReportLog("x.jsonl")
+    append(tmp_path, "x.jsonl", {"n": 1, "pad": "x" * 40})
+    assert log.read_new(tmp_path) == [{"n": 1, "pad": "x" * 40}]
+    (tmp_path / "x.jsonl").unlink()
+    append(tmp_path, "x.jsonl", {"n": 2, "pad": "x" * 40})  # a new file at the path
+    assert log.read_new(tmp_path) == [{"n": 2, "pad": "x" * 40}]
+    (tmp_path / "x.jsonl").write_text("")  # emptied in place
+    append(tmp_path, "x.jsonl", {"n": 3})
+    assert log.read_new(tmp_path) == [{"n": 3}]
+    (tmp_path / "other.jsonl").write_text("")
+    os.replace(tmp_path / "other.jsonl", tmp_path / "x.jsonl")  # replaced
+    append(tmp_path, "x.jsonl", {"n": 4})
+    assert log.read_new(tmp_path) == [{"n": 4}]
+    log.close()

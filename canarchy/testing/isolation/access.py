@@ -519,9 +519,8 @@ class AccessGuard:
         return taken
 
     def _collect_reports(self) -> None:
-        """Move the records other processes appended to ``report_dir/access.jsonl`` into memory.
-        The file only grows, so its size says what is new: one ``lseek`` on a descriptor kept
-        open when nothing was added."""
+        """Move the records other processes appended to ``report_dir/access.jsonl`` into memory
+        (:class:`~canarchy.testing.isolation.reportlog.ReportLog`)."""
         report_dir = self.report_dir
         if report_dir is None:
             return

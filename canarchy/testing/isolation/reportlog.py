@@ -2,7 +2,7 @@
 
 Each guard has its file in the run's report directory. A child appends a record with one ``write``
 in append mode (lines of several processes do not mix); the parent keeps the file open and reads on
-from where it stopped, so a look at a file nothing was added to costs one ``lseek``.
+from where it stopped, so a look at a file nothing was added to costs one ``fstat``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ class ReportLog:
 
     def read_new(self, directory: Any) -> list[dict]:
         """The complete records appended to ``directory/name`` since the last look (a line still
-        being written waits); none when the file cannot be opened (tried again at the next look)."""
+        being written waits); none when the file cannot be opened (tried again at the next look).
+        A file removed or replaced since is opened again; one now shorter than what was read is
+        read from its start."""
         if directory is None:
             return []
         if directory is not self.directory or self.fd is None:
@@ -43,11 +45,17 @@ class ReportLog:
         if self.fd is None:
             return []
         try:
-            size = os.lseek(self.fd, 0, os.SEEK_END)
-            if size <= self.offset:
+            size, links = self._size()
+            if links == 0:  # removed (or renamed over): the records go to the file now at the path
+                self._open(directory)
+                if self.fd is None:
+                    return []
+                size, links = self._size()
+            if size < self.offset:  # emptied in place
+                self.offset = 0
+            if size == self.offset:
                 return []
-            os.lseek(self.fd, self.offset, os.SEEK_SET)
-            new = os.read(self.fd, size - self.offset)
+            new = os.pread(self.fd, size - self.offset, self.offset)
         except OSError:
             return []
         complete = new[:new.rfind(b"\n") + 1]
@@ -61,6 +69,10 @@ class ReportLog:
             if isinstance(record, dict):
                 records.append(record)
         return records
+
+    def _size(self) -> tuple[int, int]:
+        st = os.fstat(self.fd)  # type: ignore[arg-type]
+        return st.st_size, st.st_nlink
 
     def _open(self, directory: Any) -> None:
         self.close()
