@@ -150,6 +150,17 @@ def test_replaces_a_method():
 def test_after_the_method(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
 
+import operator
+_REAL_IS = operator.is_
+
+def test_blinds_the_seal_then_replaces_a_method():
+    operator.is_ = lambda a, b: True  # what a check by `map(operator.is_, ...)` looks up at call time
+    access.AccessGuard._judge = lambda self, *args: None
+
+def test_after_the_blinding(canarchy_sandbox):
+    operator.is_ = _REAL_IS
+    read_real_config(canarchy_sandbox)
+
 def test_hides_a_method():
     access.GUARD._audit = lambda *args: None
 
@@ -417,6 +428,8 @@ TAMPERING = [
     ("test_configures_an_empty_protection", "AccessGuard.protection replaced", "test_after_the_protection"),
     ("test_replaces_a_method", "access.AccessGuard._judge replaced", "test_after_the_method"),
     ("test_hides_a_method", "AccessGuard._audit added", "test_after_the_hiding"),
+    ("test_blinds_the_seal_then_replaces_a_method", "access.AccessGuard._judge replaced",
+     "test_after_the_blinding"),
 ]
 
 

@@ -36,7 +36,10 @@ def _same(value: Any, record: Any) -> bool:
     """Whether ``value`` still holds what :func:`_contents` recorded (``==``, identity first)."""
     if isinstance(record, tuple):
         items, lists = record
-        return value == items and all(value.get(key) == inner for key, inner in lists)
+        for key, inner in lists:
+            if value.get(key) != inner:
+                return False
+        return value == items
     return value == record
 
 
@@ -91,6 +94,9 @@ class Seal:
         self.extend(attributes)
         self._instances = [(obj, frozenset(vars(obj))) for obj in instances]
         self._fast: tuple | None = None
+        # What the fast check calls, taken now: a test that replaces builtins.all or operator.is_
+        # (outside the sealed modules) cannot make it say "unchanged".
+        self._ops = (all, map, operator.is_, operator.call, repeat, _same)
 
     def extend(self, attributes: Iterable[tuple[Any, str]]) -> None:
         """Seal ``(object, name)`` pairs too, as they are now (a pair already sealed is skipped)."""
@@ -114,9 +120,10 @@ class Seal:
             self._fast = (lookups, [k[3] for k in self._kept], [k[4] for k in self._kept],
                           [(k[4], k[5]) for k in self._kept if k[5] is not None])
         lookups, names, values, containers = self._fast
-        return (all(map(operator.is_, map(operator.call, lookups, names, repeat(_MISSING)), values))
-                and all(_same(value, contents) for value, contents in containers)
-                and all(names.issuperset(vars(obj)) for obj, names in self._instances))
+        every, each, is_, call, repeated, same = self._ops
+        return (every(each(is_, each(call, lookups, names, repeated(_MISSING)), values))
+                and every(same(value, contents) for value, contents in containers)
+                and every(names.issuperset(vars(obj)) for obj, names in self._instances))
 
     def broken(self) -> list[str]:
         """What changed since the seal was made, in words (each put back). Runs twice per
