@@ -167,6 +167,12 @@ def test_hides_a_method():
 def test_after_the_hiding(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
 
+def test_plants_code_in_what_the_plugin_calls_at_teardown(canarchy_sandbox):
+    def release(home, cwd):
+        del canarchy_sandbox.release_test_dirs  # once
+        read_real_config(canarchy_sandbox)
+    canarchy_sandbox.release_test_dirs = release
+
 def test_opts_every_later_test_out():
     plugin._opts_out = lambda request, *markers: True
 
@@ -447,6 +453,14 @@ def test_a_test_that_replaces_the_plugin_s_decisions_is_named_and_the_next_one_i
     messages = run.messages("test_opts_every_later_test_out")
     assert "plugin._opts_out replaced" in messages, run.output
     assert run.outcomes("test_after_the_opt_out") == {"passed"}, run.messages("test_after_the_opt_out")
+
+
+def test_code_a_test_plants_in_the_plugin_s_teardown_is_judged_too(routes):
+    """The plugin's own teardown calls what a test can replace (here a method of the sandbox object
+    it was handed): that call is judged like the test's code, so the read is refused at once."""
+    run, _ = routes
+    assert "tried to open for reading" in run.output and "config.toml" in run.output, run.output
+    assert run.outcomes("test_plants_code_in_what_the_plugin_calls_at_teardown") & {"failed", "error"}, run.output
 
 
 def test_markers_added_after_collection_change_nothing_and_are_named(routes):

@@ -687,9 +687,9 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         sandbox.restore_python_can()
         home = sandbox.real_home
     else:
-        with _access.GUARD.exempt():  # the plugin's own directories: nothing to judge
-            home, cwd = dirs = sandbox.new_test_dirs()
-            os.chdir(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
+        # Judged like the test's own code (not exempt): a test can replace what these call.
+        home, cwd = dirs = sandbox.new_test_dirs()
+        os.chdir(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
         for key, value in sandbox.home_environment(home).items():
             _STATE.quietly(key, value)
         sandbox.rebase(home)
@@ -709,8 +709,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         yield home
     finally:
         problems = _STATE.finish()
-        with _access.GUARD.exempt():
-            os.chdir(cwd_before)
+        os.chdir(cwd_before)
         if dirs is None:
             _STATE.quietly_apply({**sandbox.session_env, **{k: v for k, v in os.environ.items()
                                                             if k == "PYTEST_CURRENT_TEST"}})
@@ -720,8 +719,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         sandbox.rebase(sandbox.session_home)
         sandbox.scrub_python_can()
         if dirs is not None:
-            with _access.GUARD.exempt():
-                sandbox.release_test_dirs(*dirs)
+            sandbox.release_test_dirs(*dirs)
     if problems:
         pytest.fail(f"canarchy test isolation: {request.node.nodeid} " + "; ".join(problems), pytrace=False)
 
