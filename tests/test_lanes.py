@@ -562,6 +562,29 @@ def test_an_interrupt_returns_only_after_every_running_job_has_ended():
         signal.signal(signal.SIGUSR1, previous)
 
 
+def test_an_interrupt_while_a_temporary_tree_goes_lets_it_go_first(tmp_path, monkeypatch):
+    """SIGINT arrives during the removal (sent by the first unlink): the whole tree is removed,
+    then the lane is interrupted. (Before, the exception cut the removal short and the tree stayed.)"""
+    tree = tmp_path / "canarchy-mutation-x"
+    for d in range(3):
+        (tree / f"copy-{d}").mkdir(parents=True)
+        for f in range(20):
+            (tree / f"copy-{d}" / f"f{f}").write_text("x")
+    unlink, sent = os.unlink, []
+
+    def unlink_and_signal(*args, **kwargs):
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return unlink(*args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink_and_signal)
+    with pytest.raises(runner.Interrupted):
+        with runner.interrupts():
+            workspace.remove_tree(tree)
+    assert sent and not tree.exists()
+
+
 def _lane_to_interrupt(tmp_path: Path, test: str) -> tuple[Path, Path, Project, dict[str, str]]:
     """``(started, TMPDIR, project, lane environment)`` for a lane run as a process on a project
     whose test is ``test`` (formatted with ``started``, the directory its runs write pids into)."""

@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
 )
 from canarchy.testing.lanes.verdict import read_run
-from canarchy.testing.lanes.workspace import copy_tree, pythonpath, tree_files
+from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 DEFAULT_SEEDS = 2
 _POLLUTER = re.compile(r"-> the polluting test is: (?P<id>\S.*)$", re.M)
@@ -170,7 +169,7 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
     started = time.monotonic()
     result = OrderResult(orders(seeds))
     files = tree_files(project.root)
-    with tempfile.TemporaryDirectory(prefix="canarchy-order-") as tmp:
+    with temporary_tree("canarchy-order-") as tmp:
         for index, entry in enumerate(result.runs):
             _prepare(entry, Path(tmp) / str(index), project, files, source_env, extra_env)
         concurrently([lambda e=e: _one_run(e, selection, out, python, echo, project.uses_plugin) for e in result.runs],

@@ -13,7 +13,6 @@ import argparse
 import os
 import random
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,7 @@ from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, cas
                                            totals_text)
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest
 from canarchy.testing.lanes.verdict import read_run
-from canarchy.testing.lanes.workspace import copy_tree, pythonpath, tree_files
+from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
 CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
@@ -181,7 +180,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
     seeds = hashseeds or tuple(random.sample(range(1, 2**31), 2))
     checkout_before = checkout_state(project.root)
     files = tree_files(project.root)
-    with tempfile.TemporaryDirectory(prefix="canarchy-parity-") as tmp:
+    with temporary_tree("canarchy-parity-") as tmp:
         base = Path(tmp)
         op_home = base / "operator-home"
         shutil.copytree(project.operator_home, op_home, symlinks=True)

@@ -154,6 +154,9 @@ def interrupts() -> Iterator[None]:
             _HURRY.set()
             return
         seen.append(signum)
+        if _SHIELDS:
+            _HELD.append(signum)  # raised when the shielded cleanup ends
+            return
         raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -166,6 +169,29 @@ def interrupts() -> Iterator[None]:
             for sig, old in previous.items():
                 signal.signal(sig, old)
             _HURRY.clear()
+            _HELD.clear()
+
+
+_SHIELDS: list[bool] = []  # shielded blocks the main thread is in
+_HELD: list[int] = []  # a first signal that arrived in one
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Cleanup that must finish (removing a temporary tree): within an :func:`interrupts` block, a
+    first SIGINT/SIGTERM that arrives here is held and raised as :class:`Interrupted` when the
+    block ends (unless an exception is already on its way). Outside the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _SHIELDS.append(True)
+    try:
+        yield
+    finally:
+        _SHIELDS.pop()
+        if not _SHIELDS and _HELD and sys.exc_info()[0] is None:
+            signum = _HELD.pop()
+            raise Interrupted(signum)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import shutil
-import tempfile
 import time
 import tomllib
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, load_report, totals_text
 from canarchy.testing.lanes.runner import Run, run_pytest
+from canarchy.testing.lanes.workspace import temporary_tree
 
 EXIT_CAUGHT = 0
 EXIT_MISSED = 1
@@ -230,7 +230,7 @@ def _order(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
 def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
     """Run one corpus entry against the harness and judge it (see the module docstring)."""
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"canarchy-selftest-{entry.name}-") as tmp:
+    with temporary_tree(f"canarchy-selftest-{entry.name}-") as tmp:
         base = Path(tmp)
         project = _project(base, entry)
         if entry.detector == "parity":

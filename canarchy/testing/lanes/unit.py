@@ -15,7 +15,7 @@ from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_round
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, cores, run_pytest
 from canarchy.testing.lanes.verdict import Verdict, judge
-from canarchy.testing.lanes.workspace import pythonpath
+from canarchy.testing.lanes.workspace import pythonpath, temporary_tree
 
 PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
 ALLOW_TRANSMIT_VARIABLE = "CANARCHY_INTEGRATION_ALLOW_TRANSMIT"
@@ -91,7 +91,7 @@ def run_suite(project: Project, lane: str, selection: Sequence[str], *, options:
               source_env: dict[str, str] | None = None, passthrough: Sequence[str] = ()) -> Verdict:
     """One pytest run of ``selection`` in the checkout, with a fresh home and TMPDIR, judged."""
     junit = project.root / "reports" / f"{lane}.xml"
-    with tempfile.TemporaryDirectory(prefix=f"canarchy-{lane}-") as tmp:
+    with temporary_tree(f"canarchy-{lane}-") as tmp:
         home, child_tmp = Path(tmp) / "home", Path(tmp) / "tmp"
         home.mkdir()
         child_tmp.mkdir()

@@ -8,14 +8,17 @@ file but tool environments, caches and outputs. Symlinks are copied as links.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from canarchy.testing.isolation.tree import snapshot
+from canarchy.testing.lanes.runner import shielded
 
 if TYPE_CHECKING:
     from canarchy.testing.lanes.project import Project
@@ -52,19 +55,34 @@ def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
 
 
 def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
-    """Remove a lane's temporary tree; an entry still appearing while it goes (a run stopped
-    mid-write) makes it try again, up to ``attempts`` times, 0.2 s apart. Raises the last
-    ``OSError`` if the tree is still there."""
-    for attempt in range(attempts):
-        try:
-            shutil.rmtree(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            if attempt == attempts - 1:
-                raise
+    """Remove a lane's temporary tree, to the end even when an interrupt arrives meanwhile
+    (:func:`~canarchy.testing.lanes.runner.shielded`); an entry still appearing while it goes
+    (a run stopped mid-write) makes it try again, up to ``attempts`` times, 0.2 s apart. Raises
+    the last ``OSError`` if the tree is still there."""
+    with shielded():
+        for attempt in range(attempts):
+            try:
+                shutil.rmtree(path)
+                return
+            except FileNotFoundError:
+                if not os.path.lexists(path):
+                    return
+            except OSError:
+                if attempt == attempts - 1:
+                    raise
             time.sleep(0.2)
+        if os.path.lexists(path):
+            shutil.rmtree(path)  # the last attempt's error, if any, for the caller
+
+
+@contextlib.contextmanager
+def temporary_tree(prefix: str) -> Iterator[str]:
+    """A new directory in the temporary base, removed with :func:`remove_tree` afterwards."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        remove_tree(path)
 
 
 def pythonpath(copy: Path, project: Project, extra_env: Mapping[str, str] | None = None) -> str:
