@@ -100,6 +100,32 @@ def test_after_the_config_files_were_extended(canarchy_sandbox):
 def test_a_signal_handler_left_installed():
     signal.signal(signal.SIGUSR1, lambda *args: None)
 
+class _Equal:
+    def __call__(self, *args):
+        pass
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    __hash__ = object.__hash__
+
+def test_a_handler_that_claims_equality_left_installed():
+    signal.signal(signal.SIGUSR2, _Equal())
+
+import operator
+_REAL_IS = operator.is_
+
+def test_a_handler_left_with_the_check_blinded():
+    operator.is_ = lambda a, b: True  # what a check by `map(operator.is_, ...)` looks up at call time
+    signal.signal(signal.SIGHUP, lambda *args: None)
+
+def test_after_the_blinded_check():
+    operator.is_ = _REAL_IS
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+
+def test_a_signal_mask_left_changed():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
 def test_a_umask_left_changed():
     os.umask(0)
 
@@ -412,7 +438,10 @@ def test_a_child_python_s_read_is_refused_naming_the_parent_test(routes):
     ("test_python_can_config_files_extended", "can.util.CONFIG_FILES"),
     ("test_a_signal_handler_left_installed", "left a handler for SIGUSR1 installed"),
     ("test_a_umask_left_changed", "left the umask at 0000"),
-], ids=["putenv", "environ", "can-config", "signal", "umask"])
+    ("test_a_handler_that_claims_equality_left_installed", "left a handler for SIGUSR2 installed"),
+    ("test_a_handler_left_with_the_check_blinded", "left a handler for SIGHUP installed"),
+    ("test_a_signal_mask_left_changed", "left the signal mask changed (blocked now: SIGTERM"),
+], ids=["putenv", "environ", "can-config", "signal", "umask", "signal-equal", "signal-blinded", "signal-mask"])
 def test_process_state_left_changed_is_put_back_and_named(routes, test, words):
     run, _ = routes
     assert run.outcomes(test) == {"error"}, run.output  # the call passed; the teardown put it back, named
@@ -421,7 +450,8 @@ def test_process_state_left_changed_is_put_back_and_named(routes, test, words):
 
 @pytest.mark.parametrize("test", ["test_after_a_putenv_children_see_nothing", "test_after_environ_replaced",
                                   "test_after_the_config_files_were_extended", "test_a_chdir_is_put_back",
-                                  "test_after_a_chdir"], ids=["putenv", "environ", "can-config", "chdir", "cwd"])
+                                  "test_after_a_chdir", "test_after_the_blinded_check"],
+                         ids=["putenv", "environ", "can-config", "chdir", "cwd", "signal-blinded"])
 def test_the_next_test_sees_the_state_put_back(routes, test):
     run, _ = routes
     assert run.outcomes(test) == {"passed"}, run.messages(test)

@@ -579,9 +579,8 @@ def test_an_interrupt_while_a_temporary_tree_goes_lets_it_go_first(tmp_path, mon
         return unlink(*args, **kwargs)
 
     monkeypatch.setattr(os, "unlink", unlink_and_signal)
-    with pytest.raises(runner.Interrupted):
-        with runner.interrupts():
-            workspace.remove_tree(tree)
+    with pytest.raises(runner.Interrupted), runner.interrupts():
+        workspace.remove_tree(tree)
     assert sent and not tree.exists()
 
 

@@ -24,6 +24,23 @@ except ImportError:  # pragma: no cover - an implementation without the C module
 _MISSING = object()
 
 
+def _blocked() -> frozenset | None:
+    """The signals this thread blocks (None where the platform cannot say)."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        return None
+    return frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, ()))
+
+
+def _names(signals: frozenset | None) -> str:
+    names = []
+    for number in sorted(int(s) for s in signals or ()):
+        try:
+            names.append(signal.Signals(number).name)
+        except ValueError:  # a real-time signal has no name
+            names.append(str(number))
+    return ", ".join(names) or "none"
+
+
 def _key(value: Any) -> str:
     return os.fsdecode(value) if isinstance(value, bytes) else str(value)
 
@@ -49,7 +66,11 @@ class ProcessState:
         self._between: set[str] = set()  # variables changed outside any test (collection, wider fixtures)
         self._getenv = _c_getenv()
         self._signals: dict[int, Any] = {}
+        self._mask: frozenset = frozenset()
         self._umask = 0
+        # What the signal check calls, taken now: a test that replaces operator.is_ or builtins.all
+        # (outside the sealed modules) cannot make it see no change.
+        self._ops = (all, map, operator.is_, _getsignal, _blocked)
         self._can: tuple | None = None
         #: ``() -> (rc contents, CONFIG_FILES contents)`` an isolated test starts with, for a test
         #: that imports python-can itself (nothing of it to note at :meth:`begin`); set by the plugin.
@@ -98,7 +119,9 @@ class ProcessState:
     def begin(self) -> None:
         """Note the state the test starts with."""
         self._before.clear()
-        self._signals = dict(zip(_SIGNALS, map(_getsignal, _SIGNALS), strict=True))
+        _every, each, _is, getsignal, blocked = self._ops
+        self._signals = dict(zip(_SIGNALS, each(getsignal, _SIGNALS), strict=True))
+        self._mask = blocked()
         self._umask = os.umask(0o077)
         os.umask(self._umask)
         self._can = self._python_can()
@@ -137,12 +160,18 @@ class ProcessState:
         return None if raw is None else os.fsdecode(raw)
 
     def _restore_signals(self) -> list[str]:
+        every, each, is_, getsignal, blocked = self._ops
         problems = []
-        if all(map(operator.is_, map(_getsignal, _SIGNALS), self._signals.values())):
-            return []
+        mask = blocked()
+        if mask is not None and mask != self._mask:
+            problems.append(f"left the signal mask changed (blocked now: {_names(mask)}; before: "
+                            f"{_names(self._mask)}; put back)")
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        if every(each(is_, each(getsignal, _SIGNALS), self._signals.values())):
+            return problems
         for sig, handler in self._signals.items():
-            now = _getsignal(sig)
-            if now is not handler and now != handler:
+            now = getsignal(sig)
+            if now is not handler:  # identity only: a handler object may claim equality
                 problems.append(f"left a handler for {sig.name} installed (put back)")
                 try:
                     signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
