@@ -139,6 +139,8 @@ def test_after_a_chdir():
 
 TAMPER_ROUTES = """
 import os
+import can  # python-can imported (and its hooks installed) before any test
+import can.interfaces.virtual
 import pytest
 from pathlib import Path
 from canarchy.testing.isolation import access, plugin
@@ -189,6 +191,39 @@ def test_after_the_blinding(canarchy_sandbox):
 
 def test_hides_a_method():
     access.GUARD._audit = lambda *args: None
+
+def test_makes_every_bus_virtual():
+    can.interfaces.virtual.VirtualBus = can.BusABC  # what the bus guard compares a class with
+
+def test_after_every_bus_became_virtual():
+    class Loopback(can.BusABC):  # opens nothing: a stand-in for a real interface's class
+        def __init__(self, channel=None, **kwargs):
+            self.channel_info = str(channel)
+        def send(self, msg, timeout=None):
+            pass
+        def _recv_internal(self, timeout):
+            return None, False
+    Loopback(channel="x").shutdown()
+
+def test_gives_the_guard_a_quiet_class():
+    access.GUARD.__class__ = type("Quiet", (access.AccessGuard,), {"_judge": lambda self, *args: None})
+
+def test_after_the_class(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_replaces_the_guard_s_thread_state():
+    access.GUARD._local.busy = True
+    access.GUARD._local = __import__("threading").local()
+
+def test_after_the_thread_state(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_empties_the_zones():
+    access.GUARD._zones.refused = frozenset()
+    access.GUARD._zones.refused_prefixes = ()
+
+def test_after_the_zones(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
 
 def test_after_the_hiding(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
@@ -464,6 +499,9 @@ TAMPERING = [
     ("test_configures_an_empty_protection", "AccessGuard.protection replaced", "test_after_the_protection"),
     ("test_replaces_a_method", "access.AccessGuard._judge replaced", "test_after_the_method"),
     ("test_hides_a_method", "AccessGuard._audit added", "test_after_the_hiding"),
+    ("test_gives_the_guard_a_quiet_class", "AccessGuard.__class__ replaced", "test_after_the_class"),
+    ("test_replaces_the_guard_s_thread_state", "AccessGuard._local replaced", "test_after_the_thread_state"),
+    ("test_empties_the_zones", "_Zones.refused replaced", "test_after_the_zones"),
     ("test_blinds_the_seal_then_replaces_a_method", "access.AccessGuard._judge replaced",
      "test_after_the_blinding"),
 ]
@@ -476,6 +514,14 @@ def test_a_test_that_disables_the_guard_is_named_and_the_next_one_is_guarded(rou
     messages = run.messages(tamperer)
     assert f"test_tamper.py::{tamperer} changed the isolation's own code or state" in messages and words in messages
     assert_refused(run, "test_tamper.py", victim, "open for reading")
+
+
+def test_a_test_that_makes_every_bus_virtual_is_named_and_the_next_bus_refused(routes):
+    run, _ = routes
+    assert "VirtualBus replaced" in run.messages("test_makes_every_bus_virtual"), run.output
+    messages = run.messages("test_after_every_bus_became_virtual")
+    assert run.outcomes("test_after_every_bus_became_virtual") & {"failed", "error"}, run.output
+    assert "test_after_every_bus_became_virtual tried to open a real CAN bus" in messages, messages
 
 
 def test_a_test_that_replaces_the_plugin_s_decisions_is_named_and_the_next_one_isolated(routes):

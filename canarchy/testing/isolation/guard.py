@@ -110,7 +110,7 @@ class BusGuard:
             if not self.refusals:
                 return []
             taken = [r for r in self.refusals if nodeid is None or r.nodeid == nodeid]
-            self.refusals = [r for r in self.refusals if r not in taken]
+            self.refusals[:] = [r for r in self.refusals if r not in taken]  # in place: the seal holds the list
         return taken
 
     # -- tracking ------------------------------------------------------------
@@ -120,7 +120,8 @@ class BusGuard:
 
     def take_unclosed(self) -> list[tuple[Any, str]]:
         """Return ``(bus, who opened it)`` for the tracked buses still open; forget all tracked buses."""
-        created, self._created = self._created, []
+        created = list(self._created)
+        self._created.clear()  # in place: the seal holds the list
         open_buses = []
         for ref, owner in created:
             bus = ref()
@@ -149,10 +150,20 @@ class BusGuard:
 GUARD = BusGuard()
 
 
-def _is_virtual_class(cls: type) -> bool:
-    from can.interfaces.virtual import VirtualBus
+_VIRTUAL_CLASS: type | None = None  # python-can's VirtualBus, taken as its module finishes importing
 
-    return issubclass(cls, VirtualBus)
+
+def _remember_virtual_class() -> None:
+    global _VIRTUAL_CLASS
+    module = sys.modules["can.interfaces.virtual"]
+    _VIRTUAL_CLASS = module.VirtualBus
+    _PATCHED.extend([(module, "VirtualBus"), (sys.modules[__name__], "_VIRTUAL_CLASS")])
+
+
+def _is_virtual_class(cls: type) -> bool:
+    if _VIRTUAL_CLASS is None:
+        import can.interfaces.virtual  # noqa: F401  (its import runs _remember_virtual_class)
+    return _VIRTUAL_CLASS is not None and issubclass(cls, _VIRTUAL_CLASS)
 
 
 def _interface_name_of(cls: type) -> str:
@@ -218,12 +229,13 @@ def _patch_python_can() -> None:
         BusABC.__new__ = __new__  # type: ignore[method-assign]
         _PATCHED[:] = [(interface_module, "_get_class_for_interface"), (BusABC, "__new__"),
                        (sys.modules["can.interfaces"], "BACKENDS")]
+        after_import("can.interfaces.virtual", _remember_virtual_class)
         _installed = True
 
 
 _PATCHED: list[tuple[Any, str]] = []
 #: Set when python-can is first imported, after the seal (canarchy.testing.isolation.seal).
-SEAL_SKIPS = ("_installed", "_PATCHED")
+SEAL_SKIPS = ("_installed", "_PATCHED", "_VIRTUAL_CLASS")
 
 
 def patched_attributes() -> list[tuple[Any, str]]:

@@ -362,7 +362,21 @@ def _seal() -> Seal:
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
                   (_guard.GUARD, "report_dir"), *_import_machinery()]
-    return Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
+    seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
+    seal.extend(_guard_state(), contents=False)
+    zones = _access.GUARD._zones  # made once by configure; its tables never change afterwards
+    seal.extend([(zones, "__class__"), *((zones, name) for name in type(zones).__slots__)])
+    return seal
+
+
+def _guard_state() -> list[tuple[object, str]]:
+    """The guards' own state by identity: their class (a subclass could override a method) and
+    every attribute but the two that change per test (``enabled``, ``owner``)."""
+    pairs: list[tuple[object, str]] = []
+    for guard in (_access.GUARD, _guard.GUARD):
+        pairs.append((guard, "__class__"))
+        pairs += [(guard, name) for name in vars(guard) if name not in ("enabled", "owner")]
+    return pairs
 
 
 def _import_machinery() -> list[tuple[object, str]]:

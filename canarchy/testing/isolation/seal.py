@@ -98,19 +98,20 @@ class Seal:
         # (outside the sealed modules) cannot make it say "unchanged".
         self._ops = (all, map, operator.is_, operator.call, repeat, _same)
 
-    def extend(self, attributes: Iterable[tuple[Any, str]]) -> None:
-        """Seal ``(object, name)`` pairs too, as they are now (a pair already sealed is skipped)."""
+    def extend(self, attributes: Iterable[tuple[Any, str]], contents: bool = True) -> None:
+        """Seal ``(object, name)`` pairs too, as they are now (a pair already sealed is skipped);
+        ``contents=False``: identity only (a cache or a record list that changes in place)."""
         for holder, name in attributes:
             if (id(holder), name) not in self._keys:
                 label = f"{getattr(holder, '__name__', type(holder).__name__)}.{name}"
-                self._keep(label, holder, name, _raw(holder, name))
+                self._keep(label, holder, name, _raw(holder, name), contents)
 
-    def _keep(self, label: str, holder: Any, name: str, value: Any) -> None:
+    def _keep(self, label: str, holder: Any, name: str, value: Any, contents: bool = True) -> None:
         self._fast = None
         self._keys.add((id(holder), name))
         # a class's dunder dicts (annotations, dataclass fields) protect nothing: identity only
-        contents = None if name.startswith("__") else _contents(value)
-        self._kept.append((label, _namespace(holder), holder, name, value, contents))
+        record = None if name.startswith("__") or not contents else _contents(value)
+        self._kept.append((label, _namespace(holder), holder, name, value, record))
 
     def _unchanged(self) -> bool:
         """Whether nothing sealed differs: one C-level ``map`` over every entry's lookup."""
