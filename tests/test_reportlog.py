@@ -60,3 +60,14 @@ def test_a_removed_replaced_or_emptied_file_cannot_hide_a_later_record(tmp_path)
     append(tmp_path, "x.jsonl", {"n": 4})
     assert log.read_new(tmp_path) == [{"n": 4}]
     log.close()
+
+
+def test_bytes_left_before_a_record_do_not_spoil_it(tmp_path):
+    """A test that writes a stray byte into the file before its child appends a record."""
+    log = ReportLog("x.jsonl")
+    log.read_new(tmp_path)
+    with open(tmp_path / "x.jsonl", "ab") as fh:
+        fh.write(b"x")
+    append(tmp_path, "x.jsonl", {"n": 6})
+    assert log.read_new(tmp_path) == [{"n": 6}]
+    log.close()

@@ -14,10 +14,11 @@ from typing import Any
 
 
 def append(directory: Any, name: str, record: dict) -> None:
-    """Append ``record`` as one line to ``directory/name``. Raises ``OSError``."""
+    """Append ``record`` as one line to ``directory/name``, starting a line of its own (bytes a
+    test left without a newline end up on a line before it, not in it). Raises ``OSError``."""
     fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+        os.write(fd, ("\n" + json.dumps(record) + "\n").encode("utf-8"))
     finally:
         os.close(fd)
 
