@@ -39,10 +39,10 @@ class ReportLog:
         read from its start."""
         if directory is None:
             return []
-        if directory is not self.directory or self.fd is None:
-            if self.fd is None or os.fspath(directory) != os.fspath(self.directory):
-                self._open(directory)
-            self.directory = directory  # the same directory again: read on where we were
+        if self.fd is None or (directory is not self.directory
+                               and os.fspath(directory) != os.fspath(self.directory)):
+            self._open(directory)
+        self.directory = directory  # the same directory given again: read on where we were
         if self.fd is None:
             return []
         try:

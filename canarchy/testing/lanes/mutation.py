@@ -16,7 +16,6 @@ import queue
 import re
 import shutil
 import sys
-import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
                                            cores, run_pytest, stopping)
-from canarchy.testing.lanes.workspace import CopyError, copy_tree, remove_tree, tree_files
+from canarchy.testing.lanes.workspace import CopyError, copy_tree, temporary_tree, tree_files
 
 DEFAULT_EXCLUDED = ("ImportError", "ModuleNotFoundError", "SyntaxError")
 HOOK_DIR = Path(__file__).resolve().parents[1] / "isolation" / "_subprocess"
@@ -386,8 +385,7 @@ def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: st
     results = [MutationResult(m, rows=[TestRow(n, "killer") for n in m.killers]
                               + [TestRow(n, "control") for n in m.controls]) for m in mutations]
     netns = netns_support()
-    tmp = tempfile.mkdtemp(prefix="canarchy-mutation-")
-    try:
+    with temporary_tree("canarchy-mutation-") as tmp:
         started = time.monotonic()
         try:
             first = _Workspace(project, Path(tmp) / "copy-1", python, timeout)
@@ -411,8 +409,6 @@ def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: st
                 result.reason = str(exc)
         if pending:
             _run_concurrently(first, pending, packages, min(jobs or default_jobs(), 1 + len(pending)), echo)
-    finally:
-        remove_tree(tmp)
     return results
 
 

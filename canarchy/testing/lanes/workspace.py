@@ -64,15 +64,12 @@ def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
             try:
                 shutil.rmtree(path)
                 return
-            except FileNotFoundError:
+            except OSError:  # FileNotFoundError too: an entry inside may vanish while the tree stays
                 if not os.path.lexists(path):
                     return
-            except OSError:
                 if attempt == attempts - 1:
                     raise
             time.sleep(0.2)
-        if os.path.lexists(path):
-            shutil.rmtree(path)  # the last attempt's error, if any, for the caller
 
 
 @contextlib.contextmanager
