@@ -552,6 +552,13 @@ def test_meets_the_other_run():
 """
 
 
+@pytest.mark.parametrize(("available", "expected"), [(1, 1), (2, 2), (4, 4), (64, 4)])
+def test_by_default_one_run_per_core_and_never_more_than_four(monkeypatch, available, expected):
+    """Each job is a whole pytest run on a copy of the tree: a large machine must not start dozens."""
+    monkeypatch.setattr(mutation, "cores", lambda: available)
+    assert mutation.default_jobs() == expected
+
+
 def test_the_baseline_and_the_mutant_run_at_once_each_on_a_copy_of_its_own(project, temp_root, tmp_path):
     """Its killer waits for the other run to start: it passes unmutated only if the mutant's run
     started meanwhile, on another copy of the tree."""

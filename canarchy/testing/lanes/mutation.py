@@ -371,9 +371,12 @@ def _packages(project: Project, mutations: Sequence[Mutation]) -> list[str]:
     return sorted(set(found))
 
 
+MAX_DEFAULT_JOBS = 4  # each job is a whole pytest run on a copy of the tree
+
+
 def default_jobs() -> int:
-    """Copies worked on at once by default: one per core."""
-    return cores()
+    """Copies worked on at once by default: one per core, at most :data:`MAX_DEFAULT_JOBS`."""
+    return min(cores(), MAX_DEFAULT_JOBS)
 
 
 def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: str = sys.executable,
@@ -570,7 +573,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mutation files or directories (default: the project's mutations)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per pytest run")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="pytest runs at once, each on its own copy (default: one per core)")
+                        help="pytest runs at once, each on its own copy (default: one per core, at most 4)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
