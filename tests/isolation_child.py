@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers import PYTEST
 
 HOSTILE_VARIABLES = {
     "CANARCHY_DEFAULT_INTERFACE": "vcan-operator",
@@ -95,9 +96,7 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     run_env = operator_environment(home, hostile)
     run_env.update(env or {})
     report = base / "child-report.xml"
-    # -p no:randomly: the child's tests run in file order even where pytest-randomly is installed
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "--strict-markers",
-               f"--junitxml={report}", "--rootdir", str(project), *args]
+    command = [*PYTEST, "-q", "--strict-markers", f"--junitxml={report}", "--rootdir", str(project), *args]
     proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout,
                           pass_fds=pass_fds)
     run = ChildRun(proc.returncode, proc.stdout + proc.stderr, home=home)

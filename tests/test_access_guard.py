@@ -24,6 +24,7 @@ import pytest
 from benchmarks import access as access_bench
 from benchmarks import isolation, measure
 from canarchy.testing.isolation import access, tempbase
+from tests.helpers import PYTEST
 
 OWNER = "tests/test_scenario.py::test_operator_state"
 GUARDED = """
@@ -521,7 +522,7 @@ def test_the_benchmarks_variants_run_with_and_without_the_guard(tmp_path, varian
         f"def test_reads_state():\n    open({str(home / '.canarchy' / 'config.toml')!r}).close()\n")
     env = measure.child_env(home, extra={"BENCH_TIMING_FILE": str(tmp_path / "timing.json")})
     env.pop(access.ENVIRONMENT_VARIABLE, None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=suite, env=env,
+    proc = subprocess.run([*PYTEST, "-q"], cwd=suite, env=env,
                           capture_output=True, text=True, timeout=300)
     if refused:
         assert "1 failed" in proc.stdout and "2 passed" in proc.stdout, proc.stdout + proc.stderr

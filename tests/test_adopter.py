@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ import pytest
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import mutation, parity
 from canarchy.testing.lanes.project import Project, load_project
+from tests.helpers import PYTEST
 
 REPO = Path(__file__).resolve().parents[1]
 ADOPTER = REPO / "fixtures" / "adopter"
@@ -130,7 +130,7 @@ def _adopter_files() -> list[str]:
 
 def test_the_adopter_is_never_run_in_place(tmp_path):
     before = _adopter_files()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ADOPTER)], cwd=tmp_path,
+    proc = subprocess.run([*PYTEST, str(ADOPTER)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "is a fixture of canarchy's suite: it runs only on a copy" in proc.stdout + proc.stderr

@@ -25,6 +25,7 @@ from canarchy.errors import TransportError
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.isolation.guard import RealCanBusRefused
 from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
+from tests.helpers import PYTEST
 from tests.isolation_child import run_batch, run_child
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,9 +187,8 @@ def _pytest_with_repo_config(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-o", "canarchy_require_import=false",
-         "-p", "no:cacheprovider", "-W", "error::pytest.PytestUnknownMarkWarning", str(tmp_path), *args],
+        [*PYTEST, "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-o", "canarchy_require_import=false", "-W", "error::pytest.PytestUnknownMarkWarning", str(tmp_path), *args],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
     )
 
@@ -269,9 +269,8 @@ def _operator_run(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTHONPATH=str(REPO), HOME=str(home))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(project),
-         "-o", "canarchy_require_import=false",
-         "-p", "no:cacheprovider", str(project), *args],
+        [*PYTEST, "-c", str(REPO / "pyproject.toml"), "--rootdir", str(project),
+         "-o", "canarchy_require_import=false", str(project), *args],
         capture_output=True, text=True, cwd=project, env=env, timeout=120,
     )  # fmt: skip
     return proc, (home / ".canarchy" / "config.toml").read_text()
@@ -373,8 +372,7 @@ def test_the_suite_keeps_its_namespace_under_a_foreign_config_file(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(project), "-p", "no:cacheprovider",
-         "-s", str(project)],
+        [*PYTEST, "-c", os.devnull, "--rootdir", str(project), "-s", str(project)],
         capture_output=True, text=True, cwd=project, env=env, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -816,7 +814,7 @@ def test_parallel_workers_are_isolated(tmp_path):
             (Path.home() / "mark").write_text(str(n))
     """
     env = {"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")}
-    run = run_child(tmp_path, {"test_par.py": source}, "-n", "2", env=env)
+    run = run_child(tmp_path, {"test_par.py": source}, "-p", "xdist", "-n", "2", env=env)
     assert run.returncode == 0, run.output
     assert sum(1 for name in run.results if name.startswith("test_isolated")) == 4
 

@@ -12,12 +12,12 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from canarchy.testing.isolation import containment
 from canarchy.testing.isolation.tree import content_differences
+from tests.helpers import PYTEST
 from tests.isolation_child import make_operator_home, operator_environment, run_batch, run_child
 
 EARLY = ("-p", "canarchy.testing.isolation.plugin")
@@ -579,8 +579,7 @@ def test_the_operator_s_home_as_the_rootdir_is_refused(tmp_path_factory):
     base = tmp_path_factory.mktemp("rootdir-home")
     home = make_operator_home(base)
     (home / "test_here.py").write_text("def test_here():\n    pass\n")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           *EARLY, "--rootdir", str(home), "-c", os.devnull, str(home)],
+    proc = subprocess.run([*PYTEST, *EARLY, "--rootdir", str(home), "-c", os.devnull, str(home)],
                           cwd=home, env=operator_environment(home), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4 and "the rootdir is the operator's home" in proc.stdout + proc.stderr, proc.stdout
 

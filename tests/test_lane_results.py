@@ -13,7 +13,6 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from canarchy.testing.lanes import render, verdict
 from canarchy.testing.lanes import results as jc
 from canarchy.testing.lanes.runner import Run
+from tests.helpers import PYTEST
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "junit"
 
@@ -99,11 +99,10 @@ def test_warns():
 def _run_pytest(directory: Path, *args: str) -> tuple[Path, str, int]:
     (directory / "pytest.ini").write_text("[pytest]\n")
     junit = directory / "report.xml"
-    # a pytest of its own, not a worker of ours: an xdist worker's identity would make plugins
-    # installed beside pytest (pytest-benchmark) add warnings after the summary line
+    # a pytest of its own, not a worker of ours: without our xdist worker's identity
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(directory / "pytest.ini"),
+        [*PYTEST, "-c", str(directory / "pytest.ini"),
          "--rootdir", str(directory), f"--junitxml={junit}", *args],
         cwd=directory, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

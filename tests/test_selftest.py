@@ -11,12 +11,12 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from canarchy.testing.lanes import selftest
+from tests.helpers import PYTEST
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "leaks"
@@ -45,7 +45,7 @@ def test_a_corpus_module_named_explicitly_is_refused_before_it_runs(tmp_path):
     corpus = tmp_path / "leaks"
     shutil.copytree(CORPUS, corpus)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+        [*PYTEST, "--rootdir", str(tmp_path),
          str(corpus / "leak_checkout_write.py")],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
