@@ -1,53 +1,32 @@
 """Run a small test project in a child pytest under canarchy's plugin, as an operator would.
 
-The child gets a hostile *operator* environment: a home holding a real-looking
-``~/.canarchy/config.toml`` (udp_multicast, a default interface, require ack),
-old fuzz findings, ``~/.canrc`` and ``~/can.conf`` naming socketcan, and
-``CANARCHY_*``/``CAN_*`` variables exported. The child's plugin must isolate
-its tests from all of it; the parent asserts on the child's JUnit report.
+The child gets the hostile operator environment the parity lane uses: a copy of
+``fixtures/operator-home`` (a real-looking ``~/.canarchy`` with config, caches and old
+findings, ``~/.canrc`` and ``~/can.conf`` naming socketcan) and the variables of
+``canarchy.testing.lanes.env.HOSTILE_ENV`` exported. The child's plugin must isolate its
+tests from all of it; the parent asserts on the child's JUnit report.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from canarchy.testing.lanes.env import hostile_env
 from tests.helpers import PYTEST
 
-HOSTILE_VARIABLES = {
-    "CANARCHY_DEFAULT_INTERFACE": "vcan-operator",
-    "CANARCHY_PYTHON_CAN_INTERFACE": "udp_multicast",
-    "CANARCHY_REQUIRE_ACTIVE_ACK": "1",
-    "CAN_INTERFACE": "socketcan",
-    "CAN_CHANNEL": "can0",
-    "CAN_CONFIG": '{"receive_own_messages": true}',
-    "CAN_INTERFACE_CTX": "socketcan",
-}
-OPERATOR_CONFIG = """\
-[transport]
-backend = "python-can"
-interface = "udp_multicast"
-default_interface = "vcan-operator"
-
-[safety]
-require_active_ack = true
-"""
-CANRC = "[default]\ninterface = socketcan\nchannel = can0\n"
+REPO = Path(__file__).resolve().parents[1]
+OPERATOR_HOME = REPO / "fixtures" / "operator-home"
 
 
 def make_operator_home(base: Path) -> Path:
-    """Create a hostile operator home under ``base`` and return it."""
-    home = base / "operator-home"
-    (home / ".canarchy" / "findings" / "old-campaign").mkdir(parents=True)
-    (home / ".canarchy" / "config.toml").write_text(OPERATOR_CONFIG)
-    (home / ".canarchy" / "findings" / "old-campaign" / "campaign.json").write_text("{}")
-    (home / ".canrc").write_text(CANRC)
-    (home / "can.conf").write_text(CANRC)
-    return home
+    """A copy of the hostile operator home (``fixtures/operator-home``) at ``base/operator-home``."""
+    return Path(shutil.copytree(OPERATOR_HOME, base / "operator-home", ignore=shutil.ignore_patterns("README.md")))
 
 
 @dataclass
@@ -76,9 +55,8 @@ def operator_environment(home: Path, hostile: bool = True) -> dict[str, str]:
     for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "APPDATA", "LOCALAPPDATA"):
         env.pop(name, None)
     if hostile:
-        env.update(HOSTILE_VARIABLES)
-    repo_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = repo_root
+        env.update(hostile_env(home))
+    env["PYTHONPATH"] = str(REPO)
     return env
 
 

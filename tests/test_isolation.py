@@ -766,7 +766,7 @@ def test_opt_out_markers(tmp_path):
         @pytest.mark.integration
         def test_integration_sees_the_operator():
             assert Path.home() == operator_home
-            assert os.environ["CANARCHY_DEFAULT_INTERFACE"] == "vcan-operator"
+            assert os.environ["CANARCHY_DEFAULT_INTERFACE"] == "can9"
             assert guard.GUARD.enabled is False
         @pytest.mark.real_home
         def test_real_home_keeps_the_guard():
@@ -792,7 +792,7 @@ def test_opt_out_markers(tmp_path):
         @pytest.mark.integration
         def test_integration_sees_the_operator():
             assert Path.home() == Path(os.environ["CHILD_OPERATOR_HOME"])
-            assert os.environ["CANARCHY_DEFAULT_INTERFACE"] == "vcan-operator"
+            assert os.environ["CANARCHY_DEFAULT_INTERFACE"] == "can9"
     """}, "-m", "integration", env={"CHILD_OPERATOR_HOME": str(tmp_path / "selected" / "operator-home")})
     assert run.outcomes("test_integration_sees_the_operator") == {"passed"}, run.output
 
