@@ -381,7 +381,16 @@ def test_the_unit_lane_runs_the_suite_in_workers_and_contains_what_it_starts(tmp
     assert code == 0, out
     assert "unit: 1 pytest-xdist workers" in out and f"unit: PASSED - {3 if contained else 2} passed" in out, out
     assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
-    assert unit.workers(None) in (0, len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize(("available", "unit_default", "per_twin"), [(1, 2, 0), (2, 4, 2), (8, 16, 8)])
+def test_by_default_the_unit_lane_runs_two_workers_per_core_and_each_parity_twin_half_that(
+        monkeypatch, available, unit_default, per_twin):
+    """The two parity twins run at once: together as many workers as the unit lane, none where one
+    each would only add a worker process; an explicit --jobs is taken as given."""
+    monkeypatch.setattr(runner, "cores", lambda: available)
+    assert (runner.workers(), parity.twin_workers()) == (unit_default, per_twin)
+    assert (runner.workers(0), runner.workers(3), parity.twin_workers(1), parity.twin_workers(0)) == (0, 3, 1, 0)
 
 
 # --------------------------------------------------------------------------- the parity lane
@@ -460,7 +469,9 @@ def every_kind(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, parit
     other = next(seed for seed in range(2, 60) if _position_under(seed) != first)
     before = snapshot(project.root)
     caller = dict(os.environ, LEAKY_CALLER_VARIABLE="1", CANARCHY_CALLER="x")
-    result = parity.run_parity(project, ["tests"], source_env=caller, hashseeds=(1, other), reruns=1)
+    # two pytest-xdist workers a twin, as on a two-core machine: python-can's log record comes
+    # through a worker's report
+    result = parity.run_parity(project, ["tests"], source_env=caller, hashseeds=(1, other), reruns=1, jobs=2)
     return project, result, {"before": before, "meeting": base / "meeting"}
 
 
@@ -492,6 +503,28 @@ def test_parity_checks_the_operator_home_the_logs_and_the_checkout(every_kind):
     assert changes(seen["before"], snapshot(project.root)) == []
 
 
+NOT_SHUT_DOWN = """
+import atexit
+import logging
+
+atexit.register(lambda: logging.getLogger("can.bus").warning("AtExitBus was not properly shut down"))
+
+def test_logs_during_the_test():
+    logging.getLogger("can.bus").warning("DuringTestBus was not properly shut down")
+"""
+
+
+def test_parity_finds_python_can_s_log_record_during_a_test_and_at_exit_in_a_serial_run(tmp_path):
+    """The record a test makes is in its JUnit case (junit_logging); one at interpreter exit in the
+    run's output. (Under pytest-xdist workers: the every_kind run.)"""
+    result = parity.run_parity(_project(tmp_path / "p", NOT_SHUT_DOWN, pyproject=UNISOLATED), ["tests"],
+                               source_env=os.environ, hashseeds=(5, 6), jobs=0)
+    for twin in parity.TWINS:
+        found = " | ".join(result.not_shut_down[twin])
+        assert "DuringTestBus was not properly shut down" in found and "AtExitBus" in found, found
+    assert result.exit_code == 1, parity.render(result)
+
+
 def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(every_kind):
     project, result, seen = every_kind
     assert "tests.test_p::test_twins_meet" not in {f.id for f in result.findings}  # passed in both, at the same time
@@ -499,11 +532,15 @@ def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(every
     assert {t.copy for t in result.twins.values()}.isdisjoint({project.root})
 
 
-def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path):
+@pytest.mark.parametrize("jobs", [0, 2], ids=["serial", "xdist"])
+def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path, jobs):
+    """Serial pytest stops at the collection error (exit code 2); under pytest-xdist the run exits 1
+    with the error in its report: two identical reports of nothing are no parity either way."""
     result = parity.run_parity(_project(tmp_path / "p", "import no_such_module_anywhere\n"), ["tests"],
-                               source_env=os.environ, hashseeds=(11, 22))
+                               source_env=os.environ, hashseeds=(11, 22), jobs=jobs)
     assert not result.comparison.differences and result.exit_code == 2
-    assert any("pytest exit code 2" in reason for reason in result.comparison.undecided)
+    expected = "pytest exit code 2" if jobs == 0 else "errors during collection: tests.test_p; pytest exit code 1"
+    assert any(expected in reason for reason in result.comparison.undecided), result.comparison.undecided
 
 
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
@@ -641,13 +678,13 @@ def test_the_operator_twin_exports_the_project_s_own_operator_variables(tmp_path
     prefixes = 'canarchy_scrub_prefixes = ["ADOPT_"]\n'
     pyproject = PYPROJECT.replace("xfail_strict = true\n", "xfail_strict = true\n" + prefixes)
     without = parity.run_parity(_project(tmp_path / "without", tests, pyproject=pyproject), ["tests"],
-                                source_env=os.environ, hashseeds=(3, 4), reruns=1)
+                                source_env=os.environ, hashseeds=(3, 4), reruns=1, jobs=0)
     assert without.exit_code == 0 and without.unexercised == ["ADOPT_"]
     assert "not exercised: the operator twin exports no ADOPT_* variable" in parity.render(without)
     pyproject += 'operator_env = { ADOPT_MODE = "operator", ADOPT_HOME = "{home}/.adopt" }\n'
     project = _project(tmp_path / "with", tests, pyproject=pyproject)
     assert dict(project.operator_env) == {"ADOPT_MODE": "operator", "ADOPT_HOME": "{home}/.adopt"}
-    found = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1)
+    found = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1, jobs=0)
     assert found.exit_code == 1 and found.unexercised == []
     assert [(f.id, f.kind) for f in found.findings] == [("tests.test_p::test_depends_on_the_shell", "operator")]
     assert found.twins["operator"].env["ADOPT_HOME"].endswith("/operator-home/.adopt")

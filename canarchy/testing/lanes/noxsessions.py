@@ -80,7 +80,7 @@ def temp_outside() -> str:
 
 @nox.session(tags=["tests"])
 def unit(session: nox.Session) -> None:
-    """Run the isolated suite (pytest-xdist where there are several cores; reports/unit.xml)."""
+    """Run the isolated suite (two pytest-xdist workers per core; reports/unit.xml)."""
     install(session)
     lane(session, "unit")
 

@@ -106,7 +106,7 @@ def _one_run(entry: OrderRun, selection: Sequence[str], out: Path, python: str, 
     entry.run = run_pytest([*SAFETY_FLAGS, f"--junitxml={out / f'order-{name}.xml'}", *entry.options,
                             "-p", "detect_test_pollution", f"--dtp-testids-output-file={ids}", *selection],
                            env=entry.env, cwd=entry.copy, python=python)
-    entry.report, entry.problem = read_run(entry.run, isolated=isolated)
+    entry.report, entry.problem = read_run(entry.run, isolated=isolated, complete=True)
     try:
         entry.node_ids = {case_key(n): n for n in ids.read_text(encoding="utf-8").splitlines() if n}
     except OSError:

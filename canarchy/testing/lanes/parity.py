@@ -1,10 +1,10 @@
 """The parity lane: the suite with and without an operator's home and shell, compared test by test.
 
-Two twins run at once, each on its own copy of the tree with its own hash seed: *clean* (an empty home, a
-clean shell) and *operator* (a copy of the project's operator home and
-:data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test whose outcome differs is run again in both, to
-tell a dependency on the operator (the verdict fails) from a flaky or hash-seed-dependent test (reported;
-``--strict`` fails it). Design: ``docs/design/verification-harness.md`` §4.
+Two twins run at once, each on its own copy of the tree with its own hash seed and half the unit lane's
+pytest-xdist workers: *clean* (an empty home, a clean shell) and *operator* (a copy of the project's
+operator home and :data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test whose outcome differs is
+run again in both, to tell a dependency on the operator (the verdict fails) from a flaky or
+hash-seed-dependent test (reported; ``--strict`` fails it). Design: ``docs/design/verification-harness.md`` §4.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, case_key, compare, load_allowlist,
                                            totals_text)
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest,
+                                          workers, xdist_options)
 from canarchy.testing.lanes.verdict import read_run
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
@@ -32,8 +33,10 @@ TWINS = ("clean", "operator")
 CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
 _NOT_SHUT_DOWN = "was not properly shut down"
 _COLLECT = ("-p", "detect_test_pollution", "--collect-only", "-q")
-# python-can's "was not properly shut down" is a log record (BusABC.__del__), possibly at interpreter exit.
-_LOG_RECORDS = ("-o", "log_cli=true", "--log-cli-level=WARNING")
+# python-can's "was not properly shut down" is a log record (BusABC.__del__): during a test it is in the
+# test's captured log, which the JUnit report keeps (a pytest-xdist worker's too); at interpreter exit,
+# on stderr, in the run's output.
+_LOG_RECORDS = ("-o", "junit_logging=log", "-o", "junit_log_passing_tests=true")
 
 
 @dataclass
@@ -100,13 +103,23 @@ def _node_ids(path: Path) -> list[str]:
         return []
 
 
-def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isolated: bool) -> None:
+def twin_workers(requested: int | None = None) -> int:
+    """pytest-xdist workers of each twin: ``requested``, else half the unit lane's default, so that
+    the two twins at once run as many as the unit lane; none where that would be one."""
+    if requested is not None:
+        return workers(requested)
+    per_twin = workers() // 2
+    return per_twin if per_twin > 1 else 0
+
+
+def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isolated: bool, jobs: int) -> None:
     junit = out / f"parity-{twin.name}.xml"
     ids = out / f"parity-{twin.name}-ids.txt"
-    args = [*SAFETY_FLAGS, f"--junitxml={junit}", *_LOG_RECORDS, "-p", "detect_test_pollution",
+    # detect-test-pollution writes the collected node ids; under pytest-xdist each worker writes the same list
+    args = [*SAFETY_FLAGS, f"--junitxml={junit}", *_LOG_RECORDS, *xdist_options(jobs), "-p", "detect_test_pollution",
             f"--dtp-testids-output-file={ids}", *selection]
     twin.run = run_pytest(args, env=twin.env, cwd=twin.copy, python=python)
-    twin.report, twin.problem = read_run(twin.run, isolated=isolated)
+    twin.report, twin.problem = read_run(twin.run, isolated=isolated, complete=True)
 
 
 def _collect(twin: Twin, env: Mapping[str, str], selection: Sequence[str], out: Path, name: str,
@@ -156,19 +169,19 @@ def _check_twin(result: ParityResult, twin: Twin, copy_before: dict[str, Entry])
                                for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
     changed = changes(copy_before, snapshot(twin.copy))
     result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}" for line in changed]
-    result.not_shut_down[twin.name] = [line.strip() for line in (twin.run.output if twin.run else "").splitlines()
-                                       if _NOT_SHUT_DOWN in line]
+    logged = "\n".join([twin.run.output if twin.run else "", *(case.output for _, case in cases)])
+    result.not_shut_down[twin.name] = [line.strip() for line in logged.splitlines() if _NOT_SHUT_DOWN in line]
 
 
 def run_parity(project: Project, selection: Sequence[str], *, source_env: Mapping[str, str] | None = None,
                reruns: int = 2, strict: bool = False, hashseeds: tuple[int, int] | None = None,
                reports: Path | None = None, python: str | None = None,
-               extra_env: Mapping[str, str] | None = None) -> ParityResult:
+               extra_env: Mapping[str, str] | None = None, jobs: int | None = None) -> ParityResult:
     """Run both twins, re-run what differs, and judge (see the module docstring).
 
     ``selection``: pytest's test selection (:func:`~canarchy.testing.lanes.env.choose_tests`);
     reports and logs go to ``reports`` (default ``<root>/reports``); ``extra_env``
-    is set in both twins.
+    is set in both twins; ``jobs``: pytest-xdist workers of each twin (:func:`twin_workers`).
     """
     import sys
 
@@ -187,7 +200,9 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         twins = {name: _make_twin(name, seed, project, files, base, op_home, source_env, extra_env)
                  for name, seed in zip(TWINS, seeds, strict=True)}
         copies_before = {name: snapshot(t.copy) for name, t in twins.items()}
-        concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin) for t in twins.values()])
+        per_twin = twin_workers(jobs)
+        concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin, per_twin)
+                      for t in twins.values()])
         comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
                              allowlist=load_allowlist(project.parity_allowlist))
         if any(t.problem for t in twins.values()):
@@ -335,6 +350,8 @@ def render_markdown(result: ParityResult) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reruns", type=int, default=2, help="extra runs of each differing test per configuration")
     parser.add_argument("--strict", action="store_true", help="also fail on flaky tests and unstable ids")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="pytest-xdist workers of each twin (default: one per core, none on one core; 0: none)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
@@ -342,7 +359,8 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
     if project.operator_home is None:
         print("parity: CANNOT DECIDE - the project names no operator home ([tool.canarchy.lanes] operator_home)")
         return EXIT_CANNOT_DECIDE
-    result = run_parity(project, selection, source_env=os.environ, reruns=args.reruns, strict=args.strict)
+    result = run_parity(project, selection, source_env=os.environ, reruns=args.reruns, strict=args.strict,
+                        jobs=args.jobs)
     print(render(result))
     md = project.root / "reports" / "parity.md"
     write_text_atomic(md, render_markdown(result))

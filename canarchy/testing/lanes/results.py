@@ -53,13 +53,16 @@ class Case:
     """One test case: every JUnit element that carries its id, merged.
 
     ``properties``: the ``<property>`` name/value pairs pytest recorded for it
-    (canarchy's isolation records the test's writes into the checkout there).
+    (canarchy's isolation records the test's writes into the checkout there);
+    ``output``: its ``<system-out>`` and ``<system-err>`` text (with ``junit_logging=log``,
+    its captured log records).
     """
 
     id: str
     outcome: str
     results: tuple[ResultElement, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
+    output: str = ""
 
     @property
     def is_failing(self) -> bool:
@@ -204,6 +207,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
 
     results: dict[str, list[ResultElement]] = {}
     properties: dict[str, list[tuple[str, str]]] = {}
+    outputs: dict[str, list[str]] = {}
     suite_properties: list[tuple[str, str]] = []
     for suite in _iter_suites(xml):
         for element in suite._elem.findall("properties"):
@@ -219,7 +223,9 @@ def load_report(path: str | os.PathLike[str]) -> Report:
                     found.append(ResultElement(kind, r.type, message, r.text or "", _phase(kind, message)))
             props = properties.setdefault(key, [])
             props.extend((e.get("name", ""), e.get("value", "")) for e in tc._elem.iter("property"))
-    cases = {key: Case(key, _outcome(found), tuple(found), tuple(properties[key])) for key, found in results.items()}
+            outputs.setdefault(key, []).extend(e.text or "" for e in tc._elem if e.tag in ("system-out", "system-err"))
+    cases = {key: Case(key, _outcome(found), tuple(found), tuple(properties[key]), "\n".join(outputs[key]))
+             for key, found in results.items()}
     return Report(str(p), cases, tuple(suite_properties))
 
 

@@ -341,6 +341,21 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def workers(requested: int | None = None) -> int:
+    """pytest-xdist workers for a lane's run: ``requested`` (0: none, the tests run in the pytest
+    process), else two per core. Suites like these wait on child processes, sockets and timers
+    more than they compute: canarchy's, on two cores, took 138 s serial, 72 s with two workers
+    and 54 s with four (docs/benchmarks.md)."""
+    if requested is not None:
+        return max(requested, 0)
+    return 2 * cores()
+
+
+def xdist_options(count: int) -> list[str]:
+    """pytest's arguments for ``count`` pytest-xdist workers (none for 0)."""
+    return ["-p", "xdist", "-n", str(count)] if count else []
+
+
 def stopping() -> bool:
     """True once an interrupt reached :func:`concurrently`: a job should only clean up, not start over."""
     return _CLOSED.is_set()

@@ -13,21 +13,13 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, SAFETY_FLAGS, build_env
 from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_roundtrip, netns_support
 from canarchy.testing.lanes.project import Project
-from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, cores, run_pytest
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, run_pytest, workers,
+                                          xdist_options)
 from canarchy.testing.lanes.verdict import Verdict, judge
 from canarchy.testing.lanes.workspace import pythonpath, temporary_tree
 
 PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
 ALLOW_TRANSMIT_VARIABLE = "CANARCHY_INTEGRATION_ALLOW_TRANSMIT"
-
-
-def workers(requested: int | None = None) -> int:
-    """pytest-xdist workers for the unit lane: ``requested``, else one per core when there is
-    more than one (0: run in the pytest process itself)."""
-    if requested is not None:
-        return max(requested, 0)
-    available = cores()
-    return available if available > 1 else 0
 
 
 def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[bool, list[str], str | None]:
@@ -107,13 +99,13 @@ def run_suite(project: Project, lane: str, selection: Sequence[str], *, options:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=None,
-                        help="pytest-xdist workers (default: one per core when there are several; 0: none)")
+                        help="pytest-xdist workers (default: two per core; 0: none)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
     """``python -m canarchy.testing.lanes unit [--jobs N] [-- SELECTION]``."""
     jobs = workers(args.jobs)
-    options = ["-p", "xdist", "-n", str(jobs)] if jobs else []
+    options = xdist_options(jobs)
     note = f"{jobs} pytest-xdist workers" if jobs else "one process (no pytest-xdist workers)"
     print(f"unit: {note}")
     return _report("unit", project, run_suite(project, "unit", selection, options=options, notes=[note]))

@@ -46,9 +46,11 @@ class Verdict:
         return "\n".join(out) + "\n"
 
 
-def read_run(run: Run, *, isolated: bool = False) -> tuple[Report | None, str | None]:
+def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tuple[Report | None, str | None]:
     """The run's report, or None and why it has no usable one. ``isolated``: the project's
-    configuration loads the plugin, so a report without its suite property is no answer."""
+    configuration loads the plugin, so a report without its suite property is no answer.
+    ``complete``: nor is a run with a collection error, for a lane that compares runs (pytest
+    stops such a run with exit code 2, but under pytest-xdist it exits 1)."""
     if run.returncode not in (0, 1):
         return None, f"pytest exit code {run.returncode}: {_EXIT_MEANING.get(run.returncode, 'an unknown exit code')}"
     assert run.junit is not None
@@ -58,6 +60,10 @@ def read_run(run: Run, *, isolated: bool = False) -> tuple[Report | None, str | 
         return None, f"{exc}; pytest exit code {run.returncode}"
     if not report.cases:
         return None, f"the report holds zero test cases; pytest exit code {run.returncode}"
+    uncollected = [key for key, case in report.cases.items()
+                   if complete and any(r.kind == "error" and r.phase == "collection" for r in case.results)]
+    if uncollected:
+        return None, f"errors during collection: {', '.join(uncollected[:3])}; pytest exit code {run.returncode}"
     if run.returncode == 0 and report.failing:
         return None, f"pytest exited 0 but the report has failing cases: {', '.join(report.failing[:3])}"
     if isolated and not report.properties_named(ISOLATION_PROPERTY):
