@@ -495,6 +495,21 @@ ROUTES = """
             can.Bus(channel="can0", interface="socketcan")
         except Exception:
             pass
+    def test_driver_init_without_new():
+        from can.interfaces.socketcand import SocketCanDaemonBus
+        SocketCanDaemonBus.__init__(object.__new__(SocketCanDaemonBus), channel="can0", host="127.0.0.1", port=9)
+    def test_driver_init_on_a_virtual_instance():
+        from can.interfaces.socketcan import SocketcanBus
+        from can.interfaces.virtual import VirtualBus
+        SocketcanBus.__init__(object.__new__(VirtualBus), "can0")
+    def test_subclass_with_its_own_new():
+        from can.interfaces.socketcan import SocketcanBus
+        class Sneaky(SocketcanBus):
+            def __new__(cls, *args, **kwargs):
+                return object.__new__(cls)
+        Sneaky("can0")
+    def test_raw_can_socket():
+        _real_socket(socket.AF_CAN, socket.SOCK_RAW, socket.CAN_RAW).close()
 
     def test_zz_no_socket_was_opened():
         assert opened == []
@@ -510,7 +525,8 @@ ROUTES = """
 REFUSED_ROUTES = ("test_can_bus", "test_interface_bus", "test_thread_safe_bus", "test_prebound_bus", "test_positional",
                   "test_legacy_bustype", "test_direct_udp_multicast_class", "test_direct_socketcan_class",
                   "test_env_can_interface", "test_env_can_config", "test_can_rc", "test_canrc_file",
-                  "test_detect_available_configs", "test_swallowed")
+                  "test_detect_available_configs", "test_swallowed", "test_driver_init_without_new",
+                  "test_driver_init_on_a_virtual_instance", "test_subclass_with_its_own_new", "test_raw_can_socket")
 
 
 def test_every_route_to_a_real_bus_is_refused(batch):

@@ -205,6 +205,14 @@ def test_after_every_bus_became_virtual():
             return None, False
     Loopback(channel="x").shutdown()
 
+def test_unwraps_a_driver_s_init():
+    from can.interfaces.socketcand import SocketCanDaemonBus  # its __init__ is wrapped as it is defined
+    SocketCanDaemonBus.__init__ = SocketCanDaemonBus.__init__.__wrapped__  # before the seal ever saw it
+
+def test_after_the_unwrapping():
+    from can.interfaces.socketcand import SocketCanDaemonBus
+    SocketCanDaemonBus.__init__(object.__new__(SocketCanDaemonBus), channel="can0", host="127.0.0.1", port=9)
+
 def test_gives_the_guard_a_quiet_class():
     access.GUARD.__class__ = type("Quiet", (access.AccessGuard,), {"_judge": lambda self, *args: None})
 
@@ -522,6 +530,16 @@ def test_a_test_that_makes_every_bus_virtual_is_named_and_the_next_bus_refused(r
     messages = run.messages("test_after_every_bus_became_virtual")
     assert run.outcomes("test_after_every_bus_became_virtual") & {"failed", "error"}, run.output
     assert "test_after_every_bus_became_virtual tried to open a real CAN bus" in messages, messages
+
+
+def test_a_test_that_unwraps_a_driver_s_init_is_named_and_the_next_driver_refused(routes):
+    """The wrapper was put on as the driver module was imported, in the same test that took it
+    off: the seal keeps the hook python-can was given, not what it found at teardown."""
+    run, _ = routes
+    assert "SocketCanDaemonBus.__init__ replaced" in run.messages("test_unwraps_a_driver_s_init"), run.output
+    messages = run.messages("test_after_the_unwrapping")
+    assert "test_after_the_unwrapping tried to open a real CAN bus" in messages, run.output
+    assert "interface='socketcand', channel='can0'" in messages, messages
 
 
 def test_a_test_that_replaces_the_plugin_s_decisions_is_named_and_the_next_one_isolated(routes):

@@ -681,6 +681,11 @@ def observe(event: str, callback: Callable[[tuple], None]) -> None:
     _EVENTS.add(event)
 
 
+def observers(event: str) -> list[Callable[[tuple], None]]:
+    """The callbacks :func:`observe` registered for ``event``."""
+    return list(_OBSERVERS.get(event, ()))
+
+
 def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
     events = _EVENTS
     observers = _OBSERVERS

@@ -1,8 +1,10 @@
 """The CAN bus guard: a unit test can reach python-can's ``virtual`` bus and nothing else.
 
-Two hooks on python-can 4.x, installed once per process, switched by ``GUARD.enabled`` and never removed:
-``can.interface._get_class_for_interface`` (every construction by name, before a driver is imported) and
-``can.BusABC.__new__`` (every bus class, before its ``__init__`` opens anything). A refusal raises
+Hooks on python-can 4.x, installed once per process, switched by ``GUARD.enabled`` and never removed:
+``can.interface._get_class_for_interface`` (every construction by name, before a driver is imported),
+``can.BusABC.__new__`` (every bus class, before its ``__init__`` opens anything), the ``__init__`` of every
+bus class but ``BusABC`` itself (an instance made without ``__new__``), and an observer of the audit event
+``socket.__new__`` (a raw ``AF_CAN`` socket, whatever opens it). A refusal raises
 :class:`RealCanBusRefused` and is recorded (also in ``report_dir`` when set), so code that catches it cannot
 turn it into a pass; the buses let through are kept weakly, to check each was shut down. Design:
 ``docs/design/test-isolation.md`` ("Layer 3"). Imports neither pytest nor python-can at import time.
@@ -10,9 +12,11 @@ turn it into a pass; the buses let through are kept weakly, to check each was sh
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
+import socket
 import sys
 import threading
 import weakref
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
 ALLOWED_INTERFACE = "virtual"
+AF_CAN = getattr(socket, "AF_CAN", 29)  # PF_CAN in Linux's include/linux/socket.h
 REPORT_FILE = "bus.jsonl"  # in report_dir: one refusal a line, appended by every process
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
 
@@ -46,7 +51,7 @@ class RealCanBusRefused(AssertionError):
 @dataclass(frozen=True)
 class Refusal:
     """One refused attempt: the test node id, the interface, the channel and
-    the route it took (``"by-name"`` or ``"class"``)."""
+    the route it took (``"by-name"``, ``"class"`` or ``"socket"``)."""
 
     nodeid: str
     interface: str
@@ -146,6 +151,12 @@ class BusGuard:
         channel = kwargs.get("channel", args[0] if args else None)
         raise self.refuse(_interface_name_of(cls), channel, "class")
 
+    def check_socket(self, args: tuple) -> None:
+        """Observer of the audit event ``socket.__new__`` (socket, family, type, protocol):
+        refuse a raw CAN socket (route ``"socket"``), the one every SocketCAN driver opens."""
+        if self.enabled and args[1] == AF_CAN:
+            raise self.refuse("socketcan", f"<an AF_CAN socket, type {args[2]}, protocol {args[3]}>", "socket")
+
 
 GUARD = BusGuard()
 
@@ -157,7 +168,8 @@ def _remember_virtual_class() -> None:
     global _VIRTUAL_CLASS
     module = sys.modules["can.interfaces.virtual"]
     _VIRTUAL_CLASS = module.VirtualBus
-    _PATCHED.extend([(module, "VirtualBus"), (sys.modules[__name__], "_VIRTUAL_CLASS")])
+    _PATCHED.extend([(module, "VirtualBus", module.VirtualBus),
+                     (sys.modules[__name__], "_VIRTUAL_CLASS", _VIRTUAL_CLASS)])
 
 
 def _is_virtual_class(cls: type) -> bool:
@@ -191,6 +203,34 @@ def _channel_from_caller() -> Any:
 
 
 # -- installation ----------------------------------------------------------------
+
+def _guard_init(cls: type) -> None:
+    """Make ``cls``'s own ``__init__`` (if it has one) check the guard first: code that made an
+    instance without calling the class (``object.__new__``) and then called a driver's
+    ``__init__`` is refused before the driver opens anything. The check is of ``cls``, the
+    class whose ``__init__`` runs, not of the instance's (possibly swapped) class."""
+    init = cls.__dict__.get("__init__")
+    if init is None or getattr(init, "_canarchy_guarded", False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        GUARD.check_class(cls, args, kwargs)
+        init(self, *args, **kwargs)
+
+    __init__._canarchy_guarded = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+    _PATCHED.append((cls, "__init__", __init__))
+
+
+def _subclasses(cls: type) -> list[type]:
+    found, pending = [], list(cls.__subclasses__())
+    while pending:
+        sub = pending.pop()
+        found.append(sub)
+        pending.extend(sub.__subclasses__())
+    return found
+
 
 _installed = False
 _install_lock = threading.Lock()
@@ -227,19 +267,31 @@ def _patch_python_can() -> None:
             return instance
 
         BusABC.__new__ = __new__  # type: ignore[method-assign]
-        _PATCHED[:] = [(interface_module, "_get_class_for_interface"), (BusABC, "__new__"),
-                       (sys.modules["can.interfaces"], "BACKENDS")]
+
+        def __init_subclass__(cls, **kwargs: Any) -> None:
+            super(BusABC, cls).__init_subclass__(**kwargs)
+            _guard_init(cls)
+
+        BusABC.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+        interfaces = sys.modules["can.interfaces"]
+        _PATCHED[:] = [(interface_module, "_get_class_for_interface", _guarded_get_class_for_interface),
+                       (BusABC, "__new__", __new__),
+                       (BusABC, "__init_subclass__", BusABC.__dict__["__init_subclass__"]),
+                       (interfaces, "BACKENDS", interfaces.BACKENDS)]
+        for cls in _subclasses(BusABC):  # the bus classes imported before this hook (later ones: __init_subclass__)
+            _guard_init(cls)
         after_import("can.interfaces.virtual", _remember_virtual_class)
         _installed = True
 
 
-_PATCHED: list[tuple[Any, str]] = []
+_PATCHED: list[tuple[Any, str, Any]] = []
 #: Set when python-can is first imported, after the seal (canarchy.testing.isolation.seal).
 SEAL_SKIPS = ("_installed", "_PATCHED", "_VIRTUAL_CLASS")
 
 
-def patched_attributes() -> list[tuple[Any, str]]:
-    """``(object, name)`` of each hook installed into python-can (none before it is imported)."""
+def patched_attributes() -> list[tuple[Any, str, Any]]:
+    """``(object, name, value)`` of each hook installed into python-can (none before it is imported):
+    the seal keeps ``value`` even if a test put something else there before it looked."""
     return list(_PATCHED)
 
 
@@ -287,7 +339,12 @@ def after_import(module_name: str, callback: Callable[[], None]) -> None:
 def install() -> None:
     """Install the guard hooks now if python-can is imported, else as soon as it is.
 
-    Does not enable the guard: set ``GUARD.enabled``.
+    Does not enable the guard: set ``GUARD.enabled``. The raw-socket check rides on the access
+    guard's audit hook (:func:`canarchy.testing.isolation.access.observe`; one hook per process).
     """
+    from canarchy.testing.isolation import access
+
+    if GUARD.check_socket not in access.observers("socket.__new__"):
+        access.observe("socket.__new__", GUARD.check_socket)
     after_import("can.interface", _patch_python_can)
 

@@ -98,13 +98,14 @@ class Seal:
         # (outside the sealed modules) cannot make it say "unchanged".
         self._ops = (all, map, operator.is_, operator.call, repeat, _same)
 
-    def extend(self, attributes: Iterable[tuple[Any, str]], contents: bool = True) -> None:
-        """Seal ``(object, name)`` pairs too, as they are now (a pair already sealed is skipped);
-        ``contents=False``: identity only (a cache or a record list that changes in place)."""
-        for holder, name in attributes:
+    def extend(self, attributes: Iterable[tuple[Any, ...]], contents: bool = True) -> None:
+        """Seal ``(object, name)`` pairs too, as they are now, or ``(object, name, value)`` with
+        the value they must hold (a pair already sealed is skipped); ``contents=False``:
+        identity only (a cache or a record list that changes in place)."""
+        for holder, name, *value in attributes:
             if (id(holder), name) not in self._keys:
                 label = f"{getattr(holder, '__name__', type(holder).__name__)}.{name}"
-                self._keep(label, holder, name, _raw(holder, name), contents)
+                self._keep(label, holder, name, value[0] if value else _raw(holder, name), contents)
 
     def _keep(self, label: str, holder: Any, name: str, value: Any, contents: bool = True) -> None:
         self._fast = None
