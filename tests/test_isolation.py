@@ -657,6 +657,51 @@ def test_swallowed_child_refusal_still_fails_the_parent(batch):
     assert "in child process" in batch.messages("test_spawns")
 
 
+LATE = """
+    import os, threading, time
+    from pathlib import Path
+
+    TARGET = Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml"
+    NEXT_TEST_RUNS = threading.Event()
+
+    def _read():
+        try:
+            open(TARGET).close()
+        except Exception:
+            pass
+
+    def test_leaves_a_thread_running():
+        threading.Thread(target=lambda: (NEXT_TEST_RUNS.wait(30), _read()), daemon=True).start()
+
+    def test_runs_while_that_thread_acts():
+        NEXT_TEST_RUNS.set()
+        time.sleep(0.5)
+
+    def test_forks_a_child_that_acts_later():
+        if os.fork() == 0:
+            time.sleep(0.3)
+            _read()
+            os._exit(0)
+
+    def test_runs_while_that_child_acts():
+        time.sleep(1)
+"""
+
+
+def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is_not_blamed(tmp_path):
+    """A thread or a forked child that outlives its test and is refused later: the run fails with
+    a line naming the test that left it running; the test running at that moment passes."""
+    run = run_child(tmp_path, {"test_late.py": LATE}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    for name in ("test_leaves_a_thread_running", "test_runs_while_that_thread_acts",
+                 "test_forks_a_child_that_acts_later", "test_runs_while_that_child_acts"):
+        assert run.outcomes(name) == {"passed"}, run.output
+    assert run.returncode == 1, run.output
+    late = run.output[run.output.index("attempts refused after their test had ended"):]
+    assert "test_late.py::test_leaves_a_thread_running tried to open for reading" in late, run.output
+    assert "test_late.py::test_forks_a_child_that_acts_later tried to open for reading" in late, run.output
+    assert "in child process" in late and "test_runs_while" not in late, late
+
+
 # -- in-process resources ----------------------------------------------------
 
 LEFT_OPEN = """

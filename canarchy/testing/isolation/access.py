@@ -445,6 +445,7 @@ class AccessGuard:
         self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
+        self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (not owner)
 
     # -- configuration -----------------------------------------------------------
     def configure(self, protection: Protection) -> Protection:
@@ -589,7 +590,7 @@ class AccessGuard:
         zones = self._zones
         if flags & _OPEN and resolved in zones.holding and _isdir(resolved):
             # os.open(dir) for a dir_fd: what is opened through it later is never judged
-            self._refuse_or_record(Access(self.owner, "open a descriptor of the directory", text, resolved,
+            self._refuse_or_record(Access(self._owner(), "open a descriptor of the directory", text, resolved,
                                           "refused", zones.holding[resolved], os.getpid()))
             return
         if not flags & (_WRITE | _TREE) and (  # a read: only the refused paths matter
@@ -601,7 +602,11 @@ class AccessGuard:
         if verdict[0] == "cached":
             self._cached.append(resolved)
             return
-        self._refuse_or_record(Access(self.owner, operation, text, resolved, verdict[0], verdict[1], os.getpid()))
+        self._refuse_or_record(Access(self._owner(), operation, text, resolved, verdict[0], verdict[1], os.getpid()))
+
+    def _owner(self) -> str:
+        """Who is named: the test that left this thread running after it ended, else :attr:`owner`."""
+        return self.thread_owners.get(threading.get_ident(), self.owner) if self.thread_owners else self.owner
 
     def _refuse_or_record(self, access: Access) -> None:
         self._record(access)

@@ -85,13 +85,15 @@ class BusGuard:
         self.refusals: list[Refusal] = []
         self.report_dir: Path | None = None
         self._created: list[tuple[weakref.ReferenceType, str]] = []
+        self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (not owner)
         self._lock = threading.Lock()
         self._log = ReportLog(REPORT_FILE)  # the report file of report_dir, and how far it was read
 
     # -- recording ---------------------------------------------------------
     def refuse(self, interface: str, channel: Any, route: str) -> RealCanBusRefused:
         """Record an attempt and return the exception to raise."""
-        refusal = Refusal(self.owner, str(interface), str(channel), route, os.getpid())
+        owner = self.thread_owners.get(threading.get_ident(), self.owner)
+        refusal = Refusal(owner, str(interface), str(channel), route, os.getpid())
         with self._lock:
             self.refusals.append(refusal)
         if self.report_dir is not None:

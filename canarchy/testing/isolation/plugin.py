@@ -19,6 +19,7 @@ import re
 import stat
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +99,7 @@ class _Run:
     opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
+    finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
 
 
 _RUN = pytest.StashKey[_Run]()
@@ -755,6 +757,7 @@ def guard_operator_access(request: pytest.FixtureRequest):
     bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
     _set_owners(nodeid)
     bus.enabled, files.enabled = not bus_down, not files_down
+    threads_before = {t.ident for t in _THREADS()}
     try:
         yield bus
     finally:
@@ -762,14 +765,51 @@ def guard_operator_access(request: pytest.FixtureRequest):
                     if not g.enabled and not down]
         bus.enabled = files.enabled = True
         _set_owners(_BETWEEN_TESTS)
-    _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
+        _own_left_threads(nodeid, threads_before)
+    try:
+        _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
+    finally:
+        run.finished.add(nodeid)  # from now on, what is refused in its name is late
+
+
+_THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads
+
+
+def _own_left_threads(nodeid: str, before: set[int | None]) -> None:
+    """Name ``nodeid`` in what a thread it started and left running does later (not the test that
+    runs then); forget the threads that have ended (their ids are reused)."""
+    alive = {t.ident: t for t in _THREADS()}
+    for guard in (_guard.GUARD, _access.GUARD):
+        owners = guard.thread_owners
+        for ident in [i for i in owners if i not in alive]:
+            del owners[ident]
+        owners.update((ident, nodeid) for ident in alive if ident not in before and ident not in owners)
+
+
+def _late(run: _Run, owners_and_messages: list[tuple[str, str]]) -> list[str]:
+    """The messages of refusals owned by a test that has ended (a thread or process it left running)
+    go to the run's problems, naming that test; the rest are returned, to fail the current one."""
+    now = []
+    for owner, message in owners_and_messages:
+        if owner in run.finished:
+            if not any(line.startswith(_LATE) for line in run.problems):
+                run.problems.append(_LATE)
+            run.problems.append(message)
+        else:
+            now.append(message)
+    return now
+
+
+_LATE = ("attempts refused after their test had ended, by a thread or process it left running "
+         "(each names that test):")
 
 
 def _fail_for_what_came_before(run: _Run, nodeid: str, config: pytest.Config) -> None:
     """Fail the setup of ``nodeid`` for what happened outside any test since the last one:
     refusals, a change to the isolation itself, a python-can bus still open (shut down here)."""
     bus, files = _guard.GUARD, _access.GUARD
-    earlier = [r.message() for r in bus.take_refusals()] + [a.message() for a in files.take_refusals()]
+    earlier = _late(run, [(r.nodeid, r.message()) for r in bus.take_refusals()]
+                    + [(a.owner, a.message()) for a in files.take_refusals()])
     off = [f"{name} guard switched off" for name, g in (("bus", bus), ("access", files)) if not g.enabled]
     tampered = _unsealed(run) + off
     earlier += _checked_cache(config)
@@ -795,9 +835,9 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
     bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
     tampered = _unsealed(run) + [f"{name} guard switched off" for name in switched]
-    refusals = [r.message() for r in bus.take_refusals()]
     refused, watched = files.take()
-    refusals += [a.message() for a in refused]
+    refusals = _late(run, [(r.nodeid, r.message()) for r in bus.take_refusals()]
+                     + [(a.owner, a.message()) for a in refused])
     refusals += _checked_cache(request.config)
     _remember_writes(run, watched)
     for access in watched:
@@ -903,9 +943,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run is None:
         return
     lines = run.problems
-    pending = [r.message() for r in _guard.GUARD.take_refusals()]
     refused, watched = _access.GUARD.take()
-    pending += [a.message() for a in refused] + _checked_cache(config)
+    pending = _late(run, [(r.nodeid, r.message()) for r in _guard.GUARD.take_refusals()]
+                    + [(a.owner, a.message()) for a in refused]) + _checked_cache(config)
     _remember_writes(run, watched)
     if pending:
         lines.append("attempts refused outside any test (collection, fixtures, start-up):")
