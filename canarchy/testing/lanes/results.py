@@ -205,28 +205,29 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     except (OSError, JUnitXmlError, SyntaxError, ValueError) as exc:  # ParseError is a SyntaxError
         raise CannotDecide(f"{p}: not a readable JUnit XML report ({exc})") from None
 
-    results: dict[str, list[ResultElement]] = {}
-    properties: dict[str, list[tuple[str, str]]] = {}
-    outputs: dict[str, list[str]] = {}
+    parts: dict[str, tuple[list[ResultElement], list[tuple[str, str]], list[str]]] = {}
     suite_properties: list[tuple[str, str]] = []
     for suite in _iter_suites(xml):
         for element in suite._elem.findall("properties"):
             suite_properties.extend((e.get("name", ""), e.get("value", "")) for e in element.iter("property"))
         for tc in suite:
             classname, name = tc.classname or "", tc.name or ""
-            key = f"{classname}::{name}" if classname else name
-            found = results.setdefault(key, [])
-            for r in tc.result:
-                kind = type(r).__name__.lower()
-                if kind in ("failure", "error", "skipped"):
-                    message = r.message or ""
-                    found.append(ResultElement(kind, r.type, message, r.text or "", _phase(kind, message)))
-            props = properties.setdefault(key, [])
-            props.extend((e.get("name", ""), e.get("value", "")) for e in tc._elem.iter("property"))
-            outputs.setdefault(key, []).extend(e.text or "" for e in tc._elem if e.tag in ("system-out", "system-err"))
-    cases = {key: Case(key, _outcome(found), tuple(found), tuple(properties[key]), "\n".join(outputs[key]))
-             for key, found in results.items()}
+            _add_case_parts(tc, parts.setdefault(f"{classname}::{name}" if classname else name, ([], [], [])))
+    cases = {key: Case(key, _outcome(found), tuple(found), tuple(props), "\n".join(output))
+             for key, (found, props, output) in parts.items()}
     return Report(str(p), cases, tuple(suite_properties))
+
+
+def _add_case_parts(tc, parts: tuple[list[ResultElement], list[tuple[str, str]], list[str]]) -> None:  # type: ignore[no-untyped-def]
+    """Add one ``<testcase>`` element's results, properties and captured output to ``parts``."""
+    found, props, output = parts
+    for r in tc.result:
+        kind = type(r).__name__.lower()
+        if kind in ("failure", "error", "skipped"):
+            message = r.message or ""
+            found.append(ResultElement(kind, r.type, message, r.text or "", _phase(kind, message)))
+    props.extend((e.get("name", ""), e.get("value", "")) for e in tc._elem.iter("property"))
+    output.extend(e.text or "" for e in tc._elem if e.tag in ("system-out", "system-err"))
 
 
 def _iter_suites(xml):  # type: ignore[no-untyped-def]
