@@ -6,8 +6,10 @@ the test runs it on a python-can ``virtual`` channel instead, with a stand-in
 on the other end: a simulated ECU (``canarchy.simulator``) for the UDS and
 fuzz examples, a peer sending a 100 ms periodic message or test traffic for
 the captures, a receiving peer for ``send`` and ``replay``. ``uds scan``
-probes 511 IDs at its default 0.1 s timeout (about a minute): it runs with
-``--timeout 0.01`` here. ``mcp serve`` runs as a child process that gets an
+probes 767 IDs at its default 0.1 s timeout (over a minute): it runs here on
+four 11-bit IDs around the ECU's and four 29-bit targets, with 0.25 s for each
+answer (a 10 ms window over every ID missed the simulated ECU's answer when
+other test runs loaded the machine). ``mcp serve`` runs as a child process that gets an
 ``initialize`` request and then end of input. The section "Try it without
 hardware" is run across processes by ``tests/test_quickstart.py``.
 """
@@ -109,7 +111,8 @@ def test_uds_services_probes_an_ecu_and_asks_for_yes(virtual, monkeypatch, capsy
 def test_uds_scan_finds_the_ecu(virtual, monkeypatch):
     monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
     with SimulatedEcu(channel=virtual):
-        result = run(example("canarchy uds scan") + " --timeout 0.01 --text", virtual)
+        result = run(example("canarchy uds scan") + " --ids 0x7DE-0x7E1 --targets 0x00-0x03 --timeout 0.25 --text",
+                     virtual)
     assert result.code == 0, result.out
     assert "1 ECU(s) answered" in result.out and "7E0 -> 7E8" in result.out
 
