@@ -139,6 +139,20 @@ def test_tiso10_refusal_names_the_test(request, bus_guard):
     assert "virtual" in message and "integration" in message
 
 
+def test_a_bus_class_is_refused_before_an_instance_exists(bus_guard, caplog):
+    """By ``BusABC.__new__``: no half-made driver is left for its ``__del__`` to log about and
+    shut down (the ``__init__`` wrappers would refuse too, route "init", after the instance exists)."""
+    import gc
+
+    from can.interfaces.socketcan import SocketcanBus
+
+    with pytest.raises(RealCanBusRefused):
+        SocketcanBus("can0")
+    gc.collect()
+    assert [r.route for r in bus_guard.take_refusals()] == ["class"]
+    assert not [r for r in caplog.records if "not properly shut down" in r.getMessage()]
+
+
 def test_tiso11_virtual_bus_is_allowed(virtual_channel):
     import can
     from can.interfaces.virtual import VirtualBus

@@ -51,7 +51,7 @@ class RealCanBusRefused(AssertionError):
 @dataclass(frozen=True)
 class Refusal:
     """One refused attempt: the test node id, the interface, the channel and
-    the route it took (``"by-name"``, ``"class"`` or ``"socket"``)."""
+    the route it took (``"by-name"``, ``"class"``, ``"init"`` or ``"socket"``)."""
 
     nodeid: str
     interface: str
@@ -146,12 +146,13 @@ class BusGuard:
         if name in BACKENDS:  # unknown names open nothing; python-can rejects them itself
             raise self.refuse(name, _channel_from_caller(), "by-name")
 
-    def check_class(self, cls: type, args: tuple, kwargs: dict) -> None:
-        """Refuse constructing any bus class but the virtual bus (route ``"class"``)."""
+    def check_class(self, cls: type, args: tuple, kwargs: dict, route: str = "class") -> None:
+        """Refuse constructing any bus class but the virtual bus (route ``"class"``: before an
+        instance exists; ``"init"``: a driver's ``__init__`` reached without ``__new__``)."""
         if not self.enabled or _is_virtual_class(cls):
             return
         channel = kwargs.get("channel", args[0] if args else None)
-        raise self.refuse(_interface_name_of(cls), channel, "class")
+        raise self.refuse(_interface_name_of(cls), channel, route)
 
     def check_socket(self, args: tuple) -> None:
         """Observer of the audit event ``socket.__new__`` (socket, family, type, protocol):
@@ -217,7 +218,7 @@ def _guard_init(cls: type) -> None:
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        GUARD.check_class(cls, args, kwargs)
+        GUARD.check_class(cls, args, kwargs, "init")
         init(self, *args, **kwargs)
 
     __init__._canarchy_guarded = True  # type: ignore[attr-defined]
