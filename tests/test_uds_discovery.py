@@ -198,7 +198,7 @@ def test_ids_already_in_use_are_not_sent_on(virtual_channel):
 def test_session_probe_sends_default_session_only(virtual_channel):
     with SimulatedEcu(channel=virtual_channel, request_id=0x7D9) as ecu:
         result = run_cli("uds", "scan", virtual_channel, "--ids", "0x7D8-0x7DA", "--probe", "session",
-                         "--timeout", "0.05", "--json")
+                         "--timeout", "0.25", "--json")  # three IDs: room for a loaded machine
     [found] = result.data["ecus"]
     assert (found["request_id"], found["response_id"], found["message"]) == (0x7D9, 0x7E1, "5001003201f4")
     assert set(ecu.messages) == {bytes.fromhex("1001")}
