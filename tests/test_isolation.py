@@ -716,6 +716,21 @@ def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is
     assert "in child process" in late and "test_runs_while" not in late, late
 
 
+def test_a_test_run_twice_in_one_session_is_failed_for_its_own_refusal_both_times(tmp_path):
+    """What a rerun plugin does (here ``--keep-duplicates``): the second run's refusal is its own, not late."""
+    run = run_child(tmp_path, {"test_twice.py": """
+        import can
+        def test_swallows_a_refusal():
+            try:
+                can.Bus(channel="can0", interface="socketcan")
+            except Exception:
+                pass
+    """}, "--keep-duplicates", "test_twice.py", "test_twice.py")
+    outcomes = [outcome for outcome, _ in run.results.get("test_swallows_a_refusal", [])]
+    assert outcomes == ["error", "error"], run.output
+    assert "attempts refused after their test had ended" not in run.output, run.output
+
+
 # -- in-process resources ----------------------------------------------------
 
 LEFT_OPEN = """
