@@ -553,8 +553,10 @@ def test_code_a_test_plants_in_the_plugin_s_teardown_is_judged_too(routes):
     """The plugin's own teardown calls what a test can replace (here a method of the sandbox object
     it was handed): that call is judged like the test's code, so the read is refused at once."""
     run, _ = routes
-    assert "tried to open for reading" in run.output and "config.toml" in run.output, run.output
-    assert run.outcomes("test_plants_code_in_what_the_plugin_calls_at_teardown") & {"failed", "error"}, run.output
+    test = "test_plants_code_in_what_the_plugin_calls_at_teardown"
+    messages = run.messages(test)
+    assert "tried to open for reading" in messages and "config.toml" in messages, run.output
+    assert run.outcomes(test) & {"failed", "error"}, run.output
 
 
 def test_markers_added_after_collection_change_nothing_and_are_named(routes):

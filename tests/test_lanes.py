@@ -522,6 +522,8 @@ def test_parity_finds_python_can_s_log_record_during_a_test_and_at_exit_in_a_ser
     for twin in parity.TWINS:
         found = " | ".join(result.not_shut_down[twin])
         assert "DuringTestBus was not properly shut down" in found and "AtExitBus" in found, found
+        [case] = result.twins[twin].report.cases.values()
+        assert "DuringTestBus" in case.output and "AtExitBus" in result.twins[twin].run.output, case.output
     assert result.exit_code == 1, parity.render(result)
 
 

@@ -445,7 +445,7 @@ class AccessGuard:
         self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
-        self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (not owner)
+        self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
 
     # -- configuration -----------------------------------------------------------
     def configure(self, protection: Protection) -> Protection:
@@ -681,14 +681,12 @@ _EVENTS: set[str] = set(JUDGED_EVENTS)
 
 
 def observe(event: str, callback: Callable[[tuple], None]) -> None:
-    """Call ``callback(args)`` on every ``event`` from now on (once :func:`install` has run)."""
-    _OBSERVERS.setdefault(event, []).append(callback)
+    """Call ``callback(args)`` on every ``event`` from now on (once :func:`install` has run);
+    a callback already registered for ``event`` is not added twice."""
+    callbacks = _OBSERVERS.setdefault(event, [])
+    if callback not in callbacks:
+        callbacks.append(callback)
     _EVENTS.add(event)
-
-
-def observers(event: str) -> list[Callable[[tuple], None]]:
-    """The callbacks :func:`observe` registered for ``event``."""
-    return list(_OBSERVERS.get(event, ()))
 
 
 def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:

@@ -347,7 +347,6 @@ def install() -> None:
     """
     from canarchy.testing.isolation import access
 
-    if GUARD.check_socket not in access.observers("socket.__new__"):
-        access.observe("socket.__new__", GUARD.check_socket)
+    access.observe("socket.__new__", GUARD.check_socket)
     after_import("can.interface", _patch_python_can)
 

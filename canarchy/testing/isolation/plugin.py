@@ -346,6 +346,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _guard.GUARD.owner = _START_UP
     _guard.GUARD.report_dir = sandbox.refusal_dir
     _guard.GUARD.enabled = True
+    _access.GUARD.thread_owners = _guard.GUARD.thread_owners  # one map of left-running threads, read by both
     _guard.install()
     _guard.after_import("can.interface", sandbox.scrub_python_can)
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
@@ -778,22 +779,24 @@ _THREADS = threading.enumerate  # taken at import: a test that replaced it could
 
 def _own_left_threads(nodeid: str, before: set[int | None]) -> None:
     """Name ``nodeid`` in what a thread it started and left running does later (not the test that
-    runs then); forget the threads that have ended (their ids are reused)."""
-    alive = {t.ident: t for t in _THREADS()}
-    for guard in (_guard.GUARD, _access.GUARD):
-        owners = guard.thread_owners
-        for ident in [i for i in owners if i not in alive]:
-            del owners[ident]
-        owners.update((ident, nodeid) for ident in alive if ident not in before and ident not in owners)
+    runs then); forget the threads that have ended (their ids are reused). Both guards read the
+    one map (``thread_owners``)."""
+    alive = {t.ident for t in _THREADS()}
+    owners = _guard.GUARD.thread_owners
+    for ident in [i for i in owners if i not in alive]:
+        del owners[ident]
+    owners.update((ident, nodeid) for ident in alive if ident not in before and ident not in owners)
 
 
-def _late(run: _Run, owners_and_messages: list[tuple[str, str]]) -> list[str]:
-    """The messages of refusals owned by a test that has ended (a thread or process it left running)
-    go to the run's problems, naming that test; the rest are returned, to fail the current one."""
+def _refusal_messages(run: _Run, bus_refusals: list, accesses: list) -> list[str]:
+    """The messages of both guards' refusals that fail the current test or phase. Those owned by a
+    test that has ended (a thread or process it left running) go to the run's problems instead,
+    naming that test."""
     now = []
-    for owner, message in owners_and_messages:
+    owned = [(r.nodeid, r.message()) for r in bus_refusals] + [(a.owner, a.message()) for a in accesses]
+    for owner, message in owned:
         if owner in run.finished:
-            if not any(line.startswith(_LATE) for line in run.problems):
+            if _LATE not in run.problems:
                 run.problems.append(_LATE)
             run.problems.append(message)
         else:
@@ -809,8 +812,7 @@ def _fail_for_what_came_before(run: _Run, nodeid: str, config: pytest.Config) ->
     """Fail the setup of ``nodeid`` for what happened outside any test since the last one:
     refusals, a change to the isolation itself, a python-can bus still open (shut down here)."""
     bus, files = _guard.GUARD, _access.GUARD
-    earlier = _late(run, [(r.nodeid, r.message()) for r in bus.take_refusals()]
-                    + [(a.owner, a.message()) for a in files.take_refusals()])
+    earlier = _refusal_messages(run, bus.take_refusals(), files.take_refusals())
     off = [f"{name} guard switched off" for name, g in (("bus", bus), ("access", files)) if not g.enabled]
     tampered = _unsealed(run) + off
     earlier += _checked_cache(config)
@@ -837,8 +839,7 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
     nodeid = request.node.nodeid
     tampered = _unsealed(run) + [f"{name} guard switched off" for name in switched]
     refused, watched = files.take()
-    refusals = _late(run, [(r.nodeid, r.message()) for r in bus.take_refusals()]
-                     + [(a.owner, a.message()) for a in refused])
+    refusals = _refusal_messages(run, bus.take_refusals(), refused)
     refusals += _checked_cache(request.config)
     _remember_writes(run, watched)
     for access in watched:
@@ -945,8 +946,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     lines = run.problems
     refused, watched = _access.GUARD.take()
-    pending = _late(run, [(r.nodeid, r.message()) for r in _guard.GUARD.take_refusals()]
-                    + [(a.owner, a.message()) for a in refused]) + _checked_cache(config)
+    pending = _refusal_messages(run, _guard.GUARD.take_refusals(), refused) + _checked_cache(config)
     _remember_writes(run, watched)
     if pending:
         lines.append("attempts refused outside any test (collection, fixtures, start-up):")

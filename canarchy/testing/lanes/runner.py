@@ -343,9 +343,7 @@ def cores() -> int:
 
 def workers(requested: int | None = None) -> int:
     """pytest-xdist workers for a lane's run: ``requested`` (0: none, the tests run in the pytest
-    process), else two per core. Suites like these wait on child processes, sockets and timers
-    more than they compute: canarchy's, on two cores, took 138 s serial, 72 s with two workers
-    and 54 s with four (docs/benchmarks.md)."""
+    process), else two per core: suites like these wait more than they compute (docs/benchmarks.md §2)."""
     if requested is not None:
         return max(requested, 0)
     return 2 * cores()

@@ -61,7 +61,7 @@ def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tup
     if not report.cases:
         return None, f"the report holds zero test cases; pytest exit code {run.returncode}"
     uncollected = [key for key, case in report.cases.items()
-                   if complete and any(r.kind == "error" and r.phase == "collection" for r in case.results)]
+                   if any(r.kind == "error" and r.phase == "collection" for r in case.results)] if complete else []
     if uncollected:
         return None, f"errors during collection: {', '.join(uncollected[:3])}; pytest exit code {run.returncode}"
     if run.returncode == 0 and report.failing:
