@@ -327,7 +327,7 @@ def test_writing_helpers_refuse_a_home_that_is_not_disposable(canarchy_sandbox, 
     monkeypatch.setenv("HOME", str(canarchy_sandbox.real_home))  # as in a real_home test
     with pytest.raises(RuntimeError, match="not a disposable home"):
         helpers.disposable_home()
-    monkeypatch.setattr("canarchy.testing.isolation.plugin._ACTIVE", [])  # as with the plugin disabled
+    monkeypatch.setattr("canarchy.testing.isolation.session._ACTIVE", [])  # as with the plugin disabled
     with pytest.raises(RuntimeError, match="is not active"):
         helpers.require_isolation()
 

@@ -143,7 +143,7 @@ import can  # python-can imported (and its hooks installed) before any test
 import can.interfaces.virtual
 import pytest
 from pathlib import Path
-from canarchy.testing.isolation import access, plugin
+from canarchy.testing.isolation import access, pertest
 
 def read_real_config(sandbox):
     (sandbox.real_home / ".canarchy" / "config.toml").read_text()
@@ -243,7 +243,7 @@ def test_plants_code_in_what_the_plugin_calls_at_teardown(canarchy_sandbox):
     canarchy_sandbox.release_test_dirs = release
 
 def test_opts_every_later_test_out():
-    plugin._opts_out = lambda request, *markers: True
+    pertest._opts_out = lambda request, *markers: True
 
 def test_after_the_opt_out(canarchy_sandbox):
     assert Path.home() != canarchy_sandbox.real_home
@@ -545,7 +545,7 @@ def test_a_test_that_unwraps_a_driver_s_init_is_named_and_the_next_driver_refuse
 def test_a_test_that_replaces_the_plugin_s_decisions_is_named_and_the_next_one_isolated(routes):
     run, _ = routes
     messages = run.messages("test_opts_every_later_test_out")
-    assert "plugin._opts_out replaced" in messages, run.output
+    assert "pertest._opts_out replaced" in messages, run.output
     assert run.outcomes("test_after_the_opt_out") == {"passed"}, run.messages("test_after_the_opt_out")
 
 

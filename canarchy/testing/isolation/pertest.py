@@ -1,0 +1,296 @@
+"""The plugin's per-test layer: its two autouse fixtures and the fixtures tests ask for.
+
+``isolate_canarchy_state`` gives each test a fresh home and working directory and puts the
+process state back; ``guard_operator_access`` switches the guards to the test and fails it for
+what they refused. Design: ``docs/design/test-isolation.md`` (layers 2 and 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+
+import pytest
+
+from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import bytecode as _bytecode
+from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation.procstate import STATE as _STATE
+from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
+from canarchy.testing.isolation.session import _BETWEEN_TESTS, _RUN, _SHUTDOWN_RECORDS, _Run, _opt_outs_of, _set_owners
+
+CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
+
+
+def _checked_cache(config: pytest.Config) -> list[str]:
+    """The byte code the import system cached in the checkout or a read-only tree since the last
+    look, each compared with a compilation of its source by this plugin's own compiler: any
+    other is removed and named (a test that changed the import machinery, even if it put it
+    back, could have had its own code cached where a later import runs it)."""
+    problems = []
+    with _access.GUARD.exempt():
+        for path in dict.fromkeys(_access.GUARD.take_cached()):
+            why = _bytecode.mismatch(path, config)
+            if why:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+                problems.append(f"canarchy test isolation: byte code cached at {path}: {why}; removed (the import "
+                                "system compiled something else than the source: its machinery was changed)")
+    return problems
+
+
+def _unsealed(run: _Run) -> list[str]:
+    """What a test or fixture changed of the isolation itself (put back), python-can's hooks included."""
+    if run.seal is None:
+        return []
+    run.seal.extend(_guard.patched_attributes())
+    found = run.seal.broken()
+    if getattr(_access.GUARD._local, "busy", False):
+        found.append("the access guard told this thread was exempt")
+        _access.GUARD._local.busy = False
+    _access.GUARD.forget_resolutions()  # nothing it remembers of directories comes from before
+    return found
+
+
+def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
+    run: _Run = request.config.stash[_RUN]
+    found = run.opt_outs.get(request.node.nodeid)
+    return not (_opt_outs_of(request.node) if found is None else found).isdisjoint(markers)
+
+
+@pytest.fixture(autouse=True)
+def isolate_canarchy_state(request: pytest.FixtureRequest):
+    """Autouse, function scope: a fresh, empty home and working directory (or the rootdir, with
+    ``canarchy_test_cwd = rootdir``); import-time paths re-pointed; afterwards every variable,
+    signal handler, the umask and python-can's globals put back as they were, and a test that
+    left one changed in a way it should not (``os.putenv``, a replaced ``os.environ``, a handler)
+    fails, named. Stands down (the operator's environment and home) for ``integration`` and
+    ``real_home`` tests. Yields the test's home directory."""
+    run: _Run = request.config.stash[_RUN]
+    sandbox = run.sandbox
+    cwd_before = os.getcwd()
+    dirs = None
+    frozen = run.opt_outs.get(request.node.nodeid)
+    changed = frozen is not None and _opt_outs_of(request.node) != frozen
+    for key in _STATE.changed_between_tests():  # left by collection or a wider-scoped fixture
+        if key.startswith(run.settings.scrub_prefixes):
+            _STATE.quietly(key, None)
+    if _opts_out(request, "integration", "real_home"):
+        env = dict(sandbox.operator_env)
+        keep = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_") if _opts_out(request, "integration") else (
+            "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "PYTEST_CANARCHY_", "PYTHONPATH")
+        env.update({k: v for k, v in os.environ.items() if k.startswith(keep)})
+        _STATE.quietly_apply(env)
+        sandbox.rebase(sandbox.real_home)
+        sandbox.restore_python_can()
+        home = sandbox.real_home
+    else:
+        # Judged like the test's own code (not exempt): a test can replace what these call.
+        home, cwd = dirs = sandbox.new_test_dirs()
+        os.chdir(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
+        for key, value in sandbox.home_environment(home).items():
+            _STATE.quietly(key, value)
+        sandbox.rebase(home)
+        sandbox.scrub_python_can()
+    _STATE.begin()
+    try:
+        if changed:
+            pytest.fail(f"canarchy test isolation: the opt-out markers of {request.node.nodeid} changed after "
+                        f"collection (now {sorted(_opt_outs_of(request.node))}, collected with {sorted(frozen)}): "
+                        "it runs as collected", pytrace=False)
+        stuck = sandbox.take_stuck()
+        if stuck:
+            pytest.fail("canarchy test isolation: import-time paths under the operator's home that cannot be "
+                        "re-pointed into the test's home (seen while setting up "
+                        f"{request.node.nodeid}):\n" + "\n".join(f"  {s.name} = {s.value!r}: {s.reason}"
+                                                               for s in stuck), pytrace=False)
+        yield home
+    finally:
+        problems = _STATE.finish()
+        os.chdir(cwd_before)
+        if dirs is None:
+            _STATE.quietly_apply({**sandbox.session_env, **{k: v for k, v in os.environ.items()
+                                                            if k == "PYTEST_CURRENT_TEST"}})
+        else:
+            for key in HOME_VARIABLES:
+                _STATE.quietly(key, sandbox.session_env.get(key))
+        sandbox.rebase(sandbox.session_home)
+        sandbox.scrub_python_can()
+        if dirs is not None:
+            sandbox.release_test_dirs(*dirs)
+    if problems:
+        pytest.fail(f"canarchy test isolation: {request.node.nodeid} " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def guard_operator_access(request: pytest.FixtureRequest):
+    """Autouse, function scope: while the test runs, refuse every python-can bus but
+    ``virtual`` and every read or write of the operator's state, at the moment of the
+    attempt; at teardown fail the test for a refusal (even one the code under test caught),
+    a bus it left open, or python-can's "was not properly shut down". A bus still open from
+    outside the test (collection, import, a wider-scoped fixture) fails its setup and is shut
+    down. The test's writes into the checkout are recorded in the JUnit report. The bus
+    guard stands down for ``integration`` and ``real_bus`` tests, the access guard for
+    ``integration`` and ``real_home`` tests. Yields the bus guard (see ``bus_guard``)."""
+    run: _Run = request.config.stash[_RUN]
+    bus, files = _guard.GUARD, _access.GUARD
+    nodeid = request.node.nodeid
+    _fail_for_what_came_before(run, nodeid, request.config)
+    bus_down, files_down = _opts_out(request, "integration", "real_bus"), _opts_out(request, "integration", "real_home")
+    _set_owners(nodeid)
+    bus.enabled, files.enabled = not bus_down, not files_down
+    run.finished.discard(nodeid)  # a test run again in the session (a rerun plugin) is running now
+    threads_before = {t.ident for t in _THREADS()}
+    try:
+        yield bus
+    finally:
+        switched = [name for name, g, down in (("bus", bus, bus_down), ("access", files, files_down))
+                    if not g.enabled and not down]
+        bus.enabled = files.enabled = True
+        _set_owners(_BETWEEN_TESTS)
+        _own_left_threads(nodeid, threads_before)
+    try:
+        _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
+    finally:
+        run.finished.add(nodeid)  # from now on, what is refused in its name is late
+
+
+_THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads
+
+
+def _own_left_threads(nodeid: str, before: set[int | None]) -> None:
+    """Name ``nodeid`` in what a thread it started and left running does later (not the test that
+    runs then); forget the threads that have ended (their ids are reused). Both guards read the
+    one map (``thread_owners``)."""
+    alive = {t.ident for t in _THREADS()}
+    owners = _guard.GUARD.thread_owners
+    for ident in [i for i in owners if i not in alive]:
+        del owners[ident]
+    owners.update((ident, nodeid) for ident in alive if ident not in before and ident not in owners)
+
+
+def _refusal_messages(run: _Run, bus_refusals: list, accesses: list) -> list[str]:
+    """The messages of both guards' refusals that fail the current test or phase. Those owned by a
+    test that has ended (a thread or process it left running) go to the run's problems instead,
+    naming that test."""
+    now = []
+    owned = [(r.nodeid, r.message()) for r in bus_refusals] + [(a.owner, a.message()) for a in accesses]
+    for owner, message in owned:
+        if owner in run.finished:
+            if _LATE not in run.problems:
+                run.problems.append(_LATE)
+            run.problems.append(message)
+        else:
+            now.append(message)
+    return now
+
+
+_LATE = ("attempts refused after their test had ended, by a thread or process it left running "
+         "(each names that test):")
+
+
+def _fail_for_what_came_before(run: _Run, nodeid: str, config: pytest.Config) -> None:
+    """Fail the setup of ``nodeid`` for what happened outside any test since the last one:
+    refusals, a change to the isolation itself, a python-can bus still open (shut down here)."""
+    bus, files = _guard.GUARD, _access.GUARD
+    earlier = _refusal_messages(run, bus.take_refusals(), files.take_refusals())
+    off = [f"{name} guard switched off" for name, g in (("bus", bus), ("access", files)) if not g.enabled]
+    tampered = _unsealed(run) + off
+    earlier += _checked_cache(config)
+    if tampered:
+        earlier.append("the isolation's own code or state was changed (put back): " + "; ".join(tampered))
+    _remember_writes(run, files.take_watched())
+    stale = bus.take_unclosed()
+    for open_bus, _owner in stale:
+        open_bus.shutdown()
+    _SHUTDOWN_RECORDS.take()
+    if earlier or stale:
+        lines = [f"before {nodeid}, outside any test:", *earlier]
+        lines += [f"a python-can bus {type(b).__name__}({getattr(b, 'channel_info', '?')}) opened by {owner} was "
+                  f"still open when {nodeid} started: shut it down where it was opened (it is shut down now, "
+                  "so none of its frames reach this test)" for b, owner in stale]
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_down: bool, files_down: bool,
+                                switched: list[str]) -> None:
+    """Fail the test for its refusals (caught or not), a change to the isolation, a bus it left
+    open or python-can's "not properly shut down"; record its writes into the checkout."""
+    bus, files = _guard.GUARD, _access.GUARD
+    nodeid = request.node.nodeid
+    tampered = _unsealed(run) + [f"{name} guard switched off" for name in switched]
+    refused, watched = files.take()
+    refusals = _refusal_messages(run, bus.take_refusals(), refused)
+    refusals += _checked_cache(request.config)
+    _remember_writes(run, watched)
+    for access in watched:
+        if access.owner == nodeid:
+            request.node.user_properties.append((CHECKOUT_WRITE_PROPERTY, f"{access.operation} {access.resolved}"))
+    unclosed = bus.take_unclosed()
+    for open_bus, _owner in unclosed:
+        open_bus.shutdown()
+    records = _SHUTDOWN_RECORDS.take()
+    if bus_down and files_down and not tampered:
+        return
+    if bus_down:
+        unclosed, records = [], []
+    if refusals or unclosed or records or tampered:
+        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered), pytrace=False)
+
+
+def _remember_writes(run: _Run, watched: list) -> None:
+    for access in watched:
+        run.writes.setdefault(access.resolved, access.owner)
+
+
+def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str]) -> str:
+    parts = []
+    if tampered:
+        parts.append(f"canarchy test isolation: {nodeid} changed the isolation's own code or state (put back for "
+                     "the tests after it): " + "; ".join(tampered))
+    if refusals:
+        parts.append(f"{len(refusals)} attempt(s) refused (the error may have been caught):")
+        parts.extend(refusals)
+    if unclosed:
+        parts.append(f"{nodeid} left {len(unclosed)} python-can bus(es) open: "
+                     + ", ".join(f"{type(b).__name__}({getattr(b, 'channel_info', '?')})" for b in unclosed)
+                     + ". Shut each bus down (`with bus:` or bus.shutdown()).")
+    if records:
+        parts.append(f"python-can logged during {nodeid}: " + "; ".join(records))
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def bus_guard():
+    """The bus guard. ``bus_guard.take_refusals()`` returns (and clears) the refusals recorded
+    so far, for tests that expect one."""
+    return _guard.GUARD
+
+
+@pytest.fixture
+def access_guard():
+    """The access guard. ``access_guard.take_refusals()`` returns (and clears) its refusals."""
+    return _access.GUARD
+
+
+_virtual_channels = itertools.count(1)
+
+
+def new_virtual_channel() -> str:
+    """A python-can ``virtual`` channel name not handed out before in this run (the pid keeps
+    xdist workers apart)."""
+    return f"canarchy-test-{os.getpid()}-{next(_virtual_channels)}"
+
+
+@pytest.fixture
+def virtual_channel() -> str:
+    """A python-can ``virtual`` channel name no other test uses (str)."""
+    return new_virtual_channel()
+
+
+@pytest.fixture(scope="session")
+def canarchy_sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    """The session's :class:`~canarchy.testing.isolation.sandbox.Sandbox` (root, homes, operator env)."""
+    return request.config.stash[_RUN].sandbox
