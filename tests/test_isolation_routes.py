@@ -135,6 +135,18 @@ def test_a_chdir_is_put_back():
 def test_after_a_chdir():
     from pathlib import Path
     assert Path.cwd() != Path("/") and list(Path.cwd().iterdir()) == []
+
+def test_reads_the_environment_pytest_started_with():
+    with open("/proc/self/environ", "rb") as handle:
+        assert b"CANARCHY_" not in handle.read()
+
+def test_reads_it_through_its_thread():
+    with open("/proc/thread-self/environ", "rb") as handle:
+        assert b"CANARCHY_" not in handle.read()
+
+def test_a_child_python_reads_the_environment_its_parent_started_with():
+    code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 """
 
 TAMPER_ROUTES = """
@@ -455,6 +467,23 @@ HOME_ROUTE_CASES = [
 def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, operation):
     run, _ = routes
     assert_refused(run, "test_home_routes.py", test, operation)
+
+
+START_UP_ENVIRONMENT_CASES = ["test_reads_the_environment_pytest_started_with", "test_reads_it_through_its_thread",
+                              "test_a_child_python_reads_the_environment_its_parent_started_with"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="no /proc/PID/environ on this system")
+@pytest.mark.parametrize("test", START_UP_ENVIRONMENT_CASES)
+def test_the_environment_pytest_was_started_with_is_refused(routes, test):
+    """os.environ is scrubbed, but Linux keeps the operator's starting environment in /proc/PID/environ
+    (the batch's pytest starts with CANARCHY_* variables): reading it is refused, in the test and in a child."""
+    run, _ = routes
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+    assert f"test_process_state.py::{test} tried to open for reading '/proc/" in messages, messages
+    assert "the environment the operator started this process or one above it with" in messages, messages
+    assert "Refused" in messages
 
 
 def test_an_empty_home_variable_reaches_nothing_of_the_operator(routes):

@@ -84,7 +84,8 @@ class Access:
             return (f"canarchy test isolation: {self.owner} changed the checkout{where}: {self.operation} "
                     f"{self.path!r} (resolved: {self.resolved}, under {self.tree}). "
                     "Tests work on copies (tmp_path), never on the working tree.")
-        what = {"refused": "the operator's own state",
+        what = {"refused": "the environment the operator started this process or one above it with"
+                if self.tree.startswith("/proc/") else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
                             "(outside any isolation)"}.get(
             self.zone, "a write under the operator's home, outside the checkout and the temporary directories")
@@ -137,7 +138,8 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     ``AppData/Roaming/can.ini``;
     ``%APPDATA%/can.ini``, ``/etc/can.conf``, ``can.ini`` in ``cwd`` (the
     operator's working directory, default the current one), and every file in
-    python-can's ``CONFIG_FILES`` when it is imported. Read-only: each home
+    python-can's ``CONFIG_FILES`` when it is imported, and the environments this process and those
+    above it started with (:func:`start_up_environments`). Read-only: each home
     but ``/``. Writable: the temporary directory. The caller adds the
     sandbox (writable) and the checkout (watched).
     """
@@ -153,8 +155,26 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
             refused += [home + name[1:] for home in homes]
         elif isinstance(name, str) and name:
             refused.append(name)
+    refused += start_up_environments()
     read_only = [home for home in homes if os.path.dirname(home) != home]
     return Protection(refused=_unique(refused), read_only=tuple(read_only), writable=(tempfile.gettempdir(),))
+
+
+def start_up_environments(pid: int | None = None) -> list[str]:
+    """Where Linux shows the environment a process was started with (``/proc/PID/environ``, and
+    ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads), for ``pid`` (default this
+    process) and every process above it: the operator's environment, whatever ``os.environ``
+    holds now. Nothing where there is no ``/proc``."""
+    found: list[str] = []
+    pid = os.getpid() if pid is None else pid
+    while pid > 0 and f"/proc/{pid}/environ" not in found and os.path.exists(f"/proc/{pid}/environ"):
+        found += [f"/proc/{pid}/environ", f"/proc/{pid}/task"]
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return found
 
 
 # -- judging --------------------------------------------------------------------------
