@@ -144,6 +144,13 @@ def test_reads_it_through_its_thread():
     with open("/proc/thread-self/environ", "rb") as handle:
         assert b"CANARCHY_" not in handle.read()
 
+def test_reads_it_from_its_own_memory():
+    fields = open("/proc/self/stat", "rb").read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end (proc(5))
+    with open("/proc/self/mem", "rb") as memory:
+        memory.seek(start)
+        assert b"CANARCHY_" not in memory.read(end - start)
+
 def test_a_child_python_reads_the_environment_its_parent_started_with():
     code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -470,6 +477,7 @@ def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, opera
 
 
 START_UP_ENVIRONMENT_CASES = ["test_reads_the_environment_pytest_started_with", "test_reads_it_through_its_thread",
+                              "test_reads_it_from_its_own_memory",
                               "test_a_child_python_reads_the_environment_its_parent_started_with"]
 
 

@@ -161,14 +161,14 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
 
 
 def start_up_environments(pid: int | None = None) -> list[str]:
-    """Where Linux shows the environment a process was started with (``/proc/PID/environ``, and
-    ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads), for ``pid`` (default this
-    process) and every process above it: the operator's environment, whatever ``os.environ``
-    holds now. Nothing where there is no ``/proc``."""
+    """Where Linux shows the environment a process was started with (``/proc/PID/environ``;
+    ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads; ``/proc/PID/mem``, which holds
+    it), for ``pid`` (default this process) and every process above it: the operator's
+    environment, whatever ``os.environ`` holds now. Nothing where there is no ``/proc``."""
     found: list[str] = []
     pid = os.getpid() if pid is None else pid
     while pid > 0 and f"/proc/{pid}/environ" not in found and os.path.exists(f"/proc/{pid}/environ"):
-        found += [f"/proc/{pid}/environ", f"/proc/{pid}/task"]
+        found += [f"/proc/{pid}/environ", f"/proc/{pid}/task", f"/proc/{pid}/mem"]
         try:
             with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
                 pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
