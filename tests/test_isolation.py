@@ -702,10 +702,15 @@ LATE = """
 """
 
 
-def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is_not_blamed(tmp_path):
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "2", "--dist", "loadfile")], ids=["serial", "xdist"])
+def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is_not_blamed(tmp_path, workers):
     """A thread or a forked child that outlives its test and is refused later: the run fails with
-    a line naming the test that left it running; the test running at that moment passes."""
-    run = run_child(tmp_path, {"test_late.py": LATE}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    a line naming the test that left it running; the test running at that moment passes. Under
+    pytest-xdist the worker's line reaches the controller, which fails the run."""
+    if workers:
+        pytest.importorskip("xdist")
+    run = run_child(tmp_path, {"test_late.py": LATE}, *workers,
+                    env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
     for name in ("test_leaves_a_thread_running", "test_runs_while_that_thread_acts",
                  "test_forks_a_child_that_acts_later", "test_runs_while_that_child_acts"):
         assert run.outcomes(name) == {"passed"}, run.output

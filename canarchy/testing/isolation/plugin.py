@@ -266,6 +266,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
     if lines:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _is_worker(config):  # pytest-xdist sends workeroutput after every sessionfinish: the controller reports
+        config.workeroutput[_WORKER_OUTPUT] = {"problems": list(lines), "writes": dict(run.writes)}
+
+
+_WORKER_OUTPUT = "canarchy_isolation"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist, in the controller: a worker's run-level problems (a refusal after its test had
+    ended, one outside any test) fail the run here, and its writes name their writers for the sentinel."""
+    run = node.config.stash.get(_RUN, None)
+    sent = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
+    if run is None or not sent:
+        return
+    for path, owner in sent["writes"].items():
+        run.writes.setdefault(path, owner)
+    if sent["problems"]:
+        worker = node.workerinput.get("workerid", "?") if hasattr(node, "workerinput") else "?"
+        run.problems.append(f"in pytest-xdist worker {worker}:")
+        run.problems.extend(sent["problems"])
 
 
 def _covers_broken(report: _containment.Report) -> list[str]:
