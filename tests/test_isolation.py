@@ -721,6 +721,44 @@ def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is
     assert "in child process" in late and "test_runs_while" not in late, late
 
 
+def test_a_wider_fixture_failed_by_a_refusal_errors_only_the_tests_that_need_it(tmp_path):
+    """The refusal that fails a module-scoped fixture's set-up is reported with the test that needed
+    it (and every later one that does: pytest keeps the error), not at the next, unrelated test."""
+    run = run_child(tmp_path, {"test_fixture_refused.py": """
+        import os, pytest
+        from pathlib import Path
+
+        @pytest.fixture(scope="module")
+        def operator_config():
+            return (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
+
+        @pytest.fixture(scope="module")
+        def operator_config_or_nothing():
+            try:
+                (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
+            except Exception:
+                raise RuntimeError("no configuration") from None
+
+        def test_needs_it(operator_config):
+            pass
+
+        def test_innocent_next():
+            pass
+
+        def test_needs_the_other(operator_config_or_nothing):
+            pass
+
+        def test_innocent_last():
+            pass
+    """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    for name in ("test_needs_it", "test_needs_the_other"):
+        assert run.outcomes(name) == {"error"}, run.output
+        assert "module-scoped fixture" in run.messages(name) and "tried to open for reading" in run.messages(name)
+    assert "RuntimeError: no configuration" in run.messages("test_needs_the_other")
+    for name in ("test_innocent_next", "test_innocent_last"):
+        assert run.outcomes(name) == {"passed"}, run.output
+
+
 def test_a_test_run_twice_in_one_session_is_failed_for_its_own_refusal_both_times(tmp_path):
     """What a rerun plugin does (here ``--keep-duplicates``): the second run's refusal is its own, not late."""
     run = run_child(tmp_path, {"test_twice.py": """

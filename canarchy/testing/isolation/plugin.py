@@ -185,7 +185,8 @@ def _junit_suite_properties(config: pytest.Config, properties: list[tuple[str, s
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
-    """Name the fixture in a refusal made while a wider-scoped fixture is set up."""
+    """Name the fixture in a refusal made while a wider-scoped fixture is set up; a refusal that
+    failed the set-up is reported with the test that needed the fixture, and only there."""
     if fixturedef.scope == "function":
         return (yield)
     previous = _guard.GUARD.owner
@@ -197,6 +198,14 @@ def pytest_fixture_setup(fixturedef, request):
     _set_owners(owner)
     try:
         return (yield)
+    except BaseException as failed:
+        # The set-up failed: pytest reports it with the test that needed the fixture. What the guards
+        # refused meanwhile is part of that report (a note where the error is another), not the next test's.
+        for message in [r.message() for r in _guard.GUARD.take_refusals(owner)] + [
+                a.message() for a in _access.GUARD.take_refusals(owner)]:
+            if message not in str(failed):
+                failed.add_note(message)
+        raise
     finally:
         fixturedef.addfinalizer(lambda: _set_owners(owner.replace(", set up for", " (teardown), set up for")
                                                     if needed_by else f"{owner} (teardown)"))
