@@ -691,14 +691,19 @@ LATE = """
         NEXT_TEST_RUNS.set()
         time.sleep(0.5)
 
+    ACTED = Path(os.environ["CHILD_OPERATOR_HOME"]).parent / "child-acted"
+
     def test_forks_a_child_that_acts_later():
         if os.fork() == 0:
             time.sleep(0.3)
             _read()
+            os.close(os.open(ACTED, os.O_CREAT | os.O_WRONLY))
             os._exit(0)
 
     def test_runs_while_that_child_acts():
-        time.sleep(1)
+        deadline = time.monotonic() + 30  # a bound against a hang: the child acts while this test runs
+        while not ACTED.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 """
 
 

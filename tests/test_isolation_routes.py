@@ -772,3 +772,31 @@ def test_a_write_at_interpreter_exit_is_refused_too(tmp_path):
     assert run.outcomes("test_registers_a_late_write") == {"passed"}, run.output
     assert "after the session: an atexit handler" in run.output and "Refused" in run.output, run.output
     assert not (run.home / ".canarchy" / "written-at-exit").exists()
+    assert run.returncode == 1 and "canarchy isolation sentinel, after the session" in run.output, run.output
+
+
+def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_path):
+    """An atexit handler that swallows its refusal, and one that writes into the checkout after the
+    sentinel's look at the session's end: the sentinel looks once more, last, and the process exits 1."""
+    run = run_child(tmp_path, {"test_late.py": """
+        import atexit, os
+        from pathlib import Path
+
+        def _swallowed():
+            try:
+                (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
+            except Exception:
+                pass
+
+        def test_registers_a_hidden_read():
+            atexit.register(_swallowed)
+
+        def test_registers_a_write_into_the_checkout():
+            atexit.register(lambda root=os.path.abspath(os.environ["CHILD_ROOT"]): open(
+                os.path.join(root, "PLANTED_AT_EXIT"), "w").close())
+    """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project")})
+    assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
+    assert run.returncode == 1, run.output
+    after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
+    assert "after the session: an atexit handler" in after and "tried to open for reading" in after, after
+    assert "changed the checkout" in after and "PLANTED_AT_EXIT" in after, after

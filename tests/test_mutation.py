@@ -533,7 +533,8 @@ def test_the_registry_covers_every_protection():
         "iso-umask", "iso-stale-bus", "iso-import-time-containers", "iso-stuck", "iso-earliest-start",
         "iso-required-import", "iso-stray-config", "iso-pins", "iso-seal", "iso-frozen-markers", "iso-dir-descriptor",
         "iso-inherited-fds", "iso-temp-base", "iso-readonly-trees", "iso-bytecode", "iso-bytecode-check",
-        "iso-driver-init", "iso-late-refusal", "iso-start-up-environ", "iso-worker-problems", "iso-fixture-setup-refusal",
+        "iso-driver-init", "iso-late-refusal", "iso-start-up-environ", "iso-worker-problems",
+        "iso-fixture-setup-refusal", "iso-at-exit",
     } <= names
 
 

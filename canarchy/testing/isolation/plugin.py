@@ -10,6 +10,7 @@ an adopting project sets: ``docs/adopting.md``.
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import os
 import sys
@@ -86,6 +87,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _guard.GUARD.report_dir = _access.GUARD.report_dir = None
         run.sandbox.cleanup()
         _ACTIVE.clear()
+        run.at_exit = functools.partial(_after_the_session, run, config)
         return
     _guard.GUARD.enabled = False
     _guard.GUARD.report_dir = None
@@ -260,21 +262,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if pending:
         lines.append("attempts refused outside any test (collection, fixtures, start-up):")
         lines.extend(pending)
-    with _access.GUARD.exempt():
-        if run.home_before is not None:
-            view = run.containment.protection("mount view") if run.containment is not None else None
-            diff = _covers_broken(run.containment) if view is not None and view.in_force else \
-                _tree.changes(run.home_before, _guarded_manifest(run))
-            if diff:
-                lines.append("the test run changed the operator's state:")
-                lines.extend(f"  {line}" + _writer(run, line) for line in diff)
-        if run.checkout_before is not None:
-            diff = _tree.changes(run.checkout_before, _checkout_manifest(config.rootpath, run.sandbox.operator_env))
-            if diff:
-                lines.append(f"the test run changed the checkout ({config.rootpath}):")
-                lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
+    lines += _changes(run, config, "the test run")
     if lines:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    run.exit_status = int(session.exitstatus)
     if _is_worker(config):  # pytest-xdist sends workeroutput after every sessionfinish: the controller reports
         config.workeroutput[_WORKER_OUTPUT] = {"problems": list(lines), "writes": dict(run.writes)}
 
@@ -296,6 +287,47 @@ def pytest_testnodedown(node, error) -> None:
         worker = node.workerinput.get("workerid", "?") if hasattr(node, "workerinput") else "?"
         run.problems.append(f"in pytest-xdist worker {worker}:")
         run.problems.extend(sent["problems"])
+
+
+def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
+    """What changed of the operator's state and of the checkout since the last look, naming the
+    writer where the access guard saw it; the states seen now become the baselines of the next look."""
+    lines = []
+    with _access.GUARD.exempt():
+        if run.home_before is not None:
+            view = run.containment.protection("mount view") if run.containment is not None else None
+            now = None if view is not None and view.in_force else _guarded_manifest(run)
+            diff = _covers_broken(run.containment) if now is None else _tree.changes(run.home_before, now)
+            run.home_before = now if now is not None else run.home_before
+            if diff:
+                lines.append(f"{who} changed the operator's state:")
+                lines.extend(f"  {line}" + _writer(run, line) for line in diff)
+        if run.checkout_before is not None:
+            now = _checkout_manifest(config.rootpath, run.sandbox.operator_env)
+            diff, run.checkout_before = _tree.changes(run.checkout_before, now), now
+            if diff:
+                lines.append(f"{who} changed the checkout ({config.rootpath}):")
+                lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
+    return lines
+
+
+def _after_the_session(run: _Run, config: pytest.Config) -> None:
+    """The sentinel's last look, when pytest is the program, after every atexit handler a conftest or
+    a test registered: what they (or a thread still running) had refused, or changed since the
+    session's end, is printed and fails the process. pytest's exit code is decided by then;
+    ``os._exit`` is the one way to change it (the handlers registered before this one do not run)."""
+    lines = [r.message() for r in _guard.GUARD.take_refusals()] + [a.message() for a in _access.GUARD.take_refusals()]
+    for access in _access.GUARD.take_watched():
+        run.writes.setdefault(access.resolved, access.owner)
+    lines += _changes(run, config, "after the session, an atexit handler or a thread")
+    if not lines:
+        return
+    sys.stdout.flush()
+    sys.stderr.write("\ncanarchy isolation sentinel, after the session (pytest had returned):\n"
+                     + "\n".join(lines) + "\nthe run fails (exit code 1)\n")
+    sys.stderr.flush()
+    run.sandbox.cleanup()
+    os._exit(run.exit_status or 1)
 
 
 def _covers_broken(report: _containment.Report) -> list[str]:

@@ -16,6 +16,7 @@ import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,8 @@ class _Run:
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
     finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
+    at_exit: Callable[[], None] | None = None  # the sentinel's last look, when pytest is the program
+    exit_status: int = 0  # the session's, as the sentinel left it
 
 
 _RUN = pytest.StashKey[_Run]()
@@ -267,6 +270,8 @@ def _start(config: pytest.Config, where: str) -> None:
                       scan_packages=settings.scan_packages, account_home=account_home)
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
+    # Registered first, so it runs after every atexit handler a conftest or a test registers later.
+    atexit.register(lambda: run.at_exit() if run.at_exit is not None else None)
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run
