@@ -726,6 +726,52 @@ def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is
     assert "in child process" in late and "test_runs_while" not in late, late
 
 
+REUSED_THREAD_ID = """
+    import os, threading, time
+    from pathlib import Path
+
+    TARGET = Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml"
+    STOP, ACT = threading.Event(), threading.Event()
+    FIRST = []
+
+    def _read():
+        try:
+            open(TARGET).close()
+        except Exception:
+            pass
+
+    def test_leaves_a_thread_running():
+        first = threading.Thread(target=lambda: STOP.wait(30), daemon=True)
+        first.start()
+        FIRST.append(first)
+
+    def test_ends_it_and_leaves_another():
+        STOP.set()
+        FIRST[0].join(30)
+        second = threading.Thread(target=lambda: (ACT.wait(30), _read()), daemon=True)
+        second.start()
+        Path(os.environ["CHILD_OPERATOR_HOME"]).parent.joinpath("reused").write_text(
+            str(second.ident == FIRST[0].ident))
+
+    def test_runs_while_it_acts():
+        ACT.set()
+        time.sleep(0.5)
+"""
+
+
+def test_a_thread_id_reused_by_a_later_test_s_thread_names_that_later_test(tmp_path):
+    """Thread ids are reused once a thread ends: a thread left running by the second test, with the
+    id of the first test's ended thread, is named after the second test, not the first."""
+    run = run_child(tmp_path, {"test_reuse.py": REUSED_THREAD_ID},
+                    env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    if (tmp_path / "reused").read_text() != "True":
+        pytest.skip("this C library gave the second thread a new id: nothing was reused")
+    late = run.output[run.output.index("attempts refused after their test had ended"):]
+    assert "test_reuse.py::test_ends_it_and_leaves_another tried to open for reading" in late, run.output
+    assert "test_leaves_a_thread_running tried" not in late, late
+    assert run.outcomes("test_runs_while_it_acts") == {"passed"}, run.output
+
+
 def test_a_wider_fixture_failed_by_a_refusal_errors_only_the_tests_that_need_it(tmp_path):
     """The refusal that fails a module-scoped fixture's set-up is reported with the test that needed
     it (and every later one that does: pytest keeps the error), not at the next, unrelated test."""

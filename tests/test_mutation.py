@@ -534,7 +534,7 @@ def test_the_registry_covers_every_protection():
         "iso-required-import", "iso-stray-config", "iso-pins", "iso-seal", "iso-frozen-markers", "iso-dir-descriptor",
         "iso-inherited-fds", "iso-temp-base", "iso-readonly-trees", "iso-bytecode", "iso-bytecode-check",
         "iso-driver-init", "iso-late-refusal", "iso-start-up-environ", "iso-worker-problems",
-        "iso-fixture-setup-refusal", "iso-at-exit",
+        "iso-fixture-setup-refusal", "iso-at-exit", "iso-thread-reuse",
     } <= names
 
 

@@ -142,7 +142,7 @@ def guard_operator_access(request: pytest.FixtureRequest):
     _set_owners(nodeid)
     bus.enabled, files.enabled = not bus_down, not files_down
     run.finished.discard(nodeid)  # a test run again in the session (a rerun plugin) is running now
-    threads_before = {t.ident for t in _THREADS()}
+    threads_before = set(_THREADS())  # the thread objects: an ended thread's id goes to the next one started
     try:
         yield bus
     finally:
@@ -160,15 +160,18 @@ def guard_operator_access(request: pytest.FixtureRequest):
 _THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads
 
 
-def _own_left_threads(nodeid: str, before: set[int | None]) -> None:
+def _own_left_threads(nodeid: str, before: set[threading.Thread]) -> None:
     """Name ``nodeid`` in what a thread it started and left running does later (not the test that
-    runs then); forget the threads that have ended (their ids are reused). Both guards read the
-    one map (``thread_owners``)."""
-    alive = {t.ident for t in _THREADS()}
-    owners = _guard.GUARD.thread_owners
-    for ident in [i for i in owners if i not in alive]:
-        del owners[ident]
-    owners.update((ident, nodeid) for ident in alive if ident not in before and ident not in owners)
+    runs then); forget the threads that have ended. Threads are compared as objects: the id of
+    one that ended (a timer of the plugin's, another test's) is reused by the next thread started.
+    Both guards read the one map (``thread_owners``: id -> node id)."""
+    alive = set(_THREADS())
+    owners, threads = _guard.GUARD.thread_owners, _guard.GUARD.left_threads
+    for ident in [i for i, thread in threads.items() if thread not in alive]:
+        del owners[ident], threads[ident]
+    for thread in alive - before:
+        if thread.ident is not None and thread.ident not in owners:
+            owners[thread.ident], threads[thread.ident] = nodeid, thread
 
 
 def _refusal_messages(run: _Run, bus_refusals: list, accesses: list) -> list[str]:
