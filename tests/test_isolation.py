@@ -671,18 +671,22 @@ def test_swallowed_child_refusal_still_fails_the_parent(batch):
     assert "in child process" in batch.messages("test_spawns")
 
 
-LATE = """
+# What a thread or child left running by a test does later: read the operator's config (refused).
+LATE_READ = """
     import os, threading, time
     from pathlib import Path
 
     TARGET = Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml"
-    NEXT_TEST_RUNS = threading.Event()
 
     def _read():
         try:
             open(TARGET).close()
         except Exception:
             pass
+"""
+
+LATE = LATE_READ + """
+    NEXT_TEST_RUNS = threading.Event()
 
     def test_leaves_a_thread_running():
         threading.Thread(target=lambda: (NEXT_TEST_RUNS.wait(30), _read()), daemon=True).start()
@@ -726,19 +730,9 @@ def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is
     assert "in child process" in late and "test_runs_while" not in late, late
 
 
-REUSED_THREAD_ID = """
-    import os, threading, time
-    from pathlib import Path
-
-    TARGET = Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml"
+REUSED_THREAD_ID = LATE_READ + """
     STOP, ACT = threading.Event(), threading.Event()
     FIRST = []
-
-    def _read():
-        try:
-            open(TARGET).close()
-        except Exception:
-            pass
 
     def test_leaves_a_thread_running():
         first = threading.Thread(target=lambda: STOP.wait(30), daemon=True)
