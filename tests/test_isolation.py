@@ -731,6 +731,8 @@ def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is
 
 
 REUSED_THREAD_ID = LATE_READ + """
+    import queue
+
     STOP, ACT = threading.Event(), threading.Event()
     FIRST = []
 
@@ -739,13 +741,26 @@ REUSED_THREAD_ID = LATE_READ + """
         first.start()
         FIRST.append(first)
 
+    def _candidate(decided):
+        if decided.get(timeout=30):
+            ACT.wait(30)
+            _read()
+
     def test_ends_it_and_leaves_another():
         STOP.set()
         FIRST[0].join(30)
-        second = threading.Thread(target=lambda: (ACT.wait(30), _read()), daemon=True)
-        second.start()
-        Path(os.environ["CHILD_OPERATOR_HOME"]).parent.joinpath("reused").write_text(
-            str(second.ident == FIRST[0].ident))
+        reused = False
+        for _ in range(300):  # once the first thread has fully exited, the C library gives its id to the next
+            decided = queue.Queue()
+            second = threading.Thread(target=_candidate, args=(decided,), daemon=True)
+            second.start()
+            reused = second.ident == FIRST[0].ident
+            decided.put(reused)
+            if reused:
+                break
+            second.join(30)
+            time.sleep(0.01)
+        Path(os.environ["CHILD_OPERATOR_HOME"]).parent.joinpath("reused").write_text(str(reused))
 
     def test_runs_while_it_acts():
         ACT.set()
