@@ -122,6 +122,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines + [f"canarchy isolation: {note}" for note in run.header]
 
 
+def _refused(owner: str | None = None) -> list[str]:
+    """The messages of both guards' refusals (``owner``'s only, when given), taken."""
+    return ([r.message() for r in _guard.GUARD.take_refusals(owner)]
+            + [a.message() for a in _access.GUARD.take_refusals(owner)])
+
+
 def pytest_collectstart(collector: pytest.Collector) -> None:
     _set_owners(f"<collection of {collector.nodeid or 'the session'}>")
 
@@ -143,8 +149,7 @@ def pytest_make_collect_report(collector: pytest.Collector):
     owner = f"<collection of {collector.nodeid or 'the session'}>"
     _set_owners(owner)
     report = yield
-    messages = [r.message() for r in _guard.GUARD.take_refusals(owner)]
-    messages += [a.message() for a in _access.GUARD.take_refusals(owner)]
+    messages = _refused(owner)
     run = collector.config.stash.get(_RUN, None)
     if (run is not None and run.settings.require_import and isinstance(collector, pytest.Module)
             and not _imports_required(collector.path)):
@@ -203,8 +208,7 @@ def pytest_fixture_setup(fixturedef, request):
     except BaseException as failed:
         # The set-up failed: pytest reports it with the test that needed the fixture. What the guards
         # refused meanwhile is part of that report (a note where the error is another), not the next test's.
-        for message in [r.message() for r in _guard.GUARD.take_refusals(owner)] + [
-                a.message() for a in _access.GUARD.take_refusals(owner)]:
+        for message in _refused(owner):
             if message not in str(failed):
                 failed.add_note(message)
         raise
@@ -212,10 +216,6 @@ def pytest_fixture_setup(fixturedef, request):
         fixturedef.addfinalizer(lambda: _set_owners(owner.replace(", set up for", " (teardown), set up for")
                                                     if needed_by else f"{owner} (teardown)"))
         _set_owners(previous)
-
-
-# -- per test ------------------------------------------------------------------------------
-
 
 
 @pytest.hookimpl(trylast=True)
@@ -298,7 +298,8 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
             view = run.containment.protection("mount view") if run.containment is not None else None
             now = None if view is not None and view.in_force else _guarded_manifest(run)
             diff = _covers_broken(run.containment) if now is None else _tree.changes(run.home_before, now)
-            run.home_before = now if now is not None else run.home_before
+            if now is not None:
+                run.home_before = now
             if diff:
                 lines.append(f"{who} changed the operator's state:")
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
@@ -316,9 +317,8 @@ def _after_the_session(run: _Run, config: pytest.Config) -> None:
     a test registered: what they (or a thread still running) had refused, or changed since the
     session's end, is printed and fails the process. pytest's exit code is decided by then;
     ``os._exit`` is the one way to change it (the handlers registered before this one do not run)."""
-    lines = [r.message() for r in _guard.GUARD.take_refusals()] + [a.message() for a in _access.GUARD.take_refusals()]
-    for access in _access.GUARD.take_watched():
-        run.writes.setdefault(access.resolved, access.owner)
+    lines = _refused()
+    _remember_writes(run, _access.GUARD.take_watched())
     lines += _changes(run, config, "after the session, an atexit handler or a thread")
     if not lines:
         return
