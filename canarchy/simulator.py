@@ -14,7 +14,6 @@ import heapq
 import itertools
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -700,33 +699,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-padding", action="store_true", help="send frames unpadded (DLC = used bytes)")
     args = parser.parse_args(argv)
     profile = EcuProfile(padding=None) if args.no_padding else EcuProfile()
-    stop = threading.Event()
+    from canarchy.commands._common import StopSignals
 
-    def _on_signal(signum: int, _frame: object) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     ecu = SimulatedEcu(bus_type=args.bus_type, channel=args.channel, request_id=args.request_id,
                        response_id=args.response_id, profile=profile)
-    try:
+    with StopSignals() as stop:
         try:
-            ecu.start()
-        except Exception as exc:
-            print(json.dumps({"event": "error", "message": f"cannot open {args.bus_type} {args.channel}: {exc}"}),
-                  flush=True)
-            return 2
-        print(json.dumps({"event": "ready", "bus_type": args.bus_type, "channel": args.channel,
-                          "request_id": ecu.request_id, "response_id": ecu.response_id}), flush=True)
-        deadline = None if args.duration is None else time.monotonic() + args.duration
-        while not stop.is_set() and ecu.running:
-            remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
-            if remaining <= 0:
-                break
-            stop.wait(remaining)
-    finally:
-        ecu.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            try:
+                ecu.start()
+            except Exception as exc:
+                print(json.dumps({"event": "error", "message": f"cannot open {args.bus_type} {args.channel}: {exc}"}),
+                      flush=True)
+                return 2
+            print(json.dumps({"event": "ready", "bus_type": args.bus_type, "channel": args.channel,
+                              "request_id": ecu.request_id, "response_id": ecu.response_id}), flush=True)
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            while stop.name is None and ecu.running:
+                remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                if remaining <= 0:
+                    break
+                stop.wait(remaining)
+        finally:
+            ecu.stop()
     print(json.dumps({"event": "stopped", "requests": len(ecu.requests), "responses": len(ecu.responses),
                       "error": None if ecu.error is None else repr(ecu.error)}), flush=True)
     return 0 if ecu.error is None else 2

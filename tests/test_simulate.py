@@ -304,6 +304,45 @@ def test_sigterm_and_sigint_stop_the_process_cleanly(virtual_channel):
         assert envelope["data"]["requests"] == 0
 
 
+# In a child process: for each n, SIGINT is raised at the n-th profiler event of the wait
+# loop, so it lands on every bytecode boundary of the waiting code in turn, including
+# those where that code holds a lock of its own.
+_SIGNAL_AT_EVERY_POINT = """
+import signal, sys
+from canarchy.commands._common import StopSignals
+
+events = 0
+for n in range(1, 41):
+    events = 0
+
+    def profile(frame, event, arg):
+        global events
+        events += 1
+        if events == n:
+            signal.raise_signal(signal.SIGINT)
+
+    with StopSignals() as stop:
+        sys.setprofile(profile)
+        try:
+            while not stop.wait(0.001):
+                pass
+        finally:
+            sys.setprofile(None)
+    assert stop.name == "SIGINT", (n, stop.name)
+print("stopped 40 times")
+"""
+
+
+def test_a_stop_signal_ends_the_wait_wherever_it_lands():
+    """The stop handler of ``simulate ecu`` and ``web serve`` takes no lock. A handler that
+    set a ``threading.Event`` could run while the main thread held that Event's own lock
+    inside ``wait`` and then wait for itself for ever: a Ctrl+C that hangs the command."""
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AT_EVERY_POINT], capture_output=True, text=True,
+                          timeout=60)  # a hang detector
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "stopped 40 times\n"
+
+
 def test_a_bad_profile_exits_1_before_anything_is_opened(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "canarchy", "simulate", "ecu", "vcan0", "--profile",
                            write_profile(tmp_path, "services = 5\n"), "--json"],

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import signal
 import threading
+import time
 from typing import Any
 
 from canarchy.errors import UserInputError
@@ -12,24 +16,43 @@ from canarchy.errors import UserInputError
 class StopSignals:
     """A context manager for long-running commands (``web serve``, ``simulate ecu``).
 
-    Within the block, SIGINT and SIGTERM set ``event`` (and ``name``, e.g.
+    Within the block, SIGINT and SIGTERM are noted in ``name`` (e.g.
     ``"SIGTERM"``) instead of interrupting, so the command can stop cleanly and
-    still report; the previous handlers come back afterwards. Only the main
-    thread can install signal handlers: elsewhere (an in-process test) it
-    installs nothing.
+    still report; ``wait(timeout)`` returns True as soon as one has arrived.
+    The previous handlers come back afterwards. Only the main thread can
+    install signal handlers: elsewhere (an in-process test) it installs nothing
+    and ``wait`` only waits.
+
+    The handler takes no lock: it runs between two bytecodes of the main
+    thread, which may hold the lock a ``threading.Event`` would take, and would
+    then wait for itself for ever (CPython issue 126434). It writes a byte to a
+    pipe that ``wait`` selects on instead.
     """
 
     def __init__(self) -> None:
-        self.event = threading.Event()
         self.name: str | None = None
+        self._pipe: tuple[int, int] | None = None
         self._saved: dict[int, Any] = {}
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.name = signal.Signals(signum).name
-        self.event.set()
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):  # full (a byte is already there) or closed
+                os.write(self._pipe[1], b"\0")
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a stop signal; True once one has arrived."""
+        if self.name is None:
+            if self._pipe is None:
+                time.sleep(timeout)
+            else:
+                select.select([self._pipe[0]], [], [], timeout)  # a signal before this wakes it at once
+        return self.name is not None
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
+            self._pipe = os.pipe()
+            os.set_blocking(self._pipe[1], False)
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._saved[signum] = signal.signal(signum, self._on_signal)
         return self
@@ -37,6 +60,10 @@ class StopSignals:
     def __exit__(self, *exc_info: object) -> None:
         for signum, handler in self._saved.items():
             signal.signal(signum, handler)
+        self._saved.clear()
+        pipe, self._pipe = self._pipe, None
+        for fd in pipe or ():
+            os.close(fd)
 
 
 def parse_int(text: str, code: str, what: str, lo: int, hi: int, hint: str) -> int:

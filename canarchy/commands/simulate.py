@@ -458,8 +458,8 @@ def _wait(network: Any, stop: StopSignals, started: float, duration: float | Non
     n_timeout = max(node.profile.n_timeout for node in network.ecus)
     while True:
         on_tick()
-        if stop.event.is_set():
-            return stop.name or "signal"
+        if stop.name is not None:
+            return stop.name
         if not network.running:
             return "bus_failed"
         now = time.monotonic()
@@ -472,7 +472,7 @@ def _wait(network: Any, stop: StopSignals, started: float, duration: float | Non
             if not network.busy or now - answered_at > n_timeout:
                 return "max_requests"
         wait = _POLL if deadline is None else max(0.0, min(_POLL, deadline - now))
-        stop.event.wait(wait)
+        stop.wait(wait)
 
 
 def _render_text(result: CommandResult) -> str:

@@ -77,11 +77,11 @@ def _serve(args: argparse.Namespace) -> CommandResult:
             open_stream(args, f"web:{server.url}", live=True, keep=getattr(args, "output", "text") == "jsonl").emit(
                 "web_listening", {"url": server.url, "file": args.file, "dbc": args.dbc})
             deadline = None if duration is None else time.monotonic() + duration
-            while not stop.event.is_set():
+            while stop.name is None:
                 remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
                 if remaining <= 0:
                     break
-                stop.event.wait(remaining)
+                stop.wait(remaining)
             stopped_by = stop.name or "duration"
         finally:
             server.stop()

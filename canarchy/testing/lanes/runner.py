@@ -32,7 +32,9 @@ GRACE_SECONDS = 10.0
 
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
-_HURRY = threading.Event()  # a further signal arrived: stop with SIGKILL, now
+# A further signal arrived: stop with SIGKILL, now. A list, not a threading.Event: the signal
+# handlers that set it must take no lock (the main thread may hold it).
+_HURRY: list[int] = []
 _CLOSED = threading.Event()  # the lane is stopping: start no further child
 
 
@@ -61,7 +63,7 @@ _PENDING: list[int] = []  # signals that arrived outside an `interrupts()` block
 
 def _note_signal(signum: int, frame: object) -> None:
     _PENDING.append(signum)
-    _HURRY.set()
+    _HURRY.append(signum)
 
 
 def own_signals() -> None:
@@ -151,7 +153,7 @@ def interrupts() -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         if seen:
-            _HURRY.set()
+            _HURRY.append(signum)
             return
         seen.append(signum)
         if _SHIELDS:
@@ -229,7 +231,7 @@ def _stop(proc: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
         except PermissionError:  # pragma: no cover - a group we cannot signal: the child alone
             proc.send_signal(sig)
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 30.0)
-        while proc.poll() is None and time.monotonic() < deadline and not (_HURRY.is_set() and sig == signal.SIGTERM):
+        while proc.poll() is None and time.monotonic() < deadline and not (_HURRY and sig == signal.SIGTERM):
             time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # whatever the group still holds (a grandchild)
