@@ -154,6 +154,19 @@ def test_reads_it_from_its_own_memory():
 def test_a_child_python_reads_the_environment_its_parent_started_with():
     code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+def test_a_shell_reads_the_environment_pytest_started_with():
+    import threading
+    done = threading.Event()
+    later = threading.Thread(target=done.wait)  # a thread started after the session began
+    later.start()
+    try:
+        shown = subprocess.run(["sh", "-c", f"cat /proc/{os.getpid()}/environ "
+                                f"/proc/{os.getpid()}/task/{later.native_id}/environ"], capture_output=True).stdout
+    finally:
+        done.set()
+        later.join()
+    assert shown and b"CANARCHY_" not in shown
 """
 
 TAMPER_ROUTES = """
@@ -395,6 +408,18 @@ def test_a_c_level_open_reads_nothing():
     fd = libc.open(REAL.encode(), os.O_RDONLY)
     data = os.read(fd, 100) if fd >= 0 else b""
     assert data == b""
+
+def test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty():
+    # pytest's memory holds the operator's environment (kept to be put back); so does each process above it
+    from canarchy.testing.isolation.access import this_and_above
+    held = ctypes.create_string_buffer(b"CANARCHY_HELD_IN_MEMORY=1")
+    memory = subprocess.run(["sh", "-c", f"dd if=/proc/{os.getpid()}/mem bs=64 count=1 iflag=skip_bytes "
+                                         f"skip={ctypes.addressof(held)}"], capture_output=True)
+    assert b"CANARCHY_HELD" not in memory.stdout, memory.stderr
+    above = this_and_above()[1:]
+    shown = {pid: subprocess.run(["sh", "-c", f"cat /proc/{pid}/environ /proc/{pid}/task/*/environ /proc/{pid}/mem"],
+                                 capture_output=True).stdout for pid in above}
+    assert above and all(out == b"" for out in shown.values()), {pid: len(out) for pid, out in shown.items()}
 """
 
 
@@ -492,6 +517,14 @@ def test_the_environment_pytest_was_started_with_is_refused(routes, test):
     assert f"test_process_state.py::{test} tried to open for reading '/proc/" in messages, messages
     assert "the environment the operator started this process or one above it with" in messages, messages
     assert "Refused" in messages
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="no /proc/PID/environ on this system")
+def test_a_shell_finds_nothing_of_the_environment_pytest_was_started_with(routes):
+    """A child that is not Python meets no guard: pytest erased its own start-up environment from
+    its memory (what ``/proc/PID/environ`` shows, for every thread, even one started later)."""
+    run, _ = routes
+    assert run.outcomes("test_a_shell_reads_the_environment_pytest_started_with") == {"passed"}, run.output
 
 
 def test_an_empty_home_variable_reaches_nothing_of_the_operator(routes):
@@ -695,6 +728,7 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
                                                                         / "config.toml")})
     for test in ("test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
                  "test_a_c_level_open_reads_nothing",
+                 "test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty",
                  "test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in"):
         assert run.outcomes(test) == {"passed"}, run.output
     assert content_differences(home, run.home) == []

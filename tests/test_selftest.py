@@ -28,7 +28,7 @@ def test_the_corpus_covers_every_required_defect_and_detector():
     required = {
         "module-scope-config", "session-fixture-findings", "thread-safe-udp-multicast", "relies-on-can-interface",
         "subprocess-bus", "swallowed-guard-error", "checkout-write", "virtual-bus-left-open",
-        "canarchy-variable-left-set", "order-pair", "home-from-the-initial-shell", "home-removed", "putenv",
+        "canarchy-variable-left-set", "order-pair", "home-from-the-user-base", "home-removed", "putenv",
         "signal-handler", "collection-bus",
     }
     assert required <= set(entries)

@@ -165,10 +165,16 @@ def start_up_environments(pid: int | None = None) -> list[str]:
     ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads; ``/proc/PID/mem``, which holds
     it), for ``pid`` (default this process) and every process above it: the operator's
     environment, whatever ``os.environ`` holds now. Nothing where there is no ``/proc``."""
-    found: list[str] = []
+    return [f"/proc/{p}/{name}" for p in this_and_above(pid) for name in ("environ", "task", "mem")]
+
+
+def this_and_above(pid: int | None = None) -> list[int]:
+    """``pid`` (default this process) and the processes above it, nearest first (``/proc/PID/stat``;
+    empty where there is no ``/proc``)."""
+    found: list[int] = []
     pid = os.getpid() if pid is None else pid
-    while pid > 0 and f"/proc/{pid}/environ" not in found and os.path.exists(f"/proc/{pid}/environ"):
-        found += [f"/proc/{pid}/environ", f"/proc/{pid}/task", f"/proc/{pid}/mem"]
+    while pid > 0 and pid not in found and os.path.exists(f"/proc/{pid}/stat"):
+        found.append(pid)
         try:
             with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
                 pid = int(handle.read().rsplit(b")", 1)[1].split()[1])

@@ -10,6 +10,7 @@ the :class:`Report` says what is in force and why not; :func:`probe` asks a chil
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -76,12 +77,16 @@ class Plan:
     trees bind-mounted onto themselves read-only, mounts below included.
     ``writable``: trees inside those that stay as they were. ``network``: a
     private network namespace holding only ``lo``, up. Paths are absolute.
+    ``processes``: process ids whose ``/proc/PID/environ`` and ``/proc/PID/mem``, and
+    those of each of their threads now, become empty files (the environment each
+    was started with, and the memory that holds it).
     """
 
     covered: tuple[Path, ...] = ()
     read_only: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
     network: bool = True
+    processes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("covered", "read_only", "writable"):
@@ -357,6 +362,14 @@ def _ancestors(path: str) -> list[str]:
     return out
 
 
+def _tasks(pid: int) -> list[str]:
+    """``""`` and ``task/TID/`` for each thread of ``pid`` now: where its /proc files are."""
+    try:
+        return ["", *(f"task/{tid}/" for tid in os.listdir(f"/proc/{pid}/task"))]
+    except OSError:
+        return [""]
+
+
 def _nearest_existing(path: str) -> str:
     parent = os.path.dirname(path)
     while not os.path.lexists(parent):
@@ -372,6 +385,7 @@ class _View:
     the deepest one decides; at the same path the writable one does."""
 
     covers: list[str] = field(default_factory=list)          # existing: made empty
+    hidden: list[str] = field(default_factory=list)          # the processes' /proc files: made empty
     pins: list[str] = field(default_factory=list)            # ancestors of read-only trees: mount points
     uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
     layers: list[tuple[str, bool]] = field(default_factory=list)
@@ -395,6 +409,8 @@ class _View:
         for path, kind in layers:  # keep a layer only where it changes something
             if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
                 view.layers.append((path, kind))
+        view.hidden = [f"/proc/{pid}/{where}{name}" for pid in plan.processes for where in _tasks(pid)
+                       for name in ("environ", "mem")]
         view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
         for path, parent in parents.items():
             tree, writable_there = view.decides(parent)
@@ -431,7 +447,7 @@ class _View:
             elif clones[path] is not None:
                 self._try(path, _move_mount, clones[path], path)
                 os.close(clones[path])
-        if self.covers:
+        if self.covers or self.hidden:
             self._try("covers", self._cover_all)
 
     def _try(self, path: str, action, *args):
@@ -454,6 +470,9 @@ class _View:
             os.close(os.open("empty-file", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=staging))
             for path in self.covers:
                 self._try(path, self._cover, staging, path)
+            for path in self.hidden:
+                with contextlib.suppress(OSError):  # a thread or process that has ended since
+                    self._cover(staging, path)
         finally:
             os.close(staging)
 
@@ -469,7 +488,9 @@ class _View:
             os.close(tree)
 
     def detail(self) -> str:
+        pids = sorted({int(path.split("/")[2]) for path in self.hidden})
         parts = [f"empty, read-only: {', '.join(self.covers)}" if self.covers else "",
+                 f"start-up environment hidden: processes {', '.join(map(str, pids))}" if pids else "",
                  f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
                  f"read-only: {', '.join(self.read_only)}" if self.read_only else "",
                  f"cannot be moved: {', '.join(self.pins)}" if self.pins else "",

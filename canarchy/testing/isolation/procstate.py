@@ -55,6 +55,29 @@ def _c_getenv() -> Any:
     return getenv
 
 
+def erase_start_up_environment() -> bool:
+    """Overwrite, in this process's memory, the environment it was started with: what
+    ``/proc/PID/environ`` and every ``/proc/PID/task/TID/environ`` show to any process, Python
+    or not (proc(5): the bytes from ``env_start`` to ``env_end``). Every variable of
+    ``os.environ`` first gets a C copy of its own (``setenv`` copies), so nothing refers to
+    the old bytes. The caller lets this process read ``/proc/self/environ``. False, and
+    nothing changed, where that record cannot be found or does not match the memory."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:  # "PID (COMM) STATE ...": COMM may hold spaces
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
+        with open("/proc/self/environ", "rb") as handle:  # the kernel's read: never faults
+            shown = handle.read()
+    except (OSError, ValueError, IndexError):
+        return False
+    if not 0 < start < end or len(shown) != end - start or ctypes.string_at(start, end - start) != shown:
+        return False
+    for name, value in os.environb.items():
+        os.putenv(name, value)
+    ctypes.memset(start, 0, end - start)
+    return True
+
+
 class ProcessState:
     """The watcher: :meth:`begin` before a test, :meth:`finish` after it. One instance, :data:`STATE`;
     the audit hook feeds it through :meth:`on_putenv`/:meth:`on_unsetenv`."""

@@ -26,6 +26,7 @@ from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
+from canarchy.testing.isolation.procstate import erase_start_up_environment as _erase_start_up_environment
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import Sandbox
 from canarchy.testing.isolation.seal import Seal
@@ -220,7 +221,8 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         return _containment.Plan(writable=sorted(writable), network=network)
     homes = [h for h in run.homes if os.path.dirname(h) != h]
     read_only = [*homes, *_git_dirs(root), *_interpreter_trees()]
-    return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network)
+    return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
+                             processes=tuple(_access.this_and_above()))
 
 
 def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
@@ -278,6 +280,11 @@ def _start(config: pytest.Config, where: str) -> None:
     _ACTIVE[:] = [sandbox]
     if not _is_worker(config):
         run.home_before = _guarded_manifest(run)  # before the containment hides the real files
+    # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
+    # (before the containment covers the file this reads to find it).
+    if not _erase_start_up_environment():
+        run.header.append("the environment pytest was started with stays in /proc/PID/environ (not found in "
+                          "its memory): a child that is not Python can read it there")
     _enter_containment(config, run)
     protection = _access.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
     protection = _access.Protection(
