@@ -73,6 +73,7 @@ def test_a_child_python_reads_it(canarchy_sandbox):
 """
 
 PROCESS_ROUTES = """
+import canarchy.testing.required  # a spawned worker imports it again with this module
 import os, signal, subprocess, sys
 
 def test_a_putenv():
@@ -155,6 +156,14 @@ def test_reads_it_from_its_own_memory():
 def test_a_child_python_reads_the_environment_its_parent_started_with():
     code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+def _square(x):
+    return x * x
+
+def test_a_spawned_worker_imports_this_module():
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # the worker imports this module for _square
+        assert pool.apply_async(_square, (3,)).get(timeout=30) == 9
 
 def test_a_shell_reads_the_environment_pytest_started_with():
     import threading
@@ -518,6 +527,13 @@ def test_the_environment_pytest_was_started_with_is_refused(routes, test):
     assert f"test_process_state.py::{test} tried to open for reading '/proc/" in messages, messages
     assert "the environment the operator started this process or one above it with" in messages, messages
     assert "Refused" in messages
+
+
+def test_a_multiprocessing_worker_may_import_a_module_that_requires_the_isolation(routes):
+    """A ``spawn`` worker imports the test's module, and with it ``canarchy.testing.required``: it runs
+    under the test's guards, so the import passes (refused, the pool would restart workers for ever)."""
+    run, _ = routes
+    assert run.outcomes("test_a_spawned_worker_imports_this_module") == {"passed"}, run.output
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="no /proc/PID/environ on this system")
