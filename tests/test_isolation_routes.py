@@ -461,6 +461,17 @@ BYTECODE = {
             import bcpkg.imported
             assert bcpkg.imported.X == "source" and pyc(request, "imported")[1].is_file()
 
+        def test_plants_a_pytest_plugin_for_the_next_run(request):
+            metadata = Path(request.config.rootpath) / "planted.egg-info"  # git ignores *.egg-info/
+            metadata.mkdir()
+            (metadata / "entry_points.txt").write_text("[pytest11]\\nplanted = bcpkg.planted\\n")
+
+        def test_a_shell_plants_a_pytest_plugin_for_the_next_run(request):
+            import subprocess
+            metadata = Path(request.config.rootpath) / "shell.egg-info"
+            subprocess.run(["sh", "-c", f"mkdir {metadata} && echo '[pytest11]' > {metadata}/entry_points.txt"],
+                           check=True)
+
         def test_a_compile_replaced_and_put_back(request):
             real = builtins.compile
             builtins.compile = lambda source, filename, *args, **kwargs: real("X = 'planted'", filename, *args,
@@ -774,8 +785,13 @@ def test_a_stray_configuration_that_loses_the_plugin_s_settings_is_refused(tmp_p
 
 @pytest.fixture(scope="module")
 def bytecode(tmp_path_factory):
-    """A run in which the import system writes byte code (as in an operator's plain ``pytest``)."""
-    return _run(tmp_path_factory, "bytecode", BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": ""})
+    """A run in which the import system writes byte code (as in an operator's plain ``pytest``), in a
+    git checkout that ignores what a checkout usually ignores."""
+    base = tmp_path_factory.mktemp("bytecode")
+    (base / "project").mkdir()
+    (base / "project" / ".gitignore").write_text("__pycache__/\n*.egg-info/\n")
+    subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
+    return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": ""})
 
 
 @pytest.mark.parametrize("test, operation", [("test_writes_byte_code_into_the_checkout", "mkdir"),
@@ -791,6 +807,24 @@ def test_byte_code_written_into_the_checkout_is_refused_at_the_moment(bytecode, 
     cache = run.home.parent / "project" / "bcpkg" / "__pycache__"
     assert not list(cache.glob("planted.*")) and not list(cache.glob("compiled.*"))
     assert changed == []
+
+
+def test_a_pytest_plugin_planted_in_an_ignored_directory_is_refused_at_the_moment(bytecode):
+    """A distribution's metadata in the checkout (``*.egg-info``, ignored by git) is found on ``sys.path``
+    by the next ``python -m pytest``, which loads its ``pytest11`` entry point before any isolation."""
+    run, _ = bytecode
+    test = "test_plants_a_pytest_plugin_for_the_next_run"
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert f"test_bytecode.py::{test} tried to mkdir" in messages and "a later Python or pytest run loads" \
+        in messages, messages
+    assert not (run.home.parent / "project" / "planted.egg-info").exists()
+
+
+def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(bytecode):
+    """No guard judges a shell; the sentinel looks at what a later run loads unasked, ignored by git or not."""
+    run, _ = bytecode
+    assert run.returncode != 0 and "shell.egg-info/entry_points.txt" in run.output, run.output
 
 
 def test_an_import_still_caches_its_byte_code_in_the_checkout(bytecode):

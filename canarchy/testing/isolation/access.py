@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from canarchy.testing.isolation.tree import OPERATOR_STATE
+from canarchy.testing.isolation.tree import OPERATOR_STATE, is_start_up_code
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
@@ -63,7 +63,7 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``,
-    ``"bytecode"`` or ``"watched"``), the protected ``tree`` (or file) it fell in, and the pid."""
+    ``"bytecode"``, ``"start-up code"`` or ``"watched"``), the protected ``tree`` (or file) it fell in, and the pid."""
 
     owner: str
     operation: str
@@ -87,7 +87,10 @@ class Access:
         what = {"refused": "the environment the operator started this process or one above it with"
                 if self.tree.startswith("/proc/") else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
-                            "(outside any isolation)"}.get(
+                            "(outside any isolation)",
+                "start-up code": "code or configuration a later Python or pytest run loads without being asked "
+                                 "(a distribution's metadata and entry points, a .pth file, sitecustomize, "
+                                 "a conftest or pytest configuration), outside any isolation"}.get(
             self.zone, "a write under the operator's home, outside the checkout and the temporary directories")
         fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
@@ -106,7 +109,8 @@ class Protection:
     root: watched, writable, read-only); ``refused`` always wins. Python's byte
     code (``__pycache__``) may be written in a watched or read-only tree only by
     the import system caching what it compiled (:func:`_written_by_an_import`);
-    any other such write is refused (zone ``bytecode``).
+    any other such write is refused (zone ``bytecode``); so is any write there of what a later run
+    loads unasked (:func:`~canarchy.testing.isolation.tree.is_start_up_code`, zone ``start-up code``).
     """
 
     refused: tuple[str, ...] = ()
@@ -441,6 +445,8 @@ class _Zones:
                 return None
             if _is_bytecode(path):  # the import system's cache; anything else written there runs at an import
                 return ("cached", root) if _written_by_an_import() else ("bytecode", root)
+            if any(map(is_start_up_code, path[len(prefix):].split(_SEP))):
+                return "start-up code", root  # the next run loads it, outside any isolation
             if zone == "watched" and self.unwatched and not self.unwatched.isdisjoint(path[len(prefix):].split(_SEP)):
                 return None
             return zone, root

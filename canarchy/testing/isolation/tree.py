@@ -32,6 +32,13 @@ SKIPPED_DIRS = frozenset({
 SKIPPED_SUFFIXES = (".egg-info",)
 VENV_MARKER = "pyvenv.cfg"
 
+#: Code and configuration a later Python or pytest run loads without being asked: a distribution's
+#: metadata found on ``sys.path`` (its entry points: pytest plugins, console scripts), ``.pth`` files,
+#: the ``site`` hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
+START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth")
+START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
+                            "tox.ini", "setup.cfg", "pyproject.toml"})
+
 #: ``Entry.note`` of a tracked path in :func:`checkout_state`: its metadata differs from git's index.
 TRACKED = "tracked"
 
@@ -287,11 +294,41 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     untracked = _GitListing.files(base, None, env, "--others").start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
     ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
-    if ok and (out or _tracks_anything(base, env)):
-        return out
-    out.clear()
-    _scan(out, base, "", True)
+    if not (ok and (out or _tracks_anything(base, env))):
+        out.clear()
+        _scan(out, base, "", True)
+    _start_up_code(out, base)
     return out
+
+
+def is_start_up_code(name: str) -> bool:
+    """Whether a file or directory called ``name`` is code or configuration a later run loads
+    unasked (:data:`START_UP_NAMES`, :data:`START_UP_SUFFIXES`)."""
+    return name in START_UP_NAMES or name.endswith(START_UP_SUFFIXES)
+
+
+def _start_up_code(out: dict[str, Entry], root: str) -> None:
+    """Add to ``out`` what :func:`is_start_up_code` names in ``root`` and in each directory directly
+    under it (a ``src`` layout's), whether git ignores it or not; a directory with all under it."""
+    tops = [""]
+    try:
+        with os.scandir(root) as it:
+            tops += [c.name for c in it if c.name not in SKIPPED_DIRS and c.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for top in tops:
+        where = os.path.join(root, top) if top else root
+        if top and os.path.lexists(os.path.join(where, VENV_MARKER)):
+            continue  # a virtualenv: its own .pth files and metadata
+        try:
+            with os.scandir(where) as it:
+                names = [c.name for c in it if is_start_up_code(c.name)]
+        except OSError:
+            continue
+        for name in names:
+            rel = f"{top}/{name}" if top else name
+            if rel not in out and (entry := _record(out, rel, os.path.join(root, rel))) and entry.kind == "dir":
+                _scan(out, root, rel, False)
 
 
 def _tracks_anything(root: str, env: Mapping[str, str] | None) -> bool:
