@@ -879,9 +879,23 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
         def test_registers_a_write_into_the_checkout():
             atexit.register(lambda root=os.path.abspath(os.environ["CHILD_ROOT"]): open(
                 os.path.join(root, "PLANTED_AT_EXIT"), "w").close())
-    """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project")})
+
+        def test_detaches_a_process_that_writes_the_checkout_later():
+            import subprocess
+            late = os.path.join(os.path.abspath(os.environ["CHILD_ROOT"]), "LATE_WRITE")
+            shell = subprocess.run(["sh", "-c", f"(sleep 60; echo late > {late}) >/dev/null 2>&1 & echo $!"],
+                                   capture_output=True, text=True, check=True)  # the shell ends: an orphan
+            Path(os.environ["CHILD_PID_FILE"]).write_text(shell.stdout.strip())
+    """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project"),
+               "CHILD_PID_FILE": str(tmp_path / "detached.pid")})
+    detached = int((tmp_path / "detached.pid").read_text())
+    alive = os.path.exists(f"/proc/{detached}")
+    if alive:
+        os.kill(detached, 9)
     assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
     assert run.returncode == 1, run.output
     after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
     assert "after the session: an atexit handler" in after and "tried to open for reading" in after, after
     assert "changed the checkout" in after and "PLANTED_AT_EXIT" in after, after
+    # the process a test detached was stopped with the run (pytest is its subreaper), named
+    assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after

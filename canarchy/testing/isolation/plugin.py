@@ -21,13 +21,14 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.settings import add_options
 from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SHUTDOWN_RECORDS,
                                                 _START_UP, MARKERS, _check_configuration, _guarded_manifest, _is_worker,
-                                                _markexpr, _opt_outs_of, _Run, _set_owners, _start, active_sandbox,
-                                                asks_for, require_containment)
+                                                _markexpr, _opt_outs_of, _Run, _set_owners, _start,
+                                                _the_process_ends_with, active_sandbox, asks_for, require_containment)
 from canarchy.testing.isolation.pertest import (CHECKOUT_WRITE_PROPERTY, _checked_cache, _refusal_messages,
                                                 _remember_writes, access_guard, bus_guard, canarchy_sandbox,
                                                 guard_operator_access, isolate_canarchy_state, new_virtual_channel,
@@ -98,13 +99,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run.sandbox.restore_python_can()
     run.sandbox.cleanup()
     _ACTIVE.clear()
-
-
-def _the_process_ends_with(config: pytest.Config) -> bool:
-    """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
-    ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
-    return (os.path.basename(sys.argv[0]) in ("pytest", "py.test", "__main__.py")
-            and list(config.invocation_params.args) == sys.argv[1:])
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -233,17 +227,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     run = session.config.stash.get(_RUN, None)
     if run is not None and not _is_worker(session.config):
         with _access.GUARD.exempt():
-            run.checkout_before = _checkout_manifest(session.config.rootpath, run.sandbox.operator_env)
+            run.search_dirs = _search_dirs(session.config.rootpath)
+            run.checkout_before = _checkout_manifest(run, session.config.rootpath)
         _junit_suite_properties(session.config, [(ISOLATION_PROPERTY, "; ".join(
             line.removeprefix("canarchy isolation: ") for line in pytest_report_header(session.config)))])
         _set_owners(_BETWEEN_TESTS)
 
 
-def _checkout_manifest(root: Path, operator_env: dict) -> dict:
+def _checkout_manifest(run: _Run, root: Path) -> dict:
     """The checkout as git sees it (what differs from its index, and the untracked files it does
     not ignore), git run with the operator's environment (their global configuration:
-    ``safe.directory``, ``core.excludesFile``)."""
-    return _tree.checkout_state(root, env=operator_env)
+    ``safe.directory``, ``core.excludesFile``); and what a later run loads unasked at the top of
+    the checkout and of ``run.search_dirs``, ignored or not."""
+    return _tree.checkout_state(root, env=run.sandbox.operator_env, search_dirs=run.search_dirs)
+
+
+def _search_dirs(root: Path) -> tuple[str, ...]:
+    """The directories under ``root`` on ``sys.path`` now (a ``src`` layout's, the tests'), relative."""
+    top = os.path.realpath(root)
+    found = (os.path.realpath(entry or os.curdir) for entry in sys.path if isinstance(entry, str))
+    return tuple(dict.fromkeys(os.path.relpath(d, top) for d in found if d.startswith(top + os.sep)))
 
 
 @pytest.hookimpl(trylast=True)
@@ -304,7 +307,7 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
                 lines.append(f"{who} changed the operator's state:")
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
         if run.checkout_before is not None:
-            now = _checkout_manifest(config.rootpath, run.sandbox.operator_env)
+            now = _checkout_manifest(run, config.rootpath)
             diff, run.checkout_before = _tree.changes(run.checkout_before, now), now
             if diff:
                 lines.append(f"{who} changed the checkout ({config.rootpath}):")
@@ -317,9 +320,10 @@ def _after_the_session(run: _Run, config: pytest.Config) -> None:
     a test registered: what they (or a thread still running) had refused, or changed since the
     session's end, is printed and fails the process. pytest's exit code is decided by then;
     ``os._exit`` is the one way to change it (the handlers registered before this one do not run)."""
-    lines = _refused()
+    lines = [f"left running after the session, stopped now: {line}" for line in _reaper.stop_children()]
+    lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
-    lines += _changes(run, config, "after the session, an atexit handler or a thread")
+    lines += _changes(run, config, "after the session, an atexit handler, a thread or a process left running")
     if not lines:
         return
     sys.stdout.flush()

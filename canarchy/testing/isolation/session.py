@@ -24,6 +24,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.procstate import erase_start_up_environment as _erase_start_up_environment
@@ -84,6 +85,7 @@ class _Run:
     temp_base: str = ""
     home_before: dict | None = None
     checkout_before: dict | None = None
+    search_dirs: tuple[str, ...] = ()  # under the checkout, on sys.path at the session's start (the sentinel)
     writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
     opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
@@ -252,6 +254,13 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
         run.containment.protection("network").in_force else f"the host's ({run.containment.reason})")
 
 
+def _the_process_ends_with(config: pytest.Config) -> bool:
+    """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
+    ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
+    return (os.path.basename(sys.argv[0]) in ("pytest", "py.test", "__main__.py")
+            and list(config.invocation_params.args) == sys.argv[1:])
+
+
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
@@ -280,6 +289,8 @@ def _start(config: pytest.Config, where: str) -> None:
     _ACTIVE[:] = [sandbox]
     if not _is_worker(config):
         run.home_before = _guarded_manifest(run)  # before the containment hides the real files
+        if _the_process_ends_with(config):  # what a test detaches stays a child, stopped at exit
+            _reaper.become_subreaper()
     # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
     # (before the containment covers the file this reads to find it).
     if not _erase_start_up_environment():

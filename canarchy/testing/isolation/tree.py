@@ -281,13 +281,16 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
     return out
 
 
-def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> dict[str, Entry]:
+def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None = None,
+                   search_dirs: Iterable[str] = ()) -> dict[str, Entry]:
     """What a run could have changed in a checkout, at a cost that grows with what changed, not
     with the checkout: in a git work tree, the tracked paths whose metadata differs from git's
     index (``git diff-files``, which compares size, times, inode and mode in C and opens no file),
     noted :data:`TRACKED`, and the untracked files git does not ignore; no directory entries.
     Elsewhere (no git, ``root`` not in a work tree or wholly ignored) :func:`snapshot`'s
-    skip-list walk. Two states compare with :func:`changes`; git runs with ``env``."""
+    skip-list walk. In both, whatever :func:`is_start_up_code` names at the top of ``root`` and of
+    ``search_dirs`` (directories under it where a later run looks for code: ``sys.path``'s), ignored by
+    git or not. Two states compare with :func:`changes`; git runs with ``env``."""
     base = os.fspath(root)
     out: dict[str, Entry] = {}
     changed = _GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
@@ -297,7 +300,7 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     if not (ok and (out or _tracks_anything(base, env))):
         out.clear()
         _scan(out, base, "", True)
-    _start_up_code(out, base)
+    _start_up_code(out, base, search_dirs)
     return out
 
 
@@ -307,21 +310,12 @@ def is_start_up_code(name: str) -> bool:
     return name in START_UP_NAMES or name.endswith(START_UP_SUFFIXES)
 
 
-def _start_up_code(out: dict[str, Entry], root: str) -> None:
-    """Add to ``out`` what :func:`is_start_up_code` names in ``root`` and in each directory directly
-    under it (a ``src`` layout's), whether git ignores it or not; a directory with all under it."""
-    tops = [""]
-    try:
-        with os.scandir(root) as it:
-            tops += [c.name for c in it if c.name not in SKIPPED_DIRS and c.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for top in tops:
-        where = os.path.join(root, top) if top else root
-        if top and os.path.lexists(os.path.join(where, VENV_MARKER)):
-            continue  # a virtualenv: its own .pth files and metadata
+def _start_up_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
+    """Add to ``out`` what :func:`is_start_up_code` names at the top of ``root`` and of each of
+    ``search_dirs`` (relative to it), a directory with all under it, whether git ignores it or not."""
+    for top in dict.fromkeys(["", *search_dirs]):
         try:
-            with os.scandir(where) as it:
+            with os.scandir(os.path.join(root, top) if top else root) as it:
                 names = [c.name for c in it if is_start_up_code(c.name)]
         except OSError:
             continue

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 
-from canarchy.testing.isolation import tempbase
+from canarchy.testing.isolation import reaper, tempbase
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -75,69 +75,20 @@ def own_signals() -> None:
     global _SUBREAPER
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _note_signal)
-    _SUBREAPER = _become_subreaper()
+    _SUBREAPER = reaper.become_subreaper()
 
 
 _SUBREAPER = False
-_PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-
-
-def _become_subreaper() -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _adopted() -> list[int]:
-    """This process's children that no run holds: descendants re-parented to the subreaper."""
-    me = str(os.getpid())
-    with _LIVE_LOCK:
-        held = {p.pid for p in _LIVE}
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in held:
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1].decode() == me:
-            found.append(int(entry.name))
-    return found
 
 
 def _stop_adopted() -> None:
-    """End what the subreaper adopted (each process's group when it leads one of its own; SIGTERM,
-    then SIGKILL) and reap it; nothing when this process is no subreaper."""
+    """End what the subreaper adopted (:func:`reaper.stop_children`, the children :func:`stop_all`
+    holds aside); nothing when this process is no subreaper."""
     if not _SUBREAPER:
         return
-    for _ in range(5):  # a stopped process may leave children of its own, adopted in turn
-        pids = _adopted()
-        if not pids:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    group = os.getpgid(pid)
-                    if group != os.getpgrp():
-                        os.killpg(group, sig)
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + (1.0 if sig == signal.SIGTERM else 5.0)
-            while pids and time.monotonic() < deadline:
-                for pid in list(pids):
-                    with contextlib.suppress(ChildProcessError):
-                        if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                            continue
-                    pids.remove(pid)
-                time.sleep(0.02)
-            if not pids:
-                break
+    with _LIVE_LOCK:
+        held = {p.pid for p in _LIVE}
+    reaper.stop_children(exclude=held)
 
 
 @contextlib.contextmanager
