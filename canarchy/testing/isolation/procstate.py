@@ -72,8 +72,11 @@ def erase_start_up_environment() -> bool:
         return False
     if not 0 < start < end or len(shown) != end - start or ctypes.string_at(start, end - start) != shown:
         return False
-    for name, value in os.environb.items():
-        os.putenv(name, value)
+    try:
+        for name, value in os.environb.items():
+            os.putenv(name, value)
+    except (ValueError, OSError):  # a name setenv refuses ("=x" at exec): its old bytes are still in use
+        return False
     ctypes.memset(start, 0, end - start)
     return True
 
