@@ -545,6 +545,8 @@ def test_a_multiprocessing_worker_may_import_a_module_that_requires_the_isolatio
     under the test's guards, so the import passes (refused, the pool would restart workers for ever)."""
     run, _ = routes
     assert run.outcomes("test_a_spawned_worker_imports_this_module") == {"passed"}, run.output
+    # multiprocessing's resource tracker lives until the interpreter exits: not left running by a test
+    assert "resource_tracker" not in run.output, run.output
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="no /proc/PID/environ on this system")
@@ -886,12 +888,27 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
             shell = subprocess.run(["sh", "-c", f"(sleep 60; echo late > {late}) >/dev/null 2>&1 & echo $!"],
                                    capture_output=True, text=True, check=True)  # the shell ends: an orphan
             Path(os.environ["CHILD_PID_FILE"]).write_text(shell.stdout.strip())
+
+        CHAIN = ("import os, subprocess, sys, time\\n"
+                 "if int(sys.argv[1]):\\n"
+                 "    level = str(int(sys.argv[1]) - 1)\\n"
+                 "    subprocess.run([sys.executable, '-I', '-c', sys.argv[2], level, sys.argv[2]])\\n"
+                 "else:\\n"
+                 "    open(os.environ['CHILD_CHAIN_FILE'], 'w').write(str(os.getpid()))\\n"
+                 "    time.sleep(60)\\n")
+
+        def test_leaves_a_chain_of_processes_each_waiting_for_the_next():
+            import subprocess, sys, time
+            subprocess.Popen([sys.executable, "-I", "-c", CHAIN, "7", CHAIN])  # in pytest's process group
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.environ["CHILD_CHAIN_FILE"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
     """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project"),
-               "CHILD_PID_FILE": str(tmp_path / "detached.pid")})
-    detached = int((tmp_path / "detached.pid").read_text())
-    alive = os.path.exists(f"/proc/{detached}")
-    if alive:
-        os.kill(detached, 9)
+               "CHILD_PID_FILE": str(tmp_path / "detached.pid"), "CHILD_CHAIN_FILE": str(tmp_path / "chain.pid")})
+    detached, innermost = int((tmp_path / "detached.pid").read_text()), int((tmp_path / "chain.pid").read_text())
+    alive = [pid for pid in (detached, innermost) if os.path.exists(f"/proc/{pid}")]
+    for pid in alive:
+        os.kill(pid, 9)
     assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
     assert run.returncode == 1, run.output
     after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
@@ -899,3 +916,4 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
     assert "changed the checkout" in after and "PLANTED_AT_EXIT" in after, after
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
+    assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted

@@ -320,7 +320,8 @@ def _after_the_session(run: _Run, config: pytest.Config) -> None:
     a test registered: what they (or a thread still running) had refused, or changed since the
     session's end, is printed and fails the process. pytest's exit code is decided by then;
     ``os._exit`` is the one way to change it (the handlers registered before this one do not run)."""
-    lines = [f"left running after the session, stopped now: {line}" for line in _reaper.stop_children()]
+    lines = [f"left running after the session, stopped now: {line}"
+             for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
     lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
     lines += _changes(run, config, "after the session, an atexit handler, a thread or a process left running")
@@ -332,6 +333,19 @@ def _after_the_session(run: _Run, config: pytest.Config) -> None:
     sys.stderr.flush()
     run.sandbox.cleanup()
     os._exit(run.exit_status or 1)
+
+
+def _multiprocessing_helpers() -> set[int]:
+    """The processes ``multiprocessing`` keeps until the interpreter exits (its resource tracker and
+    forkserver end when their pipe closes, at exit): not left running by a test. What a forkserver
+    started is (``multiprocessing.resource_tracker``, ``multiprocessing.forkserver``; CPython 3.11)."""
+    helpers = set()
+    for module, holder, name in (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
+                                 ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")):
+        pid = getattr(getattr(sys.modules.get(module), holder, None), name, None)
+        if isinstance(pid, int):
+            helpers.add(pid)
+    return helpers
 
 
 def _covers_broken(report: _containment.Report) -> list[str]:

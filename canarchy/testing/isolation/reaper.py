@@ -30,21 +30,43 @@ def become_subreaper() -> bool:
         return False
 
 
-def children(exclude: Collection[int] = ()) -> dict[int, str]:
-    """This process's children but ``exclude``, with their state (``R``, ``S``, ... ``Z``, proc(5))."""
-    me = str(os.getpid()).encode()
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every visible process: pid -> (parent pid, state: ``R``, ``S``, ... ``Z``; proc(5))."""
     found = {}
     with contextlib.suppress(OSError), os.scandir("/proc") as entries:
         for entry in entries:
-            if not entry.name.isdigit() or int(entry.name) in exclude:
+            if not entry.name.isdigit():
                 continue
             try:
                 with open(f"/proc/{entry.name}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ..."
                     fields = handle.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
+                found[int(entry.name)] = (int(fields[1]), fields[0].decode())
+            except (OSError, IndexError, ValueError):
                 continue
-            if len(fields) > 1 and fields[1] == me:
-                found[int(entry.name)] = fields[0].decode()
+    return found
+
+
+def children(exclude: Collection[int] = ()) -> dict[int, str]:
+    """This process's children but ``exclude``, with their state."""
+    me = os.getpid()
+    return {pid: state for pid, (parent, state) in _processes().items() if parent == me and pid not in exclude}
+
+
+def descendants(keep: Collection[int] = ()) -> dict[int, str]:
+    """Every process below this one, with its state, but those in ``keep`` (their own descendants
+    are included)."""
+    below: dict[int, list[int]] = {}
+    table = _processes()
+    for pid, (parent, _) in table.items():
+        below.setdefault(parent, []).append(pid)
+    found, stack = {}, list(below.get(os.getpid(), ()))
+    while stack:
+        pid = stack.pop()
+        if pid in found or pid not in table:
+            continue
+        if pid not in keep:
+            found[pid] = table[pid][1]
+        stack += below.get(pid, ())
     return found
 
 
@@ -57,15 +79,21 @@ def command_line(pid: int) -> str:
         return "?"
 
 
-def stop_children(exclude: Collection[int] = (), grace: float = 1.0) -> list[str]:
-    """End every child still running but ``exclude`` (its process group too when it leads one of its
-    own; SIGTERM, then SIGKILL after ``grace`` s) and reap it, and what it leaves adopted in turn; reap
-    children that had ended already. Returns ``"pid N: COMMAND"`` for each one that was running."""
+def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Collection[int] = (),
+                  rounds: int = 50) -> list[str]:
+    """End every process below this one still running but ``exclude`` (with what is below it) and
+    ``keep`` (left running, what is below it not): SIGTERM to all of them at once (to the process
+    group too of one that leads its own), SIGKILL after ``grace`` s; reap this process's children,
+    those that had ended already too. Again while any is left (a process adopted meanwhile), at most
+    ``rounds`` times. Returns ``"pid N: COMMAND"`` for each one that was running."""
     stopped: list[str] = []
-    for _ in range(5):  # a stopped process may leave children of its own, adopted in turn
-        found = children(exclude)
-        running = [pid for pid, state in found.items() if state != "Z"]
-        stopped += [f"pid {pid}: {command_line(pid)}" for pid in running]
+    seen: set[int] = set()
+    excluded = set(exclude)
+    for _ in range(rounds):
+        excluded |= {pid for pid in descendants(keep) if _below(pid, excluded)}
+        running = [pid for pid, state in descendants(keep).items() if state != "Z" and pid not in excluded]
+        stopped += [f"pid {pid}: {command_line(pid)}" for pid in running if pid not in seen]
+        seen.update(running)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in running:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -75,16 +103,40 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0) -> list[str
                     os.kill(pid, sig)
             deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
             while running and time.monotonic() < deadline:
-                running = [pid for pid in running if not _reaped(pid)]
+                for pid in children(excluded | set(keep)):
+                    _reaped(pid)
+                running = [pid for pid in running if _alive(pid)]
                 if running:
                     time.sleep(0.02)
             if not running:
                 break
-        for pid in found:
+        for pid in children(excluded | set(keep)):
             _reaped(pid)
-        if not running and not children(exclude):
+        if not any(state != "Z" for pid, state in descendants(keep).items() if pid not in excluded):
             break
     return stopped
+
+
+def _below(pid: int, ancestors: Collection[int]) -> bool:
+    """Whether ``pid`` or a process above it is in ``ancestors``."""
+    while pid > 1:
+        if pid in ancestors:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _reaped(pid: int) -> bool:
