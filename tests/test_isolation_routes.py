@@ -453,6 +453,10 @@ BYTECODE = {
             target.parent.mkdir(exist_ok=True)
             target.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + code)
 
+        def test_writes_a_sourceless_module_at_the_top(request):
+            code = marshal.dumps(compile("X = 'planted'", "pprint.py", "exec"))
+            (Path(request.config.rootpath) / "pprint.pyc").write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + code)
+
         def test_compiles_into_the_checkout(request):
             source, target = pyc(request, "compiled")
             py_compile.compile(str(source), cfile=str(target), doraise=True)
@@ -469,8 +473,8 @@ BYTECODE = {
         def test_a_shell_plants_a_pytest_plugin_for_the_next_run(request):
             import subprocess
             metadata = Path(request.config.rootpath) / "shell.egg-info"
-            subprocess.run(["sh", "-c", f"mkdir {metadata} && echo '[pytest11]' > {metadata}/entry_points.txt"],
-                           check=True)
+            subprocess.run(["sh", "-c", f"mkdir {metadata} && echo '[pytest11]' > {metadata}/entry_points.txt "
+                                        f"&& echo x > {metadata.parent}/pprint.pyc"], check=True)
 
         def test_a_compile_replaced_and_put_back(request):
             real = builtins.compile
@@ -791,13 +795,14 @@ def bytecode(tmp_path_factory):
     git checkout that ignores what a checkout usually ignores."""
     base = tmp_path_factory.mktemp("bytecode")
     (base / "project").mkdir()
-    (base / "project" / ".gitignore").write_text("__pycache__/\n*.egg-info/\n")
+    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
     return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": ""})
 
 
 @pytest.mark.parametrize("test, operation", [("test_writes_byte_code_into_the_checkout", "mkdir"),
-                                             ("test_compiles_into_the_checkout", "mkdir")])
+                                             ("test_compiles_into_the_checkout", "mkdir"),
+                                             ("test_writes_a_sourceless_module_at_the_top", "open for writing")])
 def test_byte_code_written_into_the_checkout_is_refused_at_the_moment(bytecode, test, operation):
     """Byte code in a checkout's ``__pycache__`` (ignored by git) runs at the next import, outside any
     isolation: only the import system caching what it compiled may write it."""
@@ -827,6 +832,7 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
     """No guard judges a shell; the sentinel looks at what a later run loads unasked, ignored by git or not."""
     run, _ = bytecode
     assert run.returncode != 0 and "shell.egg-info/entry_points.txt" in run.output, run.output
+    assert "added: pprint.pyc" in run.output, run.output  # git ignores *.py[cod]; the next import runs it
 
 
 def test_an_import_still_caches_its_byte_code_in_the_checkout(bytecode):

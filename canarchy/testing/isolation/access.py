@@ -374,7 +374,10 @@ def _written_by_an_import() -> bool:
 
 
 def _is_bytecode(path: str) -> bool:
-    """A ``__pycache__`` directory or a byte-code file (or its temporary file) in one."""
+    """A ``__pycache__`` directory, a byte-code file (or its temporary file) in one, or a byte-code
+    file anywhere else (a sourceless module: an import runs it as it finds it)."""
+    if path.endswith((".pyc", ".pyo")):
+        return True
     if "__pycache__" not in path:
         return False
     parent, name = os.path.split(path)

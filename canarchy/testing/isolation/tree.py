@@ -34,8 +34,9 @@ VENV_MARKER = "pyvenv.cfg"
 
 #: Code and configuration a later Python or pytest run loads without being asked: a distribution's
 #: metadata found on ``sys.path`` (its entry points: pytest plugins, console scripts), ``.pth`` files,
-#: the ``site`` hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
-START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth")
+#: sourceless byte code (``pprint.pyc`` shadows the standard library's ``pprint``), the ``site``
+#: hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
+START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
 START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
                             "tox.ini", "setup.cfg", "pyproject.toml"})
 
