@@ -286,6 +286,7 @@ class Printer:
         self.events: EventStream | None = None
         #: ``--jsonl`` lines held by :meth:`write_line`, written by the next write.
         self.pending_lines: list[str] = []
+        self._torn = False  # an interrupt cut a write short: the last line may be unfinished
 
     def stream(self, source: str, *, live: bool = False, keep: bool = True) -> EventStream:
         """The command's :class:`EventStream` (made on the first call)."""
@@ -302,6 +303,9 @@ class Printer:
                 self.out.flush()
         except BrokenPipeError:
             raise OutputClosed from None
+        except KeyboardInterrupt:
+            self._torn = True  # Ctrl+C or SIGTERM inside a blocked write: part of ``text`` may be out
+            raise
 
     def write_line(self, text: str) -> None:
         """Write ``text`` and a newline with the next write, or with the :data:`PENDING_LINES` th line
@@ -320,6 +324,9 @@ class Printer:
             self.out.write(text)
         except BrokenPipeError:
             raise OutputClosed from None
+        except KeyboardInterrupt:
+            self._torn = True
+            raise
         finally:
             lines.clear()  # written, or the reader is gone: never written twice
 
@@ -334,6 +341,8 @@ class Printer:
                     return
                 result = CommandResult(data={"stopped_by": self.events.stopped_by or "SIGINT"})
             env = envelope(self.command, result, error)
+            if self._torn and self.fmt != "json":
+                self.write("\n")  # the closing line starts a line of its own, after what was cut short
             if self.fmt == "jsonl":
                 self.write(self.encode(env) + "\n")
             elif self.fmt == "json":

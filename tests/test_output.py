@@ -186,6 +186,34 @@ def test_sigterm_ends_an_endless_stream_with_the_closing_envelope():
     assert closing["data"]["frames_shown"] >= 1000
 
 
+class _CutShort(io.StringIO):
+    """A pipe whose reader stopped reading: the interrupt arrives in the middle of a write."""
+
+    cut = False
+
+    def write(self, text: str) -> int:
+        if self.cut or len(text) < 40:
+            return super().write(text)
+        self.cut = True
+        super().write(text[: len(text) // 2])  # what the kernel took before the write blocked
+        raise KeyboardInterrupt("SIGTERM")
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["batched", "flushed"])
+def test_an_interrupt_inside_a_write_still_ends_with_a_closing_line_of_its_own(live):
+    """The signal that stops a stream can cut a line short in a blocked write (the rest is lost):
+    the closing envelope still starts a line of its own and parses."""
+    out = _CutShort()
+    printer = output.Printer("jsonl", out, "test")
+    stream = printer.stream("test", live=live)
+    with stream.stoppable():
+        for index in range(10_000):
+            stream.emit("frame_planned", {"index": index})
+    printer.finish(None, None)
+    closing = strict_json(out.getvalue().splitlines()[-1])
+    assert out.cut and closing["data"]["stopped_by"] == "SIGTERM"
+
+
 def test_ctrl_c_closes_a_json_stream_with_its_events(monkeypatch):
     from canarchy.commands import generate
 
