@@ -94,27 +94,34 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
         running = [pid for pid, state in descendants(keep).items() if state != "Z" and pid not in excluded]
         stopped += [f"pid {pid}: {command_line(pid)}" for pid in running if pid not in seen]
         seen.update(running)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in running:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    group = os.getpgid(pid)
-                    if group != os.getpgrp():
-                        os.killpg(group, sig)
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
-            while running and time.monotonic() < deadline:
-                for pid in children(excluded | set(keep)):
-                    _reaped(pid)
-                running = [pid for pid in running if _alive(pid)]
-                if running:
-                    time.sleep(0.02)
-            if not running:
-                break
-        for pid in children(excluded | set(keep)):
+        unreaped = excluded | set(keep)
+        _end(running, grace, unreaped)
+        for pid in children(unreaped):
             _reaped(pid)
         if not any(state != "Z" for pid, state in descendants(keep).items() if pid not in excluded):
             break
     return stopped
+
+
+def _end(running: list[int], grace: float, unreaped: set[int]) -> None:
+    """SIGTERM ``running`` (and the process group of each that leads its own), SIGKILL what is left
+    after ``grace`` s; meanwhile reap this process's children but ``unreaped``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                group = os.getpgid(pid)
+                if group != os.getpgrp():
+                    os.killpg(group, sig)
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
+        while running and time.monotonic() < deadline:
+            for pid in children(unreaped):
+                _reaped(pid)
+            running = [pid for pid in running if _alive(pid)]
+            if running:
+                time.sleep(0.02)
+        if not running:
+            return
 
 
 def _below(pid: int, ancestors: Collection[int]) -> bool:
