@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from canarchy.testing.isolation.reaper import parent_and_state
 from canarchy.testing.isolation.tree import OPERATOR_STATE, is_start_up_code
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
@@ -177,13 +178,9 @@ def this_and_above(pid: int | None = None) -> list[int]:
     empty where there is no ``/proc``)."""
     found: list[int] = []
     pid = os.getpid() if pid is None else pid
-    while pid > 0 and pid not in found and os.path.exists(f"/proc/{pid}/stat"):
+    while pid > 0 and pid not in found and (known := parent_and_state(pid)) is not None:
         found.append(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
-                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
+        pid = known[0]
     return found
 
 

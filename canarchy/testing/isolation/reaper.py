@@ -30,19 +30,24 @@ def become_subreaper() -> bool:
         return False
 
 
+def parent_and_state(pid: int) -> tuple[int, str] | None:
+    """``pid``'s parent pid and state (``R``, ``S``, ... ``Z``; proc(5) ``/proc/PID/stat``), None once
+    it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), fields[0].decode()
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _processes() -> dict[int, tuple[int, str]]:
-    """Every visible process: pid -> (parent pid, state: ``R``, ``S``, ... ``Z``; proc(5))."""
+    """Every visible process: pid -> (parent pid, state)."""
     found = {}
     with contextlib.suppress(OSError), os.scandir("/proc") as entries:
         for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ..."
-                    fields = handle.read().rsplit(b")", 1)[1].split()
-                found[int(entry.name)] = (int(fields[1]), fields[0].decode())
-            except (OSError, IndexError, ValueError):
-                continue
+            if entry.name.isdigit() and (known := parent_and_state(int(entry.name))) is not None:
+                found[int(entry.name)] = known
     return found
 
 
@@ -52,21 +57,20 @@ def children(exclude: Collection[int] = ()) -> dict[int, str]:
     return {pid: state for pid, (parent, state) in _processes().items() if parent == me and pid not in exclude}
 
 
-def descendants(keep: Collection[int] = ()) -> dict[int, str]:
-    """Every process below this one, with its state, but those in ``keep`` (their own descendants
-    are included)."""
-    below: dict[int, list[int]] = {}
+def descendants(keep: Collection[int] = (), exclude: Collection[int] = ()) -> dict[int, str]:
+    """Every process below this one, with its state, but those in ``keep`` (what is below them is
+    included) and those in ``exclude`` with everything below them."""
     table = _processes()
+    below: dict[int, list[int]] = {}
     for pid, (parent, _) in table.items():
         below.setdefault(parent, []).append(pid)
-    found, stack = {}, list(below.get(os.getpid(), ()))
+    found: dict[int, str] = {}
+    stack = [pid for pid in below.get(os.getpid(), ()) if pid not in exclude]
     while stack:
         pid = stack.pop()
-        if pid in found or pid not in table:
-            continue
         if pid not in keep:
             found[pid] = table[pid][1]
-        stack += below.get(pid, ())
+        stack += [child for child in below.get(pid, ()) if child not in exclude and child not in found]
     return found
 
 
@@ -87,25 +91,21 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
     those that had ended already too. Again while any is left (a process adopted meanwhile), at most
     ``rounds`` times. Returns ``"pid N: COMMAND"`` for each one that was running."""
     stopped: list[str] = []
-    seen: set[int] = set()
-    excluded = set(exclude)
+    spared = {*exclude, *keep}
     for _ in range(rounds):
-        excluded |= {pid for pid in descendants(keep) if _below(pid, excluded)}
-        running = [pid for pid, state in descendants(keep).items() if state != "Z" and pid not in excluded]
-        stopped += [f"pid {pid}: {command_line(pid)}" for pid in running if pid not in seen]
-        seen.update(running)
-        unreaped = excluded | set(keep)
-        _end(running, grace, unreaped)
-        for pid in children(unreaped):
-            _reaped(pid)
-        if not any(state != "Z" for pid, state in descendants(keep).items() if pid not in excluded):
+        running = [pid for pid, state in descendants(keep, exclude).items() if state != "Z"]
+        stopped += [line for line in (f"pid {pid}: {command_line(pid)}" for pid in running) if line not in stopped]
+        _end(running, grace)
+        for pid in children(spared):  # what ended meanwhile, or before
+            _gone(pid)
+        if not running:
             break
     return stopped
 
 
-def _end(running: list[int], grace: float, unreaped: set[int]) -> None:
+def _end(running: list[int], grace: float) -> None:
     """SIGTERM ``running`` (and the process group of each that leads its own), SIGKILL what is left
-    after ``grace`` s; meanwhile reap this process's children but ``unreaped``."""
+    after ``grace`` s; reap those that are this process's children."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -115,40 +115,17 @@ def _end(running: list[int], grace: float, unreaped: set[int]) -> None:
                 os.kill(pid, sig)
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
         while running and time.monotonic() < deadline:
-            for pid in children(unreaped):
-                _reaped(pid)
-            running = [pid for pid in running if _alive(pid)]
+            running = [pid for pid in running if not _gone(pid)]
             if running:
                 time.sleep(0.02)
         if not running:
             return
 
 
-def _below(pid: int, ancestors: Collection[int]) -> bool:
-    """Whether ``pid`` or a process above it is in ``ancestors``."""
-    while pid > 1:
-        if pid in ancestors:
-            return True
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _reaped(pid: int) -> bool:
-    """Reap ``pid`` if it has ended; True once it is gone."""
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (reaped here when it is this process's child)."""
     try:
         return os.waitpid(pid, os.WNOHANG)[0] != 0
-    except ChildProcessError:
-        return True
+    except ChildProcessError:  # another's child: ended once it is a zombie or gone
+        known = parent_and_state(pid)
+        return known is None or known[1] == "Z"
