@@ -38,7 +38,7 @@ _COUNTER = '''
 import collections
 import sys
 
-from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation.events import JUDGED_EVENTS as _JUDGED
 
 _counts = collections.Counter()
 _counting = []
@@ -46,7 +46,7 @@ _counting = []
 
 def _count(event, args):
     if _counting:
-        _counts["open" if event == "open" else "judged" if event in _access.JUDGED_EVENTS else "other"] += 1
+        _counts["open" if event == "open" else "judged" if event in _JUDGED else "other"] += 1
 
 
 sys.addaudithook(_count)
@@ -77,7 +77,7 @@ CASES = {
 _PER_CALL = '''
 import dataclasses, json, os, sys, tempfile, timeit
 from pathlib import Path
-from canarchy.testing.isolation import access, tempbase
+from canarchy.testing.isolation import access, protection, tempbase
 calls = int(sys.argv[1])
 work = tempfile.mkdtemp(prefix="canarchy-bench-access-")
 target = os.path.join(work, "file")
@@ -88,8 +88,8 @@ cases = {"judged_open": (lambda: open(target, "rb").close(), calls),
 def best(fn, n):
     return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
 without = {name: best(fn, n) for name, (fn, n) in cases.items()}
-protection = access.default_protection(os.environ, tempbase.account_database_home())
-access.GUARD.configure(dataclasses.replace(protection, watched=(os.path.join(work, "watched"),)))
+operator = protection.default_protection(os.environ, tempbase.account_database_home())
+access.GUARD.configure(dataclasses.replace(operator, watched=(os.path.join(work, "watched"),)))
 access.GUARD.report_dir = Path(work)
 access.install()
 access.GUARD.enabled = True

@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import access as access_bench
 from benchmarks import isolation, measure
-from canarchy.testing.isolation import access, tempbase
+from canarchy.testing.isolation import access, protection, tempbase
 from tests.helpers import PYTEST
 
 OWNER = "tests/test_scenario.py::test_operator_state"
@@ -467,28 +467,28 @@ def test_default_protection_covers_both_homes(tmp_path, monkeypatch):
     shell_home.mkdir()
     account_home.mkdir()
     monkeypatch.setitem(sys.modules, "can.util", types.SimpleNamespace(CONFIG_FILES=[]))
-    protection = access.default_protection({"HOME": str(shell_home), "APPDATA": str(tmp_path / "roaming")},
-                                           str(account_home), cwd=str(tmp_path / "cwd"))
+    operator = protection.default_protection({"HOME": str(shell_home), "APPDATA": str(tmp_path / "roaming")},
+                                             str(account_home), cwd=str(tmp_path / "cwd"))
     for home in (shell_home, account_home):
         for name in (".canarchy", ".canrc", "can.conf", ".can"):
-            assert str(home / name) in protection.refused
-        assert str(home / "AppData" / "Roaming" / "can.ini") in protection.refused
-    assert "/etc/can.conf" in protection.refused
-    assert str(tmp_path / "roaming" / "can.ini") in protection.refused
-    assert str(tmp_path / "cwd" / "can.ini") in protection.refused
-    assert protection.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home))
-    assert protection.writable == (tempfile.gettempdir(),)
+            assert str(home / name) in operator.refused
+        assert str(home / "AppData" / "Roaming" / "can.ini") in operator.refused
+    assert "/etc/can.conf" in operator.refused
+    assert str(tmp_path / "roaming" / "can.ini") in operator.refused
+    assert str(tmp_path / "cwd" / "can.ini") in operator.refused
+    assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home))
+    assert operator.writable == (tempfile.gettempdir(),)
 
 
 def test_default_protection_resolves_and_merges_homes(tmp_path):
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "via-link").symlink_to(real)
-    protection = access.default_protection({"HOME": str(tmp_path / "via-link"), "USERPROFILE": str(real)},
-                                           str(real))
-    assert protection.read_only == (str(real),)
-    assert [p for p in protection.refused if p.endswith(".canarchy")] == [str(real / ".canarchy")]
-    assert access.default_protection({"HOME": "/"}, None).read_only == ()  # a home at the root is not read-only
+    operator = protection.default_protection({"HOME": str(tmp_path / "via-link"), "USERPROFILE": str(real)},
+                                             str(real))
+    assert operator.read_only == (str(real),)
+    assert [p for p in operator.refused if p.endswith(".canarchy")] == [str(real / ".canarchy")]
+    assert protection.default_protection({"HOME": "/"}, None).read_only == ()  # a home at the root is not read-only
 
 
 def test_default_protection_follows_python_cans_config_files(tmp_path, monkeypatch):
@@ -496,12 +496,12 @@ def test_default_protection_follows_python_cans_config_files(tmp_path, monkeypat
 
     home = tmp_path / "home"
     home.mkdir()
-    refused = access.default_protection({"HOME": str(home)}, None).refused
+    refused = protection.default_protection({"HOME": str(home)}, None).refused
     for name in can.util.CONFIG_FILES:  # the installed python-can's own list
         path = str(home) + name[1:] if name.startswith("~") else name
         assert path in refused or os.path.join(os.getcwd(), name) in refused, name
     monkeypatch.setitem(sys.modules, "can.util", types.SimpleNamespace(CONFIG_FILES=["~/.can-next", "/opt/can.conf"]))
-    refused = access.default_protection({"HOME": str(home)}, None).refused
+    refused = protection.default_protection({"HOME": str(home)}, None).refused
     assert str(home / ".can-next") in refused and "/opt/can.conf" in refused
 
 

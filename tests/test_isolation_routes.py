@@ -421,7 +421,7 @@ def test_a_c_level_open_reads_nothing():
 
 def test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty():
     # pytest's memory holds the operator's environment (kept to be put back); so does each process above it
-    from canarchy.testing.isolation.access import this_and_above
+    from canarchy.testing.isolation.protection import this_and_above
     held = ctypes.create_string_buffer(b"CANARCHY_HELD_IN_MEMORY=1")
     memory = subprocess.run(["sh", "-c", f"dd if=/proc/{os.getpid()}/mem bs=64 count=1 iflag=skip_bytes "
                                          f"skip={ctypes.addressof(held)}"], capture_output=True)
@@ -613,7 +613,7 @@ TAMPERING = [
     ("test_hides_a_method", "AccessGuard._audit added", "test_after_the_hiding"),
     ("test_gives_the_guard_a_quiet_class", "AccessGuard.__class__ replaced", "test_after_the_class"),
     ("test_replaces_the_guard_s_thread_state", "AccessGuard._local replaced", "test_after_the_thread_state"),
-    ("test_empties_the_zones", "_Zones.refused replaced", "test_after_the_zones"),
+    ("test_empties_the_zones", "Zones.refused replaced", "test_after_the_zones"),
     ("test_blinds_the_seal_then_replaces_a_method", "access.AccessGuard._judge replaced",
      "test_after_the_blinding"),
 ]

@@ -24,6 +24,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
@@ -224,7 +225,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     homes = [h for h in run.homes if os.path.dirname(h) != h]
     read_only = [*homes, *_git_dirs(root), *_interpreter_trees()]
     return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
-                             processes=tuple(_access.this_and_above()))
+                             processes=tuple(_protection.this_and_above()))
 
 
 def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
@@ -266,7 +267,7 @@ def _start(config: pytest.Config, where: str) -> None:
     settings = Settings.from_config(config)
     operator_env = config.workerinput["canarchy_operator_env"] if _is_worker(config) else dict(os.environ)
     account_home = _tempbase.account_database_home()
-    homes = _access.operator_homes(operator_env, account_home)
+    homes = _protection.operator_homes(operator_env, account_home)
     guarded = settings.guarded_under(homes)
     if not _is_worker(config):
         _refuse_inherited_descriptors(guarded)
@@ -297,8 +298,8 @@ def _start(config: pytest.Config, where: str) -> None:
         run.header.append("the environment pytest was started with stays in /proc/PID/environ (not found in "
                           "its memory): a child that is not Python can read it there")
     _enter_containment(config, run)
-    protection = _access.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
-    protection = _access.Protection(
+    protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
+    protection = _protection.Protection(
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])), read_only=protection.read_only,
         writable=(*protection.writable, str(sandbox.root)), watched=(str(config.rootpath),))
     _access.GUARD.configure(protection)
@@ -330,7 +331,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _guard.install()
     _guard.after_import("can.interface", sandbox.scrub_python_can)
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
-    _access._import_writers()  # taken now, before any test could replace them
+    _protection.import_writers()  # taken now, before any test could replace them
     run.seal = _seal()
 
 

@@ -1,0 +1,137 @@
+"""Which paths each audited event touches, as the access guard judges them.
+
+For every judged CPython audit event (PEP 578; CPython 3.11 "Audit events table"): the argument that
+names a path, the one that holds a directory descriptor, the operation in words, and how the event
+acts on the path (:data:`READ` ... :data:`OPEN`). Imports nothing of canarchy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from collections.abc import Callable, Iterable
+
+READ, WRITE, NOFOLLOW, TREE, NONE_IS_CWD, DIRECTORY, OPEN = 0, 1, 2, 4, 8, 16, 32
+O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+# event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
+# NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
+# TREE: it acts on everything below the path too (refused if a protected tree lies below it);
+# DIRECTORY: the path names a directory (its resolution is remembered whole).
+SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
+    "os.listdir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
+    "os.scandir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
+    "os.walk": ((0, None, "walk", READ | DIRECTORY),),
+    "os.fwalk": ((0, 4, "walk", READ | TREE | DIRECTORY),),  # it lists by descriptor below the top
+    "os.chdir": ((0, None, "chdir", READ | DIRECTORY),),
+    "os.mkdir": ((0, 2, "mkdir", WRITE | NOFOLLOW),),
+    "os.rmdir": ((0, 1, "rmdir", WRITE | NOFOLLOW),),
+    "os.remove": ((0, 1, "remove", WRITE | NOFOLLOW),),
+    "os.rename": ((0, 2, "rename from", WRITE | NOFOLLOW | TREE), (1, 3, "rename to", WRITE | NOFOLLOW)),
+    "os.link": ((0, 2, "hard-link from", READ), (1, 3, "hard-link to", WRITE | NOFOLLOW)),
+    "os.symlink": ((1, 2, "symlink", WRITE | NOFOLLOW),),
+    "os.truncate": ((0, None, "truncate", WRITE),),
+    "os.utime": ((0, 3, "utime", WRITE),),
+    "os.chmod": ((0, 2, "chmod", WRITE),),
+    "os.chown": ((0, 3, "chown", WRITE),),
+    "os.chflags": ((0, None, "chflags", WRITE),),
+    "os.getxattr": ((0, None, "getxattr", READ),),
+    "os.listxattr": ((0, None, "listxattr", READ | NONE_IS_CWD),),
+    "os.setxattr": ((0, None, "setxattr", WRITE),),
+    "os.removexattr": ((0, None, "removexattr", WRITE),),
+    "os.startfile": ((0, None, "startfile", READ),),
+    "shutil.copyfile": ((0, None, "copy from", READ), (1, None, "copy to", WRITE)),
+    "shutil.copymode": ((0, None, "copy mode from", READ), (1, None, "copy mode to", WRITE)),
+    "shutil.copystat": ((0, None, "copy metadata from", READ), (1, None, "copy metadata to", WRITE)),
+    "shutil.copytree": ((0, None, "copy a tree from", READ), (1, None, "copy a tree to", WRITE)),
+    "shutil.rmtree": ((0, 1, "rmtree", WRITE | NOFOLLOW | TREE),),  # removes by descriptor below the top
+    "shutil.move": ((0, None, "move from", WRITE | NOFOLLOW | TREE), (1, None, "move to", WRITE)),
+    "shutil.chown": ((0, None, "chown", WRITE),),
+    "shutil.make_archive": ((0, None, "make an archive at", WRITE), (2, None, "archive", READ)),
+    "shutil.unpack_archive": ((0, None, "unpack", READ), (1, None, "unpack into", WRITE | NONE_IS_CWD)),
+    "pathlib.Path.glob": ((0, None, "glob", READ | DIRECTORY),),
+    "pathlib.Path.rglob": ((0, None, "glob", READ | DIRECTORY),),
+    "subprocess.Popen": ((2, None, "start a process in", READ | DIRECTORY),),
+}
+# Events after which a directory may resolve differently (the resolution cache is dropped).
+RELINKING = frozenset({"os.symlink", "os.rename", "os.link", "shutil.move", "shutil.copytree",
+                        "shutil.unpack_archive"})
+OPEN_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+Target = tuple[Any, Any, str, int]
+
+
+def _glob_targets(args: tuple) -> Iterable[Target]:
+    """``glob.glob/2`` (pathname, recursive, root_dir, dir_fd): the directory before the first wildcard."""
+    pattern = path_text(args[0])
+    if pattern is None:
+        return ()
+    cut = min((i for i in (pattern.find(c) for c in "*?[") if i >= 0), default=len(pattern))
+    directory = os.path.dirname(pattern[:cut]) if cut < len(pattern) else pattern
+    root_dir = path_text(args[2])
+    if root_dir and not os.path.isabs(directory):
+        directory = os.path.join(root_dir, directory)
+    return ((directory or os.curdir, args[3], "glob", READ | DIRECTORY),)
+
+
+def _sqlite_targets(args: tuple) -> Iterable[Target]:
+    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (``mode=ro`` reads, ``mode=memory`` is none)."""
+    database = path_text(args[0])
+    if not database or database == ":memory:":
+        return ()
+    write = True
+    if database.startswith("file:"):
+        rest, _, query = database[5:].partition("?")
+        rest = rest.partition("#")[0]
+        if rest.startswith("//"):  # file://authority/path: the authority is "" or "localhost"
+            rest = rest[2:]
+            rest = rest[rest.find("/"):] if "/" in rest else ""
+        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+        if options.get("mode") == "memory" or rest in ("", ":memory:"):
+            return ()
+        write = options.get("mode") != "ro"
+        database = _unquote(rest)
+    return ((database, None, "sqlite3.connect", WRITE if write else READ),)
+
+
+def _bind_targets(args: tuple) -> Iterable[Target]:
+    """``socket.bind`` (socket, address): a Unix socket's file (not the abstract namespace)."""
+    address = args[1]
+    if isinstance(address, (str, bytes)) and address and address[:1] not in ("\0", b"\0"):
+        return ((address, None, "bind a Unix socket at", WRITE | NOFOLLOW),)
+    return ()
+
+
+SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
+    "glob.glob/2": _glob_targets,
+    "sqlite3.connect": _sqlite_targets,
+    "socket.bind": _bind_targets,
+}
+JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | {"open"}
+
+
+def path_text(value: Any) -> str | None:
+    """A path argument as text: str, bytes or os.PathLike; None for a descriptor, None or anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return os.fsdecode(value)
+    if value is None or isinstance(value, int):
+        return None
+    try:
+        value = os.fspath(value)
+    except TypeError:
+        return None
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def _unquote(text: str) -> str:
+    """Percent-decoding of a URI path (RFC 3986), as UTF-8."""
+    if "%" not in text:
+        return text
+    head, *rest = text.split("%")
+    out = bytearray(head.encode())
+    for part in rest:
+        try:
+            out += bytes([int(part[:2], 16)]) + part[2:].encode()
+        except ValueError:
+            out += b"%" + part.encode()
+    return out.decode("utf-8", "surrogateescape")

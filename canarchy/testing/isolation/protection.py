@@ -1,0 +1,252 @@
+"""What the access guard protects, for whom, and in which zone a resolved path falls.
+
+:class:`Protection` lists the protected paths; :func:`default_protection` is the operator's (their homes,
+python-can's configuration files, the environments their processes started with); :class:`Zones` is a
+protection compiled for the audit hook. Imports neither pytest nor python-can.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+
+from canarchy.testing.isolation.reaper import parent_and_state
+from canarchy.testing.isolation.tree import OPERATOR_STATE, is_start_up_code
+
+# python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
+# everywhere; "/etc/can.conf", "~/.can" and "~/.canrc" on Linux and macOS; "can.ini" (in the current
+# directory) and "%APPDATA%\can.ini" on Windows. All are refused on every OS.
+PYTHON_CAN_SYSTEM_FILES = ("/etc/can.conf",)
+PYTHON_CAN_INI = "can.ini"
+_WINDOWS = os.name == "nt"
+_SEP = os.sep
+
+
+@dataclass(frozen=True)
+class Protection:
+    """What the guard protects (paths; :meth:`.access.AccessGuard.configure` resolves them).
+
+    ``refused``: no read, no write (a directory covers everything under it, a
+    file only itself); ``read_only``: trees where writes are refused;
+    ``writable``: trees where writes are allowed; ``watched``: trees where
+    writes are allowed and recorded, except under a path component named in
+    ``unwatched_names``. Where trees nest, the innermost decides (for one
+    root: watched, writable, read-only); ``refused`` always wins. Python's byte
+    code (``__pycache__``) may be written in a watched or read-only tree only by
+    the import system caching what it compiled (:func:`_written_by_an_import`);
+    any other such write is refused (zone ``bytecode``); so is any write there of what a later run
+    loads unasked (:func:`~canarchy.testing.isolation.tree.is_start_up_code`, zone ``start-up code``).
+    """
+
+    refused: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    watched: tuple[str, ...] = ()
+    unwatched_names: tuple[str, ...] = ()
+
+
+def operator_homes(environ: Mapping[str, str], account_home: str | None) -> list[str]:
+    """The operator's homes, resolved, each once: HOME, USERPROFILE and the
+    account database's home (they differ when a shell moved HOME)."""
+    homes: list[str] = []
+    for home in (environ.get("HOME"), environ.get("USERPROFILE"), account_home):
+        if home:
+            resolved = normcase(os.path.realpath(home))
+            if resolved not in homes:
+                homes.append(resolved)
+    return homes
+
+
+def default_protection(environ: Mapping[str, str], account_home: str | None, *,
+                       cwd: str | None = None) -> Protection:
+    """The default :class:`Protection` for an operator whose environment is
+    ``environ`` (the one pytest started with) and whose account database home
+    is ``account_home`` (:func:`.tempbase.account_database_home`).
+
+    Refused: in each home the operator-state names (``tree.OPERATOR_STATE``) and
+    ``AppData/Roaming/can.ini``;
+    ``%APPDATA%/can.ini``, ``/etc/can.conf``, ``can.ini`` in ``cwd`` (the
+    operator's working directory, default the current one), and every file in
+    python-can's ``CONFIG_FILES`` when it is imported, and the environments this process and those
+    above it started with (:func:`start_up_environments`). Read-only: each home
+    but ``/``. Writable: the temporary directory. The caller adds the
+    sandbox (writable) and the checkout (watched).
+    """
+    homes = operator_homes(environ, account_home)
+    refused = [os.path.join(home, name) for home in homes for name in OPERATOR_STATE]
+    refused += [os.path.join(home, "AppData", "Roaming", PYTHON_CAN_INI) for home in homes]
+    if environ.get("APPDATA"):
+        refused.append(os.path.join(environ["APPDATA"], PYTHON_CAN_INI))
+    refused += PYTHON_CAN_SYSTEM_FILES
+    refused.append(os.path.join(cwd or os.getcwd(), PYTHON_CAN_INI))
+    for name in getattr(sys.modules.get("can.util"), "CONFIG_FILES", None) or ():
+        if isinstance(name, str) and name.startswith("~"):
+            refused += [home + name[1:] for home in homes]
+        elif isinstance(name, str) and name:
+            refused.append(name)
+    refused += start_up_environments()
+    read_only = [home for home in homes if os.path.dirname(home) != home]
+    return Protection(refused=_unique(refused), read_only=tuple(read_only), writable=(tempfile.gettempdir(),))
+
+
+def start_up_environments(pid: int | None = None) -> list[str]:
+    """Where Linux shows the environment a process was started with (``/proc/PID/environ``;
+    ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads; ``/proc/PID/mem``, which holds
+    it), for ``pid`` (default this process) and every process above it: the operator's
+    environment, whatever ``os.environ`` holds now. Nothing where there is no ``/proc``."""
+    return [f"/proc/{p}/{name}" for p in this_and_above(pid) for name in ("environ", "task", "mem")]
+
+
+def this_and_above(pid: int | None = None) -> list[int]:
+    """``pid`` (default this process) and the processes above it, nearest first (``/proc/PID/stat``;
+    empty where there is no ``/proc``)."""
+    found: list[int] = []
+    pid = os.getpid() if pid is None else pid
+    while pid > 0 and pid not in found and (known := parent_and_state(pid)) is not None:
+        found.append(pid)
+        pid = known[0]
+    return found
+
+
+def normcase(path: str) -> str:
+    return os.path.normcase(path) if _WINDOWS else path
+
+
+def _with_sep(root: str) -> str:
+    return root if root.endswith(_SEP) else root + _SEP
+
+
+def _parents(path: str) -> list[str]:
+    """Every directory above ``path`` (resolved), the root included."""
+    out = []
+    parent = os.path.dirname(path)
+    while parent and parent != path:
+        out.append(parent)
+        path, parent = parent, os.path.dirname(parent)
+    return out
+
+
+def _unique(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(paths))
+
+
+def resolved_paths(paths: Iterable[str]) -> tuple[str, ...]:
+    return _unique(normcase(os.path.realpath(os.fspath(p))) for p in paths if p)
+
+
+def import_writers() -> frozenset:
+    """The code of the import system's functions that compile a module and cache its byte code:
+    CPython's ``SourceLoader.get_code`` and, once pytest is imported, its assertion-rewriting
+    hook's ``exec_module``. Taken from the objects as they are when first asked (the plugin asks
+    at start-up, before any test; the seal keeps those objects in place)."""
+    global _IMPORT_WRITERS
+    if _IMPORT_WRITERS is None or len(_IMPORT_WRITERS) < 2:
+        codes = set(_IMPORT_WRITERS or ())
+        external = sys.modules.get("_frozen_importlib_external")
+        if external is not None:
+            codes.add(external.SourceLoader.__dict__["get_code"].__code__)
+        rewrite = sys.modules.get("_pytest.assertion.rewrite")
+        if rewrite is not None:
+            codes.add(rewrite.AssertionRewritingHook.__dict__["exec_module"].__code__)
+        _IMPORT_WRITERS = frozenset(codes)
+    return _IMPORT_WRITERS
+
+
+_IMPORT_WRITERS: frozenset | None = None
+
+
+def _written_by_an_import() -> bool:
+    """Whether one of :func:`_import_writers` is on this thread's stack (byte code being cached by an import)."""
+    writers = import_writers()
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in writers:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _is_bytecode(path: str) -> bool:
+    """A ``__pycache__`` directory, a byte-code file (or its temporary file) in one, or a byte-code
+    file anywhere else (a sourceless module: an import runs it as it finds it)."""
+    if path.endswith((".pyc", ".pyo")):
+        return True
+    if "__pycache__" not in path:
+        return False
+    parent, name = os.path.split(path)
+    return name == "__pycache__" or (os.path.basename(parent) == "__pycache__" and ".pyc" in name)
+
+
+class Zones:
+    """A :class:`Protection` compiled for the hook: resolved roots, prefixes, innermost first."""
+
+    __slots__ = (
+        "holding",
+        "prefixes",
+        "refused",
+        "refused_order",
+        "refused_prefixes",
+        "roots",
+        "trees",
+        "unwatched",
+    )
+
+    def __init__(self, protection: Protection) -> None:
+        self.refused_order = protection.refused
+        self.refused = frozenset(protection.refused)
+        self.refused_prefixes = tuple(_with_sep(r) for r in protection.refused)
+        # the directories above a refused path: a descriptor of one reaches it by a relative path
+        self.holding = {a: r for r in reversed(protection.refused) for a in _parents(r)}
+        trees = [(root, "watched") for root in protection.watched]
+        trees += [(root, "writable") for root in protection.writable]
+        trees += [(root, "read-only") for root in protection.read_only]
+        trees.sort(key=lambda tree: len(tree[0]), reverse=True)  # stable: for one root, watched, writable, read-only
+        self.trees = tuple((root, _with_sep(root), zone) for root, zone in trees)
+        self.roots = self.refused | {root for root, _ in trees}
+        self.prefixes = tuple(_with_sep(root) for root in self.roots)
+        self.unwatched = frozenset(protection.unwatched_names)
+
+    # radon D by design: the audit hook's per-event path, one function to spare calls (docs/benchmarks.md, 5)
+    def verdict(self, path: str, write: bool, tree: bool) -> tuple[str, str] | None:
+        """``(zone, root)`` when ``path`` (resolved) is refused or its write is watched, else None.
+
+        ``tree``: the operation reaches everything below ``path`` too."""
+        own = None
+        if path in self.roots or path.startswith(self.prefixes):
+            if path in self.refused or path.startswith(self.refused_prefixes):
+                return "refused", next(r for r in self.refused_order if path == r or path.startswith(_with_sep(r)))
+            if write:
+                own = self._write_verdict(path)
+        if not tree:
+            return own
+        below = _with_sep(path)
+        for root in self.refused_order:
+            if root.startswith(below):
+                return "refused", root
+        if not write or (own is not None and own[0] == "read-only"):
+            return own
+        for zone in ("read-only", "watched"):
+            if own is not None and zone == "watched":
+                break
+            for root, _, kind in self.trees:
+                if kind == zone and root.startswith(below):
+                    return zone, root
+        return own
+
+    def _write_verdict(self, path: str) -> tuple[str, str] | None:
+        for root, prefix, zone in self.trees:  # innermost first
+            if path != root and not path.startswith(prefix):
+                continue
+            if zone == "writable":
+                return None
+            if _is_bytecode(path):  # the import system's cache; anything else written there runs at an import
+                return ("cached", root) if _written_by_an_import() else ("bytecode", root)
+            if any(map(is_start_up_code, path[len(prefix):].split(_SEP))):
+                return "start-up code", root  # the next run loads it, outside any isolation
+            if zone == "watched" and self.unwatched and not self.unwatched.isdisjoint(path[len(prefix):].split(_SEP)):
+                return None
+            return zone, root
+        return None
