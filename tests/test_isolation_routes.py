@@ -486,6 +486,43 @@ BYTECODE = {
                 builtins.compile = real
             assert bcpkg.tampered.X == "planted" and pyc(request, "tampered")[1].is_file()
     """,
+    "test_hiding.py": """
+        import os, shutil
+        from pathlib import Path
+
+        def package(request):
+            return Path(request.config.rootpath) / "bcpkg"
+
+        def test_hides_a_package_behind_its_own_gitignore(request):
+            shadow = package(request) / "shadow"
+            shadow.mkdir()
+            (shadow / ".gitignore").write_text("*\\n")
+
+        def test_makes_a_repository_of_its_own_in_the_checkout(request):
+            (package(request) / ".git").mkdir()
+
+        def test_takes_a_descriptor_of_a_checkout_directory(request):
+            fd = os.open(package(request), os.O_RDONLY)
+            os.close(os.open("opened.py", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+
+        def test_walks_the_checkout_by_descriptor(request):
+            for _top, _dirs, _files, fd in os.fwalk(package(request)):
+                os.close(os.open("walked.py", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+
+        def test_leaves_an_extension_module_where_git_ignores_it(request):
+            (package(request) / "imported.so").write_bytes(b"ELF")  # ahead of imported.py at the next import
+
+        def test_writes_an_ignored_file_and_removes_it(request):
+            left = package(request) / "scratch.so"
+            left.write_bytes(b"")
+            left.unlink()
+
+        def test_walks_and_removes_a_tree_of_its_own(tmp_path):
+            (tmp_path / "tree" / "a" / "b").mkdir(parents=True)
+            (tmp_path / "tree" / "a" / "b" / "f").write_text("x")
+            assert [top for top, *_ in os.fwalk(tmp_path / "tree")][-1].endswith("b")
+            shutil.rmtree(tmp_path / "tree")
+    """,
 }
 
 
@@ -795,7 +832,7 @@ def bytecode(tmp_path_factory):
     git checkout that ignores what a checkout usually ignores."""
     base = tmp_path_factory.mktemp("bytecode")
     (base / "project").mkdir()
-    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n")
+    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
     return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": ""})
 
@@ -833,6 +870,38 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
     run, _ = bytecode
     assert run.returncode != 0 and "shell.egg-info/entry_points.txt" in run.output, run.output
     assert "added: pprint.pyc" in run.output, run.output  # git ignores *.py[cod]; the next import runs it
+
+
+@pytest.mark.parametrize("test, operation, words", [
+    ("test_hides_a_package_behind_its_own_gitignore", "open for writing", "version control's own files"),
+    ("test_makes_a_repository_of_its_own_in_the_checkout", "mkdir", "version control's own files"),
+    ("test_takes_a_descriptor_of_a_checkout_directory", "open a descriptor of the directory",
+     "a descriptor of a directory where writes are judged"),
+    ("test_walks_the_checkout_by_descriptor", "open a descriptor of the directory",
+     "a descriptor of a directory where writes are judged"),
+], ids=["gitignore", "nested-git", "dir-fd", "fwalk"])
+def test_what_would_hide_a_write_from_git_or_the_guard_is_refused_at_the_moment(bytecode, test, operation, words):
+    """A ``.gitignore`` or a ``.git`` of its own hides what a test plants from git and so from the sentinel (and
+    a nested ``.git/config`` runs in the operator's next git); a directory descriptor hides it from the guard."""
+    run, _ = bytecode
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert f"test_hiding.py::{test} tried to {operation}" in messages and words in messages, messages
+    package = run.home.parent / "project" / "bcpkg"
+    assert not (package / "shadow" / ".gitignore").exists() and not (package / ".git").exists()
+    assert not (package / "opened.py").exists() and not (package / "walked.py").exists()
+
+
+def test_a_write_left_where_git_does_not_show_it_fails_its_test(bytecode):
+    """An ignored ``imported.so`` runs ahead of ``imported.py`` at the next import; neither git nor the
+    sentinel shows it. Written and removed, an ignored file is no leftover."""
+    run, _ = bytecode
+    test = "test_leaves_an_extension_module_where_git_ignores_it"
+    assert "error" in run.outcomes(test), run.output  # its call passed; its teardown fails it
+    assert f"test_hiding.py::{test} left in the checkout, where git does not show it" in run.messages(test)
+    assert "bcpkg/imported.so" in run.messages(test), run.messages(test)
+    for test in ("test_writes_an_ignored_file_and_removes_it", "test_walks_and_removes_a_tree_of_its_own"):
+        assert run.outcomes(test) == {"passed"}, run.messages(test)
 
 
 def test_an_import_still_caches_its_byte_code_in_the_checkout(bytecode):

@@ -22,8 +22,8 @@ from typing import Any
 from collections.abc import Callable, Iterator, Mapping
 
 from canarchy.testing.isolation.events import (
-    DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS, READ, RELINKING, SPECIAL,
-    SPECS, TREE, WRITE, path_text,
+    DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS, READ,
+    RELINKING, SPECIAL, SPECS, TREE, WRITE, path_text,
 )
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
@@ -60,8 +60,9 @@ class OperatorStateRefused(AssertionError):
 class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
-    resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``,
-    ``"bytecode"``, ``"start-up code"`` or ``"watched"``), the protected ``tree`` (or file) it fell in, and the pid."""
+    resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
+    ``"version control"``, ``"descriptor"`` or ``"watched"``), the protected ``tree`` (or file) it fell in,
+    and the pid."""
 
     owner: str
     operation: str
@@ -88,7 +89,12 @@ class Access:
                             "(outside any isolation)",
                 "start-up code": "code or configuration a later Python or pytest run loads without being asked "
                                  "(a distribution's metadata and entry points, a .pth file, sitecustomize, "
-                                 "a conftest or pytest configuration), outside any isolation"}.get(
+                                 "a conftest or pytest configuration), outside any isolation",
+                "version control": "version control's own files (hooks and configuration the operator's next git "
+                                   "command runs, a nested repository, or rules that hide a path from git "
+                                   "and from the sentinel)",
+                "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
+                              "by a relative path (dir_fd) could not be"}.get(
             self.zone, "a write under the operator's home, outside the checkout and the temporary directories")
         fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
@@ -262,10 +268,11 @@ class AccessGuard:
             except (OSError, ValueError):
                 return
         zones = self._zones
-        if flags & OPEN and resolved in zones.holding and _isdir(resolved):
+        if flags & OPEN and (found := zones.descriptor_verdict(resolved)) is not None and _isdir(resolved) and (
+                sys._getframe(3).f_code not in DESCRIPTOR_WALKERS):  # 3: _judge, _audit, the hook, os.open's caller
             # os.open(dir) for a dir_fd: what is opened through it later is never judged
             self._refuse_or_record(Access(self._owner(), "open a descriptor of the directory", text, resolved,
-                                          "refused", zones.holding[resolved], os.getpid()))
+                                          found[0], found[1], os.getpid()))
             return
         if not flags & (WRITE | TREE) and (  # a read: only the refused paths matter
                 resolved not in zones.refused and not resolved.startswith(zones.refused_prefixes)):

@@ -8,6 +8,7 @@ acts on the path (:data:`READ` ... :data:`OPEN`). Imports nothing of canarchy.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 from collections.abc import Callable, Iterable
 
@@ -21,7 +22,7 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "os.listdir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
     "os.scandir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
     "os.walk": ((0, None, "walk", READ | DIRECTORY),),
-    "os.fwalk": ((0, 4, "walk", READ | TREE | DIRECTORY),),  # it lists by descriptor below the top
+    "os.fwalk": ((0, 4, "walk", READ | TREE | DIRECTORY | OPEN),),  # it hands out descriptors below the top
     "os.chdir": ((0, None, "chdir", READ | DIRECTORY),),
     "os.mkdir": ((0, 2, "mkdir", WRITE | NOFOLLOW),),
     "os.rmdir": ((0, 1, "rmdir", WRITE | NOFOLLOW),),
@@ -106,6 +107,14 @@ SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
     "socket.bind": _bind_targets,
 }
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | {"open"}
+#: The code of the standard library's walkers that open directories by descriptor below a top already judged
+#: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
+#: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``. An ``open`` event carries
+#: no ``dir_fd``: their relative names cannot be resolved, and are not judged as descriptors.
+DESCRIPTOR_WALKERS = frozenset(
+    function.__code__ for function in (getattr(shutil, name, None) for name in (
+        "rmtree", "_rmtree_safe_fd", "_rmtree_safe_fd_step")) if function is not None) | frozenset(
+    {os._fwalk.__code__} if hasattr(os, "_fwalk") else ())
 
 
 def path_text(value: Any) -> str | None:

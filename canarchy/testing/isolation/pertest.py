@@ -17,6 +17,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
 from canarchy.testing.isolation.session import _BETWEEN_TESTS, _RUN, _SHUTDOWN_RECORDS, _Run, _opt_outs_of, _set_owners
@@ -228,9 +229,10 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
     refusals = _refusal_messages(run, bus.take_refusals(), refused)
     refusals += _checked_cache(request.config)
     _remember_writes(run, watched)
-    for access in watched:
-        if access.owner == nodeid:
-            request.node.user_properties.append((CHECKOUT_WRITE_PROPERTY, f"{access.operation} {access.resolved}"))
+    own = [access for access in watched if access.owner == nodeid]
+    for access in own:
+        request.node.user_properties.append((CHECKOUT_WRITE_PROPERTY, f"{access.operation} {access.resolved}"))
+    hidden = _hidden_leftovers(run, request.config, own)
     unclosed = bus.take_unclosed()
     for open_bus, _owner in unclosed:
         open_bus.shutdown()
@@ -239,8 +241,8 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
         return
     if bus_down:
         unclosed, records = [], []
-    if refusals or unclosed or records or tampered:
-        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered), pytrace=False)
+    if refusals or unclosed or records or tampered or hidden:
+        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered, hidden), pytrace=False)
 
 
 def _remember_writes(run: _Run, watched: list) -> None:
@@ -248,7 +250,20 @@ def _remember_writes(run: _Run, watched: list) -> None:
         run.writes.setdefault(access.resolved, access.owner)
 
 
-def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str]) -> str:
+def _hidden_leftovers(run: _Run, config: pytest.Config, writes: list) -> list[str]:
+    """What a test wrote into the checkout and left where the sentinel cannot see it (relative to the
+    rootdir): a path git ignores or does not list (:func:`~canarchy.testing.isolation.tree.unseen`)."""
+    root = os.path.realpath(config.rootpath)
+    left = [os.path.relpath(a.resolved, root) for a in writes
+            if a.resolved.startswith(root + os.sep) and os.path.lexists(a.resolved)]
+    if not left:
+        return []
+    with _access.GUARD.exempt():
+        return _tree.unseen(root, left, run.sandbox.operator_env)
+
+
+def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str],
+            hidden: list[str] = ()) -> str:
     parts = []
     if tampered:
         parts.append(f"canarchy test isolation: {nodeid} changed the isolation's own code or state (put back for "
@@ -262,6 +277,10 @@ def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str]
                      + ". Shut each bus down (`with bus:` or bus.shutdown()).")
     if records:
         parts.append(f"python-can logged during {nodeid}: " + "; ".join(records))
+    if hidden:
+        parts.append(f"canarchy test isolation: {nodeid} left in the checkout, where git does not show it (ignored, "
+                     "or in a repository of its own), so no sentinel sees it and a later run may load it: "
+                     + ", ".join(hidden) + ". Remove it; tests write to tmp_path, never into the working tree.")
     return "\n".join(parts)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.reaper import parent_and_state
-from canarchy.testing.isolation.tree import OPERATOR_STATE, is_start_up_code
+from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES, is_start_up_code
 
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
 # everywhere; "/etc/can.conf", "~/.can" and "~/.canrc" on Linux and macOS; "can.ini" (in the current
@@ -236,6 +236,20 @@ class Zones:
                     return zone, root
         return own
 
+    def descriptor_verdict(self, path: str) -> tuple[str, str] | None:
+        """``(zone, root)`` when a descriptor of the directory ``path`` (resolved) would reach, by relative
+        paths the guard cannot judge (``dir_fd``), a refused path or a tree where writes are judged."""
+        if path in self.holding:
+            return "refused", self.holding[path]
+        below = _with_sep(path)
+        for root, _, zone in self.trees:
+            if zone != "writable" and root.startswith(below):
+                return "descriptor", root
+        for root, prefix, zone in self.trees:  # innermost first
+            if path == root or path.startswith(prefix):
+                return None if zone == "writable" else ("descriptor", root)
+        return None
+
     def _write_verdict(self, path: str) -> tuple[str, str] | None:
         for root, prefix, zone in self.trees:  # innermost first
             if path != root and not path.startswith(prefix):
@@ -244,8 +258,11 @@ class Zones:
                 return None
             if _is_bytecode(path):  # the import system's cache; anything else written there runs at an import
                 return ("cached", root) if _written_by_an_import() else ("bytecode", root)
-            if any(map(is_start_up_code, path[len(prefix):].split(_SEP))):
+            parts = path[len(prefix):].split(_SEP)
+            if any(map(is_start_up_code, parts)):
                 return "start-up code", root  # the next run loads it, outside any isolation
+            if not VERSION_CONTROL_NAMES.isdisjoint(parts):
+                return "version control", root  # the next git runs it, or stops showing a path
             if zone == "watched" and self.unwatched and not self.unwatched.isdisjoint(path[len(prefix):].split(_SEP)):
                 return None
             return zone, root

@@ -211,6 +211,19 @@ def _interpreter_trees() -> list[str]:
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
+def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
+    """Where pytest itself writes, inside the checkout or not: its cache directory (``cache_dir``, relative to
+    the rootdir; ``.pytest_cache`` writes a ``.gitignore`` of its own) and ``--basetemp``."""
+    trees = []
+    if config.pluginmanager.has_plugin("cacheprovider"):
+        cache_dir = os.path.expandvars(os.path.expanduser(str(config.getini("cache_dir"))))
+        trees.append(os.path.join(config.rootpath, cache_dir))
+    basetemp = getattr(config.known_args_namespace, "basetemp", None)
+    if basetemp:
+        trees.append(os.path.abspath(basetemp))
+    return trees
+
+
 def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
     """Covered: the operator's state; read-only: their homes, the checkout's git directories and
     the interpreter's trees; writable inside those: the checkout and the run's temporary trees
@@ -301,7 +314,8 @@ def _start(config: pytest.Config, where: str) -> None:
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
     protection = _protection.Protection(
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])), read_only=protection.read_only,
-        writable=(*protection.writable, str(sandbox.root)), watched=(str(config.rootpath),))
+        writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
+        watched=(str(config.rootpath),))
     _access.GUARD.configure(protection)
     _access.GUARD.report_dir = sandbox.refusal_dir
     _access.GUARD.owner = _START_UP

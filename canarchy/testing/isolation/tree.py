@@ -40,6 +40,11 @@ START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".p
 START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
                             "tox.ini", "setup.cfg", "pyproject.toml"})
 
+#: Version control's own files: what the operator's next ``git`` or ``hg`` runs (hooks, ``core.fsmonitor``; a
+#: ``.git`` directory or file nested anywhere makes a repository of its own) and what hides a path from it
+#: (:func:`is_version_control`).
+VERSION_CONTROL_NAMES = frozenset({".git", ".gitignore", ".gitattributes", ".gitmodules", ".hg", ".hgignore"})
+
 #: ``Entry.note`` of a tracked path in :func:`checkout_state`: its metadata differs from git's index.
 TRACKED = "tracked"
 
@@ -309,6 +314,27 @@ def is_start_up_code(name: str) -> bool:
     """Whether a file or directory called ``name`` is code or configuration a later run loads
     unasked (:data:`START_UP_NAMES`, :data:`START_UP_SUFFIXES`)."""
     return name in START_UP_NAMES or name.endswith(START_UP_SUFFIXES)
+
+
+def is_version_control(name: str) -> bool:
+    """Whether a file or directory called ``name`` belongs to version control (:data:`VERSION_CONTROL_NAMES`)."""
+    return name in VERSION_CONTROL_NAMES
+
+
+def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """Those of ``paths`` (relative to ``root``) that :func:`checkout_state` leaves out: in a git work tree
+    what git ignores or does not list (a nested repository's files, an empty directory); elsewhere what lies
+    under a skipped directory (:data:`SKIPPED_DIRS`, ``*.egg-info``)."""
+    paths = list(dict.fromkeys(paths))
+    if not paths:
+        return []
+    args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *(f":(literal){p}" for p in paths)]
+    listing = _GitListing(os.fspath(root), args, env, empty_ok=True)
+    listed = {name.rstrip("/") for batch in listing.batches() for name in batch}
+    if listing.ok:
+        return [p for p in paths if p not in listed and not any(n.startswith(p + "/") for n in listed)]
+    return [p for p in paths if any(part in SKIPPED_DIRS or part.endswith(SKIPPED_SUFFIXES)
+                                    for part in p.split(os.sep)[:-1])]
 
 
 def _start_up_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
