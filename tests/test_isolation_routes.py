@@ -972,6 +972,12 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
                  "    open(os.environ['CHILD_CHAIN_FILE'], 'w').write(str(os.getpid()))\\n"
                  "    time.sleep(60)\\n")
 
+        def test_dresses_a_process_as_multiprocessing_s_resource_tracker():
+            import multiprocessing.resource_tracker, subprocess
+            fake = subprocess.Popen(["sleep", "60"])  # a child of pytest, but not the tracker multiprocessing starts
+            multiprocessing.resource_tracker._resource_tracker._pid = fake.pid
+            Path(os.environ["CHILD_FAKE_FILE"]).write_text(str(fake.pid))
+
         def test_leaves_a_chain_of_processes_each_waiting_for_the_next():
             import subprocess, sys, time
             subprocess.Popen([sys.executable, "-I", "-c", CHAIN, "7", CHAIN])  # in pytest's process group
@@ -979,9 +985,11 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
             while not os.path.exists(os.environ["CHILD_CHAIN_FILE"]) and time.monotonic() < deadline:
                 time.sleep(0.05)
     """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project"),
-               "CHILD_PID_FILE": str(tmp_path / "detached.pid"), "CHILD_CHAIN_FILE": str(tmp_path / "chain.pid")})
+               "CHILD_PID_FILE": str(tmp_path / "detached.pid"), "CHILD_CHAIN_FILE": str(tmp_path / "chain.pid"),
+               "CHILD_FAKE_FILE": str(tmp_path / "fake.pid")})
     detached, innermost = int((tmp_path / "detached.pid").read_text()), int((tmp_path / "chain.pid").read_text())
-    alive = [pid for pid in (detached, innermost) if os.path.exists(f"/proc/{pid}")]
+    fake = int((tmp_path / "fake.pid").read_text())
+    alive = [pid for pid in (detached, innermost, fake) if os.path.exists(f"/proc/{pid}")]
     for pid in alive:
         os.kill(pid, 9)
     assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
@@ -992,3 +1000,4 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
+    assert f"pid {fake}: sleep 60" in after, after  # multiprocessing's state names it; its command line does not

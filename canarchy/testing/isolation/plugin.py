@@ -338,14 +338,29 @@ def _after_the_session(run: _Run, config: pytest.Config) -> None:
 def _multiprocessing_helpers() -> set[int]:
     """The processes ``multiprocessing`` keeps until the interpreter exits (its resource tracker and
     forkserver end when their pipe closes, at exit): not left running by a test. What a forkserver
-    started is (``multiprocessing.resource_tracker``, ``multiprocessing.forkserver``; CPython 3.11)."""
+    started is (``multiprocessing.resource_tracker``, ``multiprocessing.forkserver``; CPython 3.11).
+    The pids come from ``multiprocessing``'s own state, which a test can set: one counts only when it is
+    a child of this process running that module's ``main`` as ``multiprocessing`` starts it (``-c``)."""
     helpers = set()
     for module, holder, name in (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
                                  ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")):
         pid = getattr(getattr(sys.modules.get(module), holder, None), name, None)
-        if isinstance(pid, int):
+        if isinstance(pid, int) and _runs_the_main_of(pid, module):
             helpers.add(pid)
     return helpers
+
+
+def _runs_the_main_of(pid: int, module: str) -> bool:
+    """Whether ``pid`` is a child of this process started as ``python [flags] -c 'from MODULE import main;...'``."""
+    if (_reaper.parent_and_state(pid) or (0, ""))[0] != os.getpid():
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return False
+    code = argv[argv.index(b"-c") + 1] if b"-c" in argv[:-1] else b""
+    return code.startswith(f"from {module} import main;".encode())
 
 
 def _covers_broken(report: _containment.Report) -> list[str]:
