@@ -937,6 +937,43 @@ def test_a_write_at_interpreter_exit_is_refused_too(tmp_path):
     assert run.returncode == 1 and "canarchy isolation sentinel, after the session" in run.output, run.output
 
 
+def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path):
+    """``os.exec*`` of pytest's own process is refused (caught or not); ``os._exit(0)`` in a test takes the
+    sentinel's last look first, names the test and what it changed, and exits 1."""
+    replaced = run_child(tmp_path / "exec", {"test_exec.py": """
+        import os
+
+        def test_replaces_pytest():
+            try:
+                os.execv("/bin/true", ["true"])
+            except AssertionError:
+                pass
+
+        def test_after_it():
+            pass
+    """})
+    assert replaced.outcomes("test_replaces_pytest") == {"error"}, replaced.output
+    assert "test_exec.py::test_replaces_pytest tried to replace the pytest process with '/bin/true'" in \
+        replaced.messages("test_replaces_pytest")
+    assert replaced.outcomes("test_after_it") == {"passed"}, replaced.output
+    run = run_child(tmp_path / "exit", {"test_cut.py": """
+        import os
+        from pathlib import Path
+
+        def test_b_writes_then_exits(request):
+            (Path(request.config.rootpath) / "notes.txt").write_text("written, then the run ended with 0")
+            os._exit(0)
+
+        def test_c_never_runs():
+            pass
+    """})
+    assert run.returncode == 1, run.output
+    cut = run.output[run.output.index("canarchy isolation sentinel, the run was cut short"):]
+    assert "os._exit(0) called by test_cut.py::test_b_writes_then_exits before the run had ended" in cut, cut
+    assert "added: notes.txt (written by test_cut.py::test_b_writes_then_exits)" in cut, cut
+    assert "test_c_never_runs" not in run.output
+
+
 def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_path):
     """An atexit handler that swallows its refusal, and one that writes into the checkout after the
     sentinel's look at the session's end: the sentinel looks once more, last, and the process exits 1."""
@@ -949,6 +986,9 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
                 (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
             except Exception:
                 pass
+
+        def test_registers_an_exit_with_success():
+            atexit.register(os._exit, 0)  # the last of the test's handlers, before the sentinel's last look
 
         def test_registers_a_hidden_read():
             atexit.register(_swallowed)
@@ -994,9 +1034,10 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
         os.kill(pid, 9)
     assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
     assert run.returncode == 1, run.output
-    after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
+    after = run.output[run.output.index("canarchy isolation sentinel, the run was cut short"):]
     assert "after the session: an atexit handler" in after and "tried to open for reading" in after, after
     assert "changed the checkout" in after and "PLANTED_AT_EXIT" in after, after
+    assert "os._exit(0) called by <after the session: an atexit handler" in after, after
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted

@@ -61,7 +61,7 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"`` or ``"watched"``), the protected ``tree`` (or file) it fell in,
+    ``"version control"``, ``"descriptor"``, ``"exec"`` or ``"watched"``), the protected ``tree`` (or file) it fell in,
     and the pid."""
 
     owner: str
@@ -93,6 +93,8 @@ class Access:
                 "version control": "version control's own files (hooks and configuration the operator's next git "
                                    "command runs, a nested repository, or rules that hide a path from git "
                                    "and from the sentinel)",
+                "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
+                        "run, and the run's exit status would be the new program's)",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be"}.get(
             self.zone, "a write under the operator's home, outside the checkout and the temporary directories")
@@ -133,7 +135,7 @@ class AccessGuard:
         resolved = Protection(
             refused=resolved_paths(protection.refused), read_only=resolved_paths(protection.read_only),
             writable=resolved_paths(protection.writable), watched=resolved_paths(protection.watched),
-            unwatched_names=tuple(protection.unwatched_names),
+            unwatched_names=tuple(protection.unwatched_names), staging=tuple(protection.staging),
         )  # fmt: skip
         self._zones = Zones(resolved)  # one assignment: the hook sees the old zones or the new ones
         self.protection = resolved
@@ -288,6 +290,11 @@ class AccessGuard:
     def _owner(self) -> str:
         """Who is named: the test that left this thread running after it ended, else :attr:`owner`."""
         return self.thread_owners.get(threading.get_ident(), self.owner) if self.thread_owners else self.owner
+
+    def refuse(self, access: Access) -> None:
+        """Record ``access`` (zone other than ``watched``) and raise :class:`OperatorStateRefused`: for a
+        refusal the guard's caller decides, not its zones (an ``os.exec*`` of pytest's own process)."""
+        self._refuse_or_record(access)
 
     def _refuse_or_record(self, access: Access) -> None:
         self._record(access)

@@ -25,10 +25,11 @@ from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.settings import add_options
-from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SHUTDOWN_RECORDS,
-                                                _START_UP, MARKERS, _check_configuration, _guarded_manifest, _is_worker,
-                                                _markexpr, _opt_outs_of, _Run, _set_owners, _start,
-                                                _the_process_ends_with, active_sandbox, asks_for, require_containment)
+from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _REAL_EXIT, _RUN,
+                                                _SHUTDOWN_RECORDS, _START_UP, MARKERS, _check_configuration,
+                                                _guarded_manifest, _is_worker, _markexpr, _opt_outs_of, _Run,
+                                                _set_owners, _start, _the_process_ends_with, active_sandbox, asks_for,
+                                                require_containment)
 from canarchy.testing.isolation.pertest import (CHECKOUT_WRITE_PROPERTY, _checked_cache, _refusal_messages,
                                                 _remember_writes, access_guard, bus_guard, canarchy_sandbox,
                                                 guard_operator_access, isolate_canarchy_state, new_virtual_channel,
@@ -56,8 +57,14 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """The earliest start: before the initial conftest.py files are imported (an xdist worker
     waits for ``pytest_configure``: the controller's view of the operator arrives there)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        _start(early_config, "before the initial conftests are imported")
+        _begin(early_config, "before the initial conftests are imported")
         _set_owners(_CONFTESTS)
+
+
+def _begin(config: pytest.Config, where: str) -> None:
+    _start(config, where)
+    run = config.stash[_RUN]
+    run.last_look = functools.partial(_after_the_session, run, config)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -68,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
         late = "in this pytest-xdist worker" if _is_worker(config) else (
             "at pytest_configure: a conftest loaded the plugin, so the top of the initial conftests ran "
             "outside it (load it with -p canarchy.testing.isolation.plugin for the earliest start)")
-        _start(config, late)
+        _begin(config, late)
     _set_owners(_START_UP)
     _check_configuration(config)
 
@@ -315,24 +322,30 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
     return lines
 
 
-def _after_the_session(run: _Run, config: pytest.Config) -> None:
+def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None = None) -> None:
     """The sentinel's last look, when pytest is the program, after every atexit handler a conftest or
     a test registered: what they (or a thread still running) had refused, or changed since the
     session's end, is printed and fails the process. pytest's exit code is decided by then;
-    ``os._exit`` is the one way to change it (the handlers registered before this one do not run)."""
-    lines = [f"left running after the session, stopped now: {line}"
-             for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
+    ``os._exit`` is the one way to change it (the handlers registered before this one do not run).
+    ``cut_short``: the look taken early, because something called ``os._exit`` before the run ended."""
+    lines = [cut_short] if cut_short else []
+    lines += [f"left running after the session, stopped now: {line}"
+              for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
     lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
-    lines += _changes(run, config, "after the session, an atexit handler, a thread or a process left running")
+    lines += _changes(run, config, "the run, until it was cut short," if cut_short else
+                      "after the session, an atexit handler, a thread or a process left running")
     if not lines:
         return
     sys.stdout.flush()
-    sys.stderr.write("\ncanarchy isolation sentinel, after the session (pytest had returned):\n"
-                     + "\n".join(lines) + "\nthe run fails (exit code 1)\n")
+    when = "the run was cut short" if cut_short else "after the session (pytest had returned)"
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if cut_short and capture is not None:  # a test's os._exit: its output is captured, this is not
+        capture.suspend_global_capture(in_=False)
+    sys.stderr.write(f"\ncanarchy isolation sentinel, {when}:\n" + "\n".join(lines) + "\nthe run fails (exit code 1)\n")
     sys.stderr.flush()
     run.sandbox.cleanup()
-    os._exit(run.exit_status or 1)
+    _REAL_EXIT(run.exit_status or 1)
 
 
 def _multiprocessing_helpers() -> set[int]:

@@ -38,7 +38,10 @@ class Protection:
     code (``__pycache__``) may be written in a watched or read-only tree only by
     the import system caching what it compiled (:func:`_written_by_an_import`);
     any other such write is refused (zone ``bytecode``); so is any write there of what a later run
-    loads unasked (:func:`~canarchy.testing.isolation.tree.is_start_up_code`, zone ``start-up code``).
+    loads unasked (:func:`~canarchy.testing.isolation.tree.is_start_up_code`, zone ``start-up code``), and
+    of version control's own files (:data:`~canarchy.testing.isolation.tree.VERSION_CONTROL_NAMES`, zone
+    ``version control``) except under a prefix of ``staging`` (resolved paths: pytest's cache is made in a
+    ``pytest-cache-files-*`` directory, with a ``.gitignore``, then renamed).
     """
 
     refused: tuple[str, ...] = ()
@@ -46,6 +49,7 @@ class Protection:
     writable: tuple[str, ...] = ()
     watched: tuple[str, ...] = ()
     unwatched_names: tuple[str, ...] = ()
+    staging: tuple[str, ...] = ()
 
 
 def operator_homes(environ: Mapping[str, str], account_home: str | None) -> list[str]:
@@ -190,6 +194,7 @@ class Zones:
         "refused_order",
         "refused_prefixes",
         "roots",
+        "staging",
         "trees",
         "unwatched",
     )
@@ -208,6 +213,7 @@ class Zones:
         self.roots = self.refused | {root for root, _ in trees}
         self.prefixes = tuple(_with_sep(root) for root in self.roots)
         self.unwatched = frozenset(protection.unwatched_names)
+        self.staging = tuple(protection.staging)
 
     # radon D by design: the audit hook's per-event path, one function to spare calls (docs/benchmarks.md, 5)
     def verdict(self, path: str, write: bool, tree: bool) -> tuple[str, str] | None:
@@ -261,7 +267,7 @@ class Zones:
             parts = path[len(prefix):].split(_SEP)
             if any(map(is_start_up_code, parts)):
                 return "start-up code", root  # the next run loads it, outside any isolation
-            if not VERSION_CONTROL_NAMES.isdisjoint(parts):
+            if not VERSION_CONTROL_NAMES.isdisjoint(parts) and not path.startswith(self.staging):
                 return "version control", root  # the next git runs it, or stops showing a path
             if zone == "watched" and self.unwatched and not self.unwatched.isdisjoint(path[len(prefix):].split(_SEP)):
                 return None

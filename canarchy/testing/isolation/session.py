@@ -11,6 +11,7 @@ import ast
 import atexit
 import logging
 import os
+import posix
 import re
 import stat
 import sys
@@ -93,6 +94,7 @@ class _Run:
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
     finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
     at_exit: Callable[[], None] | None = None  # the sentinel's last look, when pytest is the program
+    last_look: Callable[[str], None] | None = None  # that look with a reason, for an os._exit before the end
     exit_status: int = 0  # the session's, as the sentinel left it
 
 
@@ -224,6 +226,13 @@ def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
     return trees
 
 
+def _pytest_s_staging(config: pytest.Config) -> tuple[str, ...]:
+    """Where pytest stages its cache directory before renaming it into place (pytest 9:
+    ``pytest-cache-files-*`` beside it), as a resolved path prefix."""
+    trees = _pytest_s_own_trees(config)[:1] if config.pluginmanager.has_plugin("cacheprovider") else []
+    return tuple(os.path.join(os.path.realpath(os.path.dirname(t)), "pytest-cache-files-") for t in trees)
+
+
 def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
     """Covered: the operator's state; read-only: their homes, the checkout's git directories and
     the interpreter's trees; writable inside those: the checkout and the run's temporary trees
@@ -268,6 +277,31 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
         run.containment.protection("network").in_force else f"the host's ({run.containment.reason})")
 
 
+_REAL_EXIT = os._exit
+
+
+def _guard_the_exit(run: _Run) -> None:
+    """When pytest is the program, nothing in its process ends it before the sentinel's last look with a
+    status of its own choosing: ``os._exit`` (a test's, an atexit handler's) takes that look first
+    (``run.last_look``, which fails the run), and ``os.exec*`` of this process is refused."""
+    pid = os.getpid()
+
+    def _exit(status: int) -> None:
+        if os.getpid() == pid and run.last_look is not None:
+            look, run.last_look, run.at_exit = run.last_look, None, None
+            look(f"os._exit({status!r}) called by {_access.GUARD.owner} before the run had ended")
+        _REAL_EXIT(status)
+
+    def _exec(args: tuple) -> None:
+        if os.getpid() == pid:
+            path = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else repr(args[0])
+            _access.GUARD.refuse(_access.Access(_access.GUARD.owner, "replace the pytest process with", path,
+                                                path, "exec", "os.exec*", pid))
+
+    os._exit = posix._exit = _exit
+    _access.observe("os.exec", _exec)
+
+
 def _the_process_ends_with(config: pytest.Config) -> bool:
     """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
     ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
@@ -305,6 +339,7 @@ def _start(config: pytest.Config, where: str) -> None:
         run.home_before = _guarded_manifest(run)  # before the containment hides the real files
         if _the_process_ends_with(config):  # what a test detaches stays a child, stopped at exit
             _reaper.become_subreaper()
+            _guard_the_exit(run)
     # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
     # (before the containment covers the file this reads to find it).
     if not _erase_start_up_environment():
@@ -315,7 +350,7 @@ def _start(config: pytest.Config, where: str) -> None:
     protection = _protection.Protection(
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])), read_only=protection.read_only,
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
-        watched=(str(config.rootpath),))
+        watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
     _access.GUARD.configure(protection)
     _access.GUARD.report_dir = sandbox.refusal_dir
     _access.GUARD.owner = _START_UP
@@ -359,7 +394,7 @@ def _seal() -> Seal:
     modules = [m for name, m in sorted(sys.modules.items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
-                  (_guard.GUARD, "report_dir"), *_import_machinery()]
+                  (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), *_import_machinery()]
     seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
     seal.extend(_guard_state(), contents=False)
     zones = _access.GUARD._zones  # made once by configure; its tables never change afterwards
