@@ -439,6 +439,7 @@ BYTECODE = {
     "bcpkg/compiled.py": "X = 'source'\n",
     "bcpkg/imported.py": "X = 'source'\n",
     "bcpkg/tampered.py": "X = 'source'\n",
+    "bcpkg/childmod.py": "X = 'source'\n",
     "test_bytecode.py": """
         import builtins, importlib.util, marshal, py_compile
         from pathlib import Path
@@ -464,6 +465,18 @@ BYTECODE = {
         def test_an_import_caches_its_byte_code(request):
             import bcpkg.imported
             assert bcpkg.imported.X == "source" and pyc(request, "imported")[1].is_file()
+
+        def test_a_child_python_caches_what_a_replaced_loader_compiled(request):
+            import subprocess, sys
+            code = ("import importlib.machinery as m, sys\\n"
+                    "sys.dont_write_bytecode = False\\n"
+                    "real = m.SourceFileLoader.source_to_code\\n"
+                    "m.SourceFileLoader.source_to_code = lambda self, data, path, **kw: real(\\n"
+                    "    self, data + b'X = 1', path, **kw)\\n"
+                    "sys.path.insert(0, sys.argv[1])\\n"
+                    "import bcpkg.childmod\\n")
+            subprocess.run([sys.executable, "-c", code, str(request.config.rootpath)], check=True)
+            assert pyc(request, "childmod")[1].is_file()
 
         def test_plants_a_pytest_plugin_for_the_next_run(request):
             metadata = Path(request.config.rootpath) / "planted.egg-info"  # git ignores *.egg-info/
@@ -863,6 +876,17 @@ def test_a_pytest_plugin_planted_in_an_ignored_directory_is_refused_at_the_momen
     assert f"test_bytecode.py::{test} tried to mkdir" in messages and "a later Python or pytest run loads" \
         in messages, messages
     assert not (run.home.parent / "project" / "planted.egg-info").exists()
+
+
+def test_byte_code_a_child_python_cached_from_a_replaced_loader_is_removed_and_named(bytecode):
+    """The child runs under the guard, so its import may cache byte code in the checkout; what it cached is
+    checked in pytest's process, against the source compiled by the plugin's own compiler."""
+    run, _ = bytecode
+    test = "test_a_child_python_caches_what_a_replaced_loader_compiled"
+    messages = run.messages(test)
+    assert "error" in run.outcomes(test), run.output
+    assert "childmod.cpython" in messages and "not the compilation of" in messages and "removed" in messages, messages
+    assert not list((run.home.parent / "project" / "bcpkg" / "__pycache__").glob("childmod.*"))
 
 
 def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(bytecode):

@@ -217,7 +217,10 @@ class AccessGuard:
                     continue
                 if access.pid != os.getpid():  # this process's own records are in memory already
                     with self._lock:
-                        (self._refusals if access.refused else self._watched).append(access)
+                        if access.zone == "cached":
+                            self._cached.append(access.resolved)
+                        else:
+                            (self._refusals if access.refused else self._watched).append(access)
         finally:
             local.busy = before
 
@@ -283,9 +286,20 @@ class AccessGuard:
         if verdict is None:
             return
         if verdict[0] == "cached":
-            self._cached.append(resolved)
+            self._note_cached(resolved)
             return
         self._refuse_or_record(Access(self._owner(), operation, text, resolved, verdict[0], verdict[1], os.getpid()))
+
+    def _note_cached(self, path: str) -> None:
+        """Byte code the import system writes: checked against its source by the plugin's own compiler,
+        in pytest's process (a child reports it there: its import machinery may be a test's)."""
+        self._cached.append(path)
+        if self.report_dir is not None and os.getpid() != self._memory_pid:
+            try:
+                append(self.report_dir, REPORT_FILE,
+                       asdict(Access(self._owner(), "cache byte code", path, path, "cached", "", os.getpid())))
+            except OSError:
+                pass
 
     def _owner(self) -> str:
         """Who is named: the test that left this thread running after it ended, else :attr:`owner`."""
