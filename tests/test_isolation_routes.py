@@ -896,24 +896,24 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
     assert "added: pprint.pyc" in run.output, run.output  # git ignores *.py[cod]; the next import runs it
 
 
-@pytest.mark.parametrize("test, operation, words", [
-    ("test_hides_a_package_behind_its_own_gitignore", "open for writing", "version control's own files"),
-    ("test_makes_a_repository_of_its_own_in_the_checkout", "mkdir", "version control's own files"),
+@pytest.mark.parametrize("test, operation, words, planted", [
+    ("test_hides_a_package_behind_its_own_gitignore", "open for writing", "version control's own files",
+     "shadow/.gitignore"),
+    ("test_makes_a_repository_of_its_own_in_the_checkout", "mkdir", "version control's own files", ".git"),
     ("test_takes_a_descriptor_of_a_checkout_directory", "open a descriptor of the directory",
-     "a descriptor of a directory where writes are judged"),
+     "a descriptor of a directory where writes are judged", "opened.py"),
     ("test_walks_the_checkout_by_descriptor", "open a descriptor of the directory",
-     "a descriptor of a directory where writes are judged"),
+     "a descriptor of a directory where writes are judged", "walked.py"),
 ], ids=["gitignore", "nested-git", "dir-fd", "fwalk"])
-def test_what_would_hide_a_write_from_git_or_the_guard_is_refused_at_the_moment(bytecode, test, operation, words):
+def test_what_would_hide_a_write_from_git_or_the_guard_is_refused_at_the_moment(bytecode, test, operation, words,
+                                                                                 planted):
     """A ``.gitignore`` or a ``.git`` of its own hides what a test plants from git and so from the sentinel (and
     a nested ``.git/config`` runs in the operator's next git); a directory descriptor hides it from the guard."""
     run, _ = bytecode
     messages = run.messages(test)
     assert run.outcomes(test) & {"failed", "error"}, run.output
     assert f"test_hiding.py::{test} tried to {operation}" in messages and words in messages, messages
-    package = run.home.parent / "project" / "bcpkg"
-    assert not (package / "shadow" / ".gitignore").exists() and not (package / ".git").exists()
-    assert not (package / "opened.py").exists() and not (package / "walked.py").exists()
+    assert not (run.home.parent / "project" / "bcpkg" / planted).exists()
 
 
 def test_a_write_left_where_git_does_not_show_it_fails_its_test(bytecode):
