@@ -383,13 +383,13 @@ def test_the_unit_lane_runs_the_suite_in_workers_and_contains_what_it_starts(tmp
     assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
 
 
-@pytest.mark.parametrize(("available", "unit_default", "per_twin"), [(1, 2, 0), (2, 4, 2), (8, 16, 8)])
-def test_by_default_the_unit_lane_runs_two_workers_per_core_and_each_parity_twin_half_that(
-        monkeypatch, available, unit_default, per_twin):
-    """The two parity twins run at once: together as many workers as the unit lane, none where one
-    each would only add a worker process; an explicit --jobs is taken as given."""
+@pytest.mark.parametrize(("available", "unit_default"), [(1, 2), (2, 4), (8, 16)])
+def test_by_default_the_unit_lane_runs_two_workers_per_core_and_each_parity_twin_none(
+        monkeypatch, available, unit_default):
+    """A parity twin runs serially unless --jobs says otherwise: a pytest-xdist worker starts with the
+    controller's scrubbed environment, so it is less the operator's than a serial run."""
     monkeypatch.setattr(runner, "cores", lambda: available)
-    assert (runner.workers(), parity.twin_workers()) == (unit_default, per_twin)
+    assert (runner.workers(), parity.twin_workers()) == (unit_default, 0)
     assert (runner.workers(0), runner.workers(3), parity.twin_workers(1), parity.twin_workers(0)) == (0, 3, 1, 0)
 
 
@@ -714,3 +714,24 @@ def test_ctrl_c_stops_what_a_test_detached_too(tmp_path):
     [detached] = lane.pids
     with pytest.raises(ProcessLookupError):
         os.kill(detached, 0)
+
+
+LEAVES_A_FILE = """
+from pathlib import Path
+
+def test_leaves_a_file_in_its_checkout():
+    (Path(__file__).parent / "left.txt").write_text("x")
+
+def test_stable():
+    pass
+"""
+
+
+def test_a_twin_whose_run_failed_beyond_its_tests_fails_parity(tmp_path):
+    """Every test passes in both twins, yet the isolation's sentinel fails each run (a file left in the
+    checkout): identical results are no pass."""
+    result = parity.run_parity(_project(tmp_path / "p", LEAVES_A_FILE), ["tests"], source_env=os.environ, reruns=0)
+    assert [t.run.returncode for t in result.twins.values()] == [1, 1] and not result.findings, parity.render(result)
+    assert result.runs_failed == ["clean", "operator"] and result.status == "FAILED", parity.render(result)
+    assert "operator twin: no test failed, yet pytest failed the run" in parity.render(result)
+    assert "- clean twin: no test failed, yet pytest failed the run" in parity.render_markdown(result)

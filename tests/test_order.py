@@ -107,3 +107,14 @@ def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp.iterdir()) == []
+
+
+def test_a_run_that_failed_beyond_its_tests_fails_the_order_lane(tmp_path):
+    """Every test passes in every order, yet the isolation's sentinel fails each run (a file left in the
+    checkout): the same results in every order are no pass."""
+    project = _project(tmp_path / "p", {"test_left.py": "from pathlib import Path\n\n"
+                                                       "def test_leaves_a_file():\n"
+                                                       "    (Path(__file__).parent / 'left.txt').write_text('x')\n"})
+    result = _lane(project, seeds=())
+    assert result.runs_failed and result.status == "FAILED", order.render(result)
+    assert "failed (normal): no test failed, yet pytest failed the run" in order.render(result)

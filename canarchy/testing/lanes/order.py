@@ -28,7 +28,7 @@ from canarchy.testing.lanes.results import Comparison, Report, Row, case_key, co
 from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
 )
-from canarchy.testing.lanes.verdict import read_run
+from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, failed_beyond_its_tests, read_run
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 DEFAULT_SEEDS = 2
@@ -81,7 +81,14 @@ class OrderResult:
     def exit_code(self) -> int:
         if any(r.problem for r in self.runs) or any(c.undecided for c in self.comparisons.values()):
             return EXIT_CANNOT_DECIDE
-        return EXIT_FAILED if any(c.differences for c in self.comparisons.values()) else EXIT_PASSED
+        if any(c.differences for c in self.comparisons.values()) or self.runs_failed:
+            return EXIT_FAILED
+        return EXIT_PASSED
+
+    @property
+    def runs_failed(self) -> list[OrderRun]:
+        """The runs whose pytest failed the run although none of their tests failed."""
+        return [r for r in self.runs if failed_beyond_its_tests(r.run, r.report)]
 
     @property
     def status(self) -> str:
@@ -204,6 +211,8 @@ def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
                      f"reproduce: {entry.reproduce(selection)}")
         if entry.problem:
             lines.append(f"  cannot decide ({entry.label}): {entry.problem}")
+        elif entry in result.runs_failed:
+            lines.append(f"  failed ({entry.label}): no test failed, {BEYOND_ITS_TESTS}: {entry.run.log}")
     for label, comparison in result.comparisons.items():
         if comparison.differences or comparison.undecided:
             lines += ["", comparison_table(comparison, title=f"normal vs {label}")]
@@ -220,6 +229,7 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
         ["run", "outcomes", "seconds", "reproduce"],
         [[e.label, totals_text(e.report), f"{e.run.duration if e.run else 0:.0f}", f"`{e.reproduce(selection)}`"]
          for e in result.runs])]
+    out += [f"- {e.label}: no test failed, {BEYOND_ITS_TESTS}: `{e.run.log}`" for e in result.runs_failed]
     for label, c in result.comparisons.items():
         out += ["", f"## normal vs {label}: {c.verdict}", ""]
         out += [f"- cannot decide: {reason}" for reason in c.undecided]

@@ -26,7 +26,7 @@ from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, cas
                                            totals_text)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest,
                                           workers, xdist_options)
-from canarchy.testing.lanes.verdict import read_run
+from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, failed_beyond_its_tests, read_run
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
@@ -79,6 +79,11 @@ class ParityResult:
     strict: bool = False
     unexercised: list[str] = field(default_factory=list)  # scrub prefixes the operator twin exports nothing of
 
+    @property
+    def runs_failed(self) -> list[str]:
+        """The twins whose pytest failed the run although none of their tests failed."""
+        return [name for name, t in self.twins.items() if failed_beyond_its_tests(t.run, t.report)]
+
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
@@ -87,7 +92,8 @@ class ParityResult:
         if self.comparison.undecided or any(t.problem for t in self.twins.values()):
             return EXIT_CANNOT_DECIDE
         failing = self.of_kind("operator") + (self.of_kind("flaky") + self.of_kind("hash seed") if self.strict else [])
-        if failing or self.home_changes or self.checkout_changes or any(self.not_shut_down.values()):
+        if failing or self.home_changes or self.checkout_changes or any(self.not_shut_down.values()) or \
+                self.runs_failed:
             return EXIT_FAILED
         return EXIT_PASSED
 
@@ -104,12 +110,10 @@ def _node_ids(path: Path) -> list[str]:
 
 
 def twin_workers(requested: int | None = None) -> int:
-    """pytest-xdist workers of each twin: ``requested``, else half the unit lane's default, so that
-    the two twins at once run as many as the unit lane; none where that would be one."""
-    if requested is not None:
-        return workers(requested)
-    per_twin = workers() // 2
-    return per_twin if per_twin > 1 else 0
+    """pytest-xdist workers of each twin: ``requested``, else none. A worker starts with the controller's
+    scrubbed environment, so what Python works out from the operator's at start-up (``site.USER_BASE``,
+    under their home) is not there: a twin in workers is less the operator's than one run serially."""
+    return 0 if requested is None else workers(requested)
 
 
 def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isolated: bool, jobs: int) -> None:
@@ -290,6 +294,8 @@ def _verdict_text(result: ParityResult) -> str:
 def _check_lines(result: ParityResult) -> list[str]:
     """The terminal lines of the checks: stale allow-list entries, writes, log lines, home and checkout changes."""
     lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
+    lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {result.twins[name].run.log}"
+              for name in result.runs_failed]
     lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
     lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
     lines += [f"  operator home changed: {line}" for line in result.home_changes]
@@ -336,6 +342,8 @@ def render_markdown(result: ParityResult) -> str:
             [[f"`{f.id}`", _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
              for f in result.findings])]
     out += ["", "## Checks", "",
+            *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{result.twins[name].run.log}`"
+              for name in result.runs_failed),
             f"- operator home unchanged: {'yes' if not result.home_changes else 'NO'}",
             *(f"  - {line}" for line in result.home_changes[:50]),
             f"- checkout unchanged: {'yes' if not result.checkout_changes else 'NO'}",
@@ -351,7 +359,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reruns", type=int, default=2, help="extra runs of each differing test per configuration")
     parser.add_argument("--strict", action="store_true", help="also fail on flaky tests and unstable ids")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="pytest-xdist workers of each twin (default: one per core, none on one core; 0: none)")
+                        help="pytest-xdist workers of each twin (default 0: serial, as an operator runs pytest)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:

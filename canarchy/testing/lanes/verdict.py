@@ -73,6 +73,15 @@ def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tup
     return report, None
 
 
+def failed_beyond_its_tests(run: Run | None, report: Report | None) -> bool:
+    """pytest exited 1 although no test in its report failed: the run itself failed (the isolation's
+    sentinel, a process a test left running, a refusal outside any test)."""
+    return run is not None and report is not None and run.returncode == 1 and not report.failing
+
+
+BEYOND_ITS_TESTS = "yet pytest failed the run (see the log: e.g. the isolation sentinel)"
+
+
 def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = False) -> Verdict:
     """CANNOT DECIDE without a usable report; FAILED on exit code 1; NOT PROVEN when every case skipped."""
     notes = list(notes)
@@ -82,10 +91,8 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
         return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
     summary = totals_text(report)
     if run.returncode == 1:
-        failing = report.failing
-        detail = summary if failing else (f"{summary}, yet pytest failed the run "
-                                           "(see the log: e.g. the isolation sentinel)")
-        return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", failing, notes, report)
+        detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else summary
+        return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", report.failing, notes, report)
     if all(case.outcome == "skipped" for case in report.cases.values()):
         return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary} {where}", notes=notes, report=report)
     return Verdict(lane, "PASSED", f"{summary} {where}", notes=notes, report=report)
