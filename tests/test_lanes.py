@@ -735,3 +735,29 @@ def test_a_twin_whose_run_failed_beyond_its_tests_fails_parity(tmp_path):
     assert result.runs_failed == ["clean", "operator"] and result.status == "FAILED", parity.render(result)
     assert "operator twin: no test failed, yet pytest failed the run" in parity.render(result)
     assert "- clean twin: no test failed, yet pytest failed the run" in parity.render_markdown(result)
+
+
+TOOLS = """
+from pathlib import Path
+
+def test_uses_pytest_s_cache(cache):
+    cache.set("tools/n", 1)
+    assert cache.get("tools/n", None) == 1
+
+def test_writes_hypothesis_s_database(request):
+    database = Path(request.config.rootpath) / ".hypothesis" / "examples"
+    database.mkdir(parents=True, exist_ok=True)
+    (database / "entry").write_bytes(b"x")
+"""
+
+
+def test_the_lane_s_own_reports_pytest_s_cache_and_a_tool_s_database_fail_nothing(tmp_path, capsys):
+    """An adopter whose git does not ignore reports/: the lane's JUnit report and log are its own, not a
+    test's; pytest's cache fixture works (in a directory of the run's own); hypothesis's database in the
+    rootdir, which git ignores, is a tool's cache, not a file a test left where git does not show it."""
+    project = _project(tmp_path / "p", TOOLS)
+    (project.root / ".gitignore").write_text(".hypothesis/\n")
+    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"])
+    out = capsys.readouterr().out
+    assert code == 0 and "unit: PASSED - 2 passed" in out, out
+    assert not (project.root / ".pytest_cache").exists()

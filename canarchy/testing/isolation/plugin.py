@@ -235,10 +235,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is not None and not _is_worker(session.config):
         with _access.GUARD.exempt():
             run.search_dirs = _search_dirs(session.config.rootpath)
+            run.own_outputs = _own_outputs(run, session.config)
             run.checkout_before = _checkout_manifest(run, session.config.rootpath)
         _junit_suite_properties(session.config, [(ISOLATION_PROPERTY, "; ".join(
             line.removeprefix("canarchy isolation: ") for line in pytest_report_header(session.config)))])
         _set_owners(_BETWEEN_TESTS)
+
+
+def _own_outputs(run: _Run, config: pytest.Config) -> frozenset[str]:
+    """The run's own reports, relative to the rootdir: pytest's ``--junitxml`` and what
+    :data:`~canarchy.testing.isolation.tree.OWN_OUTPUT_VARIABLE` names. The sentinel leaves them out."""
+    root = os.path.realpath(config.rootpath)
+    named = [getattr(config.option, "xmlpath", None),
+             *run.sandbox.operator_env.get(_tree.OWN_OUTPUT_VARIABLE, "").split(os.pathsep)]
+    full = (os.path.realpath(os.path.join(config.invocation_params.dir, p)) for p in named if p)
+    return frozenset(os.path.relpath(p, root) for p in full if p.startswith(root + os.sep))
 
 
 def _checkout_manifest(run: _Run, root: Path) -> dict:
@@ -246,7 +257,10 @@ def _checkout_manifest(run: _Run, root: Path) -> dict:
     not ignore), git run with the operator's environment (their global configuration:
     ``safe.directory``, ``core.excludesFile``); and what a later run loads unasked at the top of
     the checkout and of ``run.search_dirs``, ignored or not."""
-    return _tree.checkout_state(root, env=run.sandbox.operator_env, search_dirs=run.search_dirs)
+    state = _tree.checkout_state(root, env=run.sandbox.operator_env, search_dirs=run.search_dirs)
+    for path in run.own_outputs:
+        state.pop(path, None)
+    return state
 
 
 def _search_dirs(root: Path) -> tuple[str, ...]:

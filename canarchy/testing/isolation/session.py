@@ -89,6 +89,7 @@ class _Run:
     checkout_before: dict | None = None
     search_dirs: tuple[str, ...] = ()  # under the checkout, on sys.path at the session's start (the sentinel)
     writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
+    own_outputs: frozenset[str] = frozenset()  # the run's own reports in the checkout: not the sentinel's business
     opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
@@ -213,13 +214,21 @@ def _interpreter_trees() -> list[str]:
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
+def _pytest_cache_dir(config: pytest.Config) -> str | None:
+    """pytest's cache directory (``cache_dir``, relative to the rootdir), None without its cache plugin."""
+    if not config.pluginmanager.has_plugin("cacheprovider"):
+        return None
+    return os.path.join(config.rootpath, os.path.expandvars(os.path.expanduser(str(config.getini("cache_dir")))))
+
+
 def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
-    """Where pytest itself writes, inside the checkout or not: its cache directory (``cache_dir``, relative to
-    the rootdir; ``.pytest_cache`` writes a ``.gitignore`` of its own) and ``--basetemp``."""
-    trees = []
-    if config.pluginmanager.has_plugin("cacheprovider"):
-        cache_dir = os.path.expandvars(os.path.expanduser(str(config.getini("cache_dir"))))
-        trees.append(os.path.join(config.rootpath, cache_dir))
+    """Where pytest and the test tools write, inside the checkout or not: pytest's cache directory (it writes
+    a ``.gitignore`` of its own there), ``--basetemp``, the tools' caches under the rootdir
+    (:data:`~canarchy.testing.isolation.tree.TOOL_CACHES`)."""
+    trees = [os.path.join(config.rootpath, name) for name in _tree.TOOL_CACHES]
+    cache_dir = _pytest_cache_dir(config)
+    if cache_dir is not None:
+        trees.append(cache_dir)
     basetemp = getattr(config.known_args_namespace, "basetemp", None)
     if basetemp:
         trees.append(os.path.abspath(basetemp))
@@ -229,8 +238,9 @@ def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
 def _pytest_s_staging(config: pytest.Config) -> tuple[str, ...]:
     """Where pytest stages its cache directory before renaming it into place (pytest 9:
     ``pytest-cache-files-*`` beside it), as a resolved path prefix."""
-    trees = _pytest_s_own_trees(config)[:1] if config.pluginmanager.has_plugin("cacheprovider") else []
-    return tuple(os.path.join(os.path.realpath(os.path.dirname(t)), "pytest-cache-files-") for t in trees)
+    cache_dir = _pytest_cache_dir(config)
+    return () if cache_dir is None else (
+        os.path.join(os.path.realpath(os.path.dirname(cache_dir)), "pytest-cache-files-"),)
 
 
 def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:

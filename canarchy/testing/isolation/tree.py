@@ -21,13 +21,17 @@ from collections.abc import Iterable, Iterator, Mapping
 #: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
 OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
 
+#: Directories under the rootdir where test tools keep their caches (hypothesis's example database, in
+#: the working directory): writable for the guard, left out by the sentinel's walk outside git.
+TOOL_CACHES = (".hypothesis",)
+
 #: Directory names the ``os.scandir`` walk of a checkout leaves out (with all under them):
 #: version-control data, tool environments and caches, build and lane outputs. Also left
 #: out: ``*.egg-info`` and any directory holding ``pyvenv.cfg`` (a virtualenv, whatever its name).
 SKIPPED_DIRS = frozenset({
     ".git", ".hg", ".svn", ".bzr", "_darcs", ".jj",
     ".nox", ".tox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules",
-    "build", "dist", "reports",
+    "build", "dist", "reports", *TOOL_CACHES,
 })
 SKIPPED_SUFFIXES = (".egg-info",)
 VENV_MARKER = "pyvenv.cfg"
@@ -44,6 +48,10 @@ START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py
 #: ``.git`` directory or file nested anywhere makes a repository of its own) and what hides a path from it
 #: (:func:`is_version_control`).
 VERSION_CONTROL_NAMES = frozenset({".git", ".gitignore", ".gitattributes", ".gitmodules", ".hg", ".hgignore"})
+
+#: Set by whoever runs pytest (the lanes): files of the run's own that it writes into the checkout while
+#: pytest runs (its log), absolute, separated by ``os.pathsep``; the sentinel leaves them out.
+OWN_OUTPUT_VARIABLE = "PYTEST_CANARCHY_OWN_OUTPUT"
 
 #: ``Entry.note`` of a tracked path in :func:`checkout_state`: its metadata differs from git's index.
 TRACKED = "tracked"

@@ -33,7 +33,7 @@ ALLOWED_VARIABLES = (
 ALLOWED_PREFIXES = ("LC_",)
 
 #: Flags every lane's pytest gets; posargs can only choose tests (:func:`choose_tests`).
-SAFETY_FLAGS = ("--strict-markers", "--strict-config", "-p", "no:cacheprovider")
+SAFETY_FLAGS = ("--strict-markers", "--strict-config")
 
 #: The variables through which an operator names a real bus for the integration lane.
 OPERATOR_BUS_VARIABLES = ("CANARCHY_PYTHON_CAN_INTERFACE", "CANARCHY_DEFAULT_INTERFACE")

@@ -23,6 +23,7 @@ from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
 
 from canarchy.testing.isolation import reaper, tempbase
+from canarchy.testing.isolation.tree import OWN_OUTPUT_VARIABLE
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -268,14 +269,20 @@ def run_pytest(pytest_args: Sequence[str], *, env: Mapping[str, str], cwd: str |
     A stale report from an earlier run is removed first, so it can never be
     read as this run's; ``log`` defaults to the report's path with ``.log``;
     ``prefix`` wraps the command (e.g. :func:`~canarchy.testing.lanes.netns.netns_command`'s).
+    pytest's cache (its ``cache`` fixture, ``--lf``) lives in an empty temporary directory of the
+    run's own, unless PYTEST_ARGS disable it: nothing of an earlier run, nothing in the checkout.
     """
     junit = junit_path(pytest_args)
     if cwd is not None and not junit.is_absolute():
         junit = Path(cwd) / junit
     junit.unlink(missing_ok=True)
     junit.parent.mkdir(parents=True, exist_ok=True)
-    result = run([*prefix, python, "-m", "pytest", *pytest_args], env=env, cwd=cwd,
-                 log=log or junit.with_suffix(".log"), echo=echo, timeout=timeout)
+    log = log or junit.with_suffix(".log")
+    env = {**env, OWN_OUTPUT_VARIABLE: os.pathsep.join(str(p.resolve()) for p in (junit, log))}
+    with tempfile.TemporaryDirectory(prefix="canarchy-pytest-cache-") as cache:
+        cached = [] if "no:cacheprovider" in pytest_args else ["-o", f"cache_dir={cache}"]
+        result = run([*prefix, python, "-m", "pytest", *cached, *pytest_args], env=env, cwd=cwd, log=log,
+                     echo=echo, timeout=timeout)
     result.junit = junit
     return result
 

@@ -217,7 +217,7 @@ def _check_sentinel(entry: Entry, run: Run) -> tuple[bool, str]:
 
 def _parity(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
     return run_parity(_lane_project(project, operator_home), ["."], source_env=_source_env(), hashseeds=(1, 2),
-                      extra_env=_EXTRA, reports=project.parent / "reports", jobs=0)
+                      extra_env=_EXTRA, reports=project.parent / "reports")  # the lane's own default jobs
 
 
 def _order(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
