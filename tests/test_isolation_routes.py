@@ -530,6 +530,14 @@ BYTECODE = {
             left.write_bytes(b"")
             left.unlink()
 
+        def test_writes_hypothesis_s_database_in_the_rootdir(request):
+            database = Path(request.config.rootpath) / ".hypothesis" / "examples"
+            database.mkdir(parents=True, exist_ok=True)
+            (database / "entry").write_bytes(b"x")
+
+        def test_writes_the_run_s_own_log(request):
+            (Path(request.config.rootpath) / "own.log").write_text("what the lane's runner writes")
+
         def test_walks_and_removes_a_tree_of_its_own(tmp_path):
             (tmp_path / "tree" / "a" / "b").mkdir(parents=True)
             (tmp_path / "tree" / "a" / "b" / "f").write_text("x")
@@ -845,9 +853,10 @@ def bytecode(tmp_path_factory):
     git checkout that ignores what a checkout usually ignores."""
     base = tmp_path_factory.mktemp("bytecode")
     (base / "project").mkdir()
-    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n")
+    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n.hypothesis/\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
-    return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": ""})
+    return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": "",
+                                                 "PYTEST_CANARCHY_OWN_OUTPUT": str(base / "project" / "own.log")})
 
 
 @pytest.mark.parametrize("test, operation", [("test_writes_byte_code_into_the_checkout", "mkdir"),
@@ -924,8 +933,16 @@ def test_a_write_left_where_git_does_not_show_it_fails_its_test(bytecode):
     assert "error" in run.outcomes(test), run.output  # its call passed; its teardown fails it
     assert f"test_hiding.py::{test} left in the checkout, where git does not show it" in run.messages(test)
     assert "bcpkg/imported.so" in run.messages(test), run.messages(test)
-    for test in ("test_writes_an_ignored_file_and_removes_it", "test_walks_and_removes_a_tree_of_its_own"):
+    for test in ("test_writes_an_ignored_file_and_removes_it", "test_walks_and_removes_a_tree_of_its_own",
+                 "test_writes_hypothesis_s_database_in_the_rootdir"):  # a tool's cache, not a leftover
         assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+def test_the_run_s_own_outputs_are_left_out_of_the_sentinel_s_look(bytecode):
+    """What whoever runs pytest names in PYTEST_CANARCHY_OWN_OUTPUT (a lane's log) is not the checkout's change."""
+    run, _ = bytecode
+    assert "the test run changed the checkout" in run.output, run.output  # the sentinel did look (pprint.pyc)
+    assert "own.log" not in run.output, run.output
 
 
 def test_an_import_still_caches_its_byte_code_in_the_checkout(bytecode):
