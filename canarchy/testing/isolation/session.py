@@ -299,7 +299,10 @@ def _guard_the_exit(run: _Run) -> None:
     def _exit(status: int) -> None:
         if os.getpid() == pid and run.last_look is not None:
             look, run.last_look, run.at_exit = run.last_look, None, None
-            look(f"os._exit({status!r}) called by {_access.GUARD.owner} before the run had ended")
+            try:
+                look(f"os._exit({status!r}) called by {_access.GUARD.owner} before the run had ended")
+            finally:
+                _REAL_EXIT(status or 1)  # the look exits itself; this only when it raised
         _REAL_EXIT(status)
 
     def _exec(args: tuple) -> None:
