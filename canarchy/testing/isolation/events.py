@@ -17,7 +17,8 @@ O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
 # TREE: it acts on everything below the path too (refused if a protected tree lies below it);
-# DIRECTORY: the path names a directory (its resolution is remembered whole).
+# DIRECTORY: the path names a directory (its resolution is remembered whole);
+# OPEN: the event can give a descriptor of the path (os.open of a directory, os.fwalk), judged as one.
 SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "os.listdir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
     "os.scandir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
