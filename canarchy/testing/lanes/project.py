@@ -106,6 +106,14 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
     unknown = set(table) - _KEYS
     if unknown:
         raise ProjectError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(_KEYS)}")
+    ini = doc.get("tool", {}).get("pytest", {}).get("ini_options", {})
+    paths = {key: _inside(base, table[key], f"{where} {key}") if key in table else None
+             for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
+    return Project(base, *_layout(base, doc, table, where, ini), **paths, **_pytest_settings(table, where, ini))
+
+
+def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
+    """``(packages, source, tests, install)``: from ``table`` where it says, else from the project's layout."""
     packages = _strings(table["packages"], f"{where} packages") if "packages" in table else _default_packages(base, doc)
     if "source" in table:
         source = _inside(base, table["source"], f"{where} source")
@@ -116,25 +124,26 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
     if "tests" in table:
         tests = _strings(table["tests"], f"{where} tests")
     else:
-        testpaths = doc.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("testpaths")
+        testpaths = ini.get("testpaths")
         tests = tuple(testpaths) if isinstance(testpaths, list) and testpaths else ("tests",)
     if "install" in table:
         install = _strings(table["install"], f"{where} install")
     else:
         extras = doc.get("project", {}).get("optional-dependencies", {})
         install = ("-e", ".[test]") if isinstance(extras, dict) and "test" in extras else ("-e", ".")
-    paths = {key: _inside(base, table[key], f"{where} {key}") if key in table else None
-             for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
-    addopts = doc.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("addopts", "")
+    return packages, source, tests, install
+
+
+def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
+    """Whether the project's addopts load the plugin, its ``operator_env`` and ``canarchy_scrub_prefixes``."""
+    addopts = ini.get("addopts", "")
     uses_plugin = PLUGIN in (" ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts))
     operator_env = table.get("operator_env", {})
     if not isinstance(operator_env, dict) or not all(
             isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and isinstance(v, str)
             for k, v in operator_env.items()):
         raise ProjectError(f"{where} operator_env: expected a table of variable names to strings")
-    ini = doc.get("tool", {}).get("pytest", {}).get("ini_options", {})
     prefixes = ini.get("canarchy_scrub_prefixes", [])
     prefixes = tuple(p for p in (prefixes if isinstance(prefixes, list) else str(prefixes).split())
                      if isinstance(p, str))
-    return Project(base, packages, source, tests, install, **paths, uses_plugin=uses_plugin,
-                   operator_env=tuple(operator_env.items()), scrub_prefixes=prefixes)
+    return {"uses_plugin": uses_plugin, "operator_env": tuple(operator_env.items()), "scrub_prefixes": prefixes}
