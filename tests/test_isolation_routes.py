@@ -991,12 +991,15 @@ def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path)
                 pass
 
         def test_after_it():
-            pass
+            import atexit
+            atexit.register(os._exit, 0)  # runs before the sentinel's last look (registered later)
     """})
     assert replaced.outcomes("test_replaces_pytest") == {"error"}, replaced.output
     assert "test_exec.py::test_replaces_pytest tried to replace the pytest process with '/bin/true'" in \
         replaced.messages("test_replaces_pytest")
     assert replaced.outcomes("test_after_it") == {"passed"}, replaced.output
+    assert replaced.returncode == 1 and "os._exit(0) called by <after the session: an atexit handler" in \
+        replaced.output, replaced.output
     run = run_child(tmp_path / "exit", {"test_cut.py": """
         import os
         from pathlib import Path
@@ -1027,9 +1030,6 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
                 (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
             except Exception:
                 pass
-
-        def test_registers_an_exit_with_success():
-            atexit.register(os._exit, 0)  # the last of the test's handlers, before the sentinel's last look
 
         def test_registers_a_hidden_read():
             atexit.register(_swallowed)
@@ -1075,10 +1075,9 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
         os.kill(pid, 9)
     assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
     assert run.returncode == 1, run.output
-    after = run.output[run.output.index("canarchy isolation sentinel, the run was cut short"):]
+    after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
     assert "after the session: an atexit handler" in after and "tried to open for reading" in after, after
     assert "changed the checkout" in after and "PLANTED_AT_EXIT" in after, after
-    assert "os._exit(0) called by <after the session: an atexit handler" in after, after
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
