@@ -46,7 +46,7 @@ START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py
 
 #: Version control's own files: what the operator's next ``git`` or ``hg`` runs (hooks, ``core.fsmonitor``; a
 #: ``.git`` directory or file nested anywhere makes a repository of its own) and what hides a path from it
-#: (:func:`is_version_control`).
+#: (the access guard's zone ``version control``).
 VERSION_CONTROL_NAMES = frozenset({".git", ".gitignore", ".gitattributes", ".gitmodules", ".hg", ".hgignore"})
 
 #: Set by whoever runs pytest (the lanes): files of the run's own that it writes into the checkout while
@@ -183,12 +183,13 @@ class _GitListing:
 
     @classmethod
     def files(cls, root: str, only: list[str] | None, env: Mapping[str, str] | None,
-              *which: str) -> _GitListing:
-        """``git ls-files -z WHICH --exclude-standard [-- ONLY]`` (``--cached``, ``--others``)."""
+              *which: str, empty_ok: bool | None = None) -> _GitListing:
+        """``git ls-files -z WHICH --exclude-standard [-- ONLY]`` (``--cached``, ``--others``); an empty
+        listing is a view unless ``--cached`` is asked for (``empty_ok`` decides where given)."""
         args = ["ls-files", "-z", *which, "--exclude-standard"]
         if only is not None:
             args += ["--", *(f":(literal){name}" for name in only)]
-        return cls(root, args, env, empty_ok="--cached" not in which)
+        return cls(root, args, env, empty_ok="--cached" not in which if empty_ok is None else empty_ok)
 
     def batches(self) -> Iterator[list[str]]:
         proc = self.start()._proc
@@ -324,11 +325,6 @@ def is_start_up_code(name: str) -> bool:
     return name in START_UP_NAMES or name.endswith(START_UP_SUFFIXES)
 
 
-def is_version_control(name: str) -> bool:
-    """Whether a file or directory called ``name`` belongs to version control (:data:`VERSION_CONTROL_NAMES`)."""
-    return name in VERSION_CONTROL_NAMES
-
-
 def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str, str] | None = None) -> list[str]:
     """Those of ``paths`` (relative to ``root``) that :func:`checkout_state` leaves out: in a git work tree
     what git ignores or does not list (a nested repository's files, an empty directory); elsewhere what lies
@@ -336,8 +332,7 @@ def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str,
     paths = list(dict.fromkeys(paths))
     if not paths:
         return []
-    args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *(f":(literal){p}" for p in paths)]
-    listing = _GitListing(os.fspath(root), args, env, empty_ok=True)
+    listing = _GitListing.files(os.fspath(root), paths, env, "--cached", "--others", empty_ok=True)
     listed = {name.rstrip("/") for batch in listing.batches() for name in batch}
     if listing.ok:
         return [p for p in paths if p not in listed and not any(n.startswith(p + "/") for n in listed)]
