@@ -28,7 +28,7 @@ from tests.helpers import PYTEST
 
 OWNER = "tests/test_scenario.py::test_operator_state"
 GUARDED = """
-import json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading
+import json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading, types
 from dataclasses import asdict
 from pathlib import Path
 from canarchy.testing.isolation import access, tempbase
@@ -54,6 +54,15 @@ def attempt(name, action):
         outcomes[name] = f"error: {{type(error).__name__}}: {{error}}"
     else:
         outcomes[name] = "allowed"
+
+def forged_rmtree(top, target):
+    # shutil.rmtree's own code with its helper replaced: the helper gets a descriptor of the top
+    helper = lambda fd, *rest: os.remove(os.path.relpath(target, top), dir_fd=fd)
+    forged = types.FunctionType(shutil.rmtree.__code__, dict(vars(shutil), _rmtree_safe_fd=helper), "rmtree",
+                                shutil.rmtree.__defaults__)
+    forged.__kwdefaults__ = shutil.rmtree.__kwdefaults__
+    os.makedirs(top, exist_ok=True)
+    forged(top)
 
 def bind_in(directory, name):
     # a relative address: CPython refuses an AF_UNIX path over 107 bytes before the audit event
@@ -134,6 +143,8 @@ READS = {
     "subprocess cwd": "subprocess.run([sys.executable, '-c', 'pass'], cwd=STATE)",
     "archive a tree": "shutil.make_archive(str(work / 'state-archive'), 'zip', root_dir=STATE)",
     "unpack an archive from": "shutil.unpack_archive(STATE / 'backup.zip', work / 'unpacked', 'zip')",
+    "os.open under a descriptor of another directory": "os.close(os.open(os.path.relpath(STATE / 'config.toml', "
+                                                       "work), os.O_RDONLY, dir_fd=os.open(work, os.O_RDONLY)))",
 }
 WRITES = {
     "open for writing": "open(STATE / 'config.toml', 'w').close()",
@@ -177,6 +188,10 @@ WRITES = {
     "rename within the home (read-only)": "os.rename(home / 'notes.txt', work / 'notes.txt')",
     "rmtree of the home (state below)": "shutil.rmtree(home)",
     "rmtree of the home's parent": "shutil.rmtree(home.parent)",
+    "remove under a descriptor of another directory": "os.remove(os.path.relpath(STATE / 'config.toml', work), "
+                                                      "dir_fd=os.open(work, os.O_RDONLY))",
+    "chmod of a descriptor": "os.chmod(os.open(home / 'notes.txt', os.O_RDONLY), 0o600)",
+    "rmtree's code with its helper replaced": "forged_rmtree(work / 'forged', STATE / 'config.toml')",
 }
 
 

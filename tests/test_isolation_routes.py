@@ -518,6 +518,23 @@ BYTECODE = {
             fd = os.open(package(request), os.O_RDONLY)
             os.close(os.open("opened.py", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
 
+        def test_climbs_out_of_its_own_directory_by_descriptor(request, tmp_path):
+            fd = os.open(tmp_path, os.O_RDONLY)  # its own: allowed; '..' under it reaches the checkout
+            os.close(os.open(os.path.relpath(package(request) / ".gitignore", tmp_path), os.O_WRONLY | os.O_CREAT,
+                             dir_fd=fd))
+
+        def prepared(tmp_path, name, content):
+            (tmp_path / "prepared" / "inner").mkdir(parents=True)
+            (tmp_path / "prepared" / "decoy.txt").write_text("git shows this one")
+            (tmp_path / "prepared" / "inner" / name).write_bytes(content)
+            return tmp_path / "prepared"
+
+        def test_moves_in_a_directory_holding_a_gitignore(request, tmp_path):
+            os.rename(prepared(tmp_path, ".gitignore", b"*\\n"), package(request) / "moved-vc")
+
+        def test_moves_in_a_directory_holding_an_ignored_module(request, tmp_path):
+            os.rename(prepared(tmp_path, "imported.so", b"ELF"), package(request) / "moved")
+
         def test_walks_the_checkout_by_descriptor(request):
             for _top, _dirs, _files, fd in os.fwalk(package(request)):
                 os.close(os.open("walked.py", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
@@ -913,7 +930,11 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
      "a descriptor of a directory where writes are judged", "opened.py"),
     ("test_walks_the_checkout_by_descriptor", "open a descriptor of the directory",
      "a descriptor of a directory where writes are judged", "walked.py"),
-], ids=["gitignore", "nested-git", "dir-fd", "fwalk"])
+    ("test_climbs_out_of_its_own_directory_by_descriptor", "open for writing", "version control's own files",
+     ".gitignore"),
+    ("test_moves_in_a_directory_holding_a_gitignore", "rename to", "version control's own files",
+     "moved-vc"),
+], ids=["gitignore", "nested-git", "dir-fd", "fwalk", "dir-fd-climbing", "moved-in"])
 def test_what_would_hide_a_write_from_git_or_the_guard_is_refused_at_the_moment(bytecode, test, operation, words,
                                                                                  planted):
     """A ``.gitignore`` or a ``.git`` of its own hides what a test plants from git and so from the sentinel (and
@@ -933,6 +954,8 @@ def test_a_write_left_where_git_does_not_show_it_fails_its_test(bytecode):
     assert "error" in run.outcomes(test), run.output  # its call passed; its teardown fails it
     assert f"test_hiding.py::{test} left in the checkout, where git does not show it" in run.messages(test)
     assert "bcpkg/imported.so" in run.messages(test), run.messages(test)
+    test = "test_moves_in_a_directory_holding_an_ignored_module"  # beside a file git shows
+    assert "error" in run.outcomes(test) and "bcpkg/moved/inner/imported.so" in run.messages(test), run.output
     for test in ("test_writes_an_ignored_file_and_removes_it", "test_walks_and_removes_a_tree_of_its_own",
                  "test_writes_hypothesis_s_database_in_the_rootdir"):  # a tool's cache, not a leftover
         assert run.outcomes(test) == {"passed"}, run.messages(test)
@@ -961,21 +984,68 @@ def test_byte_code_compiled_by_a_replaced_compiler_is_removed_and_named(bytecode
     assert not list((run.home.parent / "project").glob("bcpkg/__pycache__/tampered.*"))
 
 
-def test_a_write_at_interpreter_exit_is_refused_too(tmp_path):
-    """pytest has returned, but the process has not ended: an atexit handler a test registered, or
-    a daemon thread, still meets the access guard (with the containment off, nothing else stops it)."""
-    run = run_child(tmp_path, {"test_late.py": """
+def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
+    """The sentinel's last look is at the end of pytest's work, not in an atexit handler (which a test can
+    clear, and before which others run). After it the guard stays on, and the first access that would
+    change what it saw ends the process with exit code 1, named: a read of the operator's state (caught or
+    not), a write into the checkout git does not ignore, a process started; a write git ignores passes.
+    (An ``os._exit`` with another status: the cut-short test.)"""
+    home = run_child(tmp_path / "home", {"test_late.py": """
         import atexit, os
         from pathlib import Path
 
         def test_registers_a_late_write():
             target = Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "written-at-exit"
             atexit.register(lambda: target.write_text("late"))
-    """}, "-o", "canarchy_containment=false", env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
-    assert run.outcomes("test_registers_a_late_write") == {"passed"}, run.output
-    assert "after the session: an atexit handler" in run.output and "Refused" in run.output, run.output
-    assert not (run.home / ".canarchy" / "written-at-exit").exists()
-    assert run.returncode == 1 and "canarchy isolation sentinel, after the session" in run.output, run.output
+
+        def _swallowed():
+            try:
+                (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
+            except Exception:
+                pass
+
+        def test_registers_a_hidden_read():  # registered last: runs first
+            atexit.register(_swallowed)
+    """}, "-o", "canarchy_containment=false", env={"CHILD_OPERATOR_HOME": str(tmp_path / "home" / "operator-home")})
+    assert home.outcomes("test_registers_a_hidden_read") == {"passed"}, home.output
+    late = home.output[home.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
+    assert "<after the session: an atexit handler" in late and "tried to open for reading" in late, late
+    assert home.returncode == 1 and not (home.home / ".canarchy" / "written-at-exit").exists(), home.output
+
+    project = tmp_path / "checkout" / "project"
+    project.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".gitignore").write_text("*.data\n")
+    checkout = run_child(tmp_path / "checkout", {"test_late.py": """
+        import logging, os
+
+        class WritesWhenClosed(logging.Handler):  # logging.shutdown closes it after every other atexit handler
+            def emit(self, record):
+                pass
+
+            def close(self):
+                open(os.path.join(os.environ["CHILD_ROOT"], "coverage.data"), "w").close()  # ignored: passes
+                open(os.path.join(os.environ["CHILD_ROOT"], "LATE_NOTES.txt"), "w").close()
+                super().close()
+
+        def test_leaves_a_logging_handler():  # logging's atexit handler was registered before the plugin's start
+            logging.getLogger("late").addHandler(WritesWhenClosed())
+    """}, env={"CHILD_ROOT": str(project)})
+    assert checkout.outcomes("test_leaves_a_logging_handler") == {"passed"}, checkout.output
+    assert "canarchy isolation sentinel, after the session (after its last" in checkout.output, checkout.output
+    late = checkout.output[checkout.output.index("canarchy isolation sentinel, after the session (after its last"):]
+    assert "changed the checkout" in late and "LATE_NOTES.txt" in late and checkout.returncode == 1, late
+    assert (project / "coverage.data").exists() and not (project / "LATE_NOTES.txt").exists(), checkout.output
+
+    shell = run_child(tmp_path / "shell", {"test_late.py": """
+        import atexit, os, subprocess
+
+        def test_registers_a_shell_at_exit():  # the reaper ran at the last look: this one would outlive it
+            atexit.register(subprocess.run, ["sh", "-c", f"echo late > {os.environ['CHILD_FILE']}"])
+    """}, env={"CHILD_FILE": str(tmp_path / "shell" / "project" / "LATE_FROM_A_SHELL")})
+    late = shell.output[shell.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
+    assert "tried to start a process" in late and "LATE_FROM_A_SHELL" in late and shell.returncode == 1, late
+    assert not (tmp_path / "shell" / "project" / "LATE_FROM_A_SHELL").exists()
 
 
 def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path):
@@ -992,14 +1062,14 @@ def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path)
 
         def test_after_it():
             import atexit
-            atexit.register(os._exit, 0)  # runs before the sentinel's last look (registered later)
+            atexit.register(os._exit, 0)  # after the sentinel's last look: pytest's exit status stands
     """})
     assert replaced.outcomes("test_replaces_pytest") == {"error"}, replaced.output
     assert "test_exec.py::test_replaces_pytest tried to replace the pytest process with '/bin/true'" in \
         replaced.messages("test_replaces_pytest")
     assert replaced.outcomes("test_after_it") == {"passed"}, replaced.output
-    assert replaced.returncode == 1 and "os._exit(0) called by <after the session: an atexit handler" in \
-        replaced.output, replaced.output
+    assert replaced.returncode == 1 and "tried to call 'os._exit(0)' after the sentinel's last look" in \
+        replaced.output and "<after the session: an atexit handler" in replaced.output, replaced.output
     run = run_child(tmp_path / "exit", {"test_cut.py": """
         import os
         from pathlib import Path
@@ -1018,25 +1088,12 @@ def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path)
     assert "test_c_never_runs" not in run.output
 
 
-def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_path):
-    """An atexit handler that swallows its refusal, and one that writes into the checkout after the
-    sentinel's look at the session's end: the sentinel looks once more, last, and the process exits 1."""
+def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_path):
+    """Processes a test detached, dressed up or chained: the sentinel's last look stops each (pytest is
+    their subreaper), names it, and the process exits 1."""
     run = run_child(tmp_path, {"test_late.py": """
         import atexit, os
         from pathlib import Path
-
-        def _swallowed():
-            try:
-                (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy" / "config.toml").read_text()
-            except Exception:
-                pass
-
-        def test_registers_a_hidden_read():
-            atexit.register(_swallowed)
-
-        def test_registers_a_write_into_the_checkout():
-            atexit.register(lambda root=os.path.abspath(os.environ["CHILD_ROOT"]): open(
-                os.path.join(root, "PLANTED_AT_EXIT"), "w").close())
 
         def test_detaches_a_process_that_writes_the_checkout_later():
             import subprocess
@@ -1073,11 +1130,8 @@ def test_what_runs_after_the_session_fails_the_process_even_when_it_hides(tmp_pa
     alive = [pid for pid in (detached, innermost, fake) if os.path.exists(f"/proc/{pid}")]
     for pid in alive:
         os.kill(pid, 9)
-    assert run.outcomes("test_registers_a_hidden_read") == {"passed"}, run.output
     assert run.returncode == 1, run.output
     after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
-    assert "after the session: an atexit handler" in after and "tried to open for reading" in after, after
-    assert "changed the checkout" in after and "PLANTED_AT_EXIT" in after, after
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted

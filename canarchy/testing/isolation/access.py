@@ -28,6 +28,13 @@ from canarchy.testing.isolation.events import (
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
+try:
+    import fcntl
+except ImportError:  # Windows: no dir_fd there
+    fcntl = None  # type: ignore[assignment]
+
+_F_GETPATH = getattr(fcntl, "F_GETPATH", None) if fcntl is not None else None  # macOS
+
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
 
@@ -40,6 +47,8 @@ FIXES = (
 # The file system calls the guard makes itself, bound once: a test that patches os.scandir or
 # os.lstat (to count calls) sees only its own, and cannot steer the guard.
 _scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
+_readlink, _stat, _listdir = os.readlink, os.stat, os.listdir
+_FD_DIR = "/proc/self/fd"  # Linux: each open descriptor as a link to what it names
 _WINDOWS = os.name == "nt"
 _SEP = os.sep
 _FOLD_CASE = sys.platform in ("win32", "darwin")  # file systems that ignore case by default
@@ -61,8 +70,8 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"`` or ``"watched"``), the protected ``tree`` (or file) it fell in,
-    and the pid."""
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"late"`` or ``"watched"``), the protected ``tree`` (or
+    file) it fell in, and the pid."""
 
     owner: str
     operation: str
@@ -83,6 +92,9 @@ class Access:
             return (f"canarchy test isolation: {self.owner} changed the checkout{where}: {self.operation} "
                     f"{self.path!r} (resolved: {self.resolved}, under {self.tree}). "
                     "Tests work on copies (tmp_path), never on the working tree.")
+        if self.zone == "late":
+            return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
+                    f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
         what = {"refused": "the environment the operator started this process or one above it with"
                 if self.tree.startswith("/proc/") else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
@@ -128,6 +140,9 @@ class AccessGuard:
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
+        #: After the sentinel's last look: called with every access recorded from then on, before it is
+        #: recorded (the plugin's ends the process when the access would change what the look saw).
+        self.late: Callable[[Access], None] | None = None
 
     # -- configuration -----------------------------------------------------------
     def configure(self, protection: Protection) -> Protection:
@@ -153,6 +168,10 @@ class AccessGuard:
         document = {f.name: list(getattr(self.protection, f.name)) for f in fields(Protection)}
         document["report_dir"] = str(self.report_dir) if self.report_dir is not None else None
         return {ENVIRONMENT_VARIABLE: json.dumps(document)}
+
+    def busy(self) -> bool:
+        """Whether this thread is inside the guard's own work (judging, or :meth:`exempt`)."""
+        return getattr(self._local, "busy", False)
 
     @contextlib.contextmanager
     def exempt(self) -> Iterator[None]:
@@ -243,8 +262,13 @@ class AccessGuard:
             # nor can O_TMPFILE (an unnamed file)
             dir_fd = args[1] is None and args[2].__class__ is int and (
                 not O_TMPFILE or args[2] & O_TMPFILE != O_TMPFILE)
-            self._judge(args[0], None, "open for writing" if write else "open for reading",
-                        (OPEN if dir_fd else 0) | (WRITE if write else READ))
+            operation, flags = "open for writing" if write else "open for reading", (OPEN if dir_fd else 0) | (
+                WRITE if write else READ)
+            self._judge(args[0], None, operation, flags)
+            if args[1] is None and (text := path_text(args[0])) and not os.path.isabs(text):
+                # os.open: the event carries no dir_fd, so the name is judged under every directory open here
+                for base in _directory_descriptors():
+                    self._judge(os.path.join(base, text), None, operation, flags)
             return
         spec = SPECS.get(event)
         if spec is None:
@@ -253,16 +277,50 @@ class AccessGuard:
             return
         for index, dir_fd_index, operation, flags in spec:
             self._judge(args[index], None if dir_fd_index is None else args[dir_fd_index], operation, flags)
+        if event == "os.rename":
+            self._moved_tree(args)
+
+    def _moved_tree(self, args: tuple) -> None:
+        """``os.rename`` (source, destination, their dir_fds) of a directory into a watched or read-only tree:
+        each name under it is judged at its new place (the rename judged the top only; a ``.gitignore``,
+        a start-up name or an ignored module inside would pass unjudged, and unrecorded)."""
+        source, target = self._absolute(args[0], args[2]), self._absolute(args[1], args[3])
+        if source is None or target is None or not _isdir(source) or os.path.islink(source):
+            return
+        if self._zones.verdict(self._resolve(target, False), True, False) is None:
+            return
+        for top, dirs, files in os.walk(source):
+            for name in dirs + files:
+                moved = os.path.join(target, os.path.relpath(os.path.join(top, name), source))
+                self._judge(moved, None, "rename to", WRITE | NOFOLLOW)
+
+    @staticmethod
+    def _absolute(value: Any, dir_fd: Any) -> str | None:
+        """A path argument made absolute (under its ``dir_fd`` or the working directory), or None."""
+        text = path_text(value)
+        if text is None or os.path.isabs(text):
+            return text
+        base = _descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else _getcwd()
+        return None if base is None else os.path.join(base, text)
 
     # radon D by design: the audit hook's per-event path, one function to spare calls (docs/benchmarks.md, 5)
     def _judge(self, value: Any, dir_fd: Any, operation: str, flags: int) -> None:
         text = value if value.__class__ is str else path_text(value)
         if text is None:
-            if value is not None or not flags & NONE_IS_CWD:
-                return  # a file descriptor: nothing to judge
-            text = os.curdir
+            if value.__class__ is int and flags & WRITE:  # os.chmod(fd), os.utime(fd): what it names now
+                text = _descriptor_path(value)
+                flags |= NOFOLLOW
+                if text is None:
+                    return
+            elif value is not None or not flags & NONE_IS_CWD:
+                return  # a descriptor read from: opening it was judged
+            else:
+                text = os.curdir
         if dir_fd is not None and dir_fd.__class__ is int and dir_fd >= 0 and not os.path.isabs(text):
-            return  # relative to a directory descriptor: cannot be judged
+            base = _descriptor_path(dir_fd)  # relative to a directory descriptor: under what it names now
+            if base is None:
+                return
+            text = os.path.join(base, text)
         resolved = None if flags & NOFOLLOW else self._dirs.get(text)  # a directory judged before
         if resolved is None:
             try:
@@ -311,6 +369,8 @@ class AccessGuard:
         self._refuse_or_record(access)
 
     def _refuse_or_record(self, access: Access) -> None:
+        if self.late is not None:
+            self.late(access)
         self._record(access)
         if access.refused:
             raise OperatorStateRefused(access.message())
@@ -371,6 +431,35 @@ class AccessGuard:
             self._links.clear()
         links = self._links[directory] = frozenset(names)
         return links
+
+
+def _descriptor_path(fd: int) -> str | None:
+    """The absolute path descriptor ``fd`` names now (Linux ``/proc/self/fd``, macOS ``F_GETPATH``), or None."""
+    try:
+        if _F_GETPATH is not None:
+            return os.fsdecode(fcntl.fcntl(fd, _F_GETPATH, bytes(1024)).rstrip(b"\0"))
+        path = _readlink(f"{_FD_DIR}/{fd}")
+    except (OSError, ValueError):
+        return None
+    return path if path[:1] == _SEP else None  # "socket:[...]", "anon_inode:..." name no path
+
+
+def _directory_descriptors() -> list[str]:
+    """The paths of the directories this process holds open descriptors of (Linux; elsewhere none)."""
+    try:
+        names = _listdir(_FD_DIR)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        link = f"{_FD_DIR}/{name}"
+        try:
+            if stat.S_ISDIR(_stat(link).st_mode) and (path := _readlink(link))[:1] == _SEP and (
+                    not path.startswith("/proc/")):  # the listing's own descriptor
+                found.append(path)
+        except OSError:
+            continue
+    return found
 
 
 GUARD = AccessGuard()

@@ -86,16 +86,22 @@ def pytest_configure_node(node) -> None:
     node.workerinput["canarchy_operator_env"] = node.config.stash[_RUN].sandbox.operator_env
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """The end of pytest's work. When pytest is the program, the sentinel's last look, then the guard
+    stays on until the process ends, and what would still change anything ends it (:func:`_after_the_verdict`)."""
     run = config.stash.get(_RUN, None)
     if run is None:
         return
-    if _the_process_ends_with(config):  # what runs until the interpreter exits is still refused
+    if _the_process_ends_with(config):
         _guard.GUARD.owner = _access.GUARD.owner = _AT_EXIT
         _guard.GUARD.report_dir = _access.GUARD.report_dir = None
         run.sandbox.cleanup()
         _ACTIVE.clear()
-        run.at_exit = functools.partial(_after_the_session, run, config)
+        look, run.last_look = run.last_look, None
+        if look is not None:
+            look()  # exits 1 when it finds anything
+        _access.GUARD.late = functools.partial(_after_the_verdict, run, config)
         return
     _guard.GUARD.enabled = False
     _guard.GUARD.report_dir = None
@@ -337,18 +343,17 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
 
 
 def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None = None) -> None:
-    """The sentinel's last look, when pytest is the program, after every atexit handler a conftest or
-    a test registered: what they (or a thread still running) had refused, or changed since the
-    session's end, is printed and fails the process. pytest's exit code is decided by then;
-    ``os._exit`` is the one way to change it (the handlers registered before this one do not run).
-    ``cut_short``: the look taken early, because something called ``os._exit`` before the run ended."""
+    """The sentinel's last look, when pytest is the program, at the end of ``pytest_unconfigure``: the
+    processes left running are stopped, and what was refused or changed since the session's end is
+    printed and ends the process with exit code 1. ``cut_short``: the look taken early, because something
+    called ``os._exit`` before the run ended."""
     lines = [cut_short] if cut_short else []
     lines += [f"left running after the session, stopped now: {line}"
               for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
     lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
     lines += _changes(run, config, "the run, until it was cut short," if cut_short else
-                      "after the session, an atexit handler, a thread or a process left running")
+                      "after the session, a plugin, a thread or a process left running")
     if not lines:
         return
     sys.stdout.flush()
@@ -360,6 +365,19 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     sys.stderr.flush()
     run.sandbox.cleanup()
     _REAL_EXIT(run.exit_status or 1)
+
+
+def _after_the_verdict(run: _Run, config: pytest.Config, access: _access.Access) -> None:
+    """``GUARD.late`` after the last look: an access that would change what the look saw (a refusal, a
+    process started, an ``os._exit`` with another status, a write into the checkout git does not ignore)
+    ends the process at once with exit code 1, named. A write git ignores (a coverage data file) passes."""
+    if access.zone == "watched" and _tree.ignored(config.rootpath, access.resolved, run.sandbox.operator_env):
+        return
+    sys.stdout.flush()
+    sys.stderr.write(f"\ncanarchy isolation sentinel, after the session (after its last look):\n{access.message()}\n"
+                     "the run fails (exit code 1)\n")
+    sys.stderr.flush()
+    _REAL_EXIT(1)
 
 
 def _multiprocessing_helpers() -> set[int]:

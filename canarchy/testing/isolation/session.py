@@ -94,7 +94,6 @@ class _Run:
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
     finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
-    at_exit: Callable[[], None] | None = None  # the sentinel's last look, when pytest is the program
     last_look: Callable[[str], None] | None = None  # that look with a reason, for an os._exit before the end
     exit_status: int = 0  # the session's, as the sentinel left it
 
@@ -292,27 +291,44 @@ _REAL_EXIT = os._exit
 
 def _guard_the_exit(run: _Run) -> None:
     """When pytest is the program, nothing in its process ends it before the sentinel's last look with a
-    status of its own choosing: ``os._exit`` (a test's, an atexit handler's) takes that look first
-    (``run.last_look``, which fails the run), and ``os.exec*`` of this process is refused."""
+    status of its own choosing: ``os._exit`` (a test's, a thread's) takes that look first (``run.last_look``,
+    which fails the run), and ``os.exec*`` of this process is refused. After the look (``GUARD.late`` set),
+    ``os._exit`` with another status than pytest's, and the start of a process, go to ``GUARD.late``."""
     pid = os.getpid()
+    guard = _access.GUARD
 
     def _exit(status: int) -> None:
         if os.getpid() == pid and run.last_look is not None:
-            look, run.last_look, run.at_exit = run.last_look, None, None
+            look, run.last_look = run.last_look, None
             try:
-                look(f"os._exit({status!r}) called by {_access.GUARD.owner} before the run had ended")
+                look(f"os._exit({status!r}) called by {guard.owner} before the run had ended")
             finally:
                 _REAL_EXIT(status or 1)  # the look exits itself; this only when it raised
+        if os.getpid() == pid and guard.late is not None and status != run.exit_status:
+            call = f"os._exit({status!r})"
+            guard.late(_access.Access(guard.owner, "call", call, call, "late",
+                                      f"the run's exit status is pytest's, {run.exit_status}", pid))
         _REAL_EXIT(status)
 
     def _exec(args: tuple) -> None:
         if os.getpid() == pid:
             path = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else repr(args[0])
-            _access.GUARD.refuse(_access.Access(_access.GUARD.owner, "replace the pytest process with", path,
-                                                path, "exec", "os.exec*", pid))
+            guard.refuse(_access.Access(guard.owner, "replace the pytest process with", path,
+                                        path, "exec", "os.exec*", pid))
+
+    def _start_late(args: tuple) -> None:  # a process started after the look: the reaper has stopped the others
+        if guard.late is not None and os.getpid() == pid and not guard.busy():
+            what = " ".join(repr(a) for a in args if isinstance(a, (str, bytes, list, tuple)))[:200] or "a fork"
+            guard.late(_access.Access(guard.owner, "start a process", what, what, "late", "", pid))
 
     os._exit = posix._exit = _exit
     _access.observe("os.exec", _exec)
+    for event in _PROCESS_STARTS:
+        _access.observe(event, _start_late)
+
+
+#: The audit events of a new process (CPython 3.11 "Audit events table"); ``os.exec`` replaces this one.
+_PROCESS_STARTS = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty")
 
 
 def _the_process_ends_with(config: pytest.Config) -> bool:
@@ -342,8 +358,6 @@ def _start(config: pytest.Config, where: str) -> None:
                       scan_packages=settings.scan_packages, account_home=account_home)
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
-    # Registered first, so it runs after every atexit handler a conftest or a test registers later.
-    atexit.register(lambda: run.at_exit() if run.at_exit is not None else None)
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run

@@ -340,6 +340,16 @@ def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str,
                                     for part in p.split(os.sep)[:-1])]
 
 
+def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether git ignores ``path`` (under ``root``; it need not exist): False for a tracked path, outside
+    a work tree, or without git."""
+    listing = _GitListing(os.fspath(root), ["check-ignore", "--quiet", "--", os.path.relpath(path, root)], env,
+                          empty_ok=True)
+    for _ in listing.batches():  # --quiet: no output, the exit status says
+        pass
+    return listing.ok
+
+
 def _start_up_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
     """Add to ``out`` what :func:`is_start_up_code` names at the top of ``root`` and of each of
     ``search_dirs`` (relative to it), a directory with all under it, whether git ignores it or not."""
