@@ -440,6 +440,7 @@ BYTECODE = {
     "bcpkg/imported.py": "X = 'source'\n",
     "bcpkg/tampered.py": "X = 'source'\n",
     "bcpkg/childmod.py": "X = 'source'\n",
+    "bcpkg/shellmod.py": "X = 'source'\n",
     "test_bytecode.py": """
         import builtins, importlib.util, marshal, py_compile
         from pathlib import Path
@@ -488,6 +489,17 @@ BYTECODE = {
             metadata = Path(request.config.rootpath) / "shell.egg-info"
             subprocess.run(["sh", "-c", f"mkdir {metadata} && echo '[pytest11]' > {metadata}/entry_points.txt "
                                         f"&& echo x > {metadata.parent}/pprint.pyc"], check=True)
+
+        def test_a_shell_plants_code_the_next_import_of_a_package_runs(request, tmp_path):
+            import importlib.machinery, subprocess
+            source, target = pyc(request, "shellmod")
+            seen = source.stat()  # the header of a valid cache: the next import loads it instead of compiling
+            header = importlib.util.MAGIC_NUMBER + bytes(4) + (seen.st_mtime_ns // 10**9).to_bytes(4, "little") + \
+                seen.st_size.to_bytes(4, "little")
+            (tmp_path / "forged.pyc").write_bytes(header + marshal.dumps(compile("X = 'forged'", str(source), "exec")))
+            extension = source.parent / ("shell_ext" + importlib.machinery.EXTENSION_SUFFIXES[0])
+            subprocess.run(["sh", "-c", f"mkdir -p {target.parent} && cp {tmp_path}/forged.pyc {target} "
+                                        f"&& echo x > {extension}"], check=True)
 
         def test_a_compile_replaced_and_put_back(request):
             real = builtins.compile
@@ -920,6 +932,9 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
     run, _ = bytecode
     assert run.returncode != 0 and "shell.egg-info/entry_points.txt" in run.output, run.output
     assert "added: pprint.pyc" in run.output, run.output  # git ignores *.py[cod]; the next import runs it
+    # in a package: a cache with its source's header (loaded instead of the source) and an extension module
+    assert "added: bcpkg/__pycache__/shellmod." in run.output and "added: bcpkg/shell_ext." in run.output, run.output
+    assert "bcpkg/__pycache__/imported." not in run.output, run.output  # the import system's own: no change
 
 
 @pytest.mark.parametrize("test, operation, words, planted", [

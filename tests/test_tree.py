@@ -200,8 +200,11 @@ def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(t
         m.setattr(builtins, "open", lambda f, *a, **k: opened.append(os.fsdecode(f)) or real_open(f, *a, **k))
         state = tree.checkout_state(repo)
     assert sorted(state) == ["src/m7.py"] and state["src/m7.py"].note == tree.TRACKED
-    # one file stat'ed; one listing, of the top (start-up code is looked for there, ignored or not)
-    assert seen == [str(repo / "src" / "m7.py"), str(repo)] and opened == []
+    # one file stat'ed; one listing, of the top (start-up code is looked for there, ignored or not), and
+    # whether each directory there is a package (where an import would find byte code): nothing listed below
+    probes = sorted(path for path in seen if path.endswith("/__init__.py"))
+    assert [path for path in seen if path not in probes] == [str(repo / "src" / "m7.py"), str(repo)], seen
+    assert probes == [str(repo / "src" / "__init__.py"), str(repo / "venv" / "__init__.py")] and opened == []
 
 
 def test_the_checkout_state_of_an_ignored_directory_or_without_git_is_the_skip_list_walk(tmp_path: Path,

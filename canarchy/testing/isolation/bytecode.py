@@ -64,6 +64,8 @@ def mismatch(path: str, config: Any = None) -> str | None:
     if named is None:
         return "not a byte-code file name the import system writes"
     source, kind, optimize = named
+    if not os.path.exists(source):
+        return None  # no import loads cached byte code without its source
     if data[:4] != _MAGIC:
         return "not this interpreter's byte code"
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
@@ -335,11 +336,25 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
         if run.checkout_before is not None:
             now = _checkout_manifest(run, config.rootpath)
+            _settle_bytecode(run.checkout_before, now, config)
             diff, run.checkout_before = _tree.changes(run.checkout_before, now), now
             if diff:
                 lines.append(f"{who} changed the checkout ({config.rootpath}):")
                 lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
     return lines
+
+
+def _settle_bytecode(before: dict, now: dict, config: pytest.Config) -> None:
+    """Byte code in a ``__pycache__`` that came, changed or went since ``before`` is no change when it is
+    the compilation of its source (the import system's, or pytest's assertion rewrite: every first run
+    writes it); any other is (a shell child's copy, a forged header). Compiles only what changed."""
+    root = str(config.rootpath)
+    for rel in [r for r in before.keys() - now.keys() if r.endswith(".pyc") and "__pycache__/" in r]:
+        del before[rel]
+    for rel, entry in now.items():
+        if before.get(rel) != entry and rel.endswith(".pyc") and "__pycache__/" in rel and (
+                _bytecode.mismatch(os.path.join(root, rel), config) is None):
+            before[rel] = entry
 
 
 def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None = None) -> None:

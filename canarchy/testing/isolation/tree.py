@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib.machinery
 import os
 import stat
 import subprocess
@@ -41,6 +42,8 @@ VENV_MARKER = "pyvenv.cfg"
 #: sourceless byte code (``pprint.pyc`` shadows the standard library's ``pprint``), the ``site``
 #: hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
 START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
+#: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
+IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
 START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
                             "tox.ini", "setup.cfg", "pyproject.toml"})
 
@@ -303,9 +306,9 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     index (``git diff-files``, which compares size, times, inode and mode in C and opens no file),
     noted :data:`TRACKED`, and the untracked files git does not ignore; no directory entries.
     Elsewhere (no git, ``root`` not in a work tree or wholly ignored) :func:`snapshot`'s
-    skip-list walk. In both, whatever :func:`is_start_up_code` names at the top of ``root`` and of
-    ``search_dirs`` (directories under it where a later run looks for code: ``sys.path``'s), ignored by
-    git or not. Two states compare with :func:`changes`; git runs with ``env``."""
+    skip-list walk. In both, what a later run loads unasked or imports (:func:`_loadable_code`) at the top
+    of ``root`` and of ``search_dirs`` (directories under it where a later run looks for code: ``sys.path``'s)
+    and in their packages, ignored by git or not. Two states compare with :func:`changes`; git runs with ``env``."""
     base = os.fspath(root)
     out: dict[str, Entry] = {}
     changed = _GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
@@ -315,7 +318,7 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     if not (ok and (out or _tracks_anything(base, env))):
         out.clear()
         _scan(out, base, "", True)
-    _start_up_code(out, base, search_dirs)
+    _loadable_code(out, base, search_dirs)
     return out
 
 
@@ -350,19 +353,42 @@ def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | No
     return listing.ok
 
 
-def _start_up_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
-    """Add to ``out`` what :func:`is_start_up_code` names at the top of ``root`` and of each of
-    ``search_dirs`` (relative to it), a directory with all under it, whether git ignores it or not."""
-    for top in dict.fromkeys(["", *search_dirs]):
+def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
+    """Add to ``out`` what a later run loads unasked or imports, ignored by git or not: at the top of ``root``
+    and of each of ``search_dirs`` (relative to it), what :func:`is_start_up_code` names, a directory with all
+    under it; there and in every regular package below, what an import runs besides source
+    (:data:`IMPORTABLE_SUFFIXES`: git ignores ``*.py[cod]`` and ``*.so``) and the ``__pycache__``'s byte
+    code. One ``scandir`` per top, package and ``__pycache__``."""
+    tops = list(dict.fromkeys(["", *search_dirs]))
+    pending = [(top, True) for top in reversed(tops)]
+    while pending:
+        rel, top = pending.pop()
         try:
-            with os.scandir(os.path.join(root, top) if top else root) as it:
-                names = [c.name for c in it if is_start_up_code(c.name)]
+            with os.scandir(os.path.join(root, rel) if rel else root) as it:
+                children = list(it)
         except OSError:
             continue
-        for name in names:
-            rel = f"{top}/{name}" if top else name
-            if rel not in out and (entry := _record(out, rel, os.path.join(root, rel))) and entry.kind == "dir":
-                _scan(out, root, rel, False)
+        prefix = rel + "/" if rel else ""
+        for child in children:
+            name, path = child.name, prefix + child.name
+            if (top and is_start_up_code(name)) or name.endswith(IMPORTABLE_SUFFIXES):
+                if path not in out and (entry := _record(out, path, child.path)) and entry.kind == "dir":
+                    _scan(out, root, path, False)
+            elif name == "__pycache__":
+                _cached_code(out, path, child.path)
+            elif name not in SKIPPED_DIRS and child.is_dir(follow_symlinks=False) and os.path.isfile(
+                    os.path.join(child.path, "__init__.py")):
+                pending.append((path, False))
+
+
+def _cached_code(out: dict[str, Entry], rel: str, path: str) -> None:
+    try:
+        with os.scandir(path) as it:
+            for child in it:
+                if child.name.endswith(".pyc"):
+                    _record(out, f"{rel}/{child.name}", child.path)
+    except OSError:
+        pass
 
 
 def _tracks_anything(root: str, env: Mapping[str, str] | None) -> bool:
