@@ -55,6 +55,11 @@ def attempt(name, action):
     else:
         outcomes[name] = "allowed"
 
+def own_descriptor():
+    # a descriptor of a directory of the test's own, holding nothing judged: allowed
+    os.makedirs(work / "own", exist_ok=True)
+    return os.open(work / "own", os.O_RDONLY)
+
 def forged_rmtree(top, target):
     # shutil.rmtree's own code with its helper replaced: the helper gets a descriptor of the top
     helper = lambda fd, *rest: os.remove(os.path.relpath(target, top), dir_fd=fd)
@@ -86,6 +91,7 @@ def make_operator(base: Path) -> tuple[Path, Path]:
     home, work = base / "home", base / "work"
     (home / ".canarchy" / "sub").mkdir(parents=True)
     (home / ".canarchy" / "config.toml").write_text("[transport]\ndefault_interface = 'socketcan'\n")
+    (home / ".canarchy" / "victim.txt").write_text("what a test removes through a descriptor\n")
     (home / ".canrc").write_text("[default]\ninterface = socketcan\n")
     (home / "notes.txt").write_text("the operator's own notes\n")
     (home / "sub").mkdir()
@@ -144,7 +150,7 @@ READS = {
     "archive a tree": "shutil.make_archive(str(work / 'state-archive'), 'zip', root_dir=STATE)",
     "unpack an archive from": "shutil.unpack_archive(STATE / 'backup.zip', work / 'unpacked', 'zip')",
     "os.open under a descriptor of another directory": "os.close(os.open(os.path.relpath(STATE / 'config.toml', "
-                                                       "work), os.O_RDONLY, dir_fd=os.open(work, os.O_RDONLY)))",
+                                                       "work / 'own'), os.O_RDONLY, dir_fd=own_descriptor()))",
 }
 WRITES = {
     "open for writing": "open(STATE / 'config.toml', 'w').close()",
@@ -188,10 +194,10 @@ WRITES = {
     "rename within the home (read-only)": "os.rename(home / 'notes.txt', work / 'notes.txt')",
     "rmtree of the home (state below)": "shutil.rmtree(home)",
     "rmtree of the home's parent": "shutil.rmtree(home.parent)",
-    "remove under a descriptor of another directory": "os.remove(os.path.relpath(STATE / 'config.toml', work), "
-                                                      "dir_fd=os.open(work, os.O_RDONLY))",
+    "remove under a descriptor of another directory": "os.remove(os.path.relpath(STATE / 'victim.txt', "
+                                                      "work / 'own'), dir_fd=own_descriptor())",
     "chmod of a descriptor": "os.chmod(os.open(home / 'notes.txt', os.O_RDONLY), 0o600)",
-    "rmtree's code with its helper replaced": "forged_rmtree(work / 'forged', STATE / 'config.toml')",
+    "rmtree's code with its helper replaced": "forged_rmtree(work / 'forged', STATE / 'victim.txt')",
 }
 
 
