@@ -383,6 +383,28 @@ def test_the_unit_lane_runs_the_suite_in_workers_and_contains_what_it_starts(tmp
     assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
 
 
+FAILING_AND_STRAY = """
+import subprocess
+
+def test_fails():
+    assert 1 == 2
+
+def test_a_shell_leaves_a_file(request):
+    subprocess.run(["sh", "-c", f"echo x > {request.config.rootpath}/stray.txt"], check=True)
+"""
+
+
+def test_the_unit_lane_names_the_sentinel_s_findings_beside_the_failing_tests(tmp_path, capsys):
+    """A run with a failing test whose sentinel also failed it: the lane's summary says both, not the test only."""
+    project = _project(tmp_path / "p", FAILING_AND_STRAY)
+    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"])
+    out = capsys.readouterr().out
+    summary = out[out.index("unit: FAILED"):]
+    assert code == 1 and "and the isolation sentinel failed the run" in summary, out
+    assert "  failing: " in summary and "test_fails" in summary and "  sentinel: " in summary, summary
+    assert "added: stray.txt" in summary and "added: stray.txt" in (project.root / "reports" / "unit.md").read_text()
+
+
 @pytest.mark.parametrize(("available", "unit_default"), [(1, 2), (2, 4), (8, 16)])
 def test_by_default_the_unit_lane_runs_two_workers_per_core_and_each_parity_twin_none(
         monkeypatch, available, unit_default):

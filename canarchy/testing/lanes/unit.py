@@ -75,6 +75,8 @@ def _report(lane: str, project: Project, verdict: Verdict) -> int:
     print(verdict.line())
     for test_id in verdict.failing[:30]:
         print(f"  failing: {test_id}")
+    for line in verdict.sentinel:
+        print(f"  sentinel: {line}")
     return verdict.exit_code
 
 

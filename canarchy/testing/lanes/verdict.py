@@ -28,6 +28,7 @@ class Verdict:
     failing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     report: Report | None = None
+    sentinel: list[str] = field(default_factory=list)  # the isolation sentinel's lines in the run's log
 
     @property
     def exit_code(self) -> int:
@@ -40,6 +41,8 @@ class Verdict:
     def markdown(self) -> str:
         out = [f"# {self.lane}: {self.status}", "", self.detail, ""]
         out.extend(f"- {note}" for note in self.notes)
+        if self.sentinel:
+            out += ["", "## The isolation sentinel", "", "```", *self.sentinel, "```"]
         if self.failing:
             out += ["", f"## Failing ({len(self.failing)})", "",
                     markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
@@ -80,6 +83,31 @@ def failed_beyond_its_tests(run: Run | None, report: Report | None) -> bool:
 
 
 BEYOND_ITS_TESTS = "yet pytest failed the run (see the log: e.g. the isolation sentinel)"
+SENTINEL_MARK = "canarchy isolation sentinel"  # in the heading of each of the sentinel's sections
+SENTINEL_LINES = 20
+
+
+def sentinel_lines(run: Run) -> list[str]:
+    """The isolation sentinel's sections in the run's log (each heading and what follows it, up to the
+    next pytest section), at most :data:`SENTINEL_LINES` lines; [] when it printed none. Read line by line."""
+    found: list[str] = []
+    inside = False
+    try:
+        with open(run.log, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                line = line.rstrip("\n")
+                if SENTINEL_MARK in line:
+                    inside = True
+                elif inside and line.startswith("====="):
+                    inside = False
+                if inside and line.strip():
+                    found.append(line.strip("= ") if SENTINEL_MARK in line else line)
+                    if len(found) >= SENTINEL_LINES:
+                        found.append("... (more in the log)")
+                        break
+    except OSError:
+        return []
+    return found
 
 
 def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = False) -> Verdict:
@@ -91,8 +119,10 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
         return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
     summary = totals_text(report)
     if run.returncode == 1:
-        detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else summary
-        return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", report.failing, notes, report)
+        sentinel = sentinel_lines(run)
+        detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else (
+            f"{summary}, and the isolation sentinel failed the run" if sentinel else summary)
+        return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", report.failing, notes, report, sentinel)
     if all(case.outcome == "skipped" for case in report.cases.values()):
         return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary} {where}", notes=notes, report=report)
     return Verdict(lane, "PASSED", f"{summary} {where}", notes=notes, report=report)
