@@ -254,21 +254,8 @@ class AccessGuard:
 
     # -- the hook's work -----------------------------------------------------------
     def _audit(self, event: str, args: tuple) -> None:
-        if event == "open":  # the most frequent: (path, mode or None, flags)
-            write = args[2] & OPEN_WRITE_FLAGS if args[2].__class__ is int else 0
-            if not write and args[1].__class__ is str and args[1] not in ("r", "rb"):
-                write = any(c in args[1] for c in "wax+")
-            # os.open (mode None) of a directory gives a dir_fd; open() cannot (its opener is audited itself),
-            # nor can O_TMPFILE (an unnamed file)
-            dir_fd = args[1] is None and args[2].__class__ is int and (
-                not O_TMPFILE or args[2] & O_TMPFILE != O_TMPFILE)
-            operation, flags = "open for writing" if write else "open for reading", (OPEN if dir_fd else 0) | (
-                WRITE if write else READ)
-            self._judge(args[0], None, operation, flags)
-            if args[1] is None and (text := path_text(args[0])) and not os.path.isabs(text):
-                # os.open: the event carries no dir_fd, so the name is judged under every directory open here
-                for base in _directory_descriptors():
-                    self._judge(os.path.join(base, text), None, operation, flags)
+        if event == "open":  # the most frequent
+            self._open(args)
             return
         spec = SPECS.get(event)
         if spec is None:
@@ -279,6 +266,24 @@ class AccessGuard:
             self._judge(args[index], None if dir_fd_index is None else args[dir_fd_index], operation, flags)
         if event == "os.rename":
             self._moved_tree(args)
+
+    def _open(self, args: tuple) -> None:
+        """The ``open`` event: (path, mode or None for ``os.open``, flags)."""
+        write = args[2] & OPEN_WRITE_FLAGS if args[2].__class__ is int else 0
+        if not write and args[1].__class__ is str and args[1] not in ("r", "rb"):
+            write = any(c in args[1] for c in "wax+")
+        # os.open (mode None) of a directory gives a dir_fd; open() cannot (its opener is audited itself),
+        # nor can O_TMPFILE (an unnamed file)
+        dir_fd = args[1] is None and args[2].__class__ is int and (not O_TMPFILE or args[2] & O_TMPFILE != O_TMPFILE)
+        if dir_fd:  # the standard library's walkers, their own code run with their own module: not as descriptors
+            caller = sys._getframe(3)  # 3: _open, _audit, the hook, os.open's caller
+            dir_fd = DESCRIPTOR_WALKERS.get(caller.f_code) is not caller.f_globals
+        operation, flags = ("open for writing", WRITE) if write else ("open for reading", READ)
+        self._judge(args[0], None, operation, flags | OPEN if dir_fd else flags)
+        if args[1] is None and (text := path_text(args[0])) and not os.path.isabs(text):
+            # os.open: the event carries no dir_fd, so the name is judged under every directory open here
+            for base in _directory_descriptors():
+                self._judge(os.path.join(base, text), None, operation, flags | OPEN if dir_fd else flags)
 
     def _moved_tree(self, args: tuple) -> None:
         """``os.rename`` (source, destination, their dir_fds) of a directory into a watched or read-only tree:
@@ -331,8 +336,7 @@ class AccessGuard:
             except (OSError, ValueError):
                 return
         zones = self._zones
-        if flags & OPEN and (found := zones.descriptor_verdict(resolved)) is not None and _isdir(resolved) and (
-                sys._getframe(3).f_code not in DESCRIPTOR_WALKERS):  # 3: _judge, _audit, the hook, os.open's caller
+        if flags & OPEN and (found := zones.descriptor_verdict(resolved)) is not None and _isdir(resolved):
             # os.open(dir) for a dir_fd: what is opened through it later is never judged
             self._refuse_or_record(Access(self._owner(), "open a descriptor of the directory", text, resolved,
                                           found[0], found[1], os.getpid()))

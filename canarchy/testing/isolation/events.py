@@ -110,12 +110,13 @@ SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
-#: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``. An ``open`` event carries
-#: no ``dir_fd``: their relative names cannot be resolved, and are not judged as descriptors.
-DESCRIPTOR_WALKERS = frozenset(
-    function.__code__ for function in (getattr(shutil, name, None) for name in (
-        "rmtree", "_rmtree_safe_fd", "_rmtree_safe_fd_step")) if function is not None) | frozenset(
-    {os._fwalk.__code__} if hasattr(os, "_fwalk") else ())
+#: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``: code -> the globals it runs
+#: with (its module's; a function made of that code with other globals is not the walker). An ``open`` event
+#: carries no ``dir_fd``: their opens are not judged as descriptors (what is done under them is, by name).
+DESCRIPTOR_WALKERS: dict[Any, dict] = {
+    function.__code__: vars(module) for module, names in (
+        (shutil, ("rmtree", "_rmtree_safe_fd", "_rmtree_safe_fd_step")), (os, ("_fwalk",)))
+    for function in (getattr(module, name, None) for name in names) if function is not None}
 
 
 def path_text(value: Any) -> str | None:
