@@ -441,6 +441,7 @@ BYTECODE = {
     "bcpkg/tampered.py": "X = 'source'\n",
     "bcpkg/childmod.py": "X = 'source'\n",
     "bcpkg/shellmod.py": "X = 'source'\n",
+    "bcpkg/rewritten.py": "X = 'source'\n",
     "test_bytecode.py": """
         import builtins, importlib.util, marshal, py_compile
         from pathlib import Path
@@ -489,6 +490,20 @@ BYTECODE = {
             metadata = Path(request.config.rootpath) / "shell.egg-info"
             subprocess.run(["sh", "-c", f"mkdir {metadata} && echo '[pytest11]' > {metadata}/entry_points.txt "
                                         f"&& echo x > {metadata.parent}/pprint.pyc"], check=True)
+
+        def test_an_import_caches_byte_code_the_next_test_rewrites(request):
+            import bcpkg.rewritten
+            assert pyc(request, "rewritten")[1].is_file()
+
+        def test_a_shell_rewrites_cached_byte_code_in_place(request, tmp_path):
+            import subprocess
+            source, target = pyc(request, "rewritten")
+            valid = target.read_bytes()
+            forged = valid[:16] + marshal.dumps(compile("X = 'forged'", str(source), "exec"))
+            assert len(forged) == len(valid)  # the same size, and below the same mtime: only the ctime moves
+            (tmp_path / "forged.pyc").write_bytes(forged)
+            subprocess.run(["sh", "-c", f"touch -r {target} {tmp_path}/when && cat {tmp_path}/forged.pyc > {target} "
+                                        f"&& touch -r {tmp_path}/when {target}"], check=True)
 
         def test_a_shell_plants_code_the_next_import_of_a_package_runs(request, tmp_path):
             import importlib.machinery, subprocess
@@ -935,6 +950,8 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
     # in a package: a cache with its source's header (loaded instead of the source) and an extension module
     assert "added: bcpkg/__pycache__/shellmod." in run.output and "added: bcpkg/shell_ext." in run.output, run.output
     assert "bcpkg/__pycache__/imported." not in run.output, run.output  # the import system's own: no change
+    # compared once when an import cached it, then rewritten in place with its size and mtime kept
+    assert "added: bcpkg/__pycache__/rewritten." in run.output, run.output
 
 
 @pytest.mark.parametrize("test, operation, words, planted", [

@@ -52,6 +52,15 @@ def _source_and_kind(path: str) -> tuple[str, str, int] | None:
     return None
 
 
+def signature(st: Any) -> tuple[int, int, int, int]:
+    """What says a byte-code file is still the one compared: ``(size, mtime_ns, ctime_ns, inode)`` of an
+    ``os.stat_result`` or a :class:`~canarchy.testing.isolation.tree.Entry` (a write in place that keeps
+    size and mtime still moves the ctime, which no caller sets)."""
+    if hasattr(st, "st_size"):
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+    return st.size, st.mtime_ns, st.ctime_ns, st.inode
+
+
 def mismatch(path: str, config: Any = None) -> str | None:
     """Why the byte code at ``path`` is not what compiling its source gives (a reason in words),
     or None when it is, or when there is nothing to judge (the file is gone: a temporary name)."""

@@ -31,9 +31,13 @@ def _checked_cache(config: pytest.Config) -> list[str]:
     other is removed and named (a test that changed the import machinery, even if it put it
     back, could have had its own code cached where a later import runs it)."""
     problems = []
+    run = config.stash.get(_RUN, None)
     with _access.GUARD.exempt():
         for path in dict.fromkeys(_access.GUARD.take_cached()):
             why = _bytecode.mismatch(path, config)
+            if not why and run is not None:
+                with contextlib.suppress(OSError):
+                    run.settled_bytecode[path] = _bytecode.signature(os.lstat(path))
             if why:
                 with contextlib.suppress(OSError):
                     os.remove(path)

@@ -336,7 +336,7 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
         if run.checkout_before is not None:
             now = _checkout_manifest(run, config.rootpath)
-            _settle_bytecode(run.checkout_before, now, config)
+            _settle_bytecode(run, run.checkout_before, now, config)
             diff, run.checkout_before = _tree.changes(run.checkout_before, now), now
             if diff:
                 lines.append(f"{who} changed the checkout ({config.rootpath}):")
@@ -344,16 +344,19 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
     return lines
 
 
-def _settle_bytecode(before: dict, now: dict, config: pytest.Config) -> None:
+def _settle_bytecode(run: _Run, before: dict, now: dict, config: pytest.Config) -> None:
     """Byte code in a ``__pycache__`` that came, changed or went since ``before`` is no change when it is
     the compilation of its source (the import system's, or pytest's assertion rewrite: every first run
-    writes it); any other is (a shell child's copy, a forged header). Compiles only what changed."""
-    root = str(config.rootpath)
+    writes it); any other is (a shell child's copy, a forged header). Compiles only what changed, and
+    not what the per-test check already compared and nothing changed since (``run.settled_bytecode``)."""
+    root = os.path.realpath(config.rootpath)
     for rel in [r for r in before.keys() - now.keys() if r.endswith(".pyc") and "__pycache__/" in r]:
         del before[rel]
     for rel, entry in now.items():
-        if before.get(rel) != entry and rel.endswith(".pyc") and "__pycache__/" in rel and (
-                _bytecode.mismatch(os.path.join(root, rel), config) is None):
+        if before.get(rel) == entry or not rel.endswith(".pyc") or "__pycache__/" not in rel:
+            continue
+        path = os.path.join(root, rel)
+        if run.settled_bytecode.get(path) == _bytecode.signature(entry) or _bytecode.mismatch(path, config) is None:
             before[rel] = entry
 
 

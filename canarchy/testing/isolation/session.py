@@ -89,6 +89,7 @@ class _Run:
     checkout_before: dict | None = None
     search_dirs: tuple[str, ...] = ()  # under the checkout, on sys.path at the session's start (the sentinel)
     writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
+    settled_bytecode: dict[str, tuple] = field(default_factory=dict)  # cached byte code compared: path -> signature
     own_outputs: frozenset[str] = frozenset()  # the run's own reports in the checkout: not the sentinel's business
     opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
