@@ -1020,8 +1020,8 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     """The sentinel's last look is at the end of pytest's work, not in an atexit handler (which a test can
     clear, and before which others run). After it the guard stays on, and the first access that would
     change what it saw ends the process with exit code 1, named: a read of the operator's state (caught or
-    not), a write into the checkout git does not ignore, a process started; a write git ignores passes.
-    (An ``os._exit`` with another status: the cut-short test.)"""
+    not), a write into the checkout git does not ignore, a process started, byte code cached; a write git
+    ignores passes. (An ``os._exit`` with another status: the cut-short test.)"""
     home = run_child(tmp_path / "home", {"test_late.py": """
         import atexit, os
         from pathlib import Path
@@ -1078,6 +1078,20 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     late = shell.output[shell.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
     assert "tried to start a process" in late and "LATE_FROM_A_SHELL" in late and shell.returncode == 1, late
     assert not (tmp_path / "shell" / "project" / "LATE_FROM_A_SHELL").exists()
+
+    imported = run_child(tmp_path / "import", {"latemod.py": "X = 1\n", "test_late.py": """
+        import atexit, sys
+
+        def _import_late():  # nothing would compare what it caches with its source any more
+            sys.dont_write_bytecode = False
+            import latemod
+
+        def test_registers_an_import_at_exit():
+            atexit.register(_import_late)
+    """}, env={"PYTHONDONTWRITEBYTECODE": ""})
+    late = imported.output[imported.output.index("canarchy isolation sentinel, after the session (after its last"):]
+    assert "tried to cache byte code at" in late and "latemod." in late and imported.returncode == 1, late
+    assert not list((tmp_path / "import" / "project").glob("__pycache__/latemod.*"))
 
 
 def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path):

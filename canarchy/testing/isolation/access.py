@@ -354,7 +354,11 @@ class AccessGuard:
 
     def _note_cached(self, path: str) -> None:
         """Byte code the import system writes: checked against its source by the plugin's own compiler,
-        in pytest's process (a child reports it there: its import machinery may be a test's)."""
+        in pytest's process (a child reports it there: its import machinery may be a test's). After the
+        sentinel's last look nothing checks it any more: it goes to :attr:`late`."""
+        if self.late is not None:
+            self.late(Access(self._owner(), "cache byte code at", path, path, "late",
+                             "no byte code is cached after it: nothing would compare it with its source", os.getpid()))
         self._cached.append(path)
         if self.report_dir is not None and os.getpid() != self._memory_pid:
             try:

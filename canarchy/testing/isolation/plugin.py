@@ -102,6 +102,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         look, run.last_look = run.last_look, None
         if look is not None:
             look()  # exits 1 when it finds anything
+        sys.dont_write_bytecode = True  # nothing compares byte code with its source from now on
         _access.GUARD.late = functools.partial(_after_the_verdict, run, config)
         return
     _guard.GUARD.enabled = False
