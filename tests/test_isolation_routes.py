@@ -11,6 +11,7 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -1016,6 +1017,24 @@ def test_byte_code_compiled_by_a_replaced_compiler_is_removed_and_named(bytecode
     assert not list((run.home.parent / "project").glob("bcpkg/__pycache__/tampered.*"))
 
 
+LATE_HANDLER = """
+import importlib.machinery, logging, os
+
+class WritesWhenClosed(logging.Handler):  # logging.shutdown closes it after every other atexit handler
+    def emit(self, record):
+        pass
+
+    def close(self):
+        open(os.path.join(os.environ["CHILD_ROOT"], "coverage.data"), "w").close()  # ignored: passes
+        open(os.path.join(os.environ["CHILD_ROOT"], "LATE_NOTES.txt" if os.environ.get("CHILD_VISIBLE") else
+                          "fileio" + importlib.machinery.EXTENSION_SUFFIXES[0]), "w").close()
+        super().close()
+
+def test_leaves_a_logging_handler():  # logging's atexit handler was registered before the plugin's start
+    logging.getLogger("late").addHandler(WritesWhenClosed())
+"""
+
+
 def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     """The sentinel's last look is at the end of pytest's work, not in an atexit handler (which a test can
     clear, and before which others run). After it the guard stays on, and the first access that would
@@ -1047,27 +1066,20 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     project = tmp_path / "checkout" / "project"
     project.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    (project / ".gitignore").write_text("*.data\n")
-    checkout = run_child(tmp_path / "checkout", {"test_late.py": """
-        import logging, os
-
-        class WritesWhenClosed(logging.Handler):  # logging.shutdown closes it after every other atexit handler
-            def emit(self, record):
-                pass
-
-            def close(self):
-                open(os.path.join(os.environ["CHILD_ROOT"], "coverage.data"), "w").close()  # ignored: passes
-                open(os.path.join(os.environ["CHILD_ROOT"], "LATE_NOTES.txt"), "w").close()
-                super().close()
-
-        def test_leaves_a_logging_handler():  # logging's atexit handler was registered before the plugin's start
-            logging.getLogger("late").addHandler(WritesWhenClosed())
-    """}, env={"CHILD_ROOT": str(project)})
+    (project / ".gitignore").write_text("*.data\n*.so\n")
+    checkout = run_child(tmp_path / "checkout", {"test_late.py": LATE_HANDLER}, env={"CHILD_ROOT": str(project),
+                                                                                   "CHILD_VISIBLE": "1"})
     assert checkout.outcomes("test_leaves_a_logging_handler") == {"passed"}, checkout.output
     assert "canarchy isolation sentinel, after the session (after its last" in checkout.output, checkout.output
     late = checkout.output[checkout.output.index("canarchy isolation sentinel, after the session (after its last"):]
     assert "changed the checkout" in late and "LATE_NOTES.txt" in late and checkout.returncode == 1, late
     assert (project / "coverage.data").exists() and not (project / "LATE_NOTES.txt").exists(), checkout.output
+    (project / "coverage.data").unlink()
+    shutil.rmtree(checkout.home)  # the next run's operator home, made anew
+    extension = run_child(tmp_path / "checkout", {"test_late.py": LATE_HANDLER}, env={"CHILD_ROOT": str(project)})
+    late = extension.output[extension.output.index("canarchy isolation sentinel, after the session (after its last"):]
+    assert "changed the checkout" in late and "fileio.cpython" in late and extension.returncode == 1, late  # ignored
+    assert not list(project.glob("fileio.*")), extension.output
 
     shell = run_child(tmp_path / "shell", {"test_late.py": """
         import atexit, os, subprocess

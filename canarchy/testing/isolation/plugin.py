@@ -389,8 +389,10 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
 def _after_the_verdict(run: _Run, config: pytest.Config, access: _access.Access) -> None:
     """``GUARD.late`` after the last look: an access that would change what the look saw (a refusal, a
     process started, an ``os._exit`` with another status, a write into the checkout git does not ignore)
-    ends the process at once with exit code 1, named. A write git ignores (a coverage data file) passes."""
-    if access.zone == "watched" and _tree.ignored(config.rootpath, access.resolved, run.sandbox.operator_env):
+    ends the process at once with exit code 1, named. A write git ignores (a coverage data file) passes, but
+    not of what an import runs (an extension module: git ignores ``*.so``, and one runs ahead of its ``.py``)."""
+    if access.zone == "watched" and not access.resolved.endswith(_tree.IMPORTABLE_SUFFIXES) and _tree.ignored(
+            config.rootpath, access.resolved, run.sandbox.operator_env):
         return
     sys.stdout.flush()
     sys.stderr.write(f"\ncanarchy isolation sentinel, after the session (after its last look):\n{access.message()}\n"
