@@ -198,6 +198,7 @@ WRITES = {
                                                       "work / 'own'), dir_fd=own_descriptor())",
     "chmod of a descriptor": "os.chmod(os.open(home / 'notes.txt', os.O_RDONLY), 0o600)",
     "rmtree's code with its helper replaced": "forged_rmtree(work / 'forged', STATE / 'victim.txt')",
+    "hard link of a home file (written through the new name)": "os.link(home / 'notes.txt', work / 'notes-alias')",
 }
 
 
@@ -576,3 +577,47 @@ def test_the_benchmarks_per_call_figures_come_from_a_configured_guard():
 def test_the_benchmark_counts_the_events_of_a_test():
     events = access_bench.count_events(tests=3)
     assert events["judged"] >= 1 and events["other"] >= 1  # the plugin lists and changes directories per test
+
+
+def test_a_writable_tree_in_the_checkout_s_version_control_is_no_exception(tmp_path):
+    """``-o cache_dir=.git`` (or a ``--basetemp`` there) would make ``.git/config`` writable; a cache directory
+    elsewhere in the checkout stays writable, its own ``.gitignore`` included."""
+    root = tmp_path / "checkout"
+    zones = protection.Zones(protection.Protection(
+        watched=(str(root),), writable=(str(root / ".git"), str(root / ".git" / "bt"), str(root / ".cache"))))
+    assert zones.verdict(str(root / ".git" / "config"), True, False) == ("version control", str(root))
+    assert zones.verdict(str(root / ".git" / "bt" / "x"), True, False) == ("version control", str(root))
+    assert zones.verdict(str(root / ".cache" / ".gitignore"), True, False) is None
+    assert zones.verdict(str(root / "notes.txt"), True, False) == ("watched", str(root))
+
+
+C_OPENERS = """
+import readline
+con = sqlite3.connect(":memory:")
+con.execute("CREATE TABLE t(x)")
+attempt("attach", lambda: con.execute(f"ATTACH '{STATE / 'captures.db'}' AS a"))
+attempt("vacuum into", lambda: con.execute(f"VACUUM INTO '{home / 'copy.db'}'"))
+attempt("attach in the work tree", lambda: con.execute(f"ATTACH '{work / 'own.db'}' AS b"))
+attempt("read history", lambda: readline.read_history_file(str(STATE / 'config.toml')))
+attempt("append history", lambda: readline.append_history_file(1, str(home / 'notes.txt')))
+attempt("read an init file", lambda: readline.read_init_file(str(home / '.canrc')))
+"""
+
+
+def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
+    """SQLite's ATTACH and VACUUM INTO (from a ``:memory:`` connection) and readline's history and init files
+    open paths in C with no audit event of CPython's: the guard raises one first, so each is refused (SQLite
+    reports it as "not authorized") and recorded, and nothing is read or written."""
+    home, work = make_operator(tmp_path)
+    before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    report = run_guarded(C_OPENERS, home, work)
+    outcomes = report["outcomes"]
+    assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
+        "error: DatabaseError"), outcomes
+    assert outcomes["attach in the work tree"] == "allowed", outcomes
+    for name in ("read history", "append history", "read an init file"):
+        assert outcomes[name].startswith("refused: "), outcomes
+    recorded = [(r["operation"], r["path"]) for r in report["refusals"]]
+    assert ("attach the database", str(home / ".canarchy" / "captures.db")) in recorded, recorded
+    assert ("attach the database", str(home / "copy.db")) in recorded, recorded
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before

@@ -773,6 +773,45 @@ def test_markers_added_after_collection_change_nothing_and_are_named(routes):
         run.messages("test_marked_after_collection")
 
 
+def test_a_hook_that_marks_tests_after_others_gets_no_opt_out(tmp_path):
+    """A conftest's ``trylast`` hook marks a test before the plugin deselects it (its hook runs last of all);
+    a hook wrapper that marks one after every hook changes nothing, and the test is named."""
+    run = run_child(tmp_path, {"conftest.py": """
+        import pytest
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                if item.name == "test_marked_last":
+                    item.add_marker("integration")
+
+        class AfterEveryHook:
+            @pytest.hookimpl(hookwrapper=True)
+            def pytest_collection_modifyitems(self, items):
+                yield
+                for item in items:
+                    if item.name == "test_marked_after_every_hook":
+                        item.add_marker("real_home")
+
+        def pytest_configure(config):
+            config.pluginmanager.register(AfterEveryHook())
+    """, "test_marked.py": """
+        from pathlib import Path
+
+        def test_marked_last():
+            (Path.home() / "marked-last").write_text("ran with the operator's home")
+
+        def test_marked_after_every_hook():
+            (Path.home() / "marked-after").write_text("ran with the operator's home")
+    """})
+    assert "test_marked_last" not in run.results, run.output  # deselected: a plain run asks for no opt-out
+    assert run.outcomes("test_marked_after_every_hook") == {"error"}, run.output
+    assert "opt-out markers of test_marked.py::test_marked_after_every_hook changed after collection" in \
+        run.messages("test_marked_after_every_hook")
+    assert not list(run.home.glob("marked-*")), run.output
+
+
 def test_a_descriptor_of_a_directory_holding_the_operator_s_state_is_refused(routes):
     run, _ = routes
     assert_refused(run, "test_tamper.py", "test_opens_a_descriptor_of_the_home", "open a descriptor of the directory")

@@ -43,6 +43,11 @@ def make_repo(root: Path, files: dict[str, str], gitignore: str = "") -> Path:
     return root
 
 
+def work_tree(state: dict) -> dict:
+    """A checkout state without git's own entries (``.git:HEAD``, ``.git:staged/...``, ``.git/config``, hooks)."""
+    return {path: entry for path, entry in state.items() if not path.startswith(".git")}
+
+
 def settle() -> None:
     """Let the kernel's file-time clock move on: before Linux 6.13, ctime is stamped from a
     clock that advances once per tick, so a write in the tick a file was made in could keep
@@ -164,7 +169,8 @@ def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout:
     metadata with the index), so a change to it shows up as a new entry against the index."""
     before = tree.checkout_state(checkout)
     if (checkout / ".git").exists():
-        assert before == {}, before  # a clean checkout: nothing to record
+        assert work_tree(before) == {}, before  # a clean checkout: nothing of the work tree to record
+        assert before[".git:HEAD"].target and ".git/config" in before and ".git/hooks" in before, before
     (checkout / "dirty.txt").write_text("untracked before the run\n")
     before = tree.checkout_state(checkout)
     assert tree.changes(before, tree.checkout_state(checkout)) == []
@@ -199,11 +205,14 @@ def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(t
         real_open = builtins.open
         m.setattr(builtins, "open", lambda f, *a, **k: opened.append(os.fsdecode(f)) or real_open(f, *a, **k))
         state = tree.checkout_state(repo)
-    assert sorted(state) == ["src/m7.py"] and state["src/m7.py"].note == tree.TRACKED
+    assert sorted(work_tree(state)) == ["src/m7.py"] and state["src/m7.py"].note == tree.TRACKED
     # one file stat'ed; one listing, of the top (start-up code is looked for there, ignored or not), and
-    # whether each directory there is a package (where an import would find byte code): nothing listed below
+    # whether each directory there is a package (where an import would find byte code): nothing listed below;
+    # and what of .git a later git runs (its config, hooks and rules)
     probes = sorted(path for path in seen if path.endswith("/__init__.py"))
-    assert [path for path in seen if path not in probes] == [str(repo / "src" / "m7.py"), str(repo)], seen
+    git_dir = str(repo / ".git")
+    assert [p for p in seen if p not in probes and not p.startswith(git_dir)] == [str(repo / "src" / "m7.py"),
+                                                                                 str(repo)], seen
     assert probes == [str(repo / "src" / "__init__.py"), str(repo / "venv" / "__init__.py")] and opened == []
 
 
@@ -213,7 +222,7 @@ def test_the_checkout_state_of_an_ignored_directory_or_without_git_is_the_skip_l
     (repo / "data" / "sub").mkdir(parents=True)
     (repo / "data" / "sub" / "f.txt").write_text("x\n")
     assert sorted(tree.checkout_state(repo / "data")) == ["sub", "sub/f.txt"]  # git sees nothing here
-    assert tree.checkout_state(repo) == {}
+    assert work_tree(tree.checkout_state(repo)) == {}
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
     assert sorted(tree.checkout_state(repo)) == [".gitignore", "a.py", "data", "data/sub", "data/sub/f.txt"]
 
@@ -571,7 +580,7 @@ def test_the_benchmark_judges_each_tree_over_the_empty_checkout():
     assert "### 7. Sentinel" in text and "**missed**" in text and "met" in text
 
 
-def test_the_benchmark_measures_a_real_run_with_and_without_the_plugin():
+def test_the_benchmark_measures_a_real_run_with_and_without_the_plugin(tmp_path: Path):
     result = sentinel.run_sentinel(files=20, sparse_bytes=1 << 20, rounds=1, scenarios=("empty", "home"),
                                    warmup=False, log=lambda line: None)
     for name, runs in result.scenarios.items():
@@ -580,8 +589,9 @@ def test_the_benchmark_measures_a_real_run_with_and_without_the_plugin():
         for variant in sentinel.VARIANTS:
             assert runs.pytest_wall[variant][0] > 0 and runs.pytest_peak_kib[variant][0] > 0
     # a clean checkout: nothing differs from git's index, so the sentinel records of it only what a
-    # later run loads unasked (its pytest.ini and conftest.py), clean or not
-    assert result.figures()["empty"]["entries"] == 2 and result.figures()["home"]["entries"] == 4
+    # later run loads unasked (its pytest.ini and conftest.py), clean or not, and git's own
+    own = len(tree.checkout_state(make_repo(tmp_path / "r", {"a": "a\n"})))
+    assert result.figures()["empty"]["entries"] == 2 + own and result.figures()["home"]["entries"] == 4 + own
     assert sentinel.main(["bad"]) == 2
 
 
@@ -607,3 +617,24 @@ def test_the_plugin_s_sentinel_names_the_test_that_changed_a_tracked_file(tmp_pa
     assert ("changed: notes.txt (now differs from git's index) (written by test_edit.py::test_edits_the_checkout)"
             in run.output), run.output
     assert "removed: data.txt" in run.output and "test_edit.py (" not in run.output, run.output
+
+
+def test_git_s_own_state_is_part_of_the_checkout_s(tmp_path: Path):
+    """What a shell child does to git itself: staging a change (``git add``: the work tree then matches the
+    index, and the change would vanish from the view above), committing it, or planting what the next git
+    runs (``core.fsmonitor`` in ``.git/config``, a hook)."""
+    repo = make_repo(tmp_path / "repo", {"notes.txt": "notes\n"})
+    before = tree.checkout_state(repo)
+    (repo / "notes.txt").write_text("changed by a test\n")
+    (repo / "new.py").write_text("planted = True\n")
+    git(repo, "add", "-A")
+    staged = tree.checkout_state(repo)
+    assert tree.changes(before, staged) == ["added: .git:staged/new.py", "added: .git:staged/notes.txt"]
+    git(repo, "commit", "-q", "-m", "hidden")
+    assert tree.changes(before, tree.checkout_state(repo))[0].startswith("changed: .git:HEAD (link target ")
+    settle()
+    with open(repo / ".git" / "config", "a") as config:
+        config.write('[core]\n\tfsmonitor = "touch planted"\n')
+    (repo / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\ntouch planted\n")
+    found = tree.changes(staged, tree.checkout_state(repo))
+    assert "added: .git/hooks/pre-commit" in found and any(line.startswith("changed: .git/config") for line in found)

@@ -523,12 +523,88 @@ _install_lock = threading.Lock()
 
 
 def install() -> None:
-    """Add the audit hook to this process (once; idempotent). Does not enable the guard: set ``GUARD.enabled``."""
+    """Add the audit hook to this process (once; idempotent), with the audit events of the C functions that
+    open paths without one (:func:`audited_c_openers`). Does not enable the guard: set ``GUARD.enabled``."""
     global _installed
     with _install_lock:
         if not _installed:
             sys.addaudithook(_make_hook(GUARD))
+            _audit_readline()
+            _audit_sqlite()
             _installed = True
+
+
+#: readline's functions that open a file in C (GNU readline), and which argument names it (its default: ``~/.history``).
+_READLINE_FILES = {"read_history_file": 0, "read_init_file": 0, "write_history_file": 0, "append_history_file": 1}
+
+
+def _audit_readline() -> None:
+    """Replace readline's file functions with ones that raise an audit event (``readline.NAME``, the path)
+    first; the seal keeps them in place (:func:`audited_c_openers`)."""
+    try:
+        import readline
+    except ImportError:  # not built (Windows), or no terminal library
+        return
+    for name, index in _READLINE_FILES.items():
+        real = getattr(readline, name, None)
+        if real is None or getattr(real, "_canarchy_audited", False):
+            continue
+
+        def audited(*args: Any, _real: Callable = real, _name: str = f"readline.{name}", _index: int = index) -> Any:
+            path = args[_index] if len(args) > _index and args[_index] is not None else os.path.expanduser("~/.history")
+            sys.audit(_name, path)
+            return _real(*args)
+
+        audited._canarchy_audited = True  # type: ignore[attr-defined]
+        setattr(readline, name, audited)
+
+
+_SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
+
+
+def _audit_sqlite() -> None:
+    """Replace ``sqlite3.connect`` with one that gives each connection an authorizer raising ``sqlite3.attach``
+    (the file name) before SQLite opens a file for ATTACH or VACUUM INTO (its C code; no audit event). The
+    ``sqlite3.connect/handle`` event comes before the connection can take one (CPython 3.11)."""
+    try:
+        import sqlite3
+        from sqlite3 import dbapi2
+    except ImportError:
+        return
+    real = sqlite3.connect
+    if getattr(real, "_canarchy_audited", False):
+        return
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        connection = real(*args, **kwargs)
+        connection.set_authorizer(_attach_authorizer)
+        return connection
+
+    connect._canarchy_audited = True  # type: ignore[attr-defined]
+    sqlite3.connect = dbapi2.connect = connect
+
+
+def _attach_authorizer(action: int, name: Any, *rest: Any) -> int:
+    if action == _SQLITE_ATTACH and name and name != ":memory:":
+        sys.audit("sqlite3.attach", _sqlite_file(name))  # a refusal raises: SQLite denies the statement
+    return 0  # SQLITE_OK
+
+
+def _sqlite_file(name: str) -> str:
+    """An ATTACH file name as a path (a ``file:`` URI's path part; SQLite resolves a relative one as ``open`` does)."""
+    if name.startswith("file:"):
+        targets = SPECIAL["sqlite3.connect"]((name,))
+        return next((t[0] for t in targets), "")
+    return name
+
+
+def audited_c_openers() -> list[tuple[object, str]]:
+    """What :func:`install` replaced, for the seal: ``(module, name)`` pairs."""
+    readline, sqlite3 = sys.modules.get("readline"), sys.modules.get("sqlite3")
+    found = [(readline, name) for name in _READLINE_FILES if readline is not None and hasattr(readline, name)]
+    if sqlite3 is not None:
+        found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect")]
+    return found
 
 
 def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:

@@ -29,7 +29,8 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "os.rmdir": ((0, 1, "rmdir", WRITE | NOFOLLOW),),
     "os.remove": ((0, 1, "remove", WRITE | NOFOLLOW),),
     "os.rename": ((0, 2, "rename from", WRITE | NOFOLLOW | TREE), (1, 3, "rename to", WRITE | NOFOLLOW)),
-    "os.link": ((0, 2, "hard-link from", READ), (1, 3, "hard-link to", WRITE | NOFOLLOW)),
+    # the source is written through the new name: a second name of one file is that file
+    "os.link": ((0, 2, "hard-link from", WRITE), (1, 3, "hard-link to", WRITE | NOFOLLOW)),
     "os.symlink": ((1, 2, "symlink", WRITE | NOFOLLOW),),
     "os.truncate": ((0, None, "truncate", WRITE),),
     "os.utime": ((0, 3, "utime", WRITE),),
@@ -53,6 +54,13 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "pathlib.Path.glob": ((0, None, "glob", READ | DIRECTORY),),
     "pathlib.Path.rglob": ((0, None, "glob", READ | DIRECTORY),),
     "subprocess.Popen": ((2, None, "start a process in", READ | DIRECTORY),),
+    # Not CPython's: raised by access.py's wrappers of C functions that open a path with no audit event
+    # (readline's history and init files; SQLite's ATTACH and VACUUM INTO, through an authorizer).
+    "readline.read_history_file": ((0, None, "read history from", READ),),
+    "readline.read_init_file": ((0, None, "read readline's init file", READ),),
+    "readline.write_history_file": ((0, None, "write history to", WRITE),),
+    "readline.append_history_file": ((0, None, "append history to", WRITE),),
+    "sqlite3.attach": ((0, None, "attach the database", WRITE),),
 }
 # Events after which a directory may resolve differently (the resolution cache is dropped).
 RELINKING = frozenset({"os.symlink", "os.rename", "os.link", "shutil.move", "shutil.copytree",

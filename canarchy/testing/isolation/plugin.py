@@ -171,16 +171,26 @@ def pytest_make_collect_report(collector: pytest.Collector):
     return report
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect every test carrying an opt-out marker (:data:`MARKERS`) unless the ``-m``
     expression asks for each of the opt-out markers it carries (:func:`asks_for`): a plain
-    ``pytest`` runs only tests that touch nothing of the operator's."""
+    ``pytest`` runs only tests that touch nothing of the operator's. Last, after the hooks that mark
+    tests; each kept test's opt-outs are frozen here (one added later changes nothing, and is named)."""
     _set_owners(_BETWEEN_TESTS)
     markexpr = _markexpr(config)
     asked = {name for name in MARKERS if asks_for(markexpr, name)}
-    kept, dropped = [], []
+    kept, dropped, frozen = [], [], {}
     for item in items:
-        (dropped if not _opt_outs_of(item) <= asked else kept).append(item)
+        outs = _opt_outs_of(item)
+        if outs <= asked:
+            kept.append(item)
+            frozen[item.nodeid] = outs
+        else:
+            dropped.append(item)
+    run = config.stash.get(_RUN, None)
+    if run is not None:
+        run.opt_outs = frozen
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
@@ -229,10 +239,11 @@ def pytest_fixture_setup(fixturedef, request):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Each test's opt-outs as collection left them: a test cannot change a later test's."""
+    """Each test's opt-outs as the deselection left them (none for a test added after it): a hook that
+    marks a test later, or a test that marks a later one, changes nothing."""
     run = session.config.stash.get(_RUN, None)
     if run is not None:
-        run.opt_outs = {item.nodeid: _opt_outs_of(item) for item in session.items}
+        run.opt_outs = {item.nodeid: run.opt_outs.get(item.nodeid, frozenset()) for item in session.items}
 
 
 @pytest.hookimpl(trylast=True)

@@ -184,6 +184,16 @@ def _is_bytecode(path: str) -> bool:
     return name == "__pycache__" or (os.path.basename(parent) == "__pycache__" and ".pyc" in name)
 
 
+def _in_version_control(tree: tuple[str, str], trees: list[tuple[str, str]]) -> bool:
+    """Whether ``tree`` is a writable one that lies in version control's own files of a watched or read-only
+    tree around it (``-o cache_dir=.git``, a ``--basetemp`` under ``.git``): such a tree is no exception."""
+    root, zone = tree
+    return zone == "writable" and any(
+        kind != "writable" and root.startswith(_with_sep(outer))
+        and not VERSION_CONTROL_NAMES.isdisjoint(root[len(_with_sep(outer)):].split(_SEP))
+        for outer, kind in trees)
+
+
 class Zones:
     """A :class:`Protection` compiled for the hook: resolved roots, prefixes, innermost first."""
 
@@ -209,6 +219,7 @@ class Zones:
         trees += [(root, "writable") for root in protection.writable]
         trees += [(root, "read-only") for root in protection.read_only]
         trees.sort(key=lambda tree: len(tree[0]), reverse=True)  # stable: for one root, watched, writable, read-only
+        trees = [tree for tree in trees if not _in_version_control(tree, trees)]
         self.trees = tuple((root, _with_sep(root), zone) for root, zone in trees)
         self.roots = self.refused | {root for root, _ in trees}
         self.prefixes = tuple(_with_sep(root) for root in self.roots)

@@ -422,7 +422,8 @@ def _seal() -> Seal:
     modules = [m for name, m in sorted(sys.modules.items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
-                  (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), *_import_machinery()]
+                  (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), *_import_machinery(),
+                  *_access.audited_c_openers()]
     seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
     seal.extend(_guard_state(), contents=False)
     zones = _access.GUARD._zones  # made once by configure; its tables never change afterwards

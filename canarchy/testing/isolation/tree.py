@@ -194,6 +194,19 @@ class _GitListing:
             args += ["--", *(f":(literal){name}" for name in only)]
         return cls(root, args, env, empty_ok="--cached" not in which if empty_ok is None else empty_ok)
 
+    def text(self) -> str | None:
+        """Everything git wrote, when it exits 0 (within :data:`GIT_TIMEOUT_S`); else None."""
+        proc = self.start()._proc
+        if proc is None:
+            return None
+        try:
+            out, _ = proc.communicate(timeout=GIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None
+        return os.fsdecode(out) if proc.returncode == 0 else None
+
     def batches(self) -> Iterator[list[str]]:
         proc = self.start()._proc
         if proc is None:
@@ -313,13 +326,42 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     out: dict[str, Entry] = {}
     changed = _GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
     untracked = _GitListing.files(base, None, env, "--others").start()
+    repository = _GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
+    staged = _GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
     ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
+    state = repository.text(), staged.text()
     if not (ok and (out or _tracks_anything(base, env))):
         out.clear()
         _scan(out, base, "", True)
+    elif state[0]:
+        _git_state(out, base, *state)
     _loadable_code(out, base, search_dirs)
     return out
+
+
+#: A repository's files a later git command runs or takes its rules from (hooks, ``core.fsmonitor``, what
+#: it ignores), under its git directory; ``hooks`` with every file in it.
+GIT_RUNS = ("config", "hooks", "info/exclude", "info/attributes")
+
+
+def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | None) -> None:
+    """Add to ``out`` what the git view above cannot show changed, as a shell child changes it: ``HEAD``'s
+    commit (key ``.git:HEAD``, the commit as the entry's target) and each path staged in the index against
+    it (``.git:staged/PATH``), so that ``git add`` or ``git commit`` in the checkout does not make a change
+    vanish; and :data:`GIT_RUNS` by metadata (keys relative to ``root``)."""
+    lines = repository.splitlines()
+    git_dir = lines[0]
+    head = lines[1] if len(lines) > 1 else ""
+    out[".git:HEAD"] = Entry("other", 0, 0, 0, 0, 0, target=head)
+    for name in (staged or "").split("\0"):
+        if name:
+            out[f".git:staged/{name}"] = Entry("other", 0, 0, 0, 0, 0, target="staged")
+    prefix = os.path.relpath(git_dir, root).replace(os.sep, "/")
+    for name in GIT_RUNS:
+        entry = _record(out, f"{prefix}/{name}", os.path.join(git_dir, name))
+        if entry is not None and entry.kind == "dir":
+            _scan(out, root, f"{prefix}/{name}", False)
 
 
 def is_start_up_code(name: str) -> bool:
