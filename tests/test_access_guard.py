@@ -601,6 +601,10 @@ attempt("attach in the work tree", lambda: con.execute(f"ATTACH '{work / 'own.db
 attempt("read history", lambda: readline.read_history_file(str(STATE / 'config.toml')))
 attempt("append history", lambda: readline.append_history_file(1, str(home / 'notes.txt')))
 attempt("read an init file", lambda: readline.read_init_file(str(home / '.canrc')))
+attempt("a keyword the wrapper does not take", lambda: readline.read_history_file(str(home / '.canrc'), _name="x"))
+import _sqlite3
+attempt("attach through _sqlite3", lambda: _sqlite3.connect(":memory:").execute(f"ATTACH '{home / 'c.db'}' AS a"))
+attempt("a bare connection", lambda: sqlite3.Connection(":memory:"))
 """
 
 
@@ -615,8 +619,10 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes
-    for name in ("read history", "append history", "read an init file"):
+    for name in ("read history", "append history", "read an init file", "a bare connection"):
         assert outcomes[name].startswith("refused: "), outcomes
+    assert outcomes["a keyword the wrapper does not take"].startswith("error: TypeError"), outcomes
+    assert outcomes["attach through _sqlite3"].startswith("error: DatabaseError"), outcomes
     recorded = [(r["operation"], r["path"]) for r in report["refusals"]]
     assert ("attach the database", str(home / ".canarchy" / "captures.db")) in recorded, recorded
     assert ("attach the database", str(home / "copy.db")) in recorded, recorded

@@ -1064,9 +1064,9 @@ class WritesWhenClosed(logging.Handler):  # logging.shutdown closes it after eve
         pass
 
     def close(self):
-        open(os.path.join(os.environ["CHILD_ROOT"], "coverage.data"), "w").close()  # ignored: passes
-        open(os.path.join(os.environ["CHILD_ROOT"], "LATE_NOTES.txt" if os.environ.get("CHILD_VISIBLE") else
-                          "fileio" + importlib.machinery.EXTENSION_SUFFIXES[0]), "w").close()
+        open(os.path.join(os.environ["CHILD_ROOT"], "coverage.data"), "w").close()  # ignored, at the top: passes
+        target = os.environ["CHILD_TARGET"].replace("EXTENSION", importlib.machinery.EXTENSION_SUFFIXES[0])
+        open(os.path.join(os.environ["CHILD_ROOT"], target), "w").close()
         super().close()
 
 def test_leaves_a_logging_handler():  # logging's atexit handler was registered before the plugin's start
@@ -1105,20 +1105,23 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     project = tmp_path / "checkout" / "project"
     project.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    (project / ".gitignore").write_text("*.data\n*.so\n")
+    (project / ".gitignore").write_text("*.data\n*.so\nbuild/\n")
+    (project / "build" / "bin").mkdir(parents=True)  # ignored, like a virtualenv's
     checkout = run_child(tmp_path / "checkout", {"test_late.py": LATE_HANDLER}, env={"CHILD_ROOT": str(project),
-                                                                                   "CHILD_VISIBLE": "1"})
+                                                                                   "CHILD_TARGET": "LATE_NOTES.txt"})
     assert checkout.outcomes("test_leaves_a_logging_handler") == {"passed"}, checkout.output
     assert "canarchy isolation sentinel, after the session (after its last" in checkout.output, checkout.output
     late = checkout.output[checkout.output.index("canarchy isolation sentinel, after the session (after its last"):]
     assert "changed the checkout" in late and "LATE_NOTES.txt" in late and checkout.returncode == 1, late
     assert (project / "coverage.data").exists() and not (project / "LATE_NOTES.txt").exists(), checkout.output
-    (project / "coverage.data").unlink()
-    shutil.rmtree(checkout.home)  # the next run's operator home, made anew
-    extension = run_child(tmp_path / "checkout", {"test_late.py": LATE_HANDLER}, env={"CHILD_ROOT": str(project)})
-    late = extension.output[extension.output.index("canarchy isolation sentinel, after the session (after its last"):]
-    assert "changed the checkout" in late and "fileio.cpython" in late and extension.returncode == 1, late  # ignored
-    assert not list(project.glob("fileio.*")), extension.output
+    for target, shown in (("fileioEXTENSION", "fileio.cpython"), ("build/bin/activate", "build/bin/activate")):
+        (project / "coverage.data").unlink()  # ignored, at the top, and not what an import runs: passes; these not
+        shutil.rmtree(tmp_path / "checkout" / "operator-home")  # the next run's operator home, made anew
+        ignored = run_child(tmp_path / "checkout", {"test_late.py": LATE_HANDLER},
+                            env={"CHILD_ROOT": str(project), "CHILD_TARGET": target})
+        late = ignored.output[ignored.output.index("canarchy isolation sentinel, after the session (after its last"):]
+        assert "changed the checkout" in late and shown in late and ignored.returncode == 1, late
+    assert not list(project.glob("fileio.*")) and not (project / "build" / "bin" / "activate").exists()
 
     shell = run_child(tmp_path / "shell", {"test_late.py": """
         import atexit, os, subprocess
@@ -1143,6 +1146,45 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     late = imported.output[imported.output.index("canarchy isolation sentinel, after the session (after its last"):]
     assert "tried to cache byte code at" in late and "latemod." in late and imported.returncode == 1, late
     assert not list((tmp_path / "import" / "project").glob("__pycache__/latemod.*"))
+
+
+def test_a_test_s_audit_hook_running_in_the_sentinel_s_work_is_judged(tmp_path):
+    """A test's audit hook is called on whatever thread raises an event, the sentinel's too, while the guard
+    lets the sentinel's own reads of the operator's state pass: the hook's own accesses are judged there (its
+    read of ``~/.canarchy`` refused though it swallows the error), and a write it makes into the checkout
+    during the last look ends the process, named."""
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    run = run_child(tmp_path, {"test_hook.py": """
+        import os, sys
+
+        LOOKS, READ = [], []
+
+        def hook(event, args):
+            if event == "subprocess.Popen" and "diff-files" in (args[1] or ()):
+                LOOKS.append(event)  # the sentinel's look at the checkout: at the session's end, the last look
+            elif event == "os.scandir" and isinstance(args[0], str) and args[0].endswith(".canarchy") and not READ:
+                READ.append(args[0])  # the sentinel lists ~/.canarchy at the session's end
+                try:
+                    with open(os.path.join(args[0], "config.toml")) as config, open(os.environ["CHILD_LEAK"], "w") \\
+                            as leak:
+                        leak.write(config.read())
+                except Exception:
+                    pass
+            elif event == "os.scandir" and len(LOOKS) >= 2 and not os.path.exists(os.environ["CHILD_PLANT"]):
+                open(os.environ["CHILD_PLANT"], "w").close()
+
+        def test_adds_an_audit_hook():
+            sys.addaudithook(hook)
+    """}, "-o", "canarchy_containment=false", env={"CHILD_LEAK": str(tmp_path / "leak.txt"),
+                                                  "CHILD_PLANT": str(project / "PLANTED.txt")})
+    assert run.outcomes("test_adds_an_audit_hook") == {"passed"}, run.output
+    assert run.returncode == 1 and not (tmp_path / "leak.txt").exists(), run.output
+    assert "tried to open for reading" in run.output and "config.toml" in run.output, run.output
+    assert "canarchy isolation sentinel, after the session (after its last look)" in run.output, run.output
+    late = run.output[run.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
+    assert "PLANTED.txt" in late and not (project / "PLANTED.txt").exists(), late
 
 
 def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path):

@@ -58,11 +58,12 @@ def settle() -> None:
 @contextlib.contextmanager
 def recorded_calls(monkeypatch: pytest.MonkeyPatch):
     """Every path os.scandir, os.lstat and os.stat are called with, while the block runs (the
-    isolation's access guard, which judges each listing with calls of its own, stands aside)."""
+    isolation's access guard, which would judge each listing the spy makes with calls of its own, is
+    off meanwhile: exempting the thread would not do, the spy being a test's code)."""
     from canarchy.testing.isolation.access import GUARD
 
     seen: list[str] = []
-    with monkeypatch.context() as m, GUARD.exempt():
+    with monkeypatch.context() as m:
         for name in ("scandir", "lstat", "stat"):
             real = getattr(os, name)
 
@@ -71,7 +72,11 @@ def recorded_calls(monkeypatch: pytest.MonkeyPatch):
                 return _real(path, *args, **kwargs)
 
             m.setattr(os, name, spy)
-        yield seen
+        GUARD.enabled = False
+        try:
+            yield seen
+        finally:
+            GUARD.enabled = True
 
 
 def run_with_deadline(function, seconds: float = 10.0, fifos: tuple[Path, ...] = ()):
@@ -638,3 +643,43 @@ def test_git_s_own_state_is_part_of_the_checkout_s(tmp_path: Path):
     (repo / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\ntouch planted\n")
     found = tree.changes(staged, tree.checkout_state(repo))
     assert "added: .git/hooks/pre-commit" in found and any(line.startswith("changed: .git/config") for line in found)
+
+
+def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Path):
+    """A shell child that tells git to skip a file (``--skip-worktree``, ``--assume-unchanged``) and then
+    changes it, makes another commit stand for HEAD (``git replace``), or points git at another common
+    directory (``.git/commondir``, with a config of its own): each shows."""
+    repo = make_repo(tmp_path / "repo", {"notes.txt": "notes\n", "data.txt": "data\n"})
+    before = tree.checkout_state(repo)
+    git(repo, "update-index", "--skip-worktree", "notes.txt")
+    git(repo, "update-index", "--assume-unchanged", "data.txt")
+    (repo / "notes.txt").write_text("changed where git does not look\n")
+    found = tree.changes(before, tree.checkout_state(repo))
+    assert "added: .git:flag/notes.txt" in found and "added: .git:flag/data.txt" in found, found
+    git(repo, "update-index", "--no-skip-worktree", "notes.txt")
+    git(repo, "update-index", "--no-assume-unchanged", "data.txt")
+    git(repo, "add", "notes.txt")
+    tree_id = git(repo, "write-tree").strip()
+    fake = git(repo, "commit-tree", tree_id, "-p", "HEAD", "-m", "stands for HEAD").strip()
+    git(repo, "replace", git(repo, "rev-parse", "HEAD").strip(), fake)
+    found = tree.changes(before, tree.checkout_state(repo))
+    assert "added: .git:staged/notes.txt" in found and "added: .git/refs/replace" in found, found
+    elsewhere = tmp_path / "elsewhere"  # a common directory of its own: refs, the objects, a config to plant in
+    shutil.copytree(repo / ".git" / "refs", elsewhere / "refs")
+    (elsewhere / "objects").symlink_to(repo / ".git" / "objects")
+    shutil.copy(repo / ".git" / "config", elsewhere / "config")
+    (repo / ".git" / "commondir").write_text(str(elsewhere) + "\n")
+    assert "added: .git/commondir" in tree.changes(before, tree.checkout_state(repo))
+
+
+def test_a_package_s_entries_are_part_of_the_checkout_s_state(tmp_path: Path):
+    """A subpackage that shadows a module (``pkg/helper/__init__.py`` runs ahead of ``pkg/helper.py``),
+    hidden from git by a ``.gitignore`` of its own: the entries of a package are recorded, ignored or not."""
+    repo = make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/helper.py": "X = 1\n"})
+    before = tree.checkout_state(repo)
+    (repo / "pkg" / "helper").mkdir()
+    (repo / "pkg" / "helper" / ".gitignore").write_text("*\n")
+    (repo / "pkg" / "helper" / "__init__.py").write_text("X = 'shadowed'\n")
+    assert git(repo, "status", "--porcelain") == ""  # git shows nothing
+    assert tree.changes(before, tree.checkout_state(repo)) == [
+        "added: pkg/helper", "added: pkg/helper/.gitignore", "added: pkg/helper/__init__.py"]

@@ -15,6 +15,7 @@ import json
 import os
 import stat
 import sys
+import sysconfig
 import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -70,8 +71,8 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"late"`` or ``"watched"``), the protected ``tree`` (or
-    file) it fell in, and the pid."""
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"unjudged"``, ``"late"`` or ``"watched"``), the protected
+    ``tree`` (or file) it fell in, and the pid."""
 
     owner: str
     operation: str
@@ -105,6 +106,8 @@ class Access:
                 "version control": "version control's own files (hooks and configuration the operator's next git "
                                    "command runs, a nested repository, or rules that hide a path from git "
                                    "and from the sentinel)",
+                "unjudged": "a way to open files the guard could not judge (SQLite's ATTACH and VACUUM INTO on a "
+                            "connection without the guard's authorizer)",
                 "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
                         "run, and the run's exit status would be the new program's)",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
@@ -507,15 +510,41 @@ def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
                 return
         if event in relinking:
             forget()
-        if not guard.enabled or getattr(local, "busy", False):
+        if not guard.enabled:
             return
-        local.busy = True  # what the judging itself does (a record written, a cache filled) is not judged
+        busy = getattr(local, "busy", False)
+        if busy and _own_work():
+            return  # what the judging itself does (a record written, a cache filled), the harness's own reads
+        local.busy = True
         try:
             audit(event, args)
         finally:
-            local.busy = False
+            local.busy = busy
 
     return hook
+
+
+_OWN_CODE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIR = os.path.dirname(os.__file__)
+_STANDARD_LIBRARY = tuple(dict.fromkeys(
+    os.path.join(p, "") for p in (_STDLIB_DIR, os.path.realpath(_STDLIB_DIR), sysconfig.get_path("stdlib"))))
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")  # under the stdlib, not of it
+
+
+def _own_work() -> bool:
+    """Whether the event comes from the isolation's own code, when its thread is exempt: going out from the code
+    that raised it, a frame of this package comes before any frame of code outside it and the standard library.
+    A test's audit hook, trace function, finalizer or signal handler that runs on the thread meanwhile is not."""
+    frame = sys._getframe(2)  # 0 this, 1 the hook, 2 the code that raised the event
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_OWN_CODE):
+            return True
+        if not (name.startswith(_STANDARD_LIBRARY) and not any(part in name for part in _INSTALLED)) and (
+                not name.startswith("<frozen ")):
+            return False
+        frame = frame.f_back
+    return False
 
 
 _installed = False
@@ -547,41 +576,62 @@ def _audit_readline() -> None:
         return
     for name, index in _READLINE_FILES.items():
         real = getattr(readline, name, None)
-        if real is None or getattr(real, "_canarchy_audited", False):
-            continue
+        if real is not None and not getattr(real, "_canarchy_audited", False):
+            setattr(readline, name, _audited_file_function(real, f"readline.{name}", index))
 
-        def audited(*args: Any, _real: Callable = real, _name: str = f"readline.{name}", _index: int = index) -> Any:
-            path = args[_index] if len(args) > _index and args[_index] is not None else os.path.expanduser("~/.history")
-            sys.audit(_name, path)
-            return _real(*args)
 
-        audited._canarchy_audited = True  # type: ignore[attr-defined]
-        setattr(readline, name, audited)
+def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
+    """``real`` raising ``event`` with its path argument (position ``index``; none: readline's ``~/.history``)
+    first. Only positional arguments, as readline's own take: nothing a caller passes changes the event."""
+
+    def audited(*args: Any) -> Any:
+        path = args[index] if len(args) > index and args[index] is not None else os.path.expanduser("~/.history")
+        sys.audit(event, path)
+        return real(*args)
+
+    audited._canarchy_audited = True  # type: ignore[attr-defined]
+    return audited
 
 
 _SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
 
 
 def _audit_sqlite() -> None:
-    """Replace ``sqlite3.connect`` with one that gives each connection an authorizer raising ``sqlite3.attach``
-    (the file name) before SQLite opens a file for ATTACH or VACUUM INTO (its C code; no audit event). The
-    ``sqlite3.connect/handle`` event comes before the connection can take one (CPython 3.11)."""
+    """Replace ``sqlite3.connect`` (and ``_sqlite3.connect`` under it) with one that gives each connection an
+    authorizer raising ``sqlite3.attach`` (the file name) before SQLite opens a file for ATTACH or VACUUM INTO
+    (its C code; no audit event). A connection made otherwise (``sqlite3.Connection(...)``) is refused at its
+    ``sqlite3.connect/handle`` event, which comes before it could take an authorizer (CPython 3.11)."""
     try:
+        import _sqlite3
         import sqlite3
         from sqlite3 import dbapi2
     except ImportError:
         return
-    real = sqlite3.connect
+    real = _sqlite3.connect
     if getattr(real, "_canarchy_audited", False):
         return
 
     def connect(*args: Any, **kwargs: Any) -> Any:
-        connection = real(*args, **kwargs)
+        _SQLITE.making = True
+        try:
+            connection = real(*args, **kwargs)
+        finally:
+            _SQLITE.making = False
         connection.set_authorizer(_attach_authorizer)
         return connection
 
     connect._canarchy_audited = True  # type: ignore[attr-defined]
-    sqlite3.connect = dbapi2.connect = connect
+    sqlite3.connect = dbapi2.connect = _sqlite3.connect = connect
+    observe("sqlite3.connect/handle", _refuse_a_bare_connection)
+
+
+_SQLITE = threading.local()  # making: inside the wrapper's own call of the real connect
+
+
+def _refuse_a_bare_connection(args: tuple) -> None:
+    if GUARD.enabled and not getattr(_SQLITE, "making", False) and not GUARD.busy():
+        GUARD.refuse(Access(GUARD._owner(), "make a SQLite connection past sqlite3.connect:", repr(args[0]),
+                            repr(args[0]), "unjudged", "sqlite3.Connection", os.getpid()))
 
 
 def _attach_authorizer(action: int, name: Any, *rest: Any) -> int:
@@ -603,7 +653,7 @@ def audited_c_openers() -> list[tuple[object, str]]:
     readline, sqlite3 = sys.modules.get("readline"), sys.modules.get("sqlite3")
     found = [(readline, name) for name in _READLINE_FILES if readline is not None and hasattr(readline, name)]
     if sqlite3 is not None:
-        found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect")]
+        found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect"), (sys.modules["_sqlite3"], "connect")]
     return found
 
 

@@ -100,10 +100,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         run.sandbox.cleanup()
         _ACTIVE.clear()
         look, run.last_look = run.last_look, None
+        sys.dont_write_bytecode = True  # nothing compares byte code with its source from now on
+        _access.GUARD.late = functools.partial(_after_the_verdict, run, config)  # during the look too
         if look is not None:
             look()  # exits 1 when it finds anything
-        sys.dont_write_bytecode = True  # nothing compares byte code with its source from now on
-        _access.GUARD.late = functools.partial(_after_the_verdict, run, config)
         return
     _guard.GUARD.enabled = False
     _guard.GUARD.report_dir = None
@@ -377,7 +377,8 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     processes left running are stopped, and what was refused or changed since the session's end is
     printed and ends the process with exit code 1. ``cut_short``: the look taken early, because something
     called ``os._exit`` before the run ended."""
-    lines = [cut_short] if cut_short else []
+    lines = run.last_lines  # shared with _after_the_verdict, should something end the process during this look
+    lines += [cut_short] if cut_short else []
     lines += [f"left running after the session, stopped now: {line}"
               for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
     lines += _refused()
@@ -400,14 +401,17 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
 def _after_the_verdict(run: _Run, config: pytest.Config, access: _access.Access) -> None:
     """``GUARD.late`` after the last look: an access that would change what the look saw (a refusal, a
     process started, an ``os._exit`` with another status, a write into the checkout git does not ignore)
-    ends the process at once with exit code 1, named. A write git ignores (a coverage data file) passes, but
-    not of what an import runs (an extension module: git ignores ``*.so``, and one runs ahead of its ``.py``)."""
-    if access.zone == "watched" and not access.resolved.endswith(_tree.IMPORTABLE_SUFFIXES) and _tree.ignored(
-            config.rootpath, access.resolved, run.sandbox.operator_env):
+    ends the process at once with exit code 1, named. A file git ignores at the top of the rootdir (a coverage
+    data file) passes, but not one below it (a virtualenv's ``bin/activate``) nor what an import runs (an
+    extension module: git ignores ``*.so``, and one runs ahead of its ``.py``)."""
+    root = os.path.realpath(config.rootpath)
+    if access.zone == "watched" and os.path.dirname(access.resolved) == root and not access.resolved.endswith(
+            _tree.IMPORTABLE_SUFFIXES) and _tree.ignored(root, access.resolved, run.sandbox.operator_env):
         return
     sys.stdout.flush()
-    sys.stderr.write(f"\ncanarchy isolation sentinel, after the session (after its last look):\n{access.message()}\n"
-                     "the run fails (exit code 1)\n")
+    found = "".join(f"{line}\n" for line in run.last_lines)  # what the last look had found, if it was under way
+    sys.stderr.write(f"\ncanarchy isolation sentinel, after the session (after its last look):\n{found}"
+                     f"{access.message()}\nthe run fails (exit code 1)\n")
     sys.stderr.flush()
     _REAL_EXIT(1)
 

@@ -13,6 +13,7 @@ import errno
 import hashlib
 import importlib.machinery
 import os
+import re
 import stat
 import subprocess
 import threading
@@ -170,6 +171,7 @@ class _GitListing:
         self.argv = ["git", "-c", "core.fsmonitor=false", "-c", "core.checkStat=default", "-c", "core.trustctime=true",
                      "-C", root, *args]
         self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _GIT_LOCATION}
+        self.env["GIT_NO_REPLACE_OBJECTS"] = "1"  # refs/replace/ would let a commit stand for another
         self.empty_ok = empty_ok
         self.ok = False
         self._proc: subprocess.Popen | None = None
@@ -328,9 +330,10 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     untracked = _GitListing.files(base, None, env, "--others").start()
     repository = _GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
     staged = _GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
+    flagged = _GitListing(base, ["ls-files", "-z", "-v"], env).start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
     ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
-    state = repository.text(), staged.text()
+    state = repository.text(), staged.text(), flagged.text()
     if not (ok and (out or _tracks_anything(base, env))):
         out.clear()
         _scan(out, base, "", True)
@@ -340,16 +343,21 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     return out
 
 
-#: A repository's files a later git command runs or takes its rules from (hooks, ``core.fsmonitor``, what
-#: it ignores), under its git directory; ``hooks`` with every file in it.
-GIT_RUNS = ("config", "hooks", "info/exclude", "info/attributes")
+#: A repository's files a later git command runs or takes its rules from (hooks, ``core.fsmonitor``, what it
+#: ignores, which files it leaves out, where its common directory is, which commit stands for another), under
+#: its git directory; a directory with every file in it.
+GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
+            "info/sparse-checkout", "info/grafts", "refs/replace")
+_FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
 
 
-def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | None) -> None:
+def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | None, flagged: str | None) -> None:
     """Add to ``out`` what the git view above cannot show changed, as a shell child changes it: ``HEAD``'s
-    commit (key ``.git:HEAD``, the commit as the entry's target) and each path staged in the index against
-    it (``.git:staged/PATH``), so that ``git add`` or ``git commit`` in the checkout does not make a change
-    vanish; and :data:`GIT_RUNS` by metadata (keys relative to ``root``)."""
+    commit (key ``.git:HEAD``, the commit as the entry's target), each path staged in the index against it
+    (``.git:staged/PATH``), so that ``git add`` or ``git commit`` in the checkout does not make a change
+    vanish, and each path git is told not to look at (``.git:flag/PATH``: ``update-index --assume-unchanged``
+    or ``--skip-worktree``); the work tree's ``.git`` itself (a file naming the git directory, in a worktree);
+    and :data:`GIT_RUNS` by metadata (keys relative to ``root``)."""
     lines = repository.splitlines()
     git_dir = lines[0]
     head = lines[1] if len(lines) > 1 else ""
@@ -357,6 +365,9 @@ def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | 
     for name in (staged or "").split("\0"):
         if name:
             out[f".git:staged/{name}"] = Entry("other", 0, 0, 0, 0, 0, target="staged")
+    for flag, name in _FLAGGED.findall(os.fsencode(flagged or "")):
+        out[f".git:flag/{os.fsdecode(name)}"] = Entry("other", 0, 0, 0, 0, 0, target=flag.decode())
+    _record(out, ".git", os.path.join(root, ".git"))
     prefix = os.path.relpath(git_dir, root).replace(os.sep, "/")
     for name in GIT_RUNS:
         entry = _record(out, f"{prefix}/{name}", os.path.join(git_dir, name))
@@ -400,7 +411,8 @@ def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str])
     and of each of ``search_dirs`` (relative to it), what :func:`is_start_up_code` names, a directory with all
     under it; there and in every regular package below, what an import runs besides source
     (:data:`IMPORTABLE_SUFFIXES`: git ignores ``*.py[cod]`` and ``*.so``) and the ``__pycache__``'s byte
-    code. One ``scandir`` per top, package and ``__pycache__``."""
+    code; and in every package, every entry (a ``.gitignore`` of its own hides a shadowing subpackage from
+    git). One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package."""
     tops = list(dict.fromkeys(["", *search_dirs]))
     pending = [(top, True) for top in reversed(tops)]
     while pending:
@@ -418,9 +430,13 @@ def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str])
                     _scan(out, root, path, False)
             elif name == "__pycache__":
                 _cached_code(out, path, child.path)
-            elif name not in SKIPPED_DIRS and child.is_dir(follow_symlinks=False) and os.path.isfile(
-                    os.path.join(child.path, "__init__.py")):
-                pending.append((path, False))
+            else:
+                package = name not in SKIPPED_DIRS and child.is_dir(follow_symlinks=False) and os.path.isfile(
+                    os.path.join(child.path, "__init__.py"))
+                if not top and path not in out:  # in a package, everything: git may be told to hide a part
+                    _record(out, path, child.path)
+                if package:
+                    pending.append((path, False))
 
 
 def _cached_code(out: dict[str, Entry], rel: str, path: str) -> None:
