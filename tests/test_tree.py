@@ -683,3 +683,11 @@ def test_a_package_s_entries_are_part_of_the_checkout_s_state(tmp_path: Path):
     assert git(repo, "status", "--porcelain") == ""  # git shows nothing
     assert tree.changes(before, tree.checkout_state(repo)) == [
         "added: pkg/helper", "added: pkg/helper/.gitignore", "added: pkg/helper/__init__.py"]
+    (repo / ".gitignore").write_text("build/\n")  # what git and the skip-list walk leave out, as a package
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore build/")
+    before = tree.checkout_state(repo)
+    (repo / "build").mkdir()
+    (repo / "build" / "__init__.py").write_text("")
+    (repo / "build" / "__main__.py").write_text("print('planted')\n")  # python -m build runs it
+    assert tree.changes(before, tree.checkout_state(repo)) == ["added: build/__init__.py", "added: build/__main__.py"]

@@ -43,6 +43,8 @@ VENV_MARKER = "pyvenv.cfg"
 #: sourceless byte code (``pprint.pyc`` shadows the standard library's ``pprint``), the ``site``
 #: hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
 START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
+#: Directories that hold no code of the checkout's: version control's own, and the caches above.
+NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
 #: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
 IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
 START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
@@ -431,7 +433,8 @@ def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str])
             elif name == "__pycache__":
                 _cached_code(out, path, child.path)
             else:
-                package = name not in SKIPPED_DIRS and child.is_dir(follow_symlinks=False) and os.path.isfile(
+                # a package by whatever name (``build``, ``dist``, ``reports`` too: ``python -m build`` runs one)
+                package = name not in NEVER_CODE and child.is_dir(follow_symlinks=False) and os.path.isfile(
                     os.path.join(child.path, "__init__.py"))
                 if not top and path not in out:  # in a package, everything: git may be told to hide a part
                     _record(out, path, child.path)
