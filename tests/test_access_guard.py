@@ -605,6 +605,12 @@ attempt("a keyword the wrapper does not take", lambda: readline.read_history_fil
 import _sqlite3
 attempt("attach through _sqlite3", lambda: _sqlite3.connect(":memory:").execute(f"ATTACH '{home / 'c.db'}' AS a"))
 attempt("a bare connection", lambda: sqlite3.Connection(":memory:"))
+try:
+    import tkinter
+except ImportError:  # Python built without Tcl/Tk: nothing to open files with
+    outcomes["a Tcl interpreter"] = "refused: no tkinter"
+else:
+    attempt("a Tcl interpreter", lambda: tkinter.Tcl().eval(f"set f [open {home / '.canrc'}]; read $f"))
 """
 
 
@@ -619,7 +625,7 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes
-    for name in ("read history", "append history", "read an init file", "a bare connection"):
+    for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter"):
         assert outcomes[name].startswith("refused: "), outcomes
     assert outcomes["a keyword the wrapper does not take"].startswith("error: TypeError"), outcomes
     assert outcomes["attach through _sqlite3"].startswith("error: DatabaseError"), outcomes

@@ -1187,6 +1187,88 @@ def test_a_test_s_audit_hook_running_in_the_sentinel_s_work_is_judged(tmp_path):
     assert "PLANTED.txt" in late and not (project / "PLANTED.txt").exists(), late
 
 
+def test_what_is_left_where_git_does_not_show_it_outside_a_test_s_body_fails_the_run(tmp_path):
+    """A file written into the checkout where git ignores it, by code that is no test's body — a module at
+    collection, a session fixture's teardown, a thread a test left running — fails the run, each named with
+    its writer; one pytest's own session end writes there (a coverage data file) does not."""
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".gitignore").write_text(".venv/\n*.data\n")
+    (project / ".venv" / "bin").mkdir(parents=True)
+    run = run_child(tmp_path, {"conftest.py": """
+        import os, pytest
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
+        ROOT = os.path.dirname(os.path.abspath(__file__))
+
+        @pytest.fixture(scope="session")
+        def session_resource():
+            yield
+            open(os.path.join(ROOT, ".venv", "bin", "by-a-fixture"), "w").close()
+
+        def pytest_sessionfinish(session):
+            open(os.path.join(ROOT, "coverage.data"), "w").close()  # pytest's session end: tooling's
+    """, "test_left.py": """
+        import os, threading, time
+        ROOT = os.path.dirname(os.path.abspath(__file__))
+        open(os.path.join(ROOT, ".venv", "bin", "at-collection"), "w").close()
+
+        def test_uses_the_resource(session_resource):
+            pass
+
+        def test_leaves_a_thread():
+            def later():
+                time.sleep(0.3)
+                open(os.path.join(ROOT, ".venv", "bin", "by-a-thread"), "w").close()
+            threading.Thread(target=later, daemon=True).start()
+
+        def test_waits():
+            time.sleep(0.6)
+    """}, "-p", "no:randomly")
+    assert run.returncode == 1, run.output
+    named = run.output[run.output.index("left in the checkout, where git does not show it"):]
+    for name in ("at-collection", "by-a-fixture", "by-a-thread"):
+        assert f".venv/bin/{name} (written by " in named, named
+    assert "test_left.py::test_leaves_a_thread" in named and "coverage.data" not in named, named
+
+
+def test_a_file_left_open_for_writing_writes_nothing_after_the_last_look(tmp_path):
+    """A tracked module opened for appending and left with its data in the buffer (written at interpreter
+    exit), and a descriptor a thread keeps to write through later: neither raises an audit event after the
+    last look. The look names each, with the test that opened it, and the process ends before either writes."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helper.py").write_text("X = 1\n")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "helper.py"], check=True)
+    subprocess.run(["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit",
+                    "-q", "-m", "start"], check=True)
+    run = run_child(tmp_path, {"test_open.py": """
+        import os, threading, time
+        ROOT = os.path.dirname(os.path.abspath(__file__))
+        KEPT = []
+
+        def test_leaves_a_buffer_to_flush_at_exit():
+            handle = open(os.path.join(ROOT, "helper.py"), "a")
+            handle.write("import os; os.system('echo planted')\\n")  # in the buffer until the handle is gone
+            KEPT.append(handle)
+
+        def test_leaves_a_thread_with_a_descriptor():
+            fd = os.open(os.path.join(ROOT, "notes.txt"), os.O_WRONLY | os.O_CREAT)
+            os.close(os.open(os.path.join(ROOT, "notes.txt"), os.O_RDONLY))
+            def later():
+                time.sleep(2)
+                os.write(fd, b"written after the run")
+            threading.Thread(target=later, daemon=False).start()
+    """})
+    assert run.returncode == 1, run.output
+    assert (project / "helper.py").read_text() == "X = 1\n", run.output
+    assert (project / "notes.txt").read_bytes() == b"", run.output
+    look = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
+    assert "left open for writing in the checkout" in look and "helper.py (opened by test_open.py::" in look, look
+    assert "notes.txt (opened by test_open.py::test_leaves_a_thread_with_a_descriptor)" in look, look
+
+
 def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path):
     """``os.exec*`` of pytest's own process is refused (caught or not); ``os._exit(0)`` in a test takes the
     sentinel's last look first, names the test and what it changed, and exits 1."""

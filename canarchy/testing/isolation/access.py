@@ -107,7 +107,7 @@ class Access:
                                    "command runs, a nested repository, or rules that hide a path from git "
                                    "and from the sentinel)",
                 "unjudged": "a way to open files the guard could not judge (SQLite's ATTACH and VACUUM INTO on a "
-                            "connection without the guard's authorizer)",
+                            "connection without the guard's authorizer; a Tcl interpreter's open, source and exec)",
                 "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
                         "run, and the run's exit status would be the new program's)",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
@@ -560,6 +560,7 @@ def install() -> None:
             sys.addaudithook(_make_hook(GUARD))
             _audit_readline()
             _audit_sqlite()
+            _refuse_tcl()
             _installed = True
 
 
@@ -591,6 +592,28 @@ def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
 
     audited._canarchy_audited = True  # type: ignore[attr-defined]
     return audited
+
+
+def _refuse_tcl() -> None:
+    """Replace ``_tkinter.create`` (what ``tkinter.Tk`` and ``tkinter.Tcl`` call) with one that refuses while
+    the guard is on: a Tcl interpreter opens files (``open``, ``source``) and starts processes (``exec``) in C,
+    with no audit event."""
+    try:
+        import _tkinter
+    except ImportError:  # built without Tcl/Tk
+        return
+    real = _tkinter.create
+    if getattr(real, "_canarchy_audited", False):
+        return
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        if GUARD.enabled:
+            GUARD.refuse(Access(GUARD._owner(), "start a Tcl interpreter", "_tkinter.create", "_tkinter.create",
+                                "unjudged", "tkinter", os.getpid()))
+        return real(*args, **kwargs)
+
+    create._canarchy_audited = True  # type: ignore[attr-defined]
+    _tkinter.create = create
 
 
 _SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
@@ -654,6 +677,8 @@ def audited_c_openers() -> list[tuple[object, str]]:
     found = [(readline, name) for name in _READLINE_FILES if readline is not None and hasattr(readline, name)]
     if sqlite3 is not None:
         found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect"), (sys.modules["_sqlite3"], "connect")]
+    if "_tkinter" in sys.modules:
+        found.append((sys.modules["_tkinter"], "create"))
     return found
 
 

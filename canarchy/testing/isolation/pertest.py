@@ -263,7 +263,9 @@ def _hidden_leftovers(run: _Run, config: pytest.Config, writes: list) -> list[st
     if not left:
         return []
     with _access.GUARD.exempt():
-        return _tree.unseen(root, left, run.sandbox.operator_env)
+        found = _tree.unseen(root, left, run.sandbox.operator_env)
+    run.hidden_named.update(os.path.join(root, rel) for rel in found)  # named here, not again at the session's end
+    return found
 
 
 def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str],

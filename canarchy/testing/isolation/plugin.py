@@ -27,6 +27,7 @@ from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.settings import add_options
 from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _REAL_EXIT, _RUN,
+                                                _SESSION_END,
                                                 _SHUTDOWN_RECORDS, _START_UP, MARKERS, _check_configuration,
                                                 _guarded_manifest, _is_worker, _markexpr, _opt_outs_of, _Run,
                                                 _set_owners, _start, _the_process_ends_with, active_sandbox, asks_for,
@@ -289,6 +290,17 @@ def _search_dirs(root: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.relpath(d, top) for d in found if d.startswith(top + os.sep)))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """After the last test (and the session-scoped fixtures it tore down), what is written is pytest's and its
+    plugins' session end (reports, a coverage data file), named so."""
+    try:
+        return (yield)
+    finally:
+        if session.config.stash.get(_RUN, None) is not None:
+            _set_owners(_SESSION_END)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After every fixture (session scope included) is torn down: fail the run if a refusal is
@@ -353,7 +365,28 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
             if diff:
                 lines.append(f"{who} changed the checkout ({config.rootpath}):")
                 lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
+            hidden = _hidden_writes(run, config)
+            if hidden:
+                lines.append(f"{who} left in the checkout, where git does not show it (ignored, or in a repository "
+                             "of its own), so no sentinel sees it and a later run may load it:")
+                lines.extend(hidden)
     return lines
+
+
+def _hidden_writes(run: _Run, config: pytest.Config) -> list[str]:
+    """What the access guard saw written into the checkout outside a test's own body (at collection, by a
+    fixture of a wider scope, by a thread a test left running) and git does not show: each test's own are
+    its teardown's (:func:`~canarchy.testing.isolation.pertest._hidden_leftovers`); pytest's and its plugins'
+    at the session's end (a coverage data file) are tooling's. Each path is named once."""
+    root = os.path.realpath(config.rootpath)
+    written = {os.path.relpath(path, root): owner for path, owner in run.writes.items()
+               if owner != _SESSION_END and path.startswith(root + os.sep) and path not in run.hidden_named
+               and os.path.relpath(path, root) not in run.own_outputs and os.path.lexists(path)}
+    if not written:
+        return []
+    found = _tree.unseen(root, list(written), run.sandbox.operator_env)
+    run.hidden_named.update(os.path.join(root, rel) for rel in found)
+    return [f"  {rel} (written by {written[rel]})" for rel in found]
 
 
 def _settle_bytecode(run: _Run, before: dict, now: dict, config: pytest.Config) -> None:
@@ -383,6 +416,7 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
               for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
     lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
+    lines += _left_open_for_writing(run, config)
     lines += _changes(run, config, "the run, until it was cut short," if cut_short else
                       "after the session, a plugin, a thread or a process left running")
     if not lines:
@@ -396,6 +430,31 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     sys.stderr.flush()
     run.sandbox.cleanup()
     _REAL_EXIT(run.exit_status or 1)
+
+
+def _left_open_for_writing(run: _Run, config: pytest.Config) -> list[str]:
+    """Descriptors of this process still open for writing on a file in the checkout (not its standard streams,
+    not the run's own reports), each named with the test that opened it (Linux: ``/proc/self/fdinfo``): what
+    is written through them later (a buffer flushed at exit, a thread's ``os.write``) raises no audit event.
+    Naming one fails the run, which ends at once (``os._exit``): nothing is flushed or written after."""
+    root = os.path.realpath(config.rootpath)
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for fd in sorted(int(n) for n in names if n.isdigit() and int(n) > 2):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                flags = next((int(line.split()[1], 8) for line in info if line.startswith("flags:")), 0)
+        except (OSError, ValueError):
+            continue
+        rel = os.path.relpath(path, root)
+        if flags & 3 and path.startswith(root + os.sep) and rel not in run.own_outputs:  # O_WRONLY, O_RDWR
+            owner = run.writes.get(path)
+            found.append(f"left open for writing in the checkout: {rel}" + (f" (opened by {owner})" if owner else ""))
+    return found
 
 
 def _after_the_verdict(run: _Run, config: pytest.Config, access: _access.Access) -> None:

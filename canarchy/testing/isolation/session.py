@@ -47,6 +47,7 @@ MARKERS = {
 _CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
+_SESSION_END = "<the session's end: pytest and its plugins>"
 _START_UP = "<pytest start-up, before collection>"
 _AT_EXIT = "<after the session: an atexit handler or a thread still running at interpreter exit>"
 _CONFTESTS = "<import of the initial conftest.py files>"
@@ -90,6 +91,7 @@ class _Run:
     search_dirs: tuple[str, ...] = ()  # under the checkout, on sys.path at the session's start (the sentinel)
     writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
     settled_bytecode: dict[str, tuple] = field(default_factory=dict)  # cached byte code compared: path -> signature
+    hidden_named: set[str] = field(default_factory=set)  # written paths git does not show, already named
     own_outputs: frozenset[str] = frozenset()  # the run's own reports in the checkout: not the sentinel's business
     opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
