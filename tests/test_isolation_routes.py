@@ -1206,6 +1206,9 @@ def test_what_is_left_where_git_does_not_show_it_outside_a_test_s_body_fails_the
             yield
             open(os.path.join(ROOT, ".venv", "bin", "by-a-fixture"), "w").close()
 
+        def pytest_configure(config):  # a plugin setting up (pytest-benchmark's .benchmarks): tooling's
+            open(os.path.join(ROOT, ".venv", "bin", "tooling-at-start-up"), "w").close()
+
         def pytest_sessionfinish(session):
             open(os.path.join(ROOT, "coverage.data"), "w").close()  # pytest's session end: tooling's
     """, "test_left.py": """
@@ -1230,6 +1233,7 @@ def test_what_is_left_where_git_does_not_show_it_outside_a_test_s_body_fails_the
     for name in ("at-collection", "by-a-fixture", "by-a-thread"):
         assert f".venv/bin/{name} (written by " in named, named
     assert "test_left.py::test_leaves_a_thread" in named and "coverage.data" not in named, named
+    assert "tooling-at-start-up" not in named, named
 
 
 def test_a_file_left_open_for_writing_writes_nothing_after_the_last_look(tmp_path):

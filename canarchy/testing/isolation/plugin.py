@@ -377,10 +377,12 @@ def _hidden_writes(run: _Run, config: pytest.Config) -> list[str]:
     """What the access guard saw written into the checkout outside a test's own body (at collection, by a
     fixture of a wider scope, by a thread a test left running) and git does not show: each test's own are
     its teardown's (:func:`~canarchy.testing.isolation.pertest._hidden_leftovers`); pytest's and its plugins'
-    at the session's end (a coverage data file) are tooling's. Each path is named once."""
+    at their start-up and at the session's end (pytest-benchmark's ``.benchmarks``, a coverage data file) are
+    the operator's tooling's. Each path is named once."""
     root = os.path.realpath(config.rootpath)
     written = {os.path.relpath(path, root): owner for path, owner in run.writes.items()
-               if owner != _SESSION_END and path.startswith(root + os.sep) and path not in run.hidden_named
+               if owner not in (_START_UP, _SESSION_END) and path.startswith(root + os.sep)
+               and path not in run.hidden_named
                and os.path.relpath(path, root) not in run.own_outputs and os.path.lexists(path)}
     if not written:
         return []
