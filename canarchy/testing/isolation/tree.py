@@ -43,7 +43,7 @@ VENV_MARKER = "pyvenv.cfg"
 #: sourceless byte code (``pprint.pyc`` shadows the standard library's ``pprint``), the ``site``
 #: hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
 START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
-#: Directories that hold no code of the checkout's: version control's own, and the caches above.
+#: Directories that hold no code of the checkout's to import: version control's own, byte-code caches, node's.
 NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
 #: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
 IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
