@@ -664,6 +664,8 @@ def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Pa
     git(repo, "replace", git(repo, "rev-parse", "HEAD").strip(), fake)
     found = tree.changes(before, tree.checkout_state(repo))
     assert "added: .git:staged/notes.txt" in found and "added: .git/refs/replace" in found, found
+    git(repo, "pack-refs", "--all")  # the replace ref moves into packed-refs
+    assert "added: .git/packed-refs" in tree.changes(before, tree.checkout_state(repo))
     elsewhere = tmp_path / "elsewhere"  # a common directory of its own: refs, the objects, a config to plant in
     shutil.copytree(repo / ".git" / "refs", elsewhere / "refs")
     (elsewhere / "objects").symlink_to(repo / ".git" / "objects")

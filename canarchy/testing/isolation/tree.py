@@ -349,7 +349,7 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
 #: ignores, which files it leaves out, where its common directory is, which commit stands for another), under
 #: its git directory; a directory with every file in it.
 GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
-            "info/sparse-checkout", "info/grafts", "refs/replace")
+            "info/sparse-checkout", "info/grafts", "refs/replace", "packed-refs")
 _FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
 
 
