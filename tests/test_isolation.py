@@ -749,6 +749,11 @@ REUSED_THREAD_ID = LATE_READ + """
     def test_ends_it_and_leaves_another():
         STOP.set()
         FIRST[0].join(30)
+        # join() returns before the C library has taken the thread's stack back: until then the next thread gets
+        # another, and the C library hands out the stack freed last (a failed candidate's) from then on
+        task, deadline = f"/proc/self/task/{FIRST[0].native_id}", time.monotonic() + 10
+        while os.path.exists(task) and time.monotonic() < deadline:
+            time.sleep(0.005)
         reused = False
         for _ in range(300):  # once the first thread has fully exited, the C library gives its id to the next
             decided = queue.Queue()
