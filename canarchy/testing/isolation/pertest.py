@@ -257,14 +257,19 @@ def _remember_writes(run: _Run, watched: list) -> None:
 def _hidden_leftovers(run: _Run, config: pytest.Config, writes: list) -> list[str]:
     """What a test wrote into the checkout and left where the sentinel cannot see it (relative to the
     rootdir): a path git ignores or does not list (:func:`~canarchy.testing.isolation.tree.unseen`)."""
+    return unseen_writes(run, config, [a.resolved for a in writes])
+
+
+def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[str]:
+    """Those of ``paths`` (written, resolved) that are in the checkout, still there and not shown by git,
+    relative to the rootdir; remembered in ``run.hidden_named`` (the session's end names no path twice)."""
     root = os.path.realpath(config.rootpath)
-    left = [os.path.relpath(a.resolved, root) for a in writes
-            if a.resolved.startswith(root + os.sep) and os.path.lexists(a.resolved)]
+    left = [os.path.relpath(p, root) for p in paths if p.startswith(root + os.sep) and os.path.lexists(p)]
     if not left:
         return []
     with _access.GUARD.exempt():
         found = _tree.unseen(root, left, run.sandbox.operator_env)
-    run.hidden_named.update(os.path.join(root, rel) for rel in found)  # named here, not again at the session's end
+    run.hidden_named.update(os.path.join(root, rel) for rel in found)
     return found
 
 

@@ -35,7 +35,7 @@ from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TEST
 from canarchy.testing.isolation.pertest import (CHECKOUT_WRITE_PROPERTY, _checked_cache, _refusal_messages,
                                                 _remember_writes, access_guard, bus_guard, canarchy_sandbox,
                                                 guard_operator_access, isolate_canarchy_state, new_virtual_channel,
-                                                virtual_channel)
+                                                unseen_writes, virtual_channel)
 
 # What a project's conftest or test imports from here; the fixtures, so that pytest registers them with the plugin.
 __all__ = ["CHECKOUT_WRITE_PROPERTY", "DESELECTED_PROPERTY", "ISOLATION_PROPERTY", "MARKERS", "REQUIRED_MODULE",
@@ -381,13 +381,9 @@ def _hidden_writes(run: _Run, config: pytest.Config) -> list[str]:
     the operator's tooling's. Each path is named once."""
     root = os.path.realpath(config.rootpath)
     written = {os.path.relpath(path, root): owner for path, owner in run.writes.items()
-               if owner not in (_START_UP, _SESSION_END) and path.startswith(root + os.sep)
-               and path not in run.hidden_named
-               and os.path.relpath(path, root) not in run.own_outputs and os.path.lexists(path)}
-    if not written:
-        return []
-    found = _tree.unseen(root, list(written), run.sandbox.operator_env)
-    run.hidden_named.update(os.path.join(root, rel) for rel in found)
+               if owner not in (_START_UP, _SESSION_END) and path not in run.hidden_named
+               and os.path.relpath(path, root) not in run.own_outputs}
+    found = unseen_writes(run, config, [os.path.join(root, rel) for rel in written])
     return [f"  {rel} (written by {written[rel]})" for rel in found]
 
 
