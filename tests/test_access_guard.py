@@ -100,6 +100,9 @@ def make_operator(base: Path) -> tuple[Path, Path]:
     (work / "checkout" / "tracked.txt").write_text("tracked\n")
     (work / "reports").mkdir()
     (work / "plain.txt").write_text("plain\n")
+    (work / "swapped.txt").write_text("a file another process replaces with a symlink\n")
+    (work / "swap").mkdir()
+    (work / "swap" / "x").write_text("in a directory another process replaces with a symlink\n")
     (work / "link").symlink_to(home / ".canarchy")  # a directory symlink into the state
     (work / "rc").symlink_to(home / ".canrc")  # a file symlink onto the state
     (work / "rc-to-remove").symlink_to(home / ".canrc")
@@ -251,6 +254,13 @@ RESOLUTION = {
         "(open(work / 'plain.txt').close(), os.symlink(home / '.canrc', work / 'made-later'), "
         "open(work / 'made-later').close())"),
     "a relative path": "(os.chdir(work), open(os.path.join('link', 'config.toml')).close())",
+    # judged once, then swapped by a process the hook does not see: nothing remembered of before counts
+    "a directory another process made a symlink": (
+        "(open(work / 'swap' / 'x').close(), subprocess.run(['sh', '-c', 'rm -r \"$1\" && ln -s \"$2\" \"$1\"', "
+        "'sh', work / 'swap', home / '.canarchy'], check=True), open(work / 'swap' / 'config.toml').close())"),
+    "a file another process made a symlink": (
+        "(open(work / 'swapped.txt').close(), subprocess.run(['ln', '-sf', home / '.canrc', work / 'swapped.txt'], "
+        "check=True), open(work / 'swapped.txt').close())"),
 }
 
 

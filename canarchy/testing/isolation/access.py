@@ -23,8 +23,8 @@ from typing import Any
 from collections.abc import Callable, Iterator, Mapping
 
 from canarchy.testing.isolation.events import (
-    DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS, READ,
-    RELINKING, SPECIAL, SPECS, TREE, WRITE, path_text,
+    DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
+    PROCESS_STARTS, READ, RELINKING, SPECIAL, SPECS, TREE, WRITE, path_text,
 )
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
@@ -141,6 +141,9 @@ class AccessGuard:
         self._local = threading.local()
         self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
         self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
+        #: A process was started: it may make or move links unseen by this process's hook, so nothing is remembered
+        #: of directories until the plugin finds that no child is left (and none could have left this process).
+        self.others_relink = False
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
         #: After the sentinel's last look: called with every access recorded from then on, before it is
@@ -165,6 +168,11 @@ class AccessGuard:
         The hook does this after each operation that can make or move a link in this process."""
         self._dirs.clear()
         self._links.clear()
+
+    def process_started(self, args: tuple = ()) -> None:
+        """Observer of the events of a new process (:data:`PROCESS_STARTS`): see :attr:`others_relink`."""
+        self.others_relink = True
+        self.forget_resolutions()
 
     def to_environment(self) -> dict[str, str]:
         """The variable that gives a child process this configuration (see :func:`activate_from_environment`)."""
@@ -419,7 +427,7 @@ class AccessGuard:
     def _directory(self, text: str) -> str:
         """``realpath(text)``, remembered when it is an existing directory."""
         resolved = normcase(_realpath(text))
-        if _isdir(resolved):
+        if not self.others_relink and _isdir(resolved):
             if len(self._dirs) >= _CACHED:
                 self._dirs.clear()
             self._dirs[text] = resolved
@@ -428,6 +436,8 @@ class AccessGuard:
     def _scan_links(self, directory: str) -> frozenset[str] | None:
         """The names of the symlinks in ``directory`` (one listing, remembered), or None
         when it cannot be listed or is too large to remember."""
+        if self.others_relink:
+            return None  # each name asked of the file system, when it is judged
         names = []
         try:
             with _scandir(directory) as entries:
@@ -558,6 +568,8 @@ def install() -> None:
     with _install_lock:
         if not _installed:
             sys.addaudithook(_make_hook(GUARD))
+            for event in PROCESS_STARTS:
+                observe(event, GUARD.process_started)
             _audit_readline()
             _audit_sqlite()
             _refuse_tcl()

@@ -17,6 +17,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
@@ -56,6 +57,8 @@ def _unsealed(run: _Run) -> list[str]:
         found.append("the access guard told this thread was exempt")
         _access.GUARD._local.busy = False
     _access.GUARD.forget_resolutions()  # nothing it remembers of directories comes from before
+    if _access.GUARD.others_relink and run.subreaper and not _reaper.children():
+        _access.GUARD.others_relink = False  # no other process of the run is left to make or move a link
     return found
 
 

@@ -33,6 +33,7 @@ from canarchy.testing.isolation.procstate import erase_start_up_environment as _
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import Sandbox
 from canarchy.testing.isolation.seal import Seal
+from canarchy.testing.isolation.events import PROCESS_STARTS
 from canarchy.testing.isolation.settings import Settings
 
 MARKERS = {
@@ -97,6 +98,7 @@ class _Run:
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
     finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
+    subreaper: bool = False  # this process adopts its descendants whose parent ended (so none is out of sight)
     last_look: Callable[[str], None] | None = None  # that look with a reason, for an os._exit before the end
     last_lines: list[str] = field(default_factory=list)  # what the last look has found so far
     exit_status: int = 0  # the session's, as the sentinel left it
@@ -327,12 +329,8 @@ def _guard_the_exit(run: _Run) -> None:
 
     os._exit = posix._exit = _exit
     _access.observe("os.exec", _exec)
-    for event in _PROCESS_STARTS:
+    for event in PROCESS_STARTS:
         _access.observe(event, _start_late)
-
-
-#: The audit events of a new process (CPython 3.11 "Audit events table"); ``os.exec`` replaces this one.
-_PROCESS_STARTS = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty")
 
 
 def _the_process_ends_with(config: pytest.Config) -> bool:
@@ -369,7 +367,7 @@ def _start(config: pytest.Config, where: str) -> None:
     if not _is_worker(config):
         run.home_before = _guarded_manifest(run)  # before the containment hides the real files
         if _the_process_ends_with(config):  # what a test detaches stays a child, stopped at exit
-            _reaper.become_subreaper()
+            run.subreaper = _reaper.become_subreaper()
             _guard_the_exit(run)
     # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
     # (before the containment covers the file this reads to find it).
@@ -436,11 +434,11 @@ def _seal() -> Seal:
 
 def _guard_state() -> list[tuple[object, str]]:
     """The guards' own state by identity: their class (a subclass could override a method) and
-    every attribute but the two that change per test (``enabled``, ``owner``)."""
+    every attribute but those that change in a test (``enabled``, ``owner``, ``others_relink``)."""
     pairs: list[tuple[object, str]] = []
     for guard in (_access.GUARD, _guard.GUARD):
         pairs.append((guard, "__class__"))
-        pairs += [(guard, name) for name in vars(guard) if name not in ("enabled", "owner")]
+        pairs += [(guard, name) for name in vars(guard) if name not in ("enabled", "owner", "others_relink")]
     return pairs
 
 
