@@ -396,7 +396,8 @@ def test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in(r
     import errno, site
     libc = ctypes.CDLL(None, use_errno=True)
     targets = [request.config.rootpath / ".git" / "hooks" / "post-checkout",
-               os.path.join(site.getsitepackages()[0], "zz_canarchy_probe.pth")]
+               os.path.join(site.getsitepackages()[0], "zz_canarchy_probe.pth"),
+               request.config.rootpath / ".venv" / "lib" / "python3.11" / "site-packages" / "zz_probe.pth"]
     for target in targets:
         fd = libc.open(os.fsencode(target), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         if fd >= 0:
@@ -517,6 +518,25 @@ BYTECODE = {
             subprocess.run(["sh", "-c", f"mkdir -p {target.parent} && cp {tmp_path}/forged.pyc {target} "
                                         f"&& echo x > {extension}"], check=True)
 
+        def test_plants_a_module_in_a_virtual_environment_of_the_checkout(request):
+            site = Path(request.config.rootpath) / "tools-venv" / "lib" / "python3.11" / "site-packages"
+            (site / "planted_module.py").write_text("X = 'planted'")  # the next `nox -R` imports it
+
+        def test_a_shell_plants_a_path_file_in_a_virtual_environment_of_the_checkout(request):
+            import subprocess
+            site = Path(request.config.rootpath) / "tools-venv" / "lib" / "python3.11" / "site-packages"
+            subprocess.run(["sh", "-c", f"echo 'import os' > {site}/shell.pth"], check=True)
+
+        def test_plants_a_module_where_the_running_interpreter_loads_code():
+            import site
+            planted = Path(site.getsitepackages()[0]) / "canarchy_planted_probe.py"
+            try:
+                with open(planted, "x") as handle:  # every later Python of this interpreter could import it
+                    handle.write("X = 'planted'")
+            except FileExistsError:
+                pass
+            planted.unlink()  # reached only when the write was allowed
+
         def test_a_compile_replaced_and_put_back(request):
             real = builtins.compile
             builtins.compile = lambda source, filename, *args, **kwargs: real("X = 'planted'", filename, *args,
@@ -527,6 +547,8 @@ BYTECODE = {
                 builtins.compile = real
             assert bcpkg.tampered.X == "planted" and pyc(request, "tampered")[1].is_file()
     """,
+    "tools-venv/pyvenv.cfg": "home = /usr/bin\n",
+    "tools-venv/lib/python3.11/site-packages/installed.py": "X = 'installed'\n",
     "test_hiding.py": """
         import os, shutil
         from pathlib import Path
@@ -898,7 +920,8 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     _containment_or_skip()
     base = tmp_path_factory.mktemp("contained")
     home = make_operator_home(base / "pristine")
-    files = {"test_contained.py": CONTAINED, ".git/hooks/README": "",
+    files = {"test_contained.py": CONTAINED, ".git/hooks/README": "", ".venv/pyvenv.cfg": "home = /usr/bin\n",
+             ".venv/lib/python3.11/site-packages/README": "",
              "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
     run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
                                                                         / "config.toml")})
@@ -937,7 +960,8 @@ def bytecode(tmp_path_factory):
     git checkout that ignores what a checkout usually ignores."""
     base = tmp_path_factory.mktemp("bytecode")
     (base / "project").mkdir()
-    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n.hypothesis/\n")
+    (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n.hypothesis/\n"
+                                                 "/tools-venv/\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
     return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": "",
                                                  "PYTEST_CANARCHY_OWN_OUTPUT": str(base / "project" / "own.log")})
@@ -969,6 +993,30 @@ def test_a_pytest_plugin_planted_in_an_ignored_directory_is_refused_at_the_momen
     assert f"test_bytecode.py::{test} tried to mkdir" in messages and "a later Python or pytest run loads" \
         in messages, messages
     assert not (run.home.parent / "project" / "planted.egg-info").exists()
+
+
+@pytest.mark.parametrize("test, path", [
+    ("test_plants_a_module_in_a_virtual_environment_of_the_checkout", "planted_module.py"),
+    ("test_plants_a_module_where_the_running_interpreter_loads_code", "canarchy_planted_probe.py"),
+], ids=["checkout-venv", "interpreter"])
+def test_a_module_planted_where_a_later_python_loads_code_is_refused_at_the_moment(bytecode, test, path):
+    """A virtual environment in the checkout (ignored by git; the next ``nox -R`` or ``.venv/bin/python``
+    starts it) and the running interpreter's trees are read-only: what is planted there runs later, outside
+    any isolation."""
+    run, _ = bytecode
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert f"{test} tried to open for writing" in messages and path in messages and \
+        "where a later Python loads code from" in messages, messages
+    assert not (run.home.parent / "project" / "tools-venv" / "lib" / "python3.11" / "site-packages" / path).exists()
+
+
+def test_a_path_file_a_shell_planted_in_a_virtual_environment_of_the_checkout_fails_the_run(bytecode):
+    """No guard judges a shell; the sentinel looks at the top of each site-packages of the checkout's virtual
+    environments, where a ``.pth`` file runs at every start of that environment's Python."""
+    run, _ = bytecode
+    assert "added: tools-venv/lib/python3.11/site-packages/shell.pth" in run.output, run.output
+    assert "installed.py" not in run.output, run.output
 
 
 def test_byte_code_a_child_python_cached_from_a_replaced_loader_is_removed_and_named(bytecode):

@@ -208,14 +208,17 @@ def _git_dirs(root: str) -> list[str]:
     return [own, common]
 
 
-def _interpreter_trees() -> list[str]:
+def _interpreter_trees(root: str) -> list[str]:
     """Where the running interpreter loads code from at start-up (prefixes, site-packages,
-    the user site): a ``.pth`` file or a module planted there runs in every later Python."""
+    the user site), and the virtual environments in the checkout ``root`` (a later ``nox -R``
+    or ``.venv/bin/python`` starts them): a ``.pth`` file or a module planted there runs in
+    every later Python."""
     import site
 
     trees = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages()}
     if site.ENABLE_USER_SITE and site.USER_SITE:
         trees.add(site.USER_SITE)
+    trees.update(os.path.join(root, venv) for venv in _tree.virtual_environments(root))
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
@@ -260,7 +263,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     if not run.settings.containment:
         return _containment.Plan(writable=sorted(writable), network=network)
     homes = [h for h in run.homes if os.path.dirname(h) != h]
-    read_only = [*homes, *_git_dirs(root), *_interpreter_trees()]
+    read_only = [*homes, *_git_dirs(root), *_interpreter_trees(root)]
     return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
 
@@ -377,7 +380,8 @@ def _start(config: pytest.Config, where: str) -> None:
     _enter_containment(config, run)
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
     protection = _protection.Protection(
-        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])), read_only=protection.read_only,
+        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])),
+        read_only=(*protection.read_only, *_interpreter_trees(str(config.rootpath))),
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
     _access.GUARD.configure(protection)

@@ -10,6 +10,7 @@ set. Design: ``docs/design/test-isolation.md`` ("Layer 5: the sentinel").
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import importlib.machinery
 import os
@@ -37,6 +38,8 @@ SKIPPED_DIRS = frozenset({
 })
 SKIPPED_SUFFIXES = (".egg-info",)
 VENV_MARKER = "pyvenv.cfg"
+#: Where tools keep their virtual environments in a project, besides its top: nox's and tox's.
+VENV_HOLDERS = (".nox", ".tox")
 
 #: Code and configuration a later Python or pytest run loads without being asked: a distribution's
 #: metadata found on ``sys.path`` (its entry points: pytest plugins, console scripts), ``.pth`` files,
@@ -408,17 +411,46 @@ def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | No
     return listing.ok
 
 
+def virtual_environments(root: str | os.PathLike[str]) -> list[str]:
+    """The virtual environments (a directory holding ``pyvenv.cfg``; PEP 405) at the top of ``root`` and in
+    :data:`VENV_HOLDERS` there, relative to ``root``: one ``lstat`` per directory looked in."""
+    base = os.fspath(root)
+    found = []
+    for holder in ("", *VENV_HOLDERS):
+        try:
+            with os.scandir(os.path.join(base, holder) if holder else base) as it:
+                names = [e.name for e in it if e.name not in NEVER_CODE and e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        found += [os.path.join(holder, n) for n in sorted(names)
+                  if os.path.isfile(os.path.join(base, holder, n, VENV_MARKER))]
+    return found
+
+
+def site_packages(root: str | os.PathLike[str], venv: str) -> list[str]:
+    """The ``site-packages`` directories of the virtual environment ``venv`` (relative to ``root``, as the
+    result): ``lib/pythonX.Y/site-packages`` (and ``lib64``'s) on POSIX, ``Lib/site-packages`` on Windows."""
+    base = os.fspath(root)
+    found = glob.glob(os.path.join(glob.escape(os.path.join(base, venv)), "lib*", "python*", "site-packages"))
+    found += glob.glob(os.path.join(glob.escape(os.path.join(base, venv)), "Lib", "site-packages"))
+    return sorted(dict.fromkeys(os.path.relpath(p, base) for p in found if not os.path.islink(os.path.dirname(
+        os.path.dirname(p)))))
+
+
 def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
     """Add to ``out`` what a later run loads unasked or imports, ignored by git or not: at the top of ``root``
     and of each of ``search_dirs`` (relative to it), what :func:`is_start_up_code` names, a directory with all
     under it; there and in every regular package below, what an import runs besides source
     (:data:`IMPORTABLE_SUFFIXES`: git ignores ``*.py[cod]`` and ``*.so``) and the ``__pycache__``'s byte
     code; and in every package, every entry (a ``.gitignore`` of its own hides a shadowing subpackage from
-    git). One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package."""
+    git). At the top of the ``site-packages`` of each virtual environment in the checkout that is not among
+    ``search_dirs`` (one a later ``nox -R`` or ``.venv/bin/python`` starts), the same but its packages.
+    One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package."""
     tops = list(dict.fromkeys(["", *search_dirs]))
-    pending = [(top, True) for top in reversed(tops)]
+    sites = [site for venv in virtual_environments(root) for site in site_packages(root, venv) if site not in tops]
+    pending = [(site, None) for site in sites] + [(top, True) for top in reversed(tops)]
     while pending:
-        rel, top = pending.pop()
+        rel, top = pending.pop()  # top: True at a top, False in a package, None at a site-packages of no search
         try:
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
                 children = list(it)
@@ -427,7 +459,7 @@ def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str])
         prefix = rel + "/" if rel else ""
         for child in children:
             name, path = child.name, prefix + child.name
-            if (top and is_start_up_code(name)) or name.endswith(IMPORTABLE_SUFFIXES):
+            if (top is not False and is_start_up_code(name)) or name.endswith(IMPORTABLE_SUFFIXES):
                 if path not in out and (entry := _record(out, path, child.path)) and entry.kind == "dir":
                     _scan(out, root, path, False)
             elif name == "__pycache__":
@@ -436,9 +468,9 @@ def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str])
                 # a package by whatever name (``build``, ``dist``, ``reports`` too: ``python -m build`` runs one)
                 package = name not in NEVER_CODE and child.is_dir(follow_symlinks=False) and os.path.isfile(
                     os.path.join(child.path, "__init__.py"))
-                if not top and path not in out:  # in a package, everything: git may be told to hide a part
+                if top is False and path not in out:  # in a package, everything: git may be told to hide a part
                     _record(out, path, child.path)
-                if package:
+                if package and top is not None:
                     pending.append((path, False))
 
 
