@@ -1409,3 +1409,32 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
     assert f"pid {fake}: sleep 60" in after, after  # multiprocessing's state names it; its command line does not
+
+
+def test_code_collection_would_import_from_where_git_ignores_it_is_not_collected(tmp_path):
+    """A conftest or test module where git ignores it (``htmlcov/``, a pattern) is code no sentinel sees
+    change: a shell child could plant it for the next plain ``pytest``. Collection refuses it, naming it,
+    before importing it (a collection error); an ignored directory holding no Python code is no error, and
+    a run kept out of the rest collects as before."""
+    marker = tmp_path / "imported.txt"
+    imported = "import os\nopen(os.environ['CHILD_IMPORTED'], 'a').write(__file__ + '\\n')\n"
+    files = {"htmlcov/conftest.py": imported, "htmlcov/index.html": "", "docs/_build/index.html": "",
+             "htmlcov/test_planted.py": imported + "def test_planted():\n    pass\n",
+             "mine_local_test.py": imported + "def test_local():\n    pass\n",
+             "sub/conftest.py": imported, "sub/test_sub.py": "def test_sub():\n    pass\n",
+             "tests/test_shown.py": "def test_shown():\n    pass\n"}
+
+    def planted(name: str, *args: str):
+        (tmp_path / name / "project").mkdir(parents=True)
+        (tmp_path / name / "project" / ".gitignore").write_text("htmlcov/\n_build/\n*_local_test.py\nsub/conftest.py\n")
+        subprocess.run(["git", "init", "-q", str(tmp_path / name / "project")], check=True)
+        return run_child(tmp_path / name, files, *EARLY, *args, env={"CHILD_IMPORTED": str(marker)})
+
+    run = planted("plain")
+    assert run.returncode == 2 and "3 errors during collection" in run.output, run.output
+    for rel in ("htmlcov/conftest.py", "mine_local_test.py", "sub/conftest.py"):
+        assert f"{rel} is code pytest would import from where git ignores it" in run.output, (rel, run.output)
+    assert not marker.exists(), marker.read_text()
+    shown = planted("kept-out", "tests")
+    assert shown.returncode == 0 and shown.outcomes("test_shown") == {"passed"}, shown.output
+    assert not marker.exists(), marker.read_text()

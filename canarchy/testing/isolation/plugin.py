@@ -252,6 +252,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """The checkout's baseline, once pytest and every installed plugin have set up (their own
     working files are the operator's tooling); collection, fixtures and tests come after."""
     run = session.config.stash.get(_RUN, None)
+    if run is not None:
+        with _access.GUARD.exempt():
+            run.ignored = functools.cache(functools.partial(_tree.read_ignored, _tree.ignored_listing(
+                session.config.rootpath, run.sandbox.operator_env)))  # git runs beside the sentinel's look
     if run is not None and not _is_worker(session.config):
         with _access.GUARD.exempt():
             run.search_dirs = _search_dirs(session.config.rootpath)
@@ -288,6 +292,40 @@ def _search_dirs(root: Path) -> tuple[str, ...]:
     top = os.path.realpath(root)
     found = (os.path.realpath(entry or os.curdir) for entry in sys.path if isinstance(entry, str))
     return tuple(dict.fromkeys(os.path.relpath(d, top) for d in found if d.startswith(top + os.sep)))
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_make_collect_report")
+def pytest_make_collect_report_refusing_ignored_code(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """A Python module git ignores, or a directory whose ``conftest.py`` or ``__init__.py`` it ignores, is not
+    collected: a failed collection, named. What collection imports from there is code no sentinel sees
+    change, so a process could plant it for the next run unseen (an ignored directory holding no Python
+    code, ``htmlcov/``, is walked as before)."""
+    run = collector.config.stash.get(_RUN, None)
+    path = getattr(collector, "path", None)
+    if run is None or run.ignored is None or path is None or isinstance(collector, pytest.Session):
+        return None
+    if isinstance(collector, pytest.Directory):
+        candidates = (path / "conftest.py", path / "__init__.py")
+    elif path.suffix == ".py":
+        candidates = (path,)
+    else:
+        return None
+    with _access.GUARD.exempt():
+        known = run.ignored()
+    if known is None:
+        return None
+    files, directories = known
+    for candidate in candidates:
+        try:
+            rel = candidate.relative_to(collector.config.rootpath).as_posix()
+        except ValueError:
+            return None
+        if rel in files or (rel.startswith(directories) and os.path.lexists(candidate)):
+            return pytest.CollectReport(collector.nodeid, "failed", (
+                f"canarchy test isolation: {rel} is code pytest would import from where git ignores it, so no "
+                "sentinel sees it change (a process could plant it there for the next run unseen); not collected. "
+                "Stop ignoring it in git, or keep pytest out of it (norecursedirs, testpaths)."), [])
+    return None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -93,6 +93,7 @@ class _Run:
     writes: dict[str, str] = field(default_factory=dict)  # path -> who wrote it (access guard), for the sentinel
     settled_bytecode: dict[str, tuple] = field(default_factory=dict)  # cached byte code compared: path -> signature
     hidden_named: set[str] = field(default_factory=set)  # written paths git does not show, already named
+    ignored: Callable[[], tuple[frozenset[str], tuple[str, ...]] | None] | None = None  # git's, read at first use
     own_outputs: frozenset[str] = frozenset()  # the run's own reports in the checkout: not the sentinel's business
     opt_outs: dict[str, frozenset] = field(default_factory=dict)  # node id -> its opt-out markers at collection
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them

@@ -401,6 +401,21 @@ def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str,
                                     for part in p.split(os.sep)[:-1])]
 
 
+def ignored_listing(root: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> _GitListing:
+    """What git ignores under ``root``, started now (read it with :func:`read_ignored`): ``git ls-files --others
+    --ignored --directory``, which names a wholly ignored directory once and does not look inside it."""
+    return _GitListing.files(os.fspath(root), None, env, "--others", "--ignored", "--directory", empty_ok=True).start()
+
+
+def read_ignored(listing: _GitListing) -> tuple[frozenset[str], tuple[str, ...]] | None:
+    """The ignored files and the ignored directories (each with a trailing ``/``) of :func:`ignored_listing`,
+    relative with ``/``; None where git gives no view."""
+    names = [name for batch in listing.batches() for name in batch]
+    if not listing.ok:
+        return None
+    return frozenset(n for n in names if not n.endswith("/")), tuple(n for n in names if n.endswith("/"))
+
+
 def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | None = None) -> bool:
     """Whether git ignores ``path`` (under ``root``; it need not exist): False for a tracked path, outside
     a work tree, or without git."""
