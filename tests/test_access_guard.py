@@ -615,6 +615,17 @@ attempt("a keyword the wrapper does not take", lambda: readline.read_history_fil
 import _sqlite3
 attempt("attach through _sqlite3", lambda: _sqlite3.connect(":memory:").execute(f"ATTACH '{home / 'c.db'}' AS a"))
 attempt("a bare connection", lambda: sqlite3.Connection(":memory:"))
+import importlib.util
+def second_instance(name):  # a fresh module object of the same extension: its C functions as first made
+    spec = importlib.util.find_spec(name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+attempt("a second readline", lambda: second_instance("readline").read_history_file(str(home / '.canrc')))
+attempt("a second _sqlite3", lambda: second_instance("_sqlite3").connect(":memory:").execute(
+    f"ATTACH '{home / 'd.db'}' AS a"))
+attempt("a second _imp's readline", lambda: second_instance("_imp").create_dynamic(
+    importlib.util.find_spec("readline")).read_history_file(str(home / '.canrc')))
 try:
     import tkinter
 except ImportError:  # Python built without Tcl/Tk: nothing to open files with
@@ -627,7 +638,8 @@ else:
 def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     """SQLite's ATTACH and VACUUM INTO (from a ``:memory:`` connection) and readline's history and init files
     open paths in C with no audit event of CPython's: the guard raises one first, so each is refused (SQLite
-    reports it as "not authorized") and recorded, and nothing is read or written."""
+    reports it as "not authorized") and recorded, and nothing is read or written; also through a second
+    instance of their modules (``importlib.util.module_from_spec``), which is the wrapped one."""
     home, work = make_operator(tmp_path)
     before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     report = run_guarded(C_OPENERS, home, work)
@@ -635,10 +647,12 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes
-    for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter"):
+    for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter",
+                 "a second readline", "a second _imp's readline"):
         assert outcomes[name].startswith("refused: "), outcomes
     assert outcomes["a keyword the wrapper does not take"].startswith("error: TypeError"), outcomes
     assert outcomes["attach through _sqlite3"].startswith("error: DatabaseError"), outcomes
+    assert outcomes["a second _sqlite3"].startswith("error: DatabaseError"), outcomes
     recorded = [(r["operation"], r["path"]) for r in report["refusals"]]
     assert ("attach the database", str(home / ".canarchy" / "captures.db")) in recorded, recorded
     assert ("attach the database", str(home / "copy.db")) in recorded, recorded

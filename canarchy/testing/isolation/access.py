@@ -575,6 +575,7 @@ def install() -> None:
             _audit_readline()
             _audit_sqlite()
             _refuse_tcl()
+            _one_instance()
             _installed = True
 
 
@@ -685,15 +686,42 @@ def _sqlite_file(name: str) -> str:
     return name
 
 
+#: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
+_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_imp")
+
+
+def _one_instance() -> None:
+    """A second instance of a module whose C functions are wrapped (``importlib.util.module_from_spec``) would
+    hold them unwrapped (a copy of the module's first dictionary, or a fresh one): ``_imp``'s
+    ``create_dynamic`` and ``create_builtin``, which make every extension and built-in module, give back
+    the wrapped instance (``_imp``'s own too, so the creators cannot be had unwrapped from a copy of it)."""
+    import _imp
+
+    instances = {name: sys.modules[name] for name in _WRAPPED if name in sys.modules}  # not sys.modules: a test's
+    for name in ("create_dynamic", "create_builtin"):
+        real = getattr(_imp, name)
+        if getattr(real, "_canarchy_audited", False):
+            continue
+
+        def create(spec: Any, *args: Any, _real: Callable = real) -> Any:
+            existing = instances.get(getattr(spec, "name", None))
+            return existing if existing is not None else _real(spec, *args)
+
+        create._canarchy_audited = True  # type: ignore[attr-defined]
+        setattr(_imp, name, create)
+
+
 def audited_c_openers() -> list[tuple[object, str]]:
     """What :func:`install` replaced, for the seal: ``(module, name)`` pairs."""
+    import _imp
+
     readline, sqlite3 = sys.modules.get("readline"), sys.modules.get("sqlite3")
     found = [(readline, name) for name in _READLINE_FILES if readline is not None and hasattr(readline, name)]
     if sqlite3 is not None:
         found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect"), (sys.modules["_sqlite3"], "connect")]
     if "_tkinter" in sys.modules:
         found.append((sys.modules["_tkinter"], "create"))
-    return found
+    return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]
 
 
 def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
