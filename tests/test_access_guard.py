@@ -230,7 +230,7 @@ def test_a_refusal_names_the_operation_the_path_and_the_owner(refused_operations
     assert "config.toml" in message and "the operator's own state" in message
     assert "tried to list " in refused_operations["outcomes"]["listdir"]
     assert "tried to rename to " in refused_operations["outcomes"]["rename to"]
-    assert "a write under the operator's home" in refused_operations["outcomes"]["write under the home (read-only)"]
+    assert "a tree the run may only read: the operator's home" in refused_operations["outcomes"]["write under the home (read-only)"]
 
 
 def test_refused_operations_changed_nothing_and_were_all_recorded(refused_operations):
