@@ -69,6 +69,12 @@ def forged_rmtree(top, target):
     os.makedirs(top, exist_ok=True)
     forged(top)
 
+def spawned(function, *args):
+    import multiprocessing
+    process = multiprocessing.get_context("spawn").Process(target=function, args=args)
+    process.start()
+    process.join()
+
 def bind_in(directory, name):
     # a relative address: CPython refuses an AF_UNIX path over 107 bytes before the audit event
     here = os.getcwd()
@@ -102,6 +108,9 @@ def make_operator(base: Path) -> tuple[Path, Path]:
     (work / "plain.txt").write_text("plain\n")
     (work / "swapped.txt").write_text("a file another process replaces with a symlink\n")
     (work / "swap").mkdir()
+    (work / "spawned").mkdir()
+    (work / "spawned" / "x").write_text("in a directory a spawned process replaces with a symlink\n")
+    (work / "ready-link").symlink_to(home / ".canarchy")
     (work / "swap" / "x").write_text("in a directory another process replaces with a symlink\n")
     (work / "link").symlink_to(home / ".canarchy")  # a directory symlink into the state
     (work / "rc").symlink_to(home / ".canrc")  # a file symlink onto the state
@@ -230,7 +239,8 @@ def test_a_refusal_names_the_operation_the_path_and_the_owner(refused_operations
     assert "config.toml" in message and "the operator's own state" in message
     assert "tried to list " in refused_operations["outcomes"]["listdir"]
     assert "tried to rename to " in refused_operations["outcomes"]["rename to"]
-    assert "a tree the run may only read: the operator's home" in refused_operations["outcomes"]["write under the home (read-only)"]
+    assert "a tree the run may only read: the operator's home" in refused_operations["outcomes"][
+        "write under the home (read-only)"]
 
 
 def test_refused_operations_changed_nothing_and_were_all_recorded(refused_operations):
@@ -275,6 +285,20 @@ def resolution(tmp_path_factory):
 def test_a_route_round_the_path_text_is_refused(resolution, route):
     outcome = resolution["outcomes"][route]
     assert outcome.startswith("refused: "), outcome
+
+
+def test_a_directory_a_spawned_process_made_a_symlink_is_resolved_afresh(tmp_path):
+    """multiprocessing's spawn start raises none of CPython's process-start events; the guard's wrapper of
+    ``_posixsubprocess.fork_exec`` does, so nothing it remembered of the directory counts (a guard of its own:
+    in the shared one, an earlier route's process start has already stopped the remembering)."""
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        attempt("swapped", lambda: (open(work / 'spawned' / 'x').close(), spawned(shutil.rmtree, work / 'spawned'),
+                                    spawned(os.rename, work / 'ready-link', work / 'spawned'),
+                                    open(work / 'spawned' / 'config.toml').close()))
+    """, home, work)
+    assert report["outcomes"]["swapped"].startswith("refused: "), report["outcomes"]
+    assert os.path.islink(work / "spawned")  # the swap happened
 
 
 def test_the_record_gives_the_path_as_given_and_as_resolved(resolution):
@@ -617,13 +641,17 @@ attempt("attach through _sqlite3", lambda: _sqlite3.connect(":memory:").execute(
 attempt("a bare connection", lambda: sqlite3.Connection(":memory:"))
 import importlib.util
 def second_instance(name):  # a fresh module object of the same extension: its C functions as first made
-    spec = importlib.util.find_spec(name)
+    return second_instance_as(name, None)
+def second_instance_as(name, origin):  # the C loader finds PyInit_<last part of the name>
+    spec = importlib.util.find_spec(name) if origin is None else importlib.util.spec_from_file_location(name, origin)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 attempt("a second readline", lambda: second_instance("readline").read_history_file(str(home / '.canrc')))
 attempt("a second _sqlite3", lambda: second_instance("_sqlite3").connect(":memory:").execute(
     f"ATTACH '{home / 'd.db'}' AS a"))
+attempt("a second readline by another name", lambda: second_instance_as("anything.readline", readline.__file__)
+        .read_history_file(str(home / '.canrc')))
 attempt("a second _imp's readline", lambda: second_instance("_imp").create_dynamic(
     importlib.util.find_spec("readline")).read_history_file(str(home / '.canrc')))
 try:
@@ -648,7 +676,7 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes
     for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter",
-                 "a second readline", "a second _imp's readline"):
+                 "a second readline", "a second readline by another name", "a second _imp's readline"):
         assert outcomes[name].startswith("refused: "), outcomes
     assert outcomes["a keyword the wrapper does not take"].startswith("error: TypeError"), outcomes
     assert outcomes["attach through _sqlite3"].startswith("error: DatabaseError"), outcomes

@@ -1172,14 +1172,27 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     assert not list(project.glob("fileio.*")) and not (project / "build" / "bin" / "activate").exists()
 
     shell = run_child(tmp_path / "shell", {"test_late.py": """
-        import atexit, os, subprocess
+        import atexit, multiprocessing, os, subprocess
 
         def test_registers_a_shell_at_exit():  # the reaper ran at the last look: this one would outlive it
             atexit.register(subprocess.run, ["sh", "-c", f"echo late > {os.environ['CHILD_FILE']}"])
+
+        def test_registers_a_spawned_process_at_exit():  # multiprocessing's spawn raises no event of CPython's
+            process = multiprocessing.get_context("spawn").Process(target=os.getpid)
+            atexit.register(lambda: (process.start(), process.join()))
     """}, env={"CHILD_FILE": str(tmp_path / "shell" / "project" / "LATE_FROM_A_SHELL")})
     late = shell.output[shell.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
+    assert "tried to start a process" in late and "multiprocessing" in late and shell.returncode == 1, late
+    assert "LATE_FROM_A_SHELL" not in late  # registered first: runs last, and the process had ended before
+    shell = run_child(tmp_path / "shell-only", {"test_late.py": """
+        import atexit, os, subprocess
+
+        def test_registers_a_shell_at_exit():
+            atexit.register(subprocess.run, ["sh", "-c", f"echo late > {os.environ['CHILD_FILE']}"])
+    """}, env={"CHILD_FILE": str(tmp_path / "shell-only" / "project" / "LATE_FROM_A_SHELL")})
+    late = shell.output[shell.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
     assert "tried to start a process" in late and "LATE_FROM_A_SHELL" in late and shell.returncode == 1, late
-    assert not (tmp_path / "shell" / "project" / "LATE_FROM_A_SHELL").exists()
+    assert not (tmp_path / "shell-only" / "project" / "LATE_FROM_A_SHELL").exists()
 
     imported = run_child(tmp_path / "import", {"latemod.py": "X = 1\n", "test_late.py": """
         import atexit, sys

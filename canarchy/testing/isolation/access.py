@@ -575,6 +575,7 @@ def install() -> None:
             _audit_readline()
             _audit_sqlite()
             _refuse_tcl()
+            _audit_fork_exec()
             _one_instance()
             _installed = True
 
@@ -686,8 +687,28 @@ def _sqlite_file(name: str) -> str:
     return name
 
 
+def _audit_fork_exec() -> None:
+    """Replace ``_posixsubprocess.fork_exec`` with one that raises ``_posixsubprocess.fork_exec`` (the program)
+    first: ``multiprocessing.util.spawnv_passfds`` (the spawn and forkserver starts) calls it with no audit
+    event, and the guard must know when another process may change what it remembers (:attr:`others_relink`)."""
+    try:
+        import _posixsubprocess
+    except ImportError:  # Windows
+        return
+    real = _posixsubprocess.fork_exec
+    if getattr(real, "_canarchy_audited", False):
+        return
+
+    def fork_exec(*args: Any) -> Any:
+        sys.audit("_posixsubprocess.fork_exec", args[0] if args else None)  # (args, executables, ...)
+        return real(*args)
+
+    fork_exec._canarchy_audited = True  # type: ignore[attr-defined]
+    _posixsubprocess.fork_exec = fork_exec
+
+
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
-_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_imp")
+_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "_imp")
 
 
 def _one_instance() -> None:
@@ -704,7 +725,8 @@ def _one_instance() -> None:
             continue
 
         def create(spec: Any, *args: Any, _real: Callable = real) -> Any:
-            existing = instances.get(getattr(spec, "name", None))
+            # the C loader finds PyInit_<last part of the name>: "anything.readline" makes a readline too
+            existing = instances.get(str(getattr(spec, "name", "")).rpartition(".")[2])
             return existing if existing is not None else _real(spec, *args)
 
         create._canarchy_audited = True  # type: ignore[attr-defined]
@@ -721,6 +743,7 @@ def audited_c_openers() -> list[tuple[object, str]]:
         found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect"), (sys.modules["_sqlite3"], "connect")]
     if "_tkinter" in sys.modules:
         found.append((sys.modules["_tkinter"], "create"))
+    found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]
 
 
