@@ -1435,19 +1435,29 @@ def test_code_collection_would_import_from_where_git_ignores_it_is_not_collected
              "htmlcov/test_planted.py": imported + "def test_planted():\n    pass\n",
              "mine_local_test.py": imported + "def test_local():\n    pass\n",
              "sub/conftest.py": imported, "sub/test_sub.py": "def test_sub():\n    pass\n",
+             "pkg/__init__.py": imported, "pkg/test_in_package.py": "def test_in_package():\n    pass\n",
+             "tests/gen/__init__.py": imported, "tests/gen/msg_pb2.py": imported,  # generated; never imported
              "tests/test_shown.py": "def test_shown():\n    pass\n"}
 
     def planted(name: str, *args: str):
         (tmp_path / name / "project").mkdir(parents=True)
-        (tmp_path / name / "project" / ".gitignore").write_text("htmlcov/\n_build/\n*_local_test.py\nsub/conftest.py\n")
+        (tmp_path / name / "project" / ".gitignore").write_text(
+            "htmlcov/\n_build/\n*_local_test.py\nsub/conftest.py\npkg/__init__.py\ntests/gen/\ntest-results/\n")
         subprocess.run(["git", "init", "-q", str(tmp_path / name / "project")], check=True)
         return run_child(tmp_path / name, files, *EARLY, *args, env={"CHILD_IMPORTED": str(marker)})
 
     run = planted("plain")
-    assert run.returncode == 2 and "3 errors during collection" in run.output, run.output
-    for rel in ("htmlcov/conftest.py", "mine_local_test.py", "sub/conftest.py"):
+    assert run.returncode == 2 and "4 errors during collection" in run.output, run.output
+    for rel in ("htmlcov/conftest.py", "mine_local_test.py", "sub/conftest.py", "pkg/__init__.py"):
         assert f"{rel} is code pytest would import from where git ignores it" in run.output, (rel, run.output)
-    assert not marker.exists(), marker.read_text()
+    assert "tests/gen" not in run.output and not marker.exists(), marker.read_text()
     shown = planted("kept-out", "tests")
     assert shown.returncode == 0 and shown.outcomes("test_shown") == {"passed"}, shown.output
+    assert not marker.exists(), marker.read_text()
+    # a test*/ conftest at the top is imported before collection (an initial conftest): refused before that
+    files["test-results/conftest.py"] = imported + "def pytest_configure(config):\n" \
+        "    config.addinivalue_line('norecursedirs', 'test-results')\n"
+    initial = planted("initial", "tests")
+    assert initial.returncode == 4, initial.output
+    assert "test-results/conftest.py is code pytest would import from where git ignores it" in initial.output
     assert not marker.exists(), marker.read_text()

@@ -61,6 +61,26 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         _begin(early_config, "before the initial conftests are imported")
         _set_owners(_CONFTESTS)
+        run = early_config.stash[_RUN]
+        _list_ignored(run, early_config)
+        found = _ignored_code(run, early_config, _initial_conftests(early_config))
+        if found is not None:
+            raise pytest.UsageError(_ignored_code_message(found, "refused before it was imported"))
+
+
+def _initial_conftests(config: pytest.Config) -> list[Path]:
+    """The conftests pytest imports before collection (``_pytest.config.PytestPluginManager._try_load_conftest``):
+    under each directory the run starts from (its arguments, else ``testpaths``, else the invocation directory),
+    its ``conftest.py``, those of the directories above it up to the rootdir, and ``test*/conftest.py``."""
+    here = config.invocation_params.dir
+    named = [a.split("::")[0] for a in config.args if not a.startswith("-")] if config.args else []
+    anchors = [here / a for a in named] or [here / p for p in config.getini("testpaths")] or [here]
+    found: list[Path] = []
+    for anchor in anchors:
+        anchor = anchor if anchor.is_dir() else anchor.parent
+        found += [d / "conftest.py" for d in (anchor, *anchor.parents) if d.is_relative_to(config.rootpath)]
+        found += sorted(anchor.glob("test*/conftest.py"))
+    return list(dict.fromkeys(found))
 
 
 def _begin(config: pytest.Config, where: str) -> None:
@@ -253,9 +273,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     working files are the operator's tooling); collection, fixtures and tests come after."""
     run = session.config.stash.get(_RUN, None)
     if run is not None:
-        with _access.GUARD.exempt():
-            run.ignored = functools.cache(functools.partial(_tree.read_ignored, _tree.ignored_listing(
-                session.config.rootpath, run.sandbox.operator_env)))  # git runs beside the sentinel's look
+        _list_ignored(run, session.config)  # an xdist worker's: its own start comes after the initial conftests
     if run is not None and not _is_worker(session.config):
         with _access.GUARD.exempt():
             run.search_dirs = _search_dirs(session.config.rootpath)
@@ -264,6 +282,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _junit_suite_properties(session.config, [(ISOLATION_PROPERTY, "; ".join(
             line.removeprefix("canarchy isolation: ") for line in pytest_report_header(session.config)))])
         _set_owners(_BETWEEN_TESTS)
+
+
+def _list_ignored(run: _Run, config: pytest.Config) -> None:
+    """Start git listing what it ignores under the rootdir (once); ``run.ignored()`` reads it."""
+    if run.ignored is None:
+        with _access.GUARD.exempt():
+            run.ignored = functools.cache(functools.partial(_tree.read_ignored, _tree.ignored_listing(
+                config.rootpath, run.sandbox.operator_env)))
 
 
 def _own_outputs(run: _Run, config: pytest.Config) -> frozenset[str]:
@@ -296,19 +322,30 @@ def _search_dirs(root: Path) -> tuple[str, ...]:
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_make_collect_report")
 def pytest_make_collect_report_refusing_ignored_code(collector: pytest.Collector) -> pytest.CollectReport | None:
-    """A Python module git ignores, or a directory whose ``conftest.py`` or ``__init__.py`` it ignores, is not
-    collected: a failed collection, named. What collection imports from there is code no sentinel sees
-    change, so a process could plant it for the next run unseen (an ignored directory holding no Python
-    code, ``htmlcov/``, is walked as before)."""
+    """A directory whose ``conftest.py`` git ignores, or a Python module git ignores (or one an ``__init__.py``
+    git ignores would run first, as its package), is not collected: a failed collection, named. What collection
+    imports from there is code no sentinel sees change, so a process could plant it for the next run unseen
+    (an ignored directory holding no conftest or test module, ``htmlcov/``, generated code, is no error)."""
     run = collector.config.stash.get(_RUN, None)
     path = getattr(collector, "path", None)
-    if run is None or run.ignored is None or path is None or isinstance(collector, pytest.Session):
+    if run is None or path is None or isinstance(collector, pytest.Session):
         return None
     if isinstance(collector, pytest.Directory):
-        candidates = (path / "conftest.py", path / "__init__.py")
-    elif path.suffix == ".py":
-        candidates = (path,)
+        candidates = [path / "conftest.py"]
+    elif isinstance(collector, pytest.Module):
+        candidates = [path, *(parent / "__init__.py" for parent in path.parents
+                              if parent.is_relative_to(collector.config.rootpath))]
     else:
+        return None
+    found = _ignored_code(run, collector.config, candidates)
+    return None if found is None else pytest.CollectReport(collector.nodeid, "failed", _ignored_code_message(
+        found, "not collected"), [])
+
+
+def _ignored_code(run: _Run, config: pytest.Config, candidates: list[Path]) -> str | None:
+    """The first of ``candidates`` (paths pytest would import) that exists where git ignores it, relative to the
+    rootdir; None when there is none, or git gives no view."""
+    if run.ignored is None:
         return None
     with _access.GUARD.exempt():
         known = run.ignored()
@@ -317,15 +354,18 @@ def pytest_make_collect_report_refusing_ignored_code(collector: pytest.Collector
     files, directories = known
     for candidate in candidates:
         try:
-            rel = candidate.relative_to(collector.config.rootpath).as_posix()
+            rel = candidate.relative_to(config.rootpath).as_posix()
         except ValueError:
-            return None
+            continue
         if rel in files or (rel.startswith(directories) and os.path.lexists(candidate)):
-            return pytest.CollectReport(collector.nodeid, "failed", (
-                f"canarchy test isolation: {rel} is code pytest would import from where git ignores it, so no "
-                "sentinel sees it change (a process could plant it there for the next run unseen); not collected. "
-                "Stop ignoring it in git, or keep pytest out of it (norecursedirs, testpaths)."), [])
+            return rel
     return None
+
+
+def _ignored_code_message(rel: str, outcome: str) -> str:
+    return (f"canarchy test isolation: {rel} is code pytest would import from where git ignores it, so no sentinel "
+            f"sees it change (a process could plant it there for the next run unseen); {outcome}. Stop ignoring it "
+            "in git, or keep pytest out of it (norecursedirs, testpaths, the arguments).")
 
 
 @pytest.hookimpl(wrapper=True)
