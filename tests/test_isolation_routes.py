@@ -524,8 +524,12 @@ BYTECODE = {
 
         def test_a_shell_plants_a_path_file_in_a_virtual_environment_of_the_checkout(request):
             import subprocess
-            site = Path(request.config.rootpath) / "tools-venv" / "lib" / "python3.11" / "site-packages"
-            subprocess.run(["sh", "-c", f"echo 'import os' > {site}/shell.pth"], check=True)
+            for venv in ("tools-venv", ".hatch/dev"):  # at the top, and one level below a dot-directory
+                site = Path(request.config.rootpath) / venv / "lib" / "python3.11" / "site-packages"
+                subprocess.run(["sh", "-c", f"echo 'import os' > {site}/shell.pth"], check=True)
+
+        def test_plants_a_script_in_a_nested_virtual_environment_of_the_checkout(request):
+            (Path(request.config.rootpath) / ".hatch" / "dev" / "bin" / "activate").write_text("echo planted")
 
         def test_plants_a_module_where_the_running_interpreter_loads_code():
             import site
@@ -549,6 +553,8 @@ BYTECODE = {
     """,
     "tools-venv/pyvenv.cfg": "home = /usr/bin\n",
     "tools-venv/lib/python3.11/site-packages/installed.py": "X = 'installed'\n",
+    ".hatch/dev/pyvenv.cfg": "home = /usr/bin\n",
+    ".hatch/dev/lib/python3.11/site-packages/installed.py": "X = 'installed'\n",
     "test_hiding.py": """
         import os, shutil
         from pathlib import Path
@@ -961,7 +967,7 @@ def bytecode(tmp_path_factory):
     base = tmp_path_factory.mktemp("bytecode")
     (base / "project").mkdir()
     (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n.hypothesis/\n"
-                                                 "/tools-venv/\n")
+                                                 "/tools-venv/\n.hatch/\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
     return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": "",
                                                  "PYTEST_CANARCHY_OWN_OUTPUT": str(base / "project" / "own.log")})
@@ -998,7 +1004,8 @@ def test_a_pytest_plugin_planted_in_an_ignored_directory_is_refused_at_the_momen
 @pytest.mark.parametrize("test, path", [
     ("test_plants_a_module_in_a_virtual_environment_of_the_checkout", "planted_module.py"),
     ("test_plants_a_module_where_the_running_interpreter_loads_code", "canarchy_planted_probe.py"),
-], ids=["checkout-venv", "interpreter"])
+    ("test_plants_a_script_in_a_nested_virtual_environment_of_the_checkout", "activate"),
+], ids=["checkout-venv", "interpreter", "nested-venv"])
 def test_a_module_planted_where_a_later_python_loads_code_is_refused_at_the_moment(bytecode, test, path):
     """A virtual environment in the checkout (ignored by git; the next ``nox -R`` or ``.venv/bin/python``
     starts it) and the running interpreter's trees are read-only: what is planted there runs later, outside
@@ -1008,7 +1015,9 @@ def test_a_module_planted_where_a_later_python_loads_code_is_refused_at_the_mome
     assert run.outcomes(test) & {"failed", "error"}, run.output
     assert f"{test} tried to open for writing" in messages and path in messages and \
         "where a later Python loads code from" in messages, messages
-    assert not (run.home.parent / "project" / "tools-venv" / "lib" / "python3.11" / "site-packages" / path).exists()
+    project = run.home.parent / "project"
+    assert not (project / "tools-venv" / "lib" / "python3.11" / "site-packages" / path).exists()
+    assert not (project / ".hatch" / "dev" / "bin" / "activate").exists()
 
 
 def test_a_path_file_a_shell_planted_in_a_virtual_environment_of_the_checkout_fails_the_run(bytecode):
@@ -1016,6 +1025,7 @@ def test_a_path_file_a_shell_planted_in_a_virtual_environment_of_the_checkout_fa
     environments, where a ``.pth`` file runs at every start of that environment's Python."""
     run, _ = bytecode
     assert "added: tools-venv/lib/python3.11/site-packages/shell.pth" in run.output, run.output
+    assert "added: .hatch/dev/lib/python3.11/site-packages/shell.pth" in run.output, run.output
     assert "installed.py" not in run.output, run.output
 
 

@@ -38,8 +38,9 @@ SKIPPED_DIRS = frozenset({
 })
 SKIPPED_SUFFIXES = (".egg-info",)
 VENV_MARKER = "pyvenv.cfg"
-#: Where tools keep their virtual environments in a project, besides its top: nox's and tox's.
-VENV_HOLDERS = (".nox", ".tox")
+#: Where tools keep their virtual environments in a project, besides its top: any directory there whose name
+#: starts with a dot (nox's, tox's, hatch's, direnv's) and these.
+VENV_HOLDERS = ("envs", "venvs")
 
 #: Code and configuration a later Python or pytest run loads without being asked: a distribution's
 #: metadata found on ``sys.path`` (its entry points: pytest plugins, console scripts), ``.pth`` files,
@@ -427,18 +428,24 @@ def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | No
 
 
 def virtual_environments(root: str | os.PathLike[str]) -> list[str]:
-    """The virtual environments (a directory holding ``pyvenv.cfg``; PEP 405) at the top of ``root`` and in
-    :data:`VENV_HOLDERS` there, relative to ``root``: one ``lstat`` per directory looked in."""
+    """The virtual environments (a directory holding ``pyvenv.cfg``; PEP 405) at the top of ``root`` and one
+    level below a directory there whose name starts with a dot or is in :data:`VENV_HOLDERS`, relative to
+    ``root``: one listing of the top and of each such directory, one ``stat`` per directory in them."""
     base = os.fspath(root)
-    found = []
-    for holder in ("", *VENV_HOLDERS):
+    found: list[str] = []
+    pending = [""]
+    while pending:
+        holder = pending.pop(0)
         try:
             with os.scandir(os.path.join(base, holder) if holder else base) as it:
-                names = [e.name for e in it if e.name not in NEVER_CODE and e.is_dir(follow_symlinks=False)]
+                names = sorted(e.name for e in it if e.name not in NEVER_CODE and e.is_dir(follow_symlinks=False))
         except OSError:
             continue
-        found += [os.path.join(holder, n) for n in sorted(names)
-                  if os.path.isfile(os.path.join(base, holder, n, VENV_MARKER))]
+        for name in names:
+            if os.path.isfile(os.path.join(base, holder, name, VENV_MARKER)):
+                found.append(os.path.join(holder, name))
+            elif not holder and (name.startswith(".") or name in VENV_HOLDERS):
+                pending.append(name)
     return found
 
 
