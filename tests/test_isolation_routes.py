@@ -1471,3 +1471,17 @@ def test_code_collection_would_import_from_where_git_ignores_it_is_not_collected
     assert initial.returncode == 4, initial.output
     assert "test-results/conftest.py is code pytest would import from where git ignores it" in initial.output
     assert not marker.exists(), marker.read_text()
+
+
+def test_a_basetemp_inside_a_virtual_environment_of_the_checkout_stays_usable_under_the_containment(tmp_path):
+    """tox's ``--basetemp={envtmpdir}`` lies inside the environment (``.tox/py311/tmp``), which is read-only
+    under the containment; pytest removes and remakes its base temp, so that environment stays writable to
+    other processes, the header says so, and ``tmp_path`` works."""
+    _containment_or_skip()
+    files = {"pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n",
+             ".tox/py311/pyvenv.cfg": "home = /usr/bin\n",
+             "test_tmp.py": "def test_writes_tmp(tmp_path):\n    (tmp_path / 'f').write_text('x')\n"}
+    run = run_child(tmp_path, files, *EARLY, "-v", "--basetemp=.tox/py311/tmp")  # -v: the header
+    assert run.returncode == 0 and run.outcomes("test_writes_tmp") == {"passed"}, run.output
+    assert "containment: in force" in run.output, run.output
+    assert ".tox/py311 stays writable to other processes: --basetemp is inside it" in run.output, run.output

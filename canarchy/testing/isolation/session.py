@@ -264,7 +264,12 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     if not run.settings.containment:
         return _containment.Plan(writable=sorted(writable), network=network)
     homes = [h for h in run.homes if os.path.dirname(h) != h]
-    read_only = [*homes, *_git_dirs(root), *_interpreter_trees(root)]
+    code = _interpreter_trees(root)
+    if basetemp:  # pytest removes and remakes it: no writable view inside a read-only tree survives that
+        held = [t for t in code if os.path.abspath(basetemp).startswith(os.path.join(t, ""))]
+        code = [t for t in code if t not in held]
+        run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
+    read_only = [*homes, *_git_dirs(root), *code]
     return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
 
