@@ -639,6 +639,13 @@ attempt("a keyword the wrapper does not take", lambda: readline.read_history_fil
 import _sqlite3
 attempt("attach through _sqlite3", lambda: _sqlite3.connect(":memory:").execute(f"ATTACH '{home / 'c.db'}' AS a"))
 attempt("a bare connection", lambda: sqlite3.Connection(":memory:"))
+def spawn_opening(path, flags):  # the child opens path on its descriptor 3 before it runs
+    pid = os.posix_spawn("/bin/true", ["true"], {}, file_actions=[(os.POSIX_SPAWN_OPEN, 3, str(path), flags, 0o644)])
+    os.waitpid(pid, 0)
+attempt("a spawned child's open of a home file", lambda: spawn_opening(home / '.canrc', os.O_RDONLY))
+attempt("a spawned child's new file in the state", lambda: spawn_opening(STATE / 'spawned', os.O_WRONLY | os.O_CREAT))
+attempt("a spawned child's open in the work tree",
+        lambda: spawn_opening(work / 'spawned.out', os.O_WRONLY | os.O_CREAT))
 import importlib.util
 def second_instance(name):  # a fresh module object of the same extension: its C functions as first made
     return second_instance_as(name, None)
@@ -667,7 +674,8 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     """SQLite's ATTACH and VACUUM INTO (from a ``:memory:`` connection) and readline's history and init files
     open paths in C with no audit event of CPython's: the guard raises one first, so each is refused (SQLite
     reports it as "not authorized") and recorded, and nothing is read or written; also through a second
-    instance of their modules (``importlib.util.module_from_spec``), which is the wrapped one."""
+    instance of their modules (``importlib.util.module_from_spec``), which is the wrapped one. So are the
+    paths ``os.posix_spawn``'s file actions have the child open."""
     home, work = make_operator(tmp_path)
     before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     report = run_guarded(C_OPENERS, home, work)
@@ -675,7 +683,9 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes
+    assert outcomes["a spawned child's open in the work tree"] == "allowed", outcomes
     for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter",
+                 "a spawned child's open of a home file", "a spawned child's new file in the state",
                  "a second readline", "a second readline by another name", "a second _imp's readline"):
         assert outcomes[name].startswith("refused: "), outcomes
     assert outcomes["a keyword the wrapper does not take"].startswith("error: TypeError"), outcomes

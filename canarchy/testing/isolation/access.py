@@ -576,6 +576,7 @@ def install() -> None:
             _audit_sqlite()
             _refuse_tcl()
             _audit_fork_exec()
+            _audit_spawn_file_actions()
             _one_instance()
             _installed = True
 
@@ -707,8 +708,36 @@ def _audit_fork_exec() -> None:
     _posixsubprocess.fork_exec = fork_exec
 
 
+_SPAWNS = ("posix_spawn", "posix_spawnp")
+
+
+def _audit_spawn_file_actions() -> None:
+    """Replace ``os.posix_spawn`` and ``os.posix_spawnp`` with ones that raise ``open`` (path, None, flags) for
+    each ``POSIX_SPAWN_OPEN`` of their ``file_actions`` first: the child opens those paths before it runs, and
+    CPython's ``os.posix_spawn`` event does not carry them."""
+    try:
+        import posix
+    except ImportError:  # Windows
+        return
+
+    for name in _SPAWNS:
+        real = getattr(posix, name, None)
+        if real is None or getattr(real, "_canarchy_audited", False):
+            continue
+
+        def spawn(*args: Any, _real: Callable = real, **kwargs: Any) -> Any:
+            for action in kwargs.get("file_actions") or ():
+                if isinstance(action, tuple) and len(action) >= 4 and action[0] == os.POSIX_SPAWN_OPEN:
+                    sys.audit("open", action[2], None, action[3])
+            return _real(*args, **kwargs)
+
+        spawn._canarchy_audited = True  # type: ignore[attr-defined]
+        setattr(posix, name, spawn)
+        setattr(os, name, spawn)
+
+
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
-_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "_imp")
+_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "_imp")
 
 
 def _one_instance() -> None:
@@ -744,6 +773,8 @@ def audited_c_openers() -> list[tuple[object, str]]:
     if "_tkinter" in sys.modules:
         found.append((sys.modules["_tkinter"], "create"))
     found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
+    found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
+              for name in _SPAWNS if hasattr(module, name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]
 
 
