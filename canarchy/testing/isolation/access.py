@@ -113,8 +113,8 @@ class Access:
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be"}.get(
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
-                       "directories), or where a later Python loads code from (the interpreter's prefixes and "
-                       "site-packages, a virtual environment in the checkout)")
+                       "directories), or where a later Python loads code from (a virtual environment in the "
+                       "checkout)")
         fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{fixes}")

@@ -223,6 +223,16 @@ def _interpreter_trees(root: str) -> list[str]:
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
+def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str) -> list[str]:
+    """The checkout's virtual environments that hold neither the checkout nor a temporary directory of the run:
+    those the guard makes read-only. The running interpreter's trees are not among them (a lane runs projects
+    and writes its reports inside its own environment, ``.nox/ENV/tmp``); the containment covers those."""
+    root = str(config.rootpath)
+    held = [root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR", "")]
+    venvs = [os.path.join(root, venv) for venv in _tree.virtual_environments(root)]
+    return [t for t in venvs if not any(h and os.path.abspath(h).startswith(os.path.join(t, "")) for h in held)]
+
+
 def _pytest_cache_dir(config: pytest.Config) -> str | None:
     """pytest's cache directory (``cache_dir``, relative to the rootdir), None without its cache plugin."""
     if not config.pluginmanager.has_plugin("cacheprovider"):
@@ -387,7 +397,7 @@ def _start(config: pytest.Config, where: str) -> None:
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
     protection = _protection.Protection(
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])),
-        read_only=(*protection.read_only, *_interpreter_trees(str(config.rootpath))),
+        read_only=(*protection.read_only, *_code_trees_beside(config, operator_env, temp_base)),
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
     _access.GUARD.configure(protection)
