@@ -11,6 +11,7 @@ nor python-can.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import stat
@@ -581,6 +582,18 @@ def install() -> None:
             _installed = True
 
 
+def _replace(modules: tuple, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Replace ``name`` in each of ``modules`` (the first holds the C function) with ``make(real)``, marked
+    ``_canarchy_audited`` so that it is done once; nothing when the first has no ``name``."""
+    real = getattr(modules[0], name, None)
+    if real is None or getattr(real, "_canarchy_audited", False):
+        return
+    wrapper = make(real)
+    wrapper._canarchy_audited = True  # type: ignore[attr-defined]
+    for module in modules:
+        setattr(module, name, wrapper)
+
+
 #: readline's functions that open a file in C (GNU readline), and which argument names it (its default: ``~/.history``).
 _READLINE_FILES = {"read_history_file": 0, "read_init_file": 0, "write_history_file": 0, "append_history_file": 1}
 
@@ -593,9 +606,7 @@ def _audit_readline() -> None:
     except ImportError:  # not built (Windows), or no terminal library
         return
     for name, index in _READLINE_FILES.items():
-        real = getattr(readline, name, None)
-        if real is not None and not getattr(real, "_canarchy_audited", False):
-            setattr(readline, name, _audited_file_function(real, f"readline.{name}", index))
+        _replace((readline,), name, functools.partial(_audited_file_function, event=f"readline.{name}", index=index))
 
 
 def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
@@ -607,7 +618,6 @@ def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
         sys.audit(event, path)
         return real(*args)
 
-    audited._canarchy_audited = True  # type: ignore[attr-defined]
     return audited
 
 
@@ -619,18 +629,16 @@ def _refuse_tcl() -> None:
         import _tkinter
     except ImportError:  # built without Tcl/Tk
         return
-    real = _tkinter.create
-    if getattr(real, "_canarchy_audited", False):
-        return
 
-    def create(*args: Any, **kwargs: Any) -> Any:
-        if GUARD.enabled:
-            GUARD.refuse(Access(GUARD._owner(), "start a Tcl interpreter", "_tkinter.create", "_tkinter.create",
-                                "unjudged", "tkinter", os.getpid()))
-        return real(*args, **kwargs)
+    def refusing(real: Callable) -> Callable:
+        def create(*args: Any, **kwargs: Any) -> Any:
+            if GUARD.enabled:
+                GUARD.refuse(Access(GUARD._owner(), "start a Tcl interpreter", "_tkinter.create", "_tkinter.create",
+                                    "unjudged", "tkinter", os.getpid()))
+            return real(*args, **kwargs)
+        return create
 
-    create._canarchy_audited = True  # type: ignore[attr-defined]
-    _tkinter.create = create
+    _replace((_tkinter,), "create", refusing)
 
 
 _SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
@@ -647,21 +655,19 @@ def _audit_sqlite() -> None:
         from sqlite3 import dbapi2
     except ImportError:
         return
-    real = _sqlite3.connect
-    if getattr(real, "_canarchy_audited", False):
-        return
 
-    def connect(*args: Any, **kwargs: Any) -> Any:
-        _SQLITE.making = True
-        try:
-            connection = real(*args, **kwargs)
-        finally:
-            _SQLITE.making = False
-        connection.set_authorizer(_attach_authorizer)
-        return connection
+    def authorizing(real: Callable) -> Callable:
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            _SQLITE.making = True
+            try:
+                connection = real(*args, **kwargs)
+            finally:
+                _SQLITE.making = False
+            connection.set_authorizer(_attach_authorizer)
+            return connection
+        return connect
 
-    connect._canarchy_audited = True  # type: ignore[attr-defined]
-    sqlite3.connect = dbapi2.connect = _sqlite3.connect = connect
+    _replace((_sqlite3, sqlite3, dbapi2), "connect", authorizing)
     observe("sqlite3.connect/handle", _refuse_a_bare_connection)
 
 
@@ -696,16 +702,14 @@ def _audit_fork_exec() -> None:
         import _posixsubprocess
     except ImportError:  # Windows
         return
-    real = _posixsubprocess.fork_exec
-    if getattr(real, "_canarchy_audited", False):
-        return
 
-    def fork_exec(*args: Any) -> Any:
-        sys.audit("_posixsubprocess.fork_exec", args[0] if args else None)  # (args, executables, ...)
-        return real(*args)
+    def auditing(real: Callable) -> Callable:
+        def fork_exec(*args: Any) -> Any:
+            sys.audit("_posixsubprocess.fork_exec", args[0] if args else None)  # (args, executables, ...)
+            return real(*args)
+        return fork_exec
 
-    fork_exec._canarchy_audited = True  # type: ignore[attr-defined]
-    _posixsubprocess.fork_exec = fork_exec
+    _replace((_posixsubprocess,), "fork_exec", auditing)
 
 
 _SPAWNS = ("posix_spawn", "posix_spawnp")
@@ -720,20 +724,17 @@ def _audit_spawn_file_actions() -> None:
     except ImportError:  # Windows
         return
 
-    for name in _SPAWNS:
-        real = getattr(posix, name, None)
-        if real is None or getattr(real, "_canarchy_audited", False):
-            continue
 
-        def spawn(*args: Any, _real: Callable = real, **kwargs: Any) -> Any:
+    def auditing(real: Callable) -> Callable:
+        def spawn(*args: Any, **kwargs: Any) -> Any:
             for action in kwargs.get("file_actions") or ():
                 if isinstance(action, tuple) and len(action) >= 4 and action[0] == os.POSIX_SPAWN_OPEN:
                     sys.audit("open", action[2], None, action[3])
-            return _real(*args, **kwargs)
+            return real(*args, **kwargs)
+        return spawn
 
-        spawn._canarchy_audited = True  # type: ignore[attr-defined]
-        setattr(posix, name, spawn)
-        setattr(os, name, spawn)
+    for name in _SPAWNS:
+        _replace((posix, os), name, auditing)
 
 
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
@@ -748,18 +749,16 @@ def _one_instance() -> None:
     import _imp
 
     instances = {name: sys.modules[name] for name in _WRAPPED if name in sys.modules}  # not sys.modules: a test's
-    for name in ("create_dynamic", "create_builtin"):
-        real = getattr(_imp, name)
-        if getattr(real, "_canarchy_audited", False):
-            continue
 
-        def create(spec: Any, *args: Any, _real: Callable = real) -> Any:
+    def reusing(real: Callable) -> Callable:
+        def create(spec: Any, *args: Any) -> Any:
             # the C loader finds PyInit_<last part of the name>: "anything.readline" makes a readline too
             existing = instances.get(str(getattr(spec, "name", "")).rpartition(".")[2])
-            return existing if existing is not None else _real(spec, *args)
+            return existing if existing is not None else real(spec, *args)
+        return create
 
-        create._canarchy_audited = True  # type: ignore[attr-defined]
-        setattr(_imp, name, create)
+    for name in ("create_dynamic", "create_builtin"):
+        _replace((_imp,), name, reusing)
 
 
 def audited_c_openers() -> list[tuple[object, str]]:

@@ -62,12 +62,12 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "readline.append_history_file": ((0, None, "append history to", WRITE),),
     "sqlite3.attach": ((0, None, "attach the database", WRITE),),
 }
-# Events after which a directory may resolve differently (the resolution cache is dropped).
 #: The audit events of a new process (CPython 3.11 "Audit events table"; ``os.exec`` replaces this one), and
 #: the one the access guard's wrapper of ``_posixsubprocess.fork_exec`` raises (``multiprocessing``'s spawn and
 #: forkserver start calls it directly, with no event of CPython's).
 PROCESS_STARTS = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                   "_posixsubprocess.fork_exec")
+# Events after which a directory may resolve differently (the resolution cache is dropped).
 RELINKING = frozenset({"os.symlink", "os.rename", "os.link", "shutil.move", "shutil.copytree",
                         "shutil.unpack_archive"})
 OPEN_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

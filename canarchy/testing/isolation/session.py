@@ -228,9 +228,9 @@ def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str
     those the guard makes read-only. The running interpreter's trees are not among them (a lane runs projects
     and writes its reports inside its own environment, ``.nox/ENV/tmp``); the containment covers those."""
     root = str(config.rootpath)
-    held = [root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR", "")]
+    held = [os.path.abspath(h) for h in (root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR")) if h]
     venvs = [os.path.join(root, venv) for venv in _tree.virtual_environments(root)]
-    return [t for t in venvs if not any(h and os.path.abspath(h).startswith(os.path.join(t, "")) for h in held)]
+    return [t for t in venvs if not any(_containment._inside(h, t) for h in held)]
 
 
 def _pytest_cache_dir(config: pytest.Config) -> str | None:
@@ -276,7 +276,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     homes = [h for h in run.homes if os.path.dirname(h) != h]
     code = _interpreter_trees(root)
     if basetemp:  # pytest removes and remakes it: no writable view inside a read-only tree survives that
-        held = [t for t in code if os.path.abspath(basetemp).startswith(os.path.join(t, ""))]
+        held = [t for t in code if _containment._inside(os.path.abspath(basetemp), t)]
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
     read_only = [*homes, *_git_dirs(root), *code]
