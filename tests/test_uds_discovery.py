@@ -65,14 +65,14 @@ def by_name(network):
 def test_scan_finds_exactly_the_two_that_answer(three_ecus):
     network, observed = three_ecus
     ecus = by_name(network)
-    result = run_cli("uds", "scan", network.channel, "--addressing", "both", "--ids", "0x7D0-0x7FF",
-                     "--targets", "0x30-0x37", "--timeout", "0.05", "--json")
+    result = run_cli("uds", "scan", network.channel, "--addressing", "both", "--ids", "0x7DC-0x7EB",
+                     "--targets", "0x32-0x35", "--timeout", "0.05", "--json")
     assert result.code == 0, result.out
     data = result.data
     found = [(e["request_id"], e["response_id"], e["is_extended_id"], e["usual_pair"]) for e in data["ecus"]]
     assert found == [(0x7E0, 0x7E8, False, True), (*DID_ECU, True, True)]
     assert all(e["response"] == "positive" and e["message"] == "7e00" for e in data["ecus"])
-    assert data["ecu_count"] == 2 and data["probed_count"] == 48 + 8
+    assert data["ecu_count"] == 2 and data["probed_count"] == 16 + 4
     # The silent ECU was asked (once: nothing to confirm) and said nothing.
     assert ecus["silent"].requests == [bytes.fromhex("023e000000000000")]
     assert ecus["multi-frame"].requests == [bytes.fromhex("023e000000000000")] * 2  # asked, then confirmed
@@ -105,14 +105,15 @@ def test_uds_services_reads_the_multi_frame_answer(three_ecus):
 def test_the_silent_ecu_gets_its_warning(three_ecus):
     network, _observed = three_ecus
     silent = by_name(network)["silent"]
-    result = run_cli("uds", "services", network.channel, "--request-id", "0x7E1", "--timeout", "0.05", "--json")
+    result = run_cli("uds", "services", network.channel, "--request-id", "0x7E1", "--probe-start", "0x10",
+                     "--probe-end", "0x14", "--timeout", "0.05", "--json")
     assert result.code == 0, result.out
     data = result.data
     assert (data["silent"], data["answered_count"], data["supported_count"]) == (True, 0, 0)
     codes = [w.split(":", 1)[0] for w in result.envelope["warnings"]]
     assert codes.count("UDS_NO_RESPONSE") == 1
     assert "7E9" in next(w for w in result.envelope["warnings"] if w.startswith("UDS_NO_RESPONSE"))
-    assert len(silent.requests) == 27  # every probe arrived: nobody answered, which is what the warning says
+    assert len(silent.requests) == 5  # every probe arrived: nobody answered, which is what the warning says
     dids = run_cli("uds", "dids", network.channel, "--request-id", "0x7E1", "--dids", "0xF190", "--json")
     assert dids.data["silent"] is True and any(w.startswith("UDS_NO_RESPONSE") for w in dids.envelope["warnings"])
 
