@@ -480,20 +480,27 @@ def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str])
             continue
         prefix = rel + "/" if rel else ""
         for child in children:
-            name, path = child.name, prefix + child.name
-            if (top is not False and is_start_up_code(name)) or name.endswith(IMPORTABLE_SUFFIXES):
-                if path not in out and (entry := _record(out, path, child.path)) and entry.kind == "dir":
-                    _scan(out, root, path, False)
-            elif name == "__pycache__":
-                _cached_code(out, path, child.path)
-            else:
-                # a package by whatever name (``build``, ``dist``, ``reports`` too: ``python -m build`` runs one)
-                package = name not in NEVER_CODE and child.is_dir(follow_symlinks=False) and os.path.isfile(
-                    os.path.join(child.path, "__init__.py"))
-                if top is False and path not in out:  # in a package, everything: git may be told to hide a part
-                    _record(out, path, child.path)
-                if package and top is not None:
-                    pending.append((path, False))
+            if _loadable_entry(out, root, child, prefix + child.name, top):
+                pending.append((prefix + child.name, False))
+
+
+def _loadable_entry(out: dict[str, Entry], root: str, child: os.DirEntry[str], path: str, top: bool | None) -> bool:
+    """Record ``child`` (at ``path``) for :func:`_loadable_code` if a later run may load it; True when it is a
+    package to look into."""
+    name = child.name
+    if (top is not False and is_start_up_code(name)) or name.endswith(IMPORTABLE_SUFFIXES):
+        if path not in out and (entry := _record(out, path, child.path)) and entry.kind == "dir":
+            _scan(out, root, path, False)
+        return False
+    if name == "__pycache__":
+        _cached_code(out, path, child.path)
+        return False
+    # a package by whatever name (``build``, ``dist``, ``reports`` too: ``python -m build`` runs one)
+    package = name not in NEVER_CODE and child.is_dir(follow_symlinks=False) and os.path.isfile(
+        os.path.join(child.path, "__init__.py"))
+    if top is False and path not in out:  # in a package, everything: git may be told to hide a part
+        _record(out, path, child.path)
+    return package and top is not None
 
 
 def _cached_code(out: dict[str, Entry], rel: str, path: str) -> None:
