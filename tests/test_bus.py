@@ -282,7 +282,7 @@ FRAMES_FOR_FILTERS = [(0x7E0, False), (0x7E8, False), (0x123, False), (0x18DAF11
 ])
 def test_filters_pass_what_candump_would(peer, virtual_channel, bus_kwargs_seen, filters, expected):
     argv = [a for f in filters for a in ("--filter", f)]
-    with CaptureThread(virtual_channel, "--idle-timeout", "0.5", *argv, "--json") as capture:
+    with CaptureThread(virtual_channel, "--idle-timeout", "0.2", *argv, "--json") as capture:
         for arbitration_id, extended in FRAMES_FOR_FILTERS:
             peer.send(can.Message(arbitration_id=arbitration_id, is_extended_id=extended))
     events = json.loads(capture.out.getvalue())["data"]["events"]

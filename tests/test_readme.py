@@ -7,7 +7,7 @@ on the other end: a simulated ECU (``canarchy.simulator``) for the UDS and
 fuzz examples, a peer sending a 100 ms periodic message or test traffic for
 the captures, a receiving peer for ``send`` and ``replay``. ``uds scan``
 probes 767 IDs at its default 0.1 s timeout (over a minute): it runs here on
-four 11-bit IDs around the ECU's and four 29-bit targets, with 0.25 s for each
+two 11-bit IDs (the ECU's and the one before) and two 29-bit targets, with 0.25 s for each
 answer (a 10 ms window over every ID missed the simulated ECU's answer when
 other test runs loaded the machine). Two lines run faster than written, as the
 virtual bus allows: the 5 s capture records for 2 s (the stand-in's traffic
@@ -114,7 +114,7 @@ def test_uds_services_probes_an_ecu_and_asks_for_yes(virtual, monkeypatch, capsy
 def test_uds_scan_finds_the_ecu(virtual, monkeypatch):
     monkeypatch.setenv("CANARCHY_MCP_NONINTERACTIVE_ACK", "1")
     with SimulatedEcu(channel=virtual):
-        result = run(example("canarchy uds scan") + " --ids 0x7DE-0x7E1 --targets 0x00-0x03 --timeout 0.25 --text",
+        result = run(example("canarchy uds scan") + " --ids 0x7DF-0x7E0 --targets 0x00-0x01 --timeout 0.25 --text",
                      virtual)
     assert result.code == 0, result.out
     assert "1 ECU(s) answered" in result.out and "7E0 -> 7E8" in result.out

@@ -374,8 +374,8 @@ def test_a_profile_with_several_ecus_on_one_bus(virtual, virtual_channel, tmp_pa
     profile = write_profile(tmp_path, NETWORK, "network.toml")
     with EcuThread(virtual_channel, "--profile", profile, "--ack-active", "--duration", "10",
                    "--max-requests", "5") as ecu:
-        scan = run_cli("uds", "scan", virtual_channel, "--addressing", "both", "--ids", "7DF-7E2",
-                       "--targets", "32-34", "--timeout", "0.25", "--json")  # seven IDs: room for a loaded machine
+        scan = run_cli("uds", "scan", virtual_channel, "--addressing", "both", "--ids", "7E0-7E1",
+                       "--targets", "33", "--timeout", "0.25", "--json")  # 0.25 s: room for a loaded machine
         vin = run_cli("uds", "dids", virtual_channel, "--request-id", "18DA33F1", "--dids", "F190", "--json")
     assert scan.code == 0, scan.out
     assert [(e["request_id"], e["response_id"]) for e in scan.data["ecus"]] == [(0x7E0, 0x7E8),
