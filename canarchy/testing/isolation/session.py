@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import c_openers as _c_openers
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import protection as _protection
@@ -444,7 +445,7 @@ def _seal() -> Seal:
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
                   (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), *_import_machinery(),
-                  *_access.audited_c_openers()]
+                  *_c_openers.audited_c_openers()]
     seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
     seal.extend(_guard_state(), contents=False)
     zones = _access.GUARD._zones  # made once by configure; its tables never change afterwards

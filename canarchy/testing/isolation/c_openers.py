@@ -1,0 +1,223 @@
+"""C functions that open paths or start processes without an audit event of CPython's, wrapped so that the
+access guard (:mod:`~canarchy.testing.isolation.access`) sees them: readline's history and init files,
+SQLite's ATTACH, a Tcl interpreter, multiprocessing's ``fork_exec``, ``posix_spawn``'s file actions, and a
+second instance of one of those modules. The seal keeps every wrapper in place (:func:`audited_c_openers`).
+Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from typing import Any
+from collections.abc import Callable
+
+from canarchy.testing.isolation.access import GUARD, Access, observe
+from canarchy.testing.isolation.events import SPECIAL
+
+
+def install() -> None:
+    """Wrap each of them (once: a wrapper is marked, :func:`_replace`)."""
+    _audit_readline()
+    _audit_sqlite()
+    _refuse_tcl()
+    _audit_fork_exec()
+    _audit_spawn_file_actions()
+    _one_instance()
+
+
+def _replace(modules: tuple, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Replace ``name`` in each of ``modules`` (the first holds the C function) with ``make(real)``, marked
+    ``_canarchy_audited`` so that it is done once; nothing when the first has no ``name``."""
+    real = getattr(modules[0], name, None)
+    if real is None or getattr(real, "_canarchy_audited", False):
+        return
+    wrapper = make(real)
+    wrapper._canarchy_audited = True  # type: ignore[attr-defined]
+    for module in modules:
+        setattr(module, name, wrapper)
+
+
+#: readline's functions that open a file in C (GNU readline), and which argument names it (its default: ``~/.history``).
+_READLINE_FILES = {"read_history_file": 0, "read_init_file": 0, "write_history_file": 0, "append_history_file": 1}
+
+
+def _audit_readline() -> None:
+    """Replace readline's file functions with ones that raise an audit event (``readline.NAME``, the path)
+    first; the seal keeps them in place (:func:`audited_c_openers`)."""
+    try:
+        import readline
+    except ImportError:  # not built (Windows), or no terminal library
+        return
+    for name, index in _READLINE_FILES.items():
+        _replace((readline,), name, functools.partial(_audited_file_function, event=f"readline.{name}", index=index))
+
+
+def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
+    """``real`` raising ``event`` with its path argument (position ``index``; none: readline's ``~/.history``)
+    first. Only positional arguments, as readline's own take: nothing a caller passes changes the event."""
+
+    def audited(*args: Any) -> Any:
+        path = args[index] if len(args) > index and args[index] is not None else os.path.expanduser("~/.history")
+        sys.audit(event, path)
+        return real(*args)
+
+    return audited
+
+
+def _refuse_tcl() -> None:
+    """Replace ``_tkinter.create`` (what ``tkinter.Tk`` and ``tkinter.Tcl`` call) with one that refuses while
+    the guard is on: a Tcl interpreter opens files (``open``, ``source``) and starts processes (``exec``) in C,
+    with no audit event."""
+    try:
+        import _tkinter
+    except ImportError:  # built without Tcl/Tk
+        return
+
+    def refusing(real: Callable) -> Callable:
+        def create(*args: Any, **kwargs: Any) -> Any:
+            if GUARD.enabled:
+                GUARD.refuse(Access(GUARD._owner(), "start a Tcl interpreter", "_tkinter.create", "_tkinter.create",
+                                    "unjudged", "tkinter", os.getpid()))
+            return real(*args, **kwargs)
+        return create
+
+    _replace((_tkinter,), "create", refusing)
+
+
+_SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
+
+
+def _audit_sqlite() -> None:
+    """Replace ``sqlite3.connect`` (and ``_sqlite3.connect`` under it) with one that gives each connection an
+    authorizer raising ``sqlite3.attach`` (the file name) before SQLite opens a file for ATTACH or VACUUM INTO
+    (its C code; no audit event). A connection made otherwise (``sqlite3.Connection(...)``) is refused at its
+    ``sqlite3.connect/handle`` event, which comes before it could take an authorizer (CPython 3.11)."""
+    try:
+        import _sqlite3
+        import sqlite3
+        from sqlite3 import dbapi2
+    except ImportError:
+        return
+
+    def authorizing(real: Callable) -> Callable:
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            _SQLITE.making = True
+            try:
+                connection = real(*args, **kwargs)
+            finally:
+                _SQLITE.making = False
+            connection.set_authorizer(_attach_authorizer)
+            return connection
+        return connect
+
+    _replace((_sqlite3, sqlite3, dbapi2), "connect", authorizing)
+    observe("sqlite3.connect/handle", _refuse_a_bare_connection)
+
+
+_SQLITE = threading.local()  # making: inside the wrapper's own call of the real connect
+
+
+def _refuse_a_bare_connection(args: tuple) -> None:
+    if GUARD.enabled and not getattr(_SQLITE, "making", False) and not GUARD.busy():
+        GUARD.refuse(Access(GUARD._owner(), "make a SQLite connection past sqlite3.connect:", repr(args[0]),
+                            repr(args[0]), "unjudged", "sqlite3.Connection", os.getpid()))
+
+
+def _attach_authorizer(action: int, name: Any, *rest: Any) -> int:
+    if action == _SQLITE_ATTACH and name and name != ":memory:":
+        sys.audit("sqlite3.attach", _sqlite_file(name))  # a refusal raises: SQLite denies the statement
+    return 0  # SQLITE_OK
+
+
+def _sqlite_file(name: str) -> str:
+    """An ATTACH file name as a path (a ``file:`` URI's path part; SQLite resolves a relative one as ``open`` does)."""
+    if name.startswith("file:"):
+        targets = SPECIAL["sqlite3.connect"]((name,))
+        return next((t[0] for t in targets), "")
+    return name
+
+
+def _audit_fork_exec() -> None:
+    """Replace ``_posixsubprocess.fork_exec`` with one that raises ``_posixsubprocess.fork_exec`` (the program)
+    first: ``multiprocessing.util.spawnv_passfds`` (the spawn and forkserver starts) calls it with no audit
+    event, and the guard must know when another process may change what it remembers (:attr:`others_relink`)."""
+    try:
+        import _posixsubprocess
+    except ImportError:  # Windows
+        return
+
+    def auditing(real: Callable) -> Callable:
+        def fork_exec(*args: Any) -> Any:
+            sys.audit("_posixsubprocess.fork_exec", args[0] if args else None)  # (args, executables, ...)
+            return real(*args)
+        return fork_exec
+
+    _replace((_posixsubprocess,), "fork_exec", auditing)
+
+
+_SPAWNS = ("posix_spawn", "posix_spawnp")
+
+
+def _audit_spawn_file_actions() -> None:
+    """Replace ``os.posix_spawn`` and ``os.posix_spawnp`` with ones that raise ``open`` (path, None, flags) for
+    each ``POSIX_SPAWN_OPEN`` of their ``file_actions`` first: the child opens those paths before it runs, and
+    CPython's ``os.posix_spawn`` event does not carry them."""
+    try:
+        import posix
+    except ImportError:  # Windows
+        return
+
+
+    def auditing(real: Callable) -> Callable:
+        def spawn(*args: Any, **kwargs: Any) -> Any:
+            for action in kwargs.get("file_actions") or ():
+                if isinstance(action, tuple) and len(action) >= 4 and action[0] == os.POSIX_SPAWN_OPEN:
+                    sys.audit("open", action[2], None, action[3])
+            return real(*args, **kwargs)
+        return spawn
+
+    for name in _SPAWNS:
+        _replace((posix, os), name, auditing)
+
+
+#: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
+_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "_imp")
+
+
+def _one_instance() -> None:
+    """A second instance of a module whose C functions are wrapped (``importlib.util.module_from_spec``) would
+    hold them unwrapped (a copy of the module's first dictionary, or a fresh one): ``_imp``'s
+    ``create_dynamic`` and ``create_builtin``, which make every extension and built-in module, give back
+    the wrapped instance (``_imp``'s own too, so the creators cannot be had unwrapped from a copy of it)."""
+    import _imp
+
+    instances = {name: sys.modules[name] for name in _WRAPPED if name in sys.modules}  # not sys.modules: a test's
+
+    def reusing(real: Callable) -> Callable:
+        def create(spec: Any, *args: Any) -> Any:
+            # the C loader finds PyInit_<last part of the name>: "anything.readline" makes a readline too
+            existing = instances.get(str(getattr(spec, "name", "")).rpartition(".")[2])
+            return existing if existing is not None else real(spec, *args)
+        return create
+
+    for name in ("create_dynamic", "create_builtin"):
+        _replace((_imp,), name, reusing)
+
+
+def audited_c_openers() -> list[tuple[object, str]]:
+    """What :func:`install` replaced, for the seal: ``(module, name)`` pairs."""
+    import _imp
+
+    readline, sqlite3 = sys.modules.get("readline"), sys.modules.get("sqlite3")
+    found = [(readline, name) for name in _READLINE_FILES if readline is not None and hasattr(readline, name)]
+    if sqlite3 is not None:
+        found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect"), (sys.modules["_sqlite3"], "connect")]
+    if "_tkinter" in sys.modules:
+        found.append((sys.modules["_tkinter"], "create"))
+    found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
+    found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
+              for name in _SPAWNS if hasattr(module, name)]
+    return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]
