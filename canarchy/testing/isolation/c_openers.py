@@ -170,7 +170,6 @@ def _audit_spawn_file_actions() -> None:
     except ImportError:  # Windows
         return
 
-
     def auditing(real: Callable) -> Callable:
         def spawn(*args: Any, **kwargs: Any) -> Any:
             for action in kwargs.get("file_actions") or ():
