@@ -1120,6 +1120,30 @@ def test_leaves_a_logging_handler():  # logging's atexit handler was registered 
 """
 
 
+@pytest.mark.parametrize("ini, args", [
+    ("[pytest]\ncanarchy_network_namespace = true\n", ()),
+    ("[pytest]\ncanarchy_containment = true\ncanarchy_network_namespace = true\n",
+     ("-o", "canarchy_containment=false")),
+], ids=["network-only-ini", "containment-off-by-o"])
+def test_a_network_namespace_without_the_mount_view_leaves_the_sentinel_comparing(tmp_path, ini, args):
+    """A private network without the containment's mount view: the header says the mount view is off, and a
+    shell child's write of the operator's state (which only the mount view would have stopped) fails the run,
+    listed by the sentinel."""
+    files = {"test_shell.py": """
+        import os, subprocess
+        def test_a_shell_rewrites_the_operator_s_config():
+            target = os.path.join(os.environ["CHILD_OPERATOR_HOME"], ".canarchy", "config.toml")
+            subprocess.run(["sh", "-c", f"echo pwned > '{target}'"], check=False)
+    """, "pytest.ini": ini}
+    run = run_child(tmp_path, files, *args, "-v", "-p", "no:randomly",  # -v: the header
+                    env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    assert (run.home / ".canarchy" / "config.toml").read_text() == "pwned\n", run.output  # nothing stopped it
+    assert "containment: mount view: off (canarchy_containment is false)" in run.output, run.output
+    assert "mount view: nothing to cover" not in run.output, run.output
+    assert run.returncode == 1, run.output
+    assert "changed the operator's state" in run.output and "/.canarchy/config.toml" in run.output, run.output
+
+
 def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     """The sentinel's last look is at the end of pytest's work, not in an atexit handler (which a test can
     clear, and before which others run). After it the guard stays on, and the first access that would

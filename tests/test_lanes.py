@@ -5,6 +5,7 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -278,6 +279,15 @@ def _project(root: Path, tests: str, *, pyproject: str = PYPROJECT) -> Project:
     (root / ".gitignore").write_text("reports/\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True, capture_output=True)
     return load_project(root)
+
+
+def test_parity_without_its_operator_home_cannot_decide_and_says_what_to_make(tmp_path, capsys):
+    """An operator home named in pyproject but never made: a verdict naming it, not a traceback."""
+    project = _project(tmp_path / "p", "def test_ok():\n    pass\n")
+    shutil.rmtree(project.root / "operator-home")
+    code = lanes_cli.main(["--project", str(project.root), "parity"])
+    out = capsys.readouterr().out
+    assert code == 2 and "parity: CANNOT DECIDE" in out and "operator-home" in out and "not a directory" in out, out
 
 
 def test_a_flat_and_a_src_layout_are_read_from_pyproject(tmp_path):

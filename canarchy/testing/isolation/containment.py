@@ -76,8 +76,9 @@ class Plan:
     not (their nearest existing parent becomes read-only). ``read_only``:
     trees bind-mounted onto themselves read-only, mounts below included.
     ``writable``: trees inside those that stay as they were. ``network``: a
-    private network namespace holding only ``lo``, up. Paths are absolute.
-    ``processes``: process ids whose ``/proc/PID/environ`` and ``/proc/PID/mem``, and
+    private network namespace holding only ``lo``, up. ``mounts``: False asks for no
+    mount view at all (the network alone; the report then has no "mount view"
+    protection). Paths are absolute. ``processes``: process ids whose ``/proc/PID/environ`` and ``/proc/PID/mem``, and
     those of each of their threads now, become empty files (the environment each
     was started with, and the memory that holds it).
     """
@@ -87,6 +88,7 @@ class Plan:
     writable: tuple[Path, ...] = ()
     network: bool = True
     processes: tuple[int, ...] = ()
+    mounts: bool = True
 
     def __post_init__(self) -> None:
         for name in ("covered", "read_only", "writable"):
@@ -551,7 +553,8 @@ def enter(plan: Plan) -> Report:
     view = _View.of(plan)
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # before any mount: nothing propagates out
-        view.apply()
+        if plan.mounts:
+            view.apply()
     except OSError as exc:
         view.problems.insert(0, str(exc))
     try:
@@ -559,7 +562,8 @@ def enter(plan: Plan) -> Report:
             os.chdir(cwd)  # it was resolved below the new mounts: resolve it again, through them
     except OSError as exc:
         view.problems.append(f"working directory {cwd}: {exc.strerror}")
-    results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()]))
+    if plan.mounts:
+        results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()]))
     if plan.network:
         results["network"] = _set_up_network()
     if many:

@@ -428,11 +428,11 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
     lines = []
     with _access.GUARD.exempt():
         if run.home_before is not None:
-            view = run.containment.protection("mount view") if run.containment is not None else None
-            now = None if view is not None and view.in_force else _guarded_manifest(run)
-            diff = _covers_broken(run.containment) if now is None else _tree.changes(run.home_before, now)
-            if now is not None:
-                run.home_before = now
+            # what the mount view made unreachable: its covers checked; everything else guarded: compared
+            now = _guarded_manifest(run)
+            diff = _tree.changes(run.home_before, now)
+            diff += _covers_broken(run.containment) if run.unreached else []
+            run.home_before = now
             if diff:
                 lines.append(f"{who} changed the operator's state:")
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)

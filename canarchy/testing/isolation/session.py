@@ -85,6 +85,7 @@ class _Run:
     homes: list[str]
     guarded: list[str]
     containment: _containment.Report | None = None
+    unreached: frozenset[str] = frozenset()  # guarded paths the mount view made unreachable (_unreached)
     network_note: str = ""
     header: list[str] = field(default_factory=list)
     temp_base: str = ""
@@ -273,7 +274,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     if basetemp:
         writable.add(os.path.abspath(basetemp))
     if not run.settings.containment:
-        return _containment.Plan(writable=sorted(writable), network=network)
+        return _containment.Plan(writable=sorted(writable), network=network, mounts=False)
     homes = [h for h in run.homes if os.path.dirname(h) != h]
     code = _interpreter_trees(root)
     if basetemp:  # pytest removes and remakes it: no writable view inside a read-only tree survives that
@@ -283,6 +284,18 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     read_only = [*homes, *_git_dirs(root), *code]
     return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
+
+
+def _unreached(run: _Run) -> frozenset[str]:
+    """The guarded paths the mount view made unreachable: under an empty read-only cover, or absent and
+    not creatable (the path or where it resolves to). Empty when the mount view is not in force."""
+    report = run.containment
+    view = report.protection("mount view") if report is not None else None
+    if view is None or not view.in_force:
+        return frozenset()
+    shut = [*report.covered, *report.uncreatable]
+    return frozenset(path for path in run.guarded
+                     if any(_containment._inside(p, s) for p in (path, os.path.realpath(path)) for s in shut))
 
 
 def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
@@ -307,6 +320,13 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
         return
     with _access.GUARD.exempt():
         run.containment = _containment.enter(_containment_plan(config, run, want_network))
+        run.unreached = _unreached(run)
+    if run.home_before is not None:  # the sentinel checks the covers of these instead of their contents
+        run.home_before = {path: entry for path, entry in run.home_before.items()
+                           if not any(_containment._inside(path, shut) for shut in run.unreached)}
+    if not run.settings.containment:
+        run.header.append("containment: mount view: off (canarchy_containment is false): the operator's state "
+                          "stays reachable to the processes a test starts; the sentinel compares it after the run")
     run.network_note = note if not want_network else (
         "a private namespace (loopback only)" if run.containment.protection("network") and
         run.containment.protection("network").in_force else f"the host's ({run.containment.reason})")
@@ -517,6 +537,8 @@ def _guarded_manifest(run: _Run) -> dict:
     found: dict = {}
     with _access.GUARD.exempt():
         for path in run.guarded:
+            if path in run.unreached:  # the containment's covers are checked instead (plugin._covers_broken)
+                continue
             base, name = os.path.split(path)
             found.update({os.path.join(base, k): v for k, v in _tree.snapshot(base, only=[name]).items()})
     return found
@@ -562,10 +584,13 @@ def require_containment(config: pytest.Config) -> None:
     private network namespace even when the ini options were lost (``-c`` naming another
     configuration file). A no-op where they are in force already, in xdist workers, when
     ``-m`` asks for tests that use a real bus (for the network), and where the machine does
-    not allow it (the header says why)."""
+    not allow it (the header says why). An option the operator set with ``-o`` is theirs: it
+    stands (the header says what is off)."""
     run = config.stash.get(_RUN, None)
     if run is not None:
-        _enter_containment(config, run, network=True, mounts=True)
+        told = {item.split("=", 1)[0].strip() for item in getattr(config.option, "override_ini", None) or ()}
+        _enter_containment(config, run, network=None if "canarchy_network_namespace" in told else True,
+                           mounts=None if "canarchy_containment" in told else True)
 
 
 def _set_owners(owner: str) -> None:

@@ -367,6 +367,11 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
     if project.operator_home is None:
         print("parity: CANNOT DECIDE - the project names no operator home ([tool.canarchy.lanes] operator_home)")
         return EXIT_CANNOT_DECIDE
+    if not project.operator_home.is_dir():
+        print(f"parity: CANNOT DECIDE - the operator home {project.operator_home} ([tool.canarchy.lanes] "
+              "operator_home) is not a directory: make it, holding the files an operator of the project has in "
+              "their home (docs/adopting.md)")
+        return EXIT_CANNOT_DECIDE
     result = run_parity(project, selection, source_env=os.environ, reruns=args.reruns, strict=args.strict,
                         jobs=args.jobs)
     print(render(result))
