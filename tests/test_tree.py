@@ -244,6 +244,25 @@ def test_a_file_replaced_by_another_of_the_same_size_and_times_is_reported(tmp_p
     assert tree.changes(before, tree.snapshot(tmp_path)) == ["changed: f.txt (replaced (new inode))"]
 
 
+def test_a_link_made_to_a_file_from_elsewhere_is_no_change_of_it(tmp_path: Path):
+    """uv installs a virtualenv's files as hard links to its cache: another install elsewhere links them
+    again, which moves their ctime. A file with several links is compared without its ctime; a file that
+    gains its second link is still a change."""
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "cache").mkdir()
+    linked, alone = tmp_path / "tree" / "METADATA", tmp_path / "tree" / "alone.txt"
+    linked.write_text("Name: x\n")
+    os.link(linked, tmp_path / "cache" / "first")
+    alone.write_text("1234")
+    settle()
+    before = tree.snapshot(tmp_path / "tree")
+    os.link(linked, tmp_path / "cache" / "second")  # another install elsewhere
+    os.remove(tmp_path / "cache" / "first")         # a cache cleaned elsewhere
+    assert tree.changes(before, tree.snapshot(tmp_path / "tree")) == []
+    os.link(alone, tmp_path / "cache" / "alone")  # 1 -> 2 links: its ctime moved, and it is shown
+    assert tree.changes(before, tree.snapshot(tmp_path / "tree")) == ["changed: alone.txt (content or metadata)"]
+
+
 def test_files_made_in_a_watched_directory_but_not_watched_change_nothing(tmp_path: Path):
     """A directory's own times move with every name made in it: they are not compared, so
     byte code written beside a tracked module is not a change of its directory."""

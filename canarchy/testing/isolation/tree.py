@@ -79,8 +79,9 @@ _GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 class Entry(NamedTuple):
     """One path: ``kind`` ``file``/``dir``/``link``/``other``; ``size`` in bytes (a link: its
     target's length; a directory: 0); ``mtime_ns``/``ctime_ns`` (0 for a directory, whose times
-    move with every entry made in it, watched or not); ``inode``; ``mode`` (``st_mode``);
-    ``target`` (a link's); ``error`` (why a directory could not be listed, else ""); ``note``:
+    move with every entry made in it, watched or not; ``ctime_ns`` 0 for a file with more than one
+    hard link, whose ctime moves whenever another link to it is made or removed anywhere); ``inode``;
+    ``mode`` (``st_mode``); ``target`` (a link's); ``error`` (why a directory could not be listed, else ""); ``note``:
     :data:`TRACKED` in :func:`checkout_state` for a tracked path (kind ``missing`` if deleted)."""
 
     kind: str
@@ -99,8 +100,9 @@ _new = tuple.__new__  # builds an Entry without NamedTuple's per-call argument h
 
 def _entry(st: os.stat_result, path: str, note: str = "") -> Entry:
     mode = st.st_mode
-    if stat.S_ISREG(mode):
-        return _new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", "", note))
+    if stat.S_ISREG(mode):  # a file linked elsewhere too (uv's cache) changes ctime with every link made or gone
+        ctime = st.st_ctime_ns if st.st_nlink == 1 else 0
+        return _new(Entry, ("file", st.st_size, st.st_mtime_ns, ctime, st.st_ino, mode, "", "", note))
     if stat.S_ISDIR(mode):
         return _new(Entry, ("dir", 0, 0, 0, st.st_ino, mode, "", "", note))
     if stat.S_ISLNK(mode):
@@ -271,8 +273,8 @@ def _from_git(out: dict[str, Entry], root: str, listing: _GitListing, note: str 
                 continue
             mode = st.st_mode
             if mode & file_type == regular:
-                out[name] = new(Entry, ("file", st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, "", "",
-                                        note))
+                ctime = st.st_ctime_ns if st.st_nlink == 1 else 0  # as _entry: not moved by links elsewhere
+                out[name] = new(Entry, ("file", st.st_size, st.st_mtime_ns, ctime, st.st_ino, mode, "", "", note))
             else:  # a link, a submodule, an untracked nested repository ("name/")
                 _record(out, name.rstrip("/"), prefix + name.rstrip("/"), note)
         if parents:
