@@ -76,11 +76,12 @@ class Plan:
     not (their nearest existing parent becomes read-only). ``read_only``:
     trees bind-mounted onto themselves read-only, mounts below included.
     ``writable``: trees inside those that stay as they were. ``network``: a
-    private network namespace holding only ``lo``, up. ``mounts``: False asks for no
-    mount view at all (the network alone; the report then has no "mount view"
-    protection). Paths are absolute. ``processes``: process ids whose ``/proc/PID/environ`` and ``/proc/PID/mem``, and
-    those of each of their threads now, become empty files (the environment each
-    was started with, and the memory that holds it).
+    private network namespace holding only ``lo``, up. ``mounts``: False asks for
+    no mount view at all (the network alone; the report then has no "mount
+    view" protection). Paths are absolute. ``processes``: process ids whose
+    ``/proc/PID/environ`` and ``/proc/PID/mem``, and those of each of their
+    threads now, become empty files (the environment each was started with,
+    and the memory that holds it).
     """
 
     covered: tuple[Path, ...] = ()

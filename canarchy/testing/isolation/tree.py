@@ -81,8 +81,8 @@ class Entry(NamedTuple):
     target's length; a directory: 0); ``mtime_ns``/``ctime_ns`` (0 for a directory, whose times
     move with every entry made in it, watched or not; ``ctime_ns`` 0 for a file with more than one
     hard link, whose ctime moves whenever another link to it is made or removed anywhere); ``inode``;
-    ``mode`` (``st_mode``); ``target`` (a link's); ``error`` (why a directory could not be listed, else ""); ``note``:
-    :data:`TRACKED` in :func:`checkout_state` for a tracked path (kind ``missing`` if deleted)."""
+    ``mode`` (``st_mode``); ``target`` (a link's); ``error`` (why a directory could not be listed, else "");
+    ``note``: :data:`TRACKED` in :func:`checkout_state` for a tracked path (kind ``missing`` if deleted)."""
 
     kind: str
     size: int
