@@ -1166,10 +1166,17 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
 
         def test_registers_a_hidden_read():  # registered last: runs first
             atexit.register(_swallowed)
+
+        def test_registers_and_unregisters():
+            atexit.register(_swallowed)
+            atexit.unregister(_swallowed)  # both of its registrations go: the one above too
+            atexit.register(_swallowed)
     """}, "-o", "canarchy_containment=false", env={"CHILD_OPERATOR_HOME": str(tmp_path / "home" / "operator-home")})
     assert home.outcomes("test_registers_a_hidden_read") == {"passed"}, home.output
     late = home.output[home.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
     assert "<after the session: an atexit handler" in late and "tried to open for reading" in late, late
+    assert "an atexit handler test_late.py::test_registers_and_unregisters registered> tried" in late, late
+    assert "an atexit handler test_late.py::test_registers_a_hidden_read registered" not in late, late  # unregistered
     assert home.returncode == 1 and not (home.home / ".canarchy" / "written-at-exit").exists(), home.output
 
     project = tmp_path / "checkout" / "project"

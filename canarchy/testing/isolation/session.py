@@ -373,6 +373,40 @@ def _guard_the_exit(run: _Run) -> None:
         _access.observe(event, _start_late)
 
 
+class _ExitHandler:
+    """An atexit handler a test registered: it runs with the guards' owner naming that test, so what it
+    tries after the session is named after it. Equal to the function it wraps (``atexit.unregister``)."""
+
+    def __init__(self, func: Callable, owner: str) -> None:
+        self.func, self.owner = func, f"<after the session: an atexit handler {owner} registered>"
+
+    def __call__(self, *args, **kwargs):
+        before = _guard.GUARD.owner, _access.GUARD.owner
+        _guard.GUARD.owner = _access.GUARD.owner = self.owner
+        try:
+            return self.func(*args, **kwargs)
+        finally:
+            _guard.GUARD.owner, _access.GUARD.owner = before
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other == self.func
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _name_exit_handlers() -> None:
+    """Wrap ``atexit.register`` (the seal keeps the wrapper): a handler registered while a test or a
+    fixture owns the guards runs as :class:`_ExitHandler`; the isolation's own and pytest's stay as they are."""
+    real = atexit.register
+
+    def register(func: Callable, /, *args, **kwargs) -> Callable:
+        owner = _access.GUARD.owner
+        real(func if owner.startswith("<") else _ExitHandler(func, owner), *args, **kwargs)
+        return func
+
+    atexit.register = register
+
+
 def _the_process_ends_with(config: pytest.Config) -> bool:
     """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
     ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
@@ -409,6 +443,7 @@ def _start(config: pytest.Config, where: str) -> None:
         if _the_process_ends_with(config):  # what a test detaches stays a child, stopped at exit
             run.subreaper = _reaper.become_subreaper()
             _guard_the_exit(run)
+            _name_exit_handlers()
     # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
     # (before the containment covers the file this reads to find it).
     if not _erase_start_up_environment():
@@ -464,7 +499,8 @@ def _seal() -> Seal:
     modules = [m for name, m in sorted(sys.modules.items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
-                  (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), *_import_machinery(),
+                  (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), (atexit, "register"),
+                  *_import_machinery(),
                   *_c_openers.audited_c_openers()]
     seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
     seal.extend(_guard_state(), contents=False)
