@@ -1451,6 +1451,12 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
     assert f"pid {fake}: sleep 60" in after, after  # multiprocessing's state names it; its command line does not
+    # each named after the test at whose end it was running
+    by = "(left running by test_late.py::"
+    assert f"pid {detached}: sh -c" in after and f"{by}test_detaches_a_process_that_writes" in after, after
+    assert f"pid {fake}: sleep 60 {by}test_dresses_a_process_as_multiprocessing_s_resource_tracker)" in after, after
+    [chained] = [part for part in after.split("stopped now: ") if part.startswith(f"pid {innermost}: ")]
+    assert f"{by}test_leaves_a_chain_of_processes_each_waiting_for_the_next)" in chained, after
 
 
 def test_code_collection_would_import_from_where_git_ignores_it_is_not_collected(tmp_path):

@@ -59,6 +59,7 @@ def _unsealed(run: _Run) -> list[str]:
     _access.GUARD.forget_resolutions()  # nothing it remembers of directories comes from before
     if _access.GUARD.others_relink and run.subreaper and not _reaper.children():
         _access.GUARD.others_relink = False  # no other process of the run is left to make or move a link
+        run.process_owners.clear()
     return found
 
 
@@ -159,10 +160,21 @@ def guard_operator_access(request: pytest.FixtureRequest):
         bus.enabled = files.enabled = True
         _set_owners(_BETWEEN_TESTS)
         _own_left_threads(nodeid, threads_before)
+        _own_left_processes(run, nodeid)
     try:
         _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
     finally:
         run.finished.add(nodeid)  # from now on, what is refused in its name is late
+
+
+def _own_left_processes(run: _Run, nodeid: str) -> None:
+    """Name ``nodeid`` for each process below pytest still running at its end that no earlier test
+    left (what the last look stops is named after it); a /proc scan only while a process of the run
+    may be alive (:attr:`~canarchy.testing.isolation.access.AccessGuard.others_relink`)."""
+    if run.subreaper and _access.GUARD.others_relink:
+        with _access.GUARD.exempt():
+            running = _reaper.descendants()
+        run.process_owners = {pid: run.process_owners.get(pid, nodeid) for pid in running}
 
 
 _THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads

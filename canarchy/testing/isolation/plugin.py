@@ -489,7 +489,7 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     lines = run.last_lines  # shared with _after_the_verdict, should something end the process during this look
     lines += [cut_short] if cut_short else []
     lines += [f"left running after the session, stopped now: {line}"
-              for line in _reaper.stop_children(keep=_multiprocessing_helpers())]
+              for line in _reaper.stop_children(keep=_multiprocessing_helpers(), owners=run.process_owners)]
     lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
     lines += _left_open_for_writing(run, config)

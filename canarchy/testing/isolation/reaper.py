@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -84,17 +84,20 @@ def command_line(pid: int) -> str:
 
 
 def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Collection[int] = (),
-                  rounds: int = 50) -> list[str]:
+                  rounds: int = 50, owners: Mapping[int, str] | None = None) -> list[str]:
     """End every process below this one still running but ``exclude`` (with what is below it) and
     ``keep`` (left running, what is below it not): SIGTERM to all of them at once (to the process
     group too of one that leads its own), SIGKILL after ``grace`` s; reap this process's children,
     those that had ended already too. Again while any is left (a process adopted meanwhile), at most
-    ``rounds`` times. Returns ``"pid N: COMMAND"`` for each one that was running."""
+    ``rounds`` times. Returns ``"pid N: COMMAND"`` for each one that was running, with ``" (left
+    running by OWNER)"`` where ``owners`` names the pid."""
     stopped: list[str] = []
     spared = {*exclude, *keep}
+    owners = owners or {}
     for _ in range(rounds):
         running = [pid for pid, state in descendants(keep, exclude).items() if state != "Z"]
-        stopped += [line for line in (f"pid {pid}: {command_line(pid)}" for pid in running) if line not in stopped]
+        stopped += [line for line in (f"pid {pid}: {command_line(pid)}" + (
+            f" (left running by {owners[pid]})" if pid in owners else "") for pid in running) if line not in stopped]
         _end(running, grace)
         for pid in children(spared):  # what ended meanwhile, or before
             _gone(pid)

@@ -102,6 +102,7 @@ class _Run:
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
     finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
     subreaper: bool = False  # this process adopts its descendants whose parent ended (so none is out of sight)
+    process_owners: dict[int, str] = field(default_factory=dict)  # pid -> the test at whose end it was running
     last_look: Callable[[str], None] | None = None  # that look with a reason, for an os._exit before the end
     last_lines: list[str] = field(default_factory=list)  # what the last look has found so far
     exit_status: int = 0  # the session's, as the sentinel left it
