@@ -1139,7 +1139,7 @@ def test_a_network_namespace_without_the_mount_view_leaves_the_sentinel_comparin
                     env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
     assert (run.home / ".canarchy" / "config.toml").read_text() == "pwned\n", run.output  # nothing stopped it
     assert "containment: mount view: off (canarchy_containment is false)" in run.output, run.output
-    assert "mount view: nothing to cover" not in run.output, run.output
+    assert "containment: partly in force (mount view: not asked for" in run.output, run.output
     assert run.returncode == 1, run.output
     assert "changed the operator's state" in run.output and "/.canarchy/config.toml" in run.output, run.output
 

@@ -77,8 +77,8 @@ class Plan:
     trees bind-mounted onto themselves read-only, mounts below included.
     ``writable``: trees inside those that stay as they were. ``network``: a
     private network namespace holding only ``lo``, up. ``mounts``: False asks for
-    no mount view at all (the network alone; the report then has no "mount
-    view" protection). Paths are absolute. ``processes``: process ids whose
+    no mount view at all (the network alone; the report's "mount view" is then
+    not in force, "not asked for"). Paths are absolute. ``processes``: process ids whose
     ``/proc/PID/environ`` and ``/proc/PID/mem``, and those of each of their
     threads now, become empty files (the environment each was started with,
     and the memory that holds it).
@@ -563,8 +563,8 @@ def enter(plan: Plan) -> Report:
             os.chdir(cwd)  # it was resolved below the new mounts: resolve it again, through them
     except OSError as exc:
         view.problems.append(f"working directory {cwd}: {exc.strerror}")
-    if plan.mounts:
-        results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()]))
+    results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()])) if plan.mounts else (
+        False, "not asked for: every path stays as it is")
     if plan.network:
         results["network"] = _set_up_network()
     if many:
