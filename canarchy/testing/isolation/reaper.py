@@ -90,20 +90,32 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
     group too of one that leads its own), SIGKILL after ``grace`` s; reap this process's children,
     those that had ended already too. Again while any is left (a process adopted meanwhile), at most
     ``rounds`` times. Returns ``"pid N: COMMAND"`` for each one that was running, with ``" (left
-    running by OWNER)"`` where ``owners`` names the pid."""
+    running by OWNER)"`` where ``owners`` names the pid or an ancestor of it."""
     stopped: list[str] = []
     spared = {*exclude, *keep}
     owners = owners or {}
     for _ in range(rounds):
         running = [pid for pid, state in descendants(keep, exclude).items() if state != "Z"]
-        stopped += [line for line in (f"pid {pid}: {command_line(pid)}" + (
-            f" (left running by {owners[pid]})" if pid in owners else "") for pid in running) if line not in stopped]
+        for pid in running:
+            owner = _owner(pid, owners)
+            line = f"pid {pid}: {command_line(pid)}" + (f" (left running by {owner})" if owner else "")
+            if line not in stopped:
+                stopped.append(line)
         _end(running, grace)
         for pid in children(spared):  # what ended meanwhile, or before
             _gone(pid)
         if not running:
             break
     return stopped
+
+
+def _owner(pid: int, owners: Mapping[int, str]) -> str | None:
+    """``owners``' name for ``pid`` or for its nearest ancestor below this process that has one."""
+    me, seen = os.getpid(), set()
+    while pid not in owners and pid != me and pid not in seen and (known := parent_and_state(pid)) is not None:
+        seen.add(pid)
+        pid = known[0]
+    return owners.get(pid)
 
 
 def _end(running: list[int], grace: float) -> None:
