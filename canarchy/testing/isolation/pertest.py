@@ -57,9 +57,6 @@ def _unsealed(run: _Run) -> list[str]:
         found.append("the access guard told this thread was exempt")
         _access.GUARD._local.busy = False
     _access.GUARD.forget_resolutions()  # nothing it remembers of directories comes from before
-    if _access.GUARD.others_relink and run.subreaper and not _reaper.children():
-        _access.GUARD.others_relink = False  # no other process of the run is left to make or move a link
-        run.process_owners.clear()
     return found
 
 
@@ -169,12 +166,14 @@ def guard_operator_access(request: pytest.FixtureRequest):
 
 def _own_left_processes(run: _Run, nodeid: str) -> None:
     """Name ``nodeid`` for each process below pytest still running at its end that no earlier test
-    left (what the last look stops is named after it); a /proc scan only while a process of the run
-    may be alive (:attr:`~canarchy.testing.isolation.access.AccessGuard.others_relink`)."""
+    left (what the last look stops is named after it). One /proc scan, only while a process of the
+    run may be alive (:attr:`~canarchy.testing.isolation.access.AccessGuard.others_relink`); when
+    none is, no other process is left to make or move a link, and the access guard is told so."""
     if run.subreaper and _access.GUARD.others_relink:
         with _access.GUARD.exempt():
             running = _reaper.descendants()
         run.process_owners = {pid: run.process_owners.get(pid, nodeid) for pid in running}
+        _access.GUARD.others_relink = bool(running)
 
 
 _THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads
