@@ -322,9 +322,8 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
     with _access.GUARD.exempt():
         run.containment = _containment.enter(_containment_plan(config, run, want_network))
         run.unreached = _unreached(run)
-    if run.home_before is not None:  # the sentinel checks the covers of these instead of their contents
-        run.home_before = {path: entry for path, entry in run.home_before.items()
-                           if not any(_containment._inside(path, shut) for shut in run.unreached)}
+    if run.home_before is not None:
+        run.home_before = _reachable(run, run.home_before)
     if not run.settings.containment:
         run.header.append("containment: mount view: off (canarchy_containment is false): the operator's state "
                           "stays reachable to the processes a test starts; the sentinel compares it after the run")
@@ -570,15 +569,20 @@ def _refuse_inherited_descriptors(guarded: list[str]) -> None:
 
 
 def _guarded_manifest(run: _Run) -> dict:
-    """The operator's guarded paths (as the sentinel compares them), keyed by path."""
+    """The operator's guarded paths the sentinel compares (:func:`_reachable`), keyed by path."""
     found: dict = {}
     with _access.GUARD.exempt():
         for path in run.guarded:
-            if path in run.unreached:  # the containment's covers are checked instead (plugin._covers_broken)
-                continue
             base, name = os.path.split(path)
             found.update({os.path.join(base, k): v for k, v in _tree.snapshot(base, only=[name]).items()})
-    return found
+    return _reachable(run, found)
+
+
+def _reachable(run: _Run, manifest: dict) -> dict:
+    """``manifest`` without what lies under a path the mount view made unreachable: the sentinel
+    checks the containment's covers of those instead (``plugin._covers_broken``)."""
+    return {path: entry for path, entry in manifest.items()
+            if not any(_containment._inside(path, shut) for shut in run.unreached)}
 
 
 def _check_configuration(config: pytest.Config) -> None:
