@@ -539,32 +539,9 @@ def enter(plan: Plan) -> Report:
         unshare((0 if many else CLONE_NEWUSER) | CLONE_NEWNS | (CLONE_NEWNET if plan.network else 0))
     except OSError as exc:
         return _not_possible(plan, _why_no_user_namespace(exc), started)
-    if many:
-        results = {"user namespace": (False, f"the process already runs {threads} threads: mount and network "
-                                             "namespaces entered as root, without one (threads started "
-                                             "before stay outside)")}
-    else:
-        try:
-            _map_ids(uid, gid)
-            results = {"user namespace": (True, f"uid {uid} and gid {gid} mapped to themselves; "
-                                                "every other id shows as the overflow id")}
-        except OSError as exc:
-            results = {"user namespace": (False, f"ids not mapped ({exc.strerror}): "
-                                                 "the process runs as the overflow uid")}
+    results = {"user namespace": _user_namespace(many, threads, uid, gid)}
     view = _View.of(plan)
-    try:
-        mount(None, "/", None, MS_REC | MS_PRIVATE)  # before any mount: nothing propagates out
-        if plan.mounts:
-            view.apply()
-    except OSError as exc:
-        view.problems.insert(0, str(exc))
-    try:
-        if cwd is not None:
-            os.chdir(cwd)  # it was resolved below the new mounts: resolve it again, through them
-    except OSError as exc:
-        view.problems.append(f"working directory {cwd}: {exc.strerror}")
-    results["mount view"] = (not view.problems, "; ".join(view.problems + [view.detail()])) if plan.mounts else (
-        False, "not asked for: every path stays as it is")
+    results["mount view"] = _mount_view(plan, view, cwd)
     if plan.network:
         results["network"] = _set_up_network()
     if many:
@@ -578,6 +555,38 @@ def enter(plan: Plan) -> Report:
         read_only=tuple(view.read_only), writable=tuple(view.writable),
         seconds=time.perf_counter() - started,
     )
+
+
+def _user_namespace(many: bool, threads: int, uid: int, gid: int) -> tuple[bool, str]:
+    """The user namespace's result: this uid and gid mapped to themselves, unless the process entered as
+    root with ``threads`` running (none made)."""
+    if many:
+        return False, (f"the process already runs {threads} threads: mount and network namespaces entered as "
+                       "root, without one (threads started before stay outside)")
+    try:
+        _map_ids(uid, gid)
+    except OSError as exc:
+        return False, f"ids not mapped ({exc.strerror}): the process runs as the overflow uid"
+    return True, f"uid {uid} and gid {gid} mapped to themselves; every other id shows as the overflow id"
+
+
+def _mount_view(plan: Plan, view: _View, cwd: str | None) -> tuple[bool, str]:
+    """Make every mount private, apply ``view`` when the plan asks for it, resolve ``cwd`` again through
+    the new mounts; the mount view's result."""
+    try:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)  # before any mount: nothing propagates out
+        if plan.mounts:
+            view.apply()
+    except OSError as exc:
+        view.problems.insert(0, str(exc))
+    try:
+        if cwd is not None:
+            os.chdir(cwd)  # it was resolved below the new mounts: resolve it again, through them
+    except OSError as exc:
+        view.problems.append(f"working directory {cwd}: {exc.strerror}")
+    if not plan.mounts:
+        return False, "not asked for: every path stays as it is"
+    return not view.problems, "; ".join(view.problems + [view.detail()])
 
 
 def _set_up_network() -> tuple[bool, str]:
