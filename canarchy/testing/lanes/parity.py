@@ -1,8 +1,8 @@
 """The parity lane: the suite with and without an operator's home and shell, compared test by test.
 
-Two twins run at once, each on its own copy of the tree with its own hash seed and half the unit lane's
-pytest-xdist workers: *clean* (an empty home, a clean shell) and *operator* (a copy of the project's
-operator home and :data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test whose outcome differs is
+Two twins run at once, each on its own copy of the tree with its own hash seed, serially as an operator
+runs pytest (``--jobs N``: N pytest-xdist workers each): *clean* (an empty home, a clean shell) and
+*operator* (a copy of the project's operator home and :data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test whose outcome differs is
 run again in both, to tell a dependency on the operator (the verdict fails) from a flaky or
 hash-seed-dependent test (reported; ``--strict`` fails it). Design: ``docs/design/verification-harness.md`` §4.
 """
