@@ -241,7 +241,6 @@ KNOWN_KEYS: dict[str, frozenset[str]] = {
     "skills_cache": frozenset({"default_provider"}),
 }
 FREE_TABLES = frozenset({"plugins"})
-FREE_SUBTABLES = frozenset({"transport.bus_kwargs"})
 
 
 def read_config_file(path: Path | None = None) -> dict[str, Any]:
