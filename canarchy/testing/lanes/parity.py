@@ -2,9 +2,10 @@
 
 Two twins run at once, each on its own copy of the tree with its own hash seed, serially as an operator
 runs pytest (``--jobs N``: N pytest-xdist workers each): *clean* (an empty home, a clean shell) and
-*operator* (a copy of the project's operator home and :data:`~canarchy.testing.lanes.env.HOSTILE_ENV`). Each test whose outcome differs is
-run again in both, to tell a dependency on the operator (the verdict fails) from a flaky or
-hash-seed-dependent test (reported; ``--strict`` fails it). Design: ``docs/design/verification-harness.md`` §4.
+*operator* (a copy of the project's operator home and :data:`~canarchy.testing.lanes.env.HOSTILE_ENV`).
+Each test whose outcome differs is run again in both, to tell a dependency on the operator (the verdict
+fails) from a flaky or hash-seed-dependent test (reported; ``--strict`` fails it). Design:
+``docs/design/verification-harness.md`` §4.
 """
 
 from __future__ import annotations
