@@ -31,10 +31,13 @@ def _checked_cache(config: pytest.Config) -> list[str]:
     look, each compared with a compilation of its source by this plugin's own compiler: any
     other is removed and named (a test that changed the import machinery, even if it put it
     back, could have had its own code cached where a later import runs it)."""
+    cached = _access.GUARD.take_cached()
+    if not cached:  # every test asks
+        return []
     problems = []
     run = config.stash.get(_RUN, None)
     with _access.GUARD.exempt():
-        for path in dict.fromkeys(_access.GUARD.take_cached()):
+        for path in dict.fromkeys(cached):
             why = _bytecode.mismatch(path, config)
             if not why and run is not None:
                 with contextlib.suppress(OSError):
@@ -277,6 +280,8 @@ def _hidden_leftovers(run: _Run, config: pytest.Config, writes: list) -> list[st
 def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[str]:
     """Those of ``paths`` (written, resolved) that are in the checkout, still there and not shown by git,
     relative to the rootdir; remembered in ``run.hidden_named`` (the session's end names no path twice)."""
+    if not paths:
+        return []
     root = os.path.realpath(config.rootpath)
     left = [os.path.relpath(p, root) for p in paths if p.startswith(root + os.sep) and os.path.lexists(p)]
     if not left:
