@@ -25,13 +25,12 @@ from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation import tree as _tree
-from canarchy.testing.isolation.settings import add_options
-from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _REAL_EXIT, _RUN,
-                                                _SESSION_END,
+from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SESSION_END,
                                                 _SHUTDOWN_RECORDS, _START_UP, MARKERS, _check_configuration,
-                                                _guarded_manifest, _is_worker, _markexpr, _opt_outs_of, _Run,
-                                                _set_owners, _start, _the_process_ends_with, active_sandbox, asks_for,
-                                                require_containment)
+                                                _guarded_manifest, _opt_outs_of, _Run, _set_owners, _start,
+                                                active_sandbox, require_containment)
+from canarchy.testing.isolation.settings import _is_worker, _markexpr, add_options, asks_for
+from canarchy.testing.isolation.exits import _REAL_EXIT, _the_process_ends_with
 from canarchy.testing.isolation.pertest import (CHECKOUT_WRITE_PROPERTY, _checked_cache, _refusal_messages,
                                                 _remember_writes, access_guard, bus_guard, canarchy_sandbox,
                                                 guard_operator_access, isolate_canarchy_state, new_virtual_channel,

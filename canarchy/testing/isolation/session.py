@@ -1,8 +1,9 @@
 """The plugin's session layer: what one pytest process enters once, before collection.
 
 The run's state (:class:`_Run`, in ``config.stash``), the disposable session home behind both
-guards, the containment and the seal over the isolation's own code; the ``-m`` expression's
-opt-outs. Design: ``docs/design/test-isolation.md`` (layer 1).
+guards (the containment entered by :mod:`.plan`, the process's end guarded by :mod:`.exits`), the
+seal over the isolation's own code, the opt-out markers. Design: ``docs/design/test-isolation.md``
+(layer 1).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import atexit
 import logging
 import os
 import posix
-import re
 import stat
 import sys
 import tempfile
@@ -34,8 +34,10 @@ from canarchy.testing.isolation.procstate import erase_start_up_environment as _
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import Sandbox
 from canarchy.testing.isolation.seal import Seal
-from canarchy.testing.isolation.events import PROCESS_STARTS
-from canarchy.testing.isolation.settings import Settings
+from canarchy.testing.isolation.exits import _guard_the_exit, _name_exit_handlers, _the_process_ends_with
+from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_own_trees,
+                                             _pytest_s_staging, _reachable)
+from canarchy.testing.isolation.settings import Settings, _is_worker
 
 MARKERS = {
     "integration": "uses the real environment and a real CAN bus; deselected unless -m names it",
@@ -118,300 +120,7 @@ def active_sandbox() -> Sandbox | None:
     return _ACTIVE[0] if _ACTIVE else None
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
-
-
-def _markexpr(config: pytest.Config) -> str:
-    """The run's ``-m`` expression. The command line's known arguments first: at the earliest
-    start (``pytest_load_initial_conftests``) ``config.option`` still holds the defaults."""
-    known = getattr(config, "known_args_namespace", None)
-    if known is not None and getattr(known, "markexpr", None):
-        return known.markexpr
-    try:
-        return config.getoption("markexpr", "") or ""
-    except (AttributeError, ValueError):
-        return ""
-
-
-_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
-
-
-def asks_for(markexpr: str, marker: str) -> bool:
-    """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: names it outside an odd
-    number of ``not``. ``"integration"``, ``"real_bus or uds"`` and ``"not (uds and not
-    real_bus)"`` ask for theirs; ``"uds"``, ``"not integration"`` and ``""`` do not. Follows
-    pytest's ``-m`` grammar (``or``/``and``/``not``, parentheses, ``name(key=value)``); an
-    expression that does not parse (pytest reports it) asks for a marker it contains as a word.
-    """
-    tokens = _TOKEN.findall(markexpr)
-    position = 0
-    found = False
-
-    def atom(positive: bool) -> None:
-        nonlocal position, found
-        if position >= len(tokens):
-            raise SyntaxError
-        token = tokens[position]
-        position += 1
-        if token == "not":
-            atom(not positive)
-        elif token == "(":
-            expression(positive)
-            if position >= len(tokens) or tokens[position] != ")":
-                raise SyntaxError
-            position += 1
-        elif token in (")", "and", "or"):
-            raise SyntaxError
-        else:
-            name, _, arguments = token.partition("(")
-            found = found or (positive and name == marker)
-            if arguments or (position < len(tokens) and tokens[position] == "("):  # name(key=value, ...)
-                depth = 1 if arguments else 0
-                while position < len(tokens) and (depth or tokens[position] == "("):
-                    depth += {"(": 1, ")": -1}.get(tokens[position], 0)
-                    position += 1
-
-    def expression(positive: bool) -> None:
-        nonlocal position
-        atom(positive)
-        while position < len(tokens) and tokens[position] in ("and", "or"):
-            position += 1
-            atom(positive)
-
-    try:
-        expression(True)
-        if position != len(tokens):
-            raise SyntaxError
-    except SyntaxError:
-        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
-    return found
-
-
 _inside = _tempbase.inside
-
-
-def _git_dirs(root: str) -> list[str]:
-    """The checkout's git directories (``.git``; for a linked work tree, its own and the common one)."""
-    dot_git = os.path.join(root, ".git")
-    if os.path.isdir(dot_git):
-        return [dot_git]
-    try:
-        with open(dot_git, encoding="utf-8") as handle:
-            first = handle.readline()
-    except OSError:
-        return []
-    if not first.startswith("gitdir:"):
-        return []
-    own = os.path.normpath(os.path.join(root, first[len("gitdir:"):].strip()))
-    try:
-        with open(os.path.join(own, "commondir"), encoding="utf-8") as handle:
-            common = os.path.normpath(os.path.join(own, handle.read().strip()))
-    except OSError:
-        return [own]
-    return [own, common]
-
-
-def _interpreter_trees(root: str) -> list[str]:
-    """Where the running interpreter loads code from at start-up (prefixes, site-packages,
-    the user site), and the virtual environments in the checkout ``root`` (a later ``nox -R``
-    or ``.venv/bin/python`` starts them): a ``.pth`` file or a module planted there runs in
-    every later Python."""
-    import site
-
-    trees = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages()}
-    if site.ENABLE_USER_SITE and site.USER_SITE:
-        trees.add(site.USER_SITE)
-    trees.update(os.path.join(root, venv) for venv in _tree.virtual_environments(root))
-    return sorted(t for t in trees if t and os.path.dirname(t) != t)
-
-
-def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str) -> list[str]:
-    """The checkout's virtual environments that hold neither the checkout nor a temporary directory of the run:
-    those the guard makes read-only. The running interpreter's trees are not among them (a lane runs projects
-    and writes its reports inside its own environment, ``.nox/ENV/tmp``); the containment covers those."""
-    root = str(config.rootpath)
-    held = [os.path.abspath(h) for h in (root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR")) if h]
-    venvs = [os.path.join(root, venv) for venv in _tree.virtual_environments(root)]
-    return [t for t in venvs if not any(_containment._inside(h, t) for h in held)]
-
-
-def _pytest_cache_dir(config: pytest.Config) -> str | None:
-    """pytest's cache directory (``cache_dir``, relative to the rootdir), None without its cache plugin."""
-    if not config.pluginmanager.has_plugin("cacheprovider"):
-        return None
-    return os.path.join(config.rootpath, os.path.expandvars(os.path.expanduser(str(config.getini("cache_dir")))))
-
-
-def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
-    """Where pytest and the test tools write, inside the checkout or not: pytest's cache directory (it writes
-    a ``.gitignore`` of its own there), ``--basetemp``, the tools' caches under the rootdir
-    (:data:`~canarchy.testing.isolation.tree.TOOL_CACHES`)."""
-    trees = [os.path.join(config.rootpath, name) for name in _tree.TOOL_CACHES]
-    cache_dir = _pytest_cache_dir(config)
-    if cache_dir is not None:
-        trees.append(cache_dir)
-    basetemp = getattr(config.known_args_namespace, "basetemp", None)
-    if basetemp:
-        trees.append(os.path.abspath(basetemp))
-    return trees
-
-
-def _pytest_s_staging(config: pytest.Config) -> tuple[str, ...]:
-    """Where pytest stages its cache directory before renaming it into place (pytest 9:
-    ``pytest-cache-files-*`` beside it), as a resolved path prefix."""
-    cache_dir = _pytest_cache_dir(config)
-    return () if cache_dir is None else (
-        os.path.join(os.path.realpath(os.path.dirname(cache_dir)), "pytest-cache-files-"),)
-
-
-def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
-    """Covered: the operator's state; read-only: their homes, the checkout's git directories and
-    the interpreter's trees; writable inside those: the checkout and the run's temporary trees
-    (none of them a home: see :func:`_start`)."""
-    root = str(config.rootpath)
-    writable = {root, run.temp_base, str(run.sandbox.root)}
-    basetemp = getattr(config.known_args_namespace, "basetemp", None)
-    if basetemp:
-        writable.add(os.path.abspath(basetemp))
-    if not run.settings.containment:
-        return _containment.Plan(writable=sorted(writable), network=network, mounts=False)
-    homes = [h for h in run.homes if os.path.dirname(h) != h]
-    code = _interpreter_trees(root)
-    if basetemp:  # pytest removes and remakes it: no writable view inside a read-only tree survives that
-        held = [t for t in code if _containment._inside(os.path.abspath(basetemp), t)]
-        code = [t for t in code if t not in held]
-        run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
-    read_only = [*homes, *_git_dirs(root), *code]
-    return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
-                             processes=tuple(_protection.this_and_above()))
-
-
-def _unreached(run: _Run) -> frozenset[str]:
-    """The guarded paths the mount view made unreachable: under an empty read-only cover, or absent and
-    not creatable (the path or where it resolves to). Empty when the mount view is not in force."""
-    report = run.containment
-    view = report.protection("mount view") if report is not None else None
-    if view is None or not view.in_force:
-        return frozenset()
-    shut = [*report.covered, *report.uncreatable]
-    return frozenset(path for path in run.guarded
-                     if any(_containment._inside(p, s) for p in (path, os.path.realpath(path)) for s in shut))
-
-
-def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
-    if not (settings.network_namespace if wanted is None else wanted):
-        return False, "the host's (canarchy_network_namespace is off)"
-    named = [n for n in ("integration", "real_bus") if asks_for(_markexpr(config), n)]
-    if named:
-        return False, f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
-    return True, ""
-
-
-def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None = None,
-                       mounts: bool | None = None) -> None:
-    """Enter the namespaces the options ask for (once; never in an xdist worker: it inherits them)."""
-    if run.containment is not None or _is_worker(config):
-        return
-    if mounts is not None:
-        run.settings = Settings(**{**run.settings.__dict__, "containment": mounts})
-    want_network, note = _network_wanted(config, run.settings, network)
-    if not (run.settings.containment or want_network):
-        run.network_note = note or "the host's"
-        return
-    with _access.GUARD.exempt():
-        run.containment = _containment.enter(_containment_plan(config, run, want_network))
-        run.unreached = _unreached(run)
-    if run.home_before is not None:
-        run.home_before = _reachable(run, run.home_before)
-    if not run.settings.containment:
-        run.header.append("containment: mount view: off (canarchy_containment is false): the operator's state "
-                          "stays reachable to the processes a test starts; the sentinel compares it after the run")
-    run.network_note = note if not want_network else (
-        "a private namespace (loopback only)" if run.containment.protection("network") and
-        run.containment.protection("network").in_force else f"the host's ({run.containment.reason})")
-
-
-_REAL_EXIT = os._exit
-
-
-def _guard_the_exit(run: _Run) -> None:
-    """When pytest is the program, nothing in its process ends it before the sentinel's last look with a
-    status of its own choosing: ``os._exit`` (a test's, a thread's) takes that look first (``run.last_look``,
-    which fails the run), and ``os.exec*`` of this process is refused. After the look (``GUARD.late`` set),
-    ``os._exit`` with another status than pytest's, and the start of a process, go to ``GUARD.late``."""
-    pid = os.getpid()
-    guard = _access.GUARD
-
-    def _exit(status: int) -> None:
-        if os.getpid() == pid and run.last_look is not None:
-            look, run.last_look = run.last_look, None
-            try:
-                look(f"os._exit({status!r}) called by {guard.owner} before the run had ended")
-            finally:
-                _REAL_EXIT(status or 1)  # the look exits itself; this only when it raised
-        if os.getpid() == pid and guard.late is not None and status != run.exit_status:
-            call = f"os._exit({status!r})"
-            guard.late(_access.Access(guard.owner, "call", call, call, "late",
-                                      f"the run's exit status is pytest's, {run.exit_status}", pid))
-        _REAL_EXIT(status)
-
-    def _exec(args: tuple) -> None:
-        if os.getpid() == pid:
-            path = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else repr(args[0])
-            guard.refuse(_access.Access(guard.owner, "replace the pytest process with", path,
-                                        path, "exec", "os.exec*", pid))
-
-    def _start_late(args: tuple) -> None:  # a process started after the look: the reaper has stopped the others
-        if guard.late is not None and os.getpid() == pid and not guard.busy():
-            what = " ".join(repr(a) for a in args if isinstance(a, (str, bytes, list, tuple)))[:200] or "a fork"
-            guard.late(_access.Access(guard.owner, "start a process", what, what, "late", "", pid))
-
-    os._exit = posix._exit = _exit
-    _access.observe("os.exec", _exec)
-    for event in PROCESS_STARTS:
-        _access.observe(event, _start_late)
-
-
-class _ExitHandler:
-    """An atexit handler a test registered: it runs with the guards' owner naming that test, so what it
-    tries after the session is named after it. Equal to the function it wraps (``atexit.unregister``)."""
-
-    def __init__(self, func: Callable, owner: str) -> None:
-        self.func, self.owner = func, f"<after the session: an atexit handler {owner} registered>"
-
-    def __call__(self, *args, **kwargs):
-        before = _guard.GUARD.owner, _access.GUARD.owner
-        _guard.GUARD.owner = _access.GUARD.owner = self.owner
-        try:
-            return self.func(*args, **kwargs)
-        finally:
-            _guard.GUARD.owner, _access.GUARD.owner = before
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or other == self.func
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def _name_exit_handlers() -> None:
-    """Wrap ``atexit.register`` (the seal keeps the wrapper): a handler registered while a test or a
-    fixture owns the guards runs as :class:`_ExitHandler`; the isolation's own and pytest's stay as they are."""
-    real = atexit.register
-
-    def register(func: Callable, /, *args, **kwargs) -> Callable:
-        owner = _access.GUARD.owner
-        real(func if owner.startswith("<") else _ExitHandler(func, owner), *args, **kwargs)
-        return func
-
-    atexit.register = register
-
-
-def _the_process_ends_with(config: pytest.Config) -> bool:
-    """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
-    ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
-    return (os.path.basename(sys.argv[0]) in ("pytest", "py.test", "__main__.py")
-            and list(config.invocation_params.args) == sys.argv[1:])
 
 
 def _start(config: pytest.Config, where: str) -> None:
@@ -576,13 +285,6 @@ def _guarded_manifest(run: _Run) -> dict:
             base, name = os.path.split(path)
             found.update({os.path.join(base, k): v for k, v in _tree.snapshot(base, only=[name]).items()})
     return _reachable(run, found)
-
-
-def _reachable(run: _Run, manifest: dict) -> dict:
-    """``manifest`` without what lies under a path the mount view made unreachable: the sentinel
-    checks the containment's covers of those instead (``plugin._covers_broken``)."""
-    return {path: entry for path, entry in manifest.items()
-            if not any(_containment._inside(path, shut) for shut in run.unreached)}
 
 
 def _check_configuration(config: pytest.Config) -> None:

@@ -1,8 +1,10 @@
-"""The plugin's ini options, for canarchy and for any project that adopts it (docs/adopting.md)."""
+"""The plugin's settings, for canarchy and for any project that adopts it (docs/adopting.md): its ini
+options, and what the command line asks for (the ``-m`` expression's markers; an xdist worker)."""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +67,73 @@ class Settings:
         for path in self.guarded_paths:
             found += [str(Path(home) / path[2:]) for home in homes] if path.startswith("~/") else [path]
         return list(dict.fromkeys(found))
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _markexpr(config: pytest.Config) -> str:
+    """The run's ``-m`` expression. The command line's known arguments first: at the earliest
+    start (``pytest_load_initial_conftests``) ``config.option`` still holds the defaults."""
+    known = getattr(config, "known_args_namespace", None)
+    if known is not None and getattr(known, "markexpr", None):
+        return known.markexpr
+    try:
+        return config.getoption("markexpr", "") or ""
+    except (AttributeError, ValueError):
+        return ""
+
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
+def asks_for(markexpr: str, marker: str) -> bool:
+    """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: names it outside an odd
+    number of ``not``. ``"integration"``, ``"real_bus or uds"`` and ``"not (uds and not
+    real_bus)"`` ask for theirs; ``"uds"``, ``"not integration"`` and ``""`` do not. Follows
+    pytest's ``-m`` grammar (``or``/``and``/``not``, parentheses, ``name(key=value)``); an
+    expression that does not parse (pytest reports it) asks for a marker it contains as a word.
+    """
+    tokens = _TOKEN.findall(markexpr)
+    position = 0
+    found = False
+
+    def atom(positive: bool) -> None:
+        nonlocal position, found
+        if position >= len(tokens):
+            raise SyntaxError
+        token = tokens[position]
+        position += 1
+        if token == "not":
+            atom(not positive)
+        elif token == "(":
+            expression(positive)
+            if position >= len(tokens) or tokens[position] != ")":
+                raise SyntaxError
+            position += 1
+        elif token in (")", "and", "or"):
+            raise SyntaxError
+        else:
+            name, _, arguments = token.partition("(")
+            found = found or (positive and name == marker)
+            if arguments or (position < len(tokens) and tokens[position] == "("):  # name(key=value, ...)
+                depth = 1 if arguments else 0
+                while position < len(tokens) and (depth or tokens[position] == "("):
+                    depth += {"(": 1, ")": -1}.get(tokens[position], 0)
+                    position += 1
+
+    def expression(positive: bool) -> None:
+        nonlocal position
+        atom(positive)
+        while position < len(tokens) and tokens[position] in ("and", "or"):
+            position += 1
+            atom(positive)
+
+    try:
+        expression(True)
+        if position != len(tokens):
+            raise SyntaxError
+    except SyntaxError:
+        return re.search(rf"(?<![\w.]){re.escape(marker)}(?![\w.])", markexpr) is not None
+    return found

@@ -1,0 +1,105 @@
+"""The end of a pytest process that is the program: what may end it, and who is named for what runs then.
+
+Until the sentinel's last look, ``os._exit`` takes that look first and ``os.exec*`` of the process is
+refused; afterwards an exit with another status, and the start of a process, are late. An atexit
+handler a test registered runs named after that test. Design: ``docs/design/test-isolation.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import posix
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation.events import PROCESS_STARTS
+
+if TYPE_CHECKING:
+    from canarchy.testing.isolation.session import _Run
+
+_REAL_EXIT = os._exit
+
+
+def _guard_the_exit(run: _Run) -> None:
+    """When pytest is the program, nothing in its process ends it before the sentinel's last look with a
+    status of its own choosing: ``os._exit`` (a test's, a thread's) takes that look first (``run.last_look``,
+    which fails the run), and ``os.exec*`` of this process is refused. After the look (``GUARD.late`` set),
+    ``os._exit`` with another status than pytest's, and the start of a process, go to ``GUARD.late``."""
+    pid = os.getpid()
+    guard = _access.GUARD
+
+    def _exit(status: int) -> None:
+        if os.getpid() == pid and run.last_look is not None:
+            look, run.last_look = run.last_look, None
+            try:
+                look(f"os._exit({status!r}) called by {guard.owner} before the run had ended")
+            finally:
+                _REAL_EXIT(status or 1)  # the look exits itself; this only when it raised
+        if os.getpid() == pid and guard.late is not None and status != run.exit_status:
+            call = f"os._exit({status!r})"
+            guard.late(_access.Access(guard.owner, "call", call, call, "late",
+                                      f"the run's exit status is pytest's, {run.exit_status}", pid))
+        _REAL_EXIT(status)
+
+    def _exec(args: tuple) -> None:
+        if os.getpid() == pid:
+            path = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else repr(args[0])
+            guard.refuse(_access.Access(guard.owner, "replace the pytest process with", path,
+                                        path, "exec", "os.exec*", pid))
+
+    def _start_late(args: tuple) -> None:  # a process started after the look: the reaper has stopped the others
+        if guard.late is not None and os.getpid() == pid and not guard.busy():
+            what = " ".join(repr(a) for a in args if isinstance(a, (str, bytes, list, tuple)))[:200] or "a fork"
+            guard.late(_access.Access(guard.owner, "start a process", what, what, "late", "", pid))
+
+    os._exit = posix._exit = _exit
+    _access.observe("os.exec", _exec)
+    for event in PROCESS_STARTS:
+        _access.observe(event, _start_late)
+
+
+class _ExitHandler:
+    """An atexit handler a test registered: it runs with the guards' owner naming that test, so what it
+    tries after the session is named after it. Equal to the function it wraps (``atexit.unregister``)."""
+
+    def __init__(self, func: Callable, owner: str) -> None:
+        self.func, self.owner = func, f"<after the session: an atexit handler {owner} registered>"
+
+    def __call__(self, *args, **kwargs):
+        before = _guard.GUARD.owner, _access.GUARD.owner
+        _guard.GUARD.owner = _access.GUARD.owner = self.owner
+        try:
+            return self.func(*args, **kwargs)
+        finally:
+            _guard.GUARD.owner, _access.GUARD.owner = before
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other == self.func
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _name_exit_handlers() -> None:
+    """Wrap ``atexit.register`` (the seal keeps the wrapper): a handler registered while a test or a
+    fixture owns the guards runs as :class:`_ExitHandler`; the isolation's own and pytest's stay as they are."""
+    real = atexit.register
+
+    def register(func: Callable, /, *args, **kwargs) -> Callable:
+        owner = _access.GUARD.owner
+        real(func if owner.startswith("<") else _ExitHandler(func, owner), *args, **kwargs)
+        return func
+
+    atexit.register = register
+
+
+def _the_process_ends_with(config: pytest.Config) -> bool:
+    """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
+    ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
+    return (os.path.basename(sys.argv[0]) in ("pytest", "py.test", "__main__.py")
+            and list(config.invocation_params.args) == sys.argv[1:])

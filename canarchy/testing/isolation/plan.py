@@ -1,0 +1,173 @@
+"""The trees of one pytest run and the containment's plan over them.
+
+Where the checkout's git directories and virtual environments are, where the interpreter loads code
+from, where pytest and the test tools write; the :class:`~canarchy.testing.isolation.containment.Plan`
+made of them, entering it, and what it left reachable to the sentinel. Design:
+``docs/design/test-isolation.md`` (layer 1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from typing import TYPE_CHECKING
+
+import pytest
+
+from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import containment as _containment
+from canarchy.testing.isolation import protection as _protection
+from canarchy.testing.isolation import tree as _tree
+from canarchy.testing.isolation.settings import Settings, _is_worker, _markexpr, asks_for
+
+if TYPE_CHECKING:
+    from canarchy.testing.isolation.session import _Run
+
+
+def _git_dirs(root: str) -> list[str]:
+    """The checkout's git directories (``.git``; for a linked work tree, its own and the common one)."""
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        return [dot_git]
+    try:
+        with open(dot_git, encoding="utf-8") as handle:
+            first = handle.readline()
+    except OSError:
+        return []
+    if not first.startswith("gitdir:"):
+        return []
+    own = os.path.normpath(os.path.join(root, first[len("gitdir:"):].strip()))
+    try:
+        with open(os.path.join(own, "commondir"), encoding="utf-8") as handle:
+            common = os.path.normpath(os.path.join(own, handle.read().strip()))
+    except OSError:
+        return [own]
+    return [own, common]
+
+
+def _interpreter_trees(root: str) -> list[str]:
+    """Where the running interpreter loads code from at start-up (prefixes, site-packages,
+    the user site), and the virtual environments in the checkout ``root`` (a later ``nox -R``
+    or ``.venv/bin/python`` starts them): a ``.pth`` file or a module planted there runs in
+    every later Python."""
+    import site
+
+    trees = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages()}
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        trees.add(site.USER_SITE)
+    trees.update(os.path.join(root, venv) for venv in _tree.virtual_environments(root))
+    return sorted(t for t in trees if t and os.path.dirname(t) != t)
+
+
+def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str) -> list[str]:
+    """The checkout's virtual environments that hold neither the checkout nor a temporary directory of the run:
+    those the guard makes read-only. The running interpreter's trees are not among them (a lane runs projects
+    and writes its reports inside its own environment, ``.nox/ENV/tmp``); the containment covers those."""
+    root = str(config.rootpath)
+    held = [os.path.abspath(h) for h in (root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR")) if h]
+    venvs = [os.path.join(root, venv) for venv in _tree.virtual_environments(root)]
+    return [t for t in venvs if not any(_containment._inside(h, t) for h in held)]
+
+
+def _pytest_cache_dir(config: pytest.Config) -> str | None:
+    """pytest's cache directory (``cache_dir``, relative to the rootdir), None without its cache plugin."""
+    if not config.pluginmanager.has_plugin("cacheprovider"):
+        return None
+    return os.path.join(config.rootpath, os.path.expandvars(os.path.expanduser(str(config.getini("cache_dir")))))
+
+
+def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
+    """Where pytest and the test tools write, inside the checkout or not: pytest's cache directory (it writes
+    a ``.gitignore`` of its own there), ``--basetemp``, the tools' caches under the rootdir
+    (:data:`~canarchy.testing.isolation.tree.TOOL_CACHES`)."""
+    trees = [os.path.join(config.rootpath, name) for name in _tree.TOOL_CACHES]
+    cache_dir = _pytest_cache_dir(config)
+    if cache_dir is not None:
+        trees.append(cache_dir)
+    basetemp = getattr(config.known_args_namespace, "basetemp", None)
+    if basetemp:
+        trees.append(os.path.abspath(basetemp))
+    return trees
+
+
+def _pytest_s_staging(config: pytest.Config) -> tuple[str, ...]:
+    """Where pytest stages its cache directory before renaming it into place (pytest 9:
+    ``pytest-cache-files-*`` beside it), as a resolved path prefix."""
+    cache_dir = _pytest_cache_dir(config)
+    return () if cache_dir is None else (
+        os.path.join(os.path.realpath(os.path.dirname(cache_dir)), "pytest-cache-files-"),)
+
+
+def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
+    """Covered: the operator's state; read-only: their homes, the checkout's git directories and
+    the interpreter's trees; writable inside those: the checkout and the run's temporary trees
+    (none of them a home: see :func:`_start`)."""
+    root = str(config.rootpath)
+    writable = {root, run.temp_base, str(run.sandbox.root)}
+    basetemp = getattr(config.known_args_namespace, "basetemp", None)
+    if basetemp:
+        writable.add(os.path.abspath(basetemp))
+    if not run.settings.containment:
+        return _containment.Plan(writable=sorted(writable), network=network, mounts=False)
+    homes = [h for h in run.homes if os.path.dirname(h) != h]
+    code = _interpreter_trees(root)
+    if basetemp:  # pytest removes and remakes it: no writable view inside a read-only tree survives that
+        held = [t for t in code if _containment._inside(os.path.abspath(basetemp), t)]
+        code = [t for t in code if t not in held]
+        run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
+    read_only = [*homes, *_git_dirs(root), *code]
+    return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
+                             processes=tuple(_protection.this_and_above()))
+
+
+def _unreached(run: _Run) -> frozenset[str]:
+    """The guarded paths the mount view made unreachable: under an empty read-only cover, or absent and
+    not creatable (the path or where it resolves to). Empty when the mount view is not in force."""
+    report = run.containment
+    view = report.protection("mount view") if report is not None else None
+    if view is None or not view.in_force:
+        return frozenset()
+    shut = [*report.covered, *report.uncreatable]
+    return frozenset(path for path in run.guarded
+                     if any(_containment._inside(p, s) for p in (path, os.path.realpath(path)) for s in shut))
+
+
+def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
+    if not (settings.network_namespace if wanted is None else wanted):
+        return False, "the host's (canarchy_network_namespace is off)"
+    named = [n for n in ("integration", "real_bus") if asks_for(_markexpr(config), n)]
+    if named:
+        return False, f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
+    return True, ""
+
+
+def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None = None,
+                       mounts: bool | None = None) -> None:
+    """Enter the namespaces the options ask for (once; never in an xdist worker: it inherits them)."""
+    if run.containment is not None or _is_worker(config):
+        return
+    if mounts is not None:
+        run.settings = Settings(**{**run.settings.__dict__, "containment": mounts})
+    want_network, note = _network_wanted(config, run.settings, network)
+    if not (run.settings.containment or want_network):
+        run.network_note = note or "the host's"
+        return
+    with _access.GUARD.exempt():
+        run.containment = _containment.enter(_containment_plan(config, run, want_network))
+        run.unreached = _unreached(run)
+    if run.home_before is not None:
+        run.home_before = _reachable(run, run.home_before)
+    if not run.settings.containment:
+        run.header.append("containment: mount view: off (canarchy_containment is false): the operator's state "
+                          "stays reachable to the processes a test starts; the sentinel compares it after the run")
+    run.network_note = note if not want_network else (
+        "a private namespace (loopback only)" if run.containment.protection("network") and
+        run.containment.protection("network").in_force else f"the host's ({run.containment.reason})")
+
+
+def _reachable(run: _Run, manifest: dict) -> dict:
+    """``manifest`` without what lies under a path the mount view made unreachable: the sentinel
+    checks the containment's covers of those instead (``plugin._covers_broken``)."""
+    return {path: entry for path, entry in manifest.items()
+            if not any(_containment._inside(path, shut) for shut in run.unreached)}
