@@ -41,7 +41,8 @@ def adopter(session: nox.Session) -> None:
     project = base / "busprobe"
     shutil.copytree(ROOT / "fixtures" / "adopter", project, ignore=shutil.ignore_patterns("reports", ".nox",
                                                                                          "__pycache__"))
-    session.install("-e", f"{ROOT}[lanes]", "-e", f"{project}[test]", "nox")  # this canarchy, not an index's
+    session.install("-e", f"{ROOT}[lanes]", "-e", f"{project}[test]", "nox",  # this canarchy, not an index's
+                    env=lanes.INSTALL_ENV)
     session.chdir(project)
     session.run("python", "-m", "nox", "--list")  # its one-line noxfile loads and registers the lanes
     for name, *options in (("unit",), ("parity",), ("mutation",), ("order", "--seeds", "1")):
