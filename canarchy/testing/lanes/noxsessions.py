@@ -49,7 +49,7 @@ nox.options.error_on_missing_interpreters = True
 
 
 #: uv leaves byte code uncompiled (pip compiles it): every Python a lane starts, and the suite's child
-#: pythons, would compile pytest and the rest from source at each start (0.15 s each, docs/benchmarks.md).
+#: pythons, would compile pytest and the rest from source at each start (about 0.1 s each, docs/benchmarks.md).
 INSTALL_ENV = {"UV_COMPILE_BYTECODE": "1"}
 
 
