@@ -102,7 +102,7 @@ def _pytest_s_staging(config: pytest.Config) -> tuple[str, ...]:
 def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _containment.Plan:
     """Covered: the operator's state; read-only: their homes, the checkout's git directories and
     the interpreter's trees; writable inside those: the checkout and the run's temporary trees
-    (none of them a home: see :func:`_start`)."""
+    (none of them a home: see :func:`~canarchy.testing.isolation.session._start`)."""
     root = str(config.rootpath)
     writable = {root, run.temp_base, str(run.sandbox.root)}
     basetemp = getattr(config.known_args_namespace, "basetemp", None)

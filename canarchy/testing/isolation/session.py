@@ -87,7 +87,7 @@ class _Run:
     homes: list[str]
     guarded: list[str]
     containment: _containment.Report | None = None
-    unreached: frozenset[str] = frozenset()  # guarded paths the mount view made unreachable (_unreached)
+    unreached: frozenset[str] = frozenset()  # guarded paths the mount view made unreachable (plan._unreached)
     network_note: str = ""
     header: list[str] = field(default_factory=list)
     temp_base: str = ""
