@@ -24,6 +24,7 @@ from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
 from canarchy.testing.isolation.tree import WHOLE, changes, snapshot
 from canarchy.testing.lanes import mutation
+from canarchy.testing.lanes.mutation_file import load_mutation
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.netns import NetnsSupport
 from canarchy.testing.lanes.project import load_project
@@ -106,7 +107,7 @@ def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _run(project: Path, mutation_path: Path, timeout: float = 120) -> mutation.MutationResult:
-    [result] = mutation.run_mutations(load_project(project), [mutation.load_mutation(mutation_path)],
+    [result] = mutation.run_mutations(load_project(project), [load_mutation(mutation_path)],
                                       echo=lambda line: None, timeout=timeout)
     return result
 
@@ -175,7 +176,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
         else:
             _mutation_file(path, **given)
             path.write_text(path.read_text().replace('name = "tiny-guard"', f'name = "{name}"'))
-        definitions.append(mutation.load_mutation(path))
+        definitions.append(load_mutation(path))
     temp_root = base / "tmproot"
     temp_root.mkdir()
     before = snapshot(repo, walk=WHOLE)
@@ -418,14 +419,14 @@ def test_invalid_definitions_are_refused(tmp_path, edit, message):
     path = _mutation_file(tmp_path / "m.toml")
     path.write_text(edit(path.read_text()))
     with pytest.raises(mutation.CannotDecide) as info:
-        mutation.load_mutation(path)
+        load_mutation(path)
     assert message in str(info.value)
 
 
 def test_issue_530_definition_matches_the_current_code():
     """The #530 mutation still applies exactly once (so `nox -s mutation-530` can decide)."""
     root = Path(__file__).resolve().parents[1]
-    definition = mutation.load_mutation(root / "fixtures" / "mutations" / "issue-530.toml")
+    definition = load_mutation(root / "fixtures" / "mutations" / "issue-530.toml")
     assert definition.files == ("canarchy/cli.py",)
     assert load_project(root).module_of("canarchy/cli.py") == "canarchy.cli"
     [edit] = definition.edits
@@ -490,7 +491,7 @@ def test_edits_and_search_together_are_refused(tmp_path):
     both = "file = \"tinypkg/guard.py\"\nsearch = 'x'\nreplace = 'y'\n"
     path.write_text(EDITS.replace('file = "tinypkg/guard.py"\n', both))
     with pytest.raises(mutation.CannotDecide, match="not both"):
-        mutation.load_mutation(path)
+        load_mutation(path)
 
 
 def test_a_mutation_that_needs_a_namespace_cannot_decide_without_one(project, temp_root, tmp_path, monkeypatch):
@@ -508,7 +509,7 @@ def test_every_registered_mutation_matches_the_current_code(path):
     """Each definition in fixtures/mutations/ loads, applies exactly once (edit by edit) and names
     tests that exist, so `nox -s mutations` can decide; the names are unique."""
     root = REPO
-    definition = mutation.load_mutation(path)
+    definition = load_mutation(path)
     assert definition.name == path.stem
     texts = {}
     for edit in definition.edits:
@@ -569,7 +570,7 @@ def test_the_baseline_and_the_mutant_run_at_once_each_on_a_copy_of_its_own(proje
     (project / "tests" / "test_overlap.py").write_text(RENDEZVOUS.format(where=str(where)))
     path = _mutation_file(tmp_path / "m.toml", killers=("tests/test_overlap.py::test_meets_the_other_run",),
                           controls=())
-    [result] = mutation.run_mutations(load_project(project), [mutation.load_mutation(path)],
+    [result] = mutation.run_mutations(load_project(project), [load_mutation(path)],
                                       echo=lambda line: None, timeout=120, jobs=2)
     assert result.status == "killed", result.reason
     assert [r.baseline for r in result.rows] == ["passed"]
