@@ -168,6 +168,6 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
 
 def _reachable(run: _Run, manifest: dict) -> dict:
     """``manifest`` without what lies under a path the mount view made unreachable: the sentinel
-    checks the containment's covers of those instead (``plugin._covers_broken``)."""
+    checks the containment's covers of those instead (``sentinel._covers_broken``)."""
     return {path: entry for path, entry in manifest.items()
             if not any(_containment._inside(path, shut) for shut in run.unreached)}
