@@ -17,6 +17,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import containment as _containment
+from canarchy.testing.isolation import gitlisting as _git
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
@@ -35,7 +36,7 @@ def _list_ignored(run: _Run, config: pytest.Config) -> None:
     """Start git listing what it ignores under the rootdir (once); ``run.ignored()`` reads it."""
     if run.ignored is None:
         with _access.GUARD.exempt():
-            run.ignored = functools.cache(functools.partial(_tree.read_ignored, _tree.ignored_listing(
+            run.ignored = functools.cache(functools.partial(_git.read_ignored, _git.ignored_listing(
                 config.rootpath, run.sandbox.operator_env)))
 
 
@@ -212,7 +213,7 @@ def _after_the_verdict(run: _Run, config: pytest.Config, access: _access.Access)
     extension module: git ignores ``*.so``, and one runs ahead of its ``.py``)."""
     root = os.path.realpath(config.rootpath)
     if access.zone == "watched" and os.path.dirname(access.resolved) == root and not access.resolved.endswith(
-            _tree.IMPORTABLE_SUFFIXES) and _tree.ignored(root, access.resolved, run.sandbox.operator_env):
+            _tree.IMPORTABLE_SUFFIXES) and _git.ignored(root, access.resolved, run.sandbox.operator_env):
         return
     sys.stdout.flush()
     found = "".join(f"{line}\n" for line in run.last_lines)  # what the last look had found, if it was under way

@@ -16,10 +16,10 @@ import importlib.machinery
 import os
 import re
 import stat
-import subprocess
-import threading
 from typing import NamedTuple
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+
+from canarchy.testing.isolation.gitlisting import GitListing, tracks_anything
 
 #: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
 OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
@@ -71,9 +71,6 @@ CHECKOUT, SKIP_LIST, WHOLE = "checkout", "skip-list", "whole"
 WALKS = (CHECKOUT, SKIP_LIST, WHOLE)
 
 BLOCK_SIZE = 1 << 20
-GIT_TIMEOUT_S = 120.0
-# Variables that would make git look somewhere other than the work tree around ``root``.
-_GIT_LOCATION = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 
 
 class Entry(NamedTuple):
@@ -168,92 +165,7 @@ def _scan(out: dict[str, Entry], root: str, start: str, skip: bool) -> None:
                 stack.append(prefix + name)
 
 
-class _GitListing:
-    """A NUL-separated path listing of ``git -C root ARGS`` (``ls-files``, ``diff-files``), read
-    as it is written (so the caller stats paths while git still looks for more). After
-    :meth:`batches` is exhausted, ``ok`` says whether git gave a view of ``root`` (with
-    ``empty_ok``, an empty listing is one). How metadata is compared is fixed here, not by the
-    operator's configuration (``core.checkStat``, ``core.trustctime``)."""
-
-    def __init__(self, root: str, args: list[str], env: Mapping[str, str] | None, empty_ok: bool = False) -> None:
-        self.argv = ["git", "-c", "core.fsmonitor=false", "-c", "core.checkStat=default", "-c", "core.trustctime=true",
-                     "-C", root, *args]
-        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k not in _GIT_LOCATION}
-        self.env["GIT_NO_REPLACE_OBJECTS"] = "1"  # refs/replace/ would let a commit stand for another
-        self.empty_ok = empty_ok
-        self.ok = False
-        self._proc: subprocess.Popen | None = None
-
-    def start(self) -> _GitListing:
-        """Start git now (so several listings run at once); :meth:`batches` reads it."""
-        if self._proc is None:
-            try:
-                self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                              stderr=subprocess.DEVNULL, env=self.env)
-            except OSError:  # no git
-                pass
-        return self
-
-    @classmethod
-    def files(cls, root: str, only: list[str] | None, env: Mapping[str, str] | None,
-              *which: str, empty_ok: bool | None = None) -> _GitListing:
-        """``git ls-files -z WHICH --exclude-standard [-- ONLY]`` (``--cached``, ``--others``); an empty
-        listing is a view unless ``--cached`` is asked for (``empty_ok`` decides where given)."""
-        args = ["ls-files", "-z", *which, "--exclude-standard"]
-        if only is not None:
-            args += ["--", *(f":(literal){name}" for name in only)]
-        return cls(root, args, env, empty_ok="--cached" not in which if empty_ok is None else empty_ok)
-
-    def text(self) -> str | None:
-        """Everything git wrote, when it exits 0 (within :data:`GIT_TIMEOUT_S`); else None."""
-        proc = self.start()._proc
-        if proc is None:
-            return None
-        try:
-            out, _ = proc.communicate(timeout=GIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return None
-        return os.fsdecode(out) if proc.returncode == 0 else None
-
-    def batches(self) -> Iterator[list[str]]:
-        proc = self.start()._proc
-        if proc is None:
-            return
-        watchdog = threading.Timer(GIT_TIMEOUT_S, proc.kill)
-        watchdog.daemon = True
-        watchdog.start()
-        listed, rest = False, b""
-        try:
-            assert proc.stdout is not None
-            while chunk := proc.stdout.read1(1 << 16):
-                *parts, rest = (rest + chunk).split(b"\0")
-                if parts:
-                    listed = True
-                    yield os.fsdecode(b"\0".join(parts)).split("\0")
-            self.ok = proc.wait() == 0 and (listed or self.empty_ok) and not rest
-        finally:
-            watchdog.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()  # type: ignore[union-attr]
-
-
-def git_paths(root: str | os.PathLike[str], only: Iterable[str] | None = None,
-              env: Mapping[str, str] | None = None) -> list[str] | None:
-    """Paths under ``root`` as git sees them: tracked plus untracked files not ignored
-    (``.gitignore``, ``.git/info/exclude``, ``core.excludesFile``), relative to ``root``; an
-    untracked nested repository as its directory. None when ``root`` is not in a git work tree,
-    git cannot be run, or git lists nothing there (``root`` itself ignored). In this mode git
-    does not open an ignored directory (measured with strace, git 2.39)."""
-    listing = _GitListing.files(os.fspath(root), None if only is None else list(only), env, "--cached", "--others")
-    names = [name.rstrip("/") for batch in listing.batches() for name in batch]
-    return names if listing.ok else None
-
-
-def _from_git(out: dict[str, Entry], root: str, listing: _GitListing, note: str = "", parents: bool = True) -> bool:
+def _from_git(out: dict[str, Entry], root: str, listing: GitListing, note: str = "", parents: bool = True) -> bool:
     """``lstat`` each path git lists (with ``parents``, every directory above one too); the hot
     loop, kept flat. A listed path that is gone is left out, or with ``note`` recorded as kind
     ``missing`` (a tracked file deleted in the work tree)."""
@@ -298,10 +210,10 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
     """``{relative POSIX path: Entry}`` for what is under ``root`` (``root`` itself not included).
 
     ``walk``: ``"checkout"`` (default without ``only``): as git sees it when ``root`` is in a git
-    work tree (:func:`git_paths`, run with ``env``), else the ``"skip-list"`` walk, ``os.scandir``
-    minus :data:`SKIPPED_DIRS`, ``*.egg-info`` and virtualenvs; ``"whole"`` (default with ``only``):
-    everything. ``only``: just these names (relative paths) under ``root``, e.g.
-    :data:`OPERATOR_STATE` under a home. A missing ``root`` gives ``{}``.
+    work tree (:func:`~canarchy.testing.isolation.gitlisting.git_paths`, run with ``env``), else the
+    ``"skip-list"`` walk, ``os.scandir`` minus :data:`SKIPPED_DIRS`, ``*.egg-info`` and virtualenvs;
+    ``"whole"`` (default with ``only``): everything. ``only``: just these names (relative paths) under
+    ``root``, e.g. :data:`OPERATOR_STATE` under a home. A missing ``root`` gives ``{}``.
     """
     walk = walk or (WHOLE if only is not None else CHECKOUT)
     if walk not in WALKS:
@@ -309,7 +221,7 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
     base = os.fspath(root)
     names = None if only is None else [os.fspath(n).strip("/") for n in only]
     out: dict[str, Entry] = {}
-    if walk == CHECKOUT and _from_git(out, base, _GitListing.files(base, names, env, "--cached", "--others")):
+    if walk == CHECKOUT and _from_git(out, base, GitListing.files(base, names, env, "--cached", "--others")):
         return out
     skip = walk != WHOLE
     if names is None:
@@ -334,15 +246,15 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     and in their packages, ignored by git or not. Two states compare with :func:`changes`; git runs with ``env``."""
     base = os.fspath(root)
     out: dict[str, Entry] = {}
-    changed = _GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
-    untracked = _GitListing.files(base, None, env, "--others").start()
-    repository = _GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
-    staged = _GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
-    flagged = _GitListing(base, ["ls-files", "-z", "-v"], env).start()
+    changed = GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
+    untracked = GitListing.files(base, None, env, "--others").start()
+    repository = GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
+    staged = GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
+    flagged = GitListing(base, ["ls-files", "-z", "-v"], env).start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
     ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
     state = repository.text(), staged.text(), flagged.text()
-    if not (ok and (out or _tracks_anything(base, env))):
+    if not (ok and (out or tracks_anything(base, env))):
         out.clear()
         _scan(out, base, "", True)
     elif state[0]:
@@ -396,37 +308,12 @@ def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str,
     paths = list(dict.fromkeys(paths))
     if not paths:
         return []
-    listing = _GitListing.files(os.fspath(root), paths, env, "--cached", "--others", empty_ok=True)
+    listing = GitListing.files(os.fspath(root), paths, env, "--cached", "--others", empty_ok=True)
     listed = {name.rstrip("/") for batch in listing.batches() for name in batch}
     if listing.ok:
         return [p for p in paths if p not in listed and not any(n.startswith(p + "/") for n in listed)]
     return [p for p in paths if any(part in SKIPPED_DIRS or part.endswith(SKIPPED_SUFFIXES)
                                     for part in p.split(os.sep)[:-1])]
-
-
-def ignored_listing(root: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> _GitListing:
-    """What git ignores under ``root``, started now (read it with :func:`read_ignored`): ``git ls-files --others
-    --ignored --directory``, which names a wholly ignored directory once and does not look inside it."""
-    return _GitListing.files(os.fspath(root), None, env, "--others", "--ignored", "--directory", empty_ok=True).start()
-
-
-def read_ignored(listing: _GitListing) -> tuple[frozenset[str], tuple[str, ...]] | None:
-    """The ignored files and the ignored directories (each with a trailing ``/``) of :func:`ignored_listing`,
-    relative with ``/``; None where git gives no view."""
-    names = [name for batch in listing.batches() for name in batch]
-    if not listing.ok:
-        return None
-    return frozenset(n for n in names if not n.endswith("/")), tuple(n for n in names if n.endswith("/"))
-
-
-def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | None = None) -> bool:
-    """Whether git ignores ``path`` (under ``root``; it need not exist): False for a tracked path, outside
-    a work tree, or without git."""
-    listing = _GitListing(os.fspath(root), ["check-ignore", "--quiet", "--", os.path.relpath(path, root)], env,
-                          empty_ok=True)
-    for _ in listing.batches():  # --quiet: no output, the exit status says
-        pass
-    return listing.ok
 
 
 def virtual_environments(root: str | os.PathLike[str]) -> list[str]:
@@ -513,15 +400,6 @@ def _cached_code(out: dict[str, Entry], rel: str, path: str) -> None:
                     _record(out, f"{rel}/{child.name}", child.path)
     except OSError:
         pass
-
-
-def _tracks_anything(root: str, env: Mapping[str, str] | None) -> bool:
-    """Whether git tracks a path under ``root`` (a clean checkout, not an ignored directory)."""
-    batches = _GitListing(root, ["ls-files", "-z", "--cached"], env).batches()
-    try:
-        return next(batches, None) is not None  # the first batch is enough
-    finally:
-        batches.close()
 
 
 def _what(old: Entry, new: Entry, metadata: bool = True) -> str:
