@@ -23,7 +23,7 @@ import pytest
 from canarchy import transport
 from canarchy.errors import TransportError
 from canarchy.testing.lanes import netns as lane_netns
-from canarchy.testing.isolation.guard import RealCanBusRefused
+from canarchy.testing.isolation.refusal import RealCanBusRefused
 from canarchy.testing.isolation.sandbox import KNOWN_IMPORT_TIME_PATHS
 from tests.helpers import PYTEST
 from tests.isolation_child import run_batch, run_child
@@ -461,7 +461,7 @@ ROUTES = """
     import pytest
     from can import Bus as PreBoundBus  # bound before the guard? (at import: the guard is installed at configure)
     import can
-    from canarchy.testing.isolation.guard import RealCanBusRefused
+    from canarchy.testing.isolation.refusal import RealCanBusRefused
 
     opened = []
     _real_socket = socket.socket

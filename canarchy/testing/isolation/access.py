@@ -17,7 +17,7 @@ import stat
 import sys
 import sysconfig
 import threading
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +26,7 @@ from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
     PROCESS_STARTS, READ, RELINKING, SPECIAL, SPECS, TREE, WRITE, path_text,
 )
+from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
@@ -39,12 +40,6 @@ _F_GETPATH = getattr(fcntl, "F_GETPATH", None) if fcntl is not None else None  #
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
 
-FIXES = (
-    "use the test's own home: Path.home() in a test is a fresh, empty directory "
-    "(the canarchy_sandbox fixture has the session's homes)",
-    "write to pytest's tmp_path (or tmp_path_factory)",
-    "if the test must see the operator's real home, mark it @pytest.mark.real_home and run it with -m real_home",
-)
 # The file system calls the guard makes itself, bound once: a test that patches os.scandir or
 # os.lstat (to count calls) sees only its own, and cannot steer the guard.
 _scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
@@ -55,69 +50,6 @@ _SEP = os.sep
 _FOLD_CASE = sys.platform in ("win32", "darwin")  # file systems that ignore case by default
 _CACHED = 4096  # directories remembered, and entries listed per directory, at most
 _UNSCANNED: Any = object()
-
-
-class OperatorStateRefused(AssertionError):
-    """A test tried to read or write the operator's state.
-
-    An ``AssertionError``, not an ``OSError``: product code that handles a
-    missing file must not take it for one. Code that catches ``Exception``
-    does not hide it either: the refusal is recorded.
-    """
-
-
-@dataclass(frozen=True)
-class Access:
-    """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
-    or a fixture), what (``operation``, in words), the path as given and as
-    resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"unjudged"``, ``"late"`` or ``"watched"``), the protected
-    ``tree`` (or file) it fell in, and the pid."""
-
-    owner: str
-    operation: str
-    path: str
-    resolved: str
-    zone: str
-    tree: str
-    pid: int
-
-    @property
-    def refused(self) -> bool:
-        return self.zone != "watched"
-
-    def message(self) -> str:
-        """Names the owner, the operation and the path; lists the ways to fix it."""
-        where = "" if self.pid == os.getpid() else f" (in child process {self.pid})"
-        if self.zone == "watched":
-            return (f"canarchy test isolation: {self.owner} changed the checkout{where}: {self.operation} "
-                    f"{self.path!r} (resolved: {self.resolved}, under {self.tree}). "
-                    "Tests work on copies (tmp_path), never on the working tree.")
-        if self.zone == "late":
-            return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
-                    f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
-        what = {"refused": "the environment the operator started this process or one above it with"
-                if self.tree.startswith("/proc/") else "the operator's own state",
-                "bytecode": "byte code not written by the import system, where an import would later run it "
-                            "(outside any isolation)",
-                "start-up code": "code or configuration a later Python or pytest run loads without being asked "
-                                 "(a distribution's metadata and entry points, a .pth file, sitecustomize, "
-                                 "a conftest or pytest configuration), outside any isolation",
-                "version control": "version control's own files (hooks and configuration the operator's next git "
-                                   "command runs, a nested repository, or rules that hide a path from git "
-                                   "and from the sentinel)",
-                "unjudged": "a way to open files the guard could not judge (SQLite's ATTACH and VACUUM INTO on a "
-                            "connection without the guard's authorizer; a Tcl interpreter's open, source and exec)",
-                "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
-                        "run, and the run's exit status would be the new program's)",
-                "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
-                              "by a relative path (dir_fd) could not be"}.get(
-            self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
-                       "directories), or where a later Python loads code from (a virtual environment in the "
-                       "checkout)")
-        fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
-        return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
-                f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{fixes}")
 
 
 class AccessGuard:

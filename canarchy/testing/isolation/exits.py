@@ -19,6 +19,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation.events import PROCESS_STARTS
+from canarchy.testing.isolation.refusal import Access
 
 if TYPE_CHECKING:
     from canarchy.testing.isolation.session import _Run
@@ -43,20 +44,20 @@ def _guard_the_exit(run: _Run) -> None:
                 _REAL_EXIT(status or 1)  # the look exits itself; this only when it raised
         if os.getpid() == pid and guard.late is not None and status != run.exit_status:
             call = f"os._exit({status!r})"
-            guard.late(_access.Access(guard.owner, "call", call, call, "late",
+            guard.late(Access(guard.owner, "call", call, call, "late",
                                       f"the run's exit status is pytest's, {run.exit_status}", pid))
         _REAL_EXIT(status)
 
     def _exec(args: tuple) -> None:
         if os.getpid() == pid:
             path = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else repr(args[0])
-            guard.refuse(_access.Access(guard.owner, "replace the pytest process with", path,
+            guard.refuse(Access(guard.owner, "replace the pytest process with", path,
                                         path, "exec", "os.exec*", pid))
 
     def _start_late(args: tuple) -> None:  # a process started after the look: the reaper has stopped the others
         if guard.late is not None and os.getpid() == pid and not guard.busy():
             what = " ".join(repr(a) for a in args if isinstance(a, (str, bytes, list, tuple)))[:200] or "a fork"
-            guard.late(_access.Access(guard.owner, "start a process", what, what, "late", "", pid))
+            guard.late(Access(guard.owner, "start a process", what, what, "late", "", pid))
 
     os._exit = posix._exit = _exit
     _access.observe("os.exec", _exec)

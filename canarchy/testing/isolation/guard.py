@@ -20,55 +20,18 @@ import socket
 import sys
 import threading
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from canarchy.testing.isolation.refusal import RealCanBusRefused, Refusal
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
 ALLOWED_INTERFACE = "virtual"
 AF_CAN = getattr(socket, "AF_CAN", 29)  # PF_CAN in Linux's include/linux/socket.h
 REPORT_FILE = "bus.jsonl"  # in report_dir: one refusal a line, appended by every process
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
-
-FIXES = (
-    'use interface="virtual" with a channel of its own (the `virtual_channel` fixture)',
-    "patch PythonCanBackend._open_bus (or build the transport) so the test never opens a bus",
-    "use the offline scaffold backend (CANARCHY_TRANSPORT_BACKEND=scaffold)",
-    "if the test needs a real bus, mark it @pytest.mark.integration (or real_bus) and run it with -m integration",
-)
-
-
-class RealCanBusRefused(AssertionError):
-    """A test tried to open a CAN interface other than python-can's in-process ``virtual`` bus.
-
-    An ``AssertionError`` so that pytest reports it as a test failure; product
-    code that catches it does not hide it (see the module docstring).
-    """
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One refused attempt: the test node id, the interface, the channel and
-    the route it took (``"by-name"``, ``"class"``, ``"init"`` or ``"socket"``)."""
-
-    nodeid: str
-    interface: str
-    channel: str
-    route: str
-    pid: int
-
-    def message(self) -> str:
-        """The refusal text: names the test, interface and channel, and lists the fixes."""
-        fixes = "\n".join(f"  {i}. {fix}" for i, fix in enumerate(FIXES, 1))
-        where = "" if self.pid == os.getpid() else f" (in child process {self.pid})"
-        return (
-            f"canarchy test isolation: {self.nodeid} tried to open a real CAN bus{where}: "
-            f"interface={self.interface!r}, channel={self.channel!r}.\n"
-            f"Unit tests may use only python-can's in-process 'virtual' interface. Ways to fix it:\n{fixes}"
-        )
-
 
 class BusGuard:
     """The process-wide guard state. One instance, :data:`GUARD`.

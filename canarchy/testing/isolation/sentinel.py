@@ -22,6 +22,7 @@ from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.exits import _REAL_EXIT
+from canarchy.testing.isolation.refusal import Access
 from canarchy.testing.isolation.pertest import _remember_writes, unseen_writes
 from canarchy.testing.isolation.session import _SESSION_END, _START_UP, _guarded_manifest, _Run
 
@@ -205,7 +206,7 @@ def _left_open_for_writing(run: _Run, config: pytest.Config) -> list[str]:
     return found
 
 
-def _after_the_verdict(run: _Run, config: pytest.Config, access: _access.Access) -> None:
+def _after_the_verdict(run: _Run, config: pytest.Config, access: Access) -> None:
     """``GUARD.late`` after the last look: an access that would change what the look saw (a refusal, a
     process started, an ``os._exit`` with another status, a write into the checkout git does not ignore)
     ends the process at once with exit code 1, named. A file git ignores at the top of the rootdir (a coverage

@@ -1,0 +1,124 @@
+"""What the two guards raise and record when they refuse, and the message that names the test.
+
+The bus guard's :class:`Refusal` and the access guard's :class:`Access` each say who tried what, where
+(a child process, if not this one), and the ways to fix it. Standard library only: child Pythons load it
+with the guards.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+BUS_FIXES = (
+    'use interface="virtual" with a channel of its own (the `virtual_channel` fixture)',
+    "patch PythonCanBackend._open_bus (or build the transport) so the test never opens a bus",
+    "use the offline scaffold backend (CANARCHY_TRANSPORT_BACKEND=scaffold)",
+    "if the test needs a real bus, mark it @pytest.mark.integration (or real_bus) and run it with -m integration",
+)
+ACCESS_FIXES = (
+    "use the test's own home: Path.home() in a test is a fresh, empty directory "
+    "(the canarchy_sandbox fixture has the session's homes)",
+    "write to pytest's tmp_path (or tmp_path_factory)",
+    "if the test must see the operator's real home, mark it @pytest.mark.real_home and run it with -m real_home",
+)
+
+
+def _numbered(fixes: tuple[str, ...]) -> str:
+    return "\n".join(f"  {i}. {fix}" for i, fix in enumerate(fixes, 1))
+
+
+def _where(pid: int) -> str:
+    return "" if pid == os.getpid() else f" (in child process {pid})"
+
+
+class RealCanBusRefused(AssertionError):
+    """A test tried to open a CAN interface other than python-can's in-process ``virtual`` bus.
+
+    An ``AssertionError`` so that pytest reports it as a test failure; product
+    code that catches it does not hide it: the guard has recorded it (:mod:`~canarchy.testing.isolation.guard`).
+    """
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused attempt: the test node id, the interface, the channel and
+    the route it took (``"by-name"``, ``"class"``, ``"init"`` or ``"socket"``)."""
+
+    nodeid: str
+    interface: str
+    channel: str
+    route: str
+    pid: int
+
+    def message(self) -> str:
+        """The refusal text: names the test, interface and channel, and lists the fixes."""
+        return (
+            f"canarchy test isolation: {self.nodeid} tried to open a real CAN bus{_where(self.pid)}: "
+            f"interface={self.interface!r}, channel={self.channel!r}.\n"
+            f"Unit tests may use only python-can's in-process 'virtual' interface. Ways to fix it:\n"
+            f"{_numbered(BUS_FIXES)}"
+        )
+
+
+class OperatorStateRefused(AssertionError):
+    """A test tried to read or write the operator's state.
+
+    An ``AssertionError``, not an ``OSError``: product code that handles a
+    missing file must not take it for one. Code that catches ``Exception``
+    does not hide it either: the refusal is recorded.
+    """
+
+
+@dataclass(frozen=True)
+class Access:
+    """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
+    or a fixture), what (``operation``, in words), the path as given and as
+    resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"unjudged"``, ``"late"`` or ``"watched"``), the protected
+    ``tree`` (or file) it fell in, and the pid."""
+
+    owner: str
+    operation: str
+    path: str
+    resolved: str
+    zone: str
+    tree: str
+    pid: int
+
+    @property
+    def refused(self) -> bool:
+        return self.zone != "watched"
+
+    def message(self) -> str:
+        """Names the owner, the operation and the path; lists the ways to fix it."""
+        where = _where(self.pid)
+        if self.zone == "watched":
+            return (f"canarchy test isolation: {self.owner} changed the checkout{where}: {self.operation} "
+                    f"{self.path!r} (resolved: {self.resolved}, under {self.tree}). "
+                    "Tests work on copies (tmp_path), never on the working tree.")
+        if self.zone == "late":
+            return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
+                    f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
+        what = {"refused": "the environment the operator started this process or one above it with"
+                if self.tree.startswith("/proc/") else "the operator's own state",
+                "bytecode": "byte code not written by the import system, where an import would later run it "
+                            "(outside any isolation)",
+                "start-up code": "code or configuration a later Python or pytest run loads without being asked "
+                                 "(a distribution's metadata and entry points, a .pth file, sitecustomize, "
+                                 "a conftest or pytest configuration), outside any isolation",
+                "version control": "version control's own files (hooks and configuration the operator's next git "
+                                   "command runs, a nested repository, or rules that hide a path from git "
+                                   "and from the sentinel)",
+                "unjudged": "a way to open files the guard could not judge (SQLite's ATTACH and VACUUM INTO on a "
+                            "connection without the guard's authorizer; a Tcl interpreter's open, source and exec)",
+                "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
+                        "run, and the run's exit status would be the new program's)",
+                "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
+                              "by a relative path (dir_fd) could not be"}.get(
+            self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
+                       "directories), or where a later Python loads code from (a virtual environment in the "
+                       "checkout)")
+        return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
+                f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n"
+                f"{_numbered(ACCESS_FIXES)}")
