@@ -5,7 +5,8 @@ into private user, mount and (optionally) network namespaces: covered paths beco
 ``lo`` exists, and a nested namespace locks the view (``MNT_LOCKED``). Nothing raises for "not possible here":
 the :class:`Report` says what is in force and why not; :func:`probe` asks a child process. Design:
 ``docs/design/test-isolation.md`` ("Layer 0: containment"). Constants: ``<linux/sched.h>``, ``<linux/mount.h>``,
-``<linux/fcntl.h>``, ``<linux/sockios.h>``; system call numbers: ``asm-generic/unistd.h``. Stdlib only.
+``<linux/fcntl.h>``, ``<linux/sockios.h>``; system call numbers: ``asm-generic/unistd.h``. One file, standard
+library only, on purpose: a fresh child Python loads it by path (:func:`probe`; the tests' ordinary user).
 """
 
 from __future__ import annotations
