@@ -446,9 +446,9 @@ def test_a_signal_ends_a_capture_with_its_envelope(virtual_channel, signum):
 
 def test_the_mcp_capture_tool_stays_bounded_on_a_quiet_bus(monkeypatch, virtual_channel):
     """A command-line capture runs until stopped; the MCP tool always ends (count or its idle timeout)."""
-    from canarchy import mcp_server
+    from canarchy import mcp_server, mcp_tools
 
-    monkeypatch.setattr(mcp_server, "CAPTURE_MAX_TIMEOUT", 0.3)
+    monkeypatch.setattr(mcp_tools, "CAPTURE_MAX_TIMEOUT", 0.3)
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
     outcome = mcp_server.run_tool("capture", {"channel": virtual_channel, "count": 5})
     data = outcome.envelope["data"]

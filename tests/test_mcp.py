@@ -30,7 +30,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from canarchy import cli, mcp_server, uds
+from canarchy import cli, mcp_server, mcp_tools, uds
 from canarchy.errors import UserInputError
 from tests.helpers import run_cli, write_user_config
 
@@ -90,13 +90,13 @@ def error_codes(envelope):
 def assert_reference_schemas(tools):
     """Every tool is listed; reference-only ones accept no channel, interface, ack or dry run."""
     by_name = {tool.name: tool for tool in tools}
-    assert list(by_name) == list(mcp_server.TOOLS)
-    assert set(by_name) - mcp_server.REFERENCE_ONLY_TOOLS == {"capture", "send"}
-    for name in mcp_server.REFERENCE_ONLY_TOOLS:
+    assert list(by_name) == list(mcp_tools.TOOLS)
+    assert set(by_name) - mcp_tools.REFERENCE_ONLY_TOOLS == {"capture", "send"}
+    for name in mcp_tools.REFERENCE_ONLY_TOOLS:
         schema = by_name[name].input_schema
         assert schema["type"] == "object" and schema["additionalProperties"] is False, name
         for prop in schema.get("properties", {}):
-            assert prop not in mcp_server.FORBIDDEN_REFERENCE_PROPERTIES, (name, prop)
+            assert prop not in mcp_tools.FORBIDDEN_REFERENCE_PROPERTIES, (name, prop)
             assert not any(word in prop for word in ("channel", "interface", "ack", "dry")), (name, prop)
         assert by_name[name].annotations.read_only_hint is True
     send = by_name["send"].input_schema["properties"]
@@ -108,11 +108,11 @@ def assert_reference_schemas(tools):
 
 
 def test_registry_kinds():
-    kinds = {name: spec.kind for name, spec in mcp_server.TOOLS.items()}
+    kinds = {name: spec.kind for name, spec in mcp_tools.TOOLS.items()}
     assert kinds.pop("capture") == "bus" and kinds.pop("send") == "active"
     assert {name for name, kind in kinds.items() if kind == "file"} == {
         "capture_summary", "decode_file", "isotp_decode_file", "j1939_decode_file"}
-    assert mcp_server.REFERENCE_ONLY_TOOLS == set(kinds) == {
+    assert mcp_tools.REFERENCE_ONLY_TOOLS == set(kinds) == {
         "config_show", "uds_services", "j1939_pgn", "j1939_spn", "j1587_pid", "j2497_mid",
         "dbc_cache_list", "skills_cache_list", "session_show",
         "capture_summary", "decode_file", "isotp_decode_file", "j1939_decode_file"}
@@ -132,10 +132,10 @@ def test_schemas_listed_by_a_real_client():
     ("dbc_cache_list", {}), ("skills_cache_list", {}), ("session_show", {}),
 ])
 def test_reference_builds_pass_the_check(name, arguments):
-    spec = mcp_server.TOOLS[name]
-    argv = mcp_server.build_argv(name, mcp_server.validate_arguments(spec, arguments))
+    spec = mcp_tools.TOOLS[name]
+    argv = mcp_tools.build_argv(name, mcp_tools.validate_arguments(spec, arguments))
     assert argv[:len(spec.command)] == list(spec.command) and argv[-1] == "--json"
-    mcp_server.check_reference_argv(spec, argv)  # does not raise
+    mcp_tools.check_reference_argv(spec, argv)  # does not raise
 
 
 @pytest.mark.parametrize("name,argv", [
@@ -153,7 +153,7 @@ def test_reference_builds_pass_the_check(name, arguments):
 ])
 def test_tampered_argv_is_a_violation(name, argv):
     with pytest.raises(UserInputError) as caught:
-        mcp_server.check_reference_argv(mcp_server.TOOLS[name], argv)
+        mcp_tools.check_reference_argv(mcp_tools.TOOLS[name], argv)
     assert caught.value.code == "REFERENCE_ONLY_TOOL_VIOLATION"
     assert "Nothing was run" in caught.value.message and caught.value.hint
 
@@ -264,7 +264,7 @@ def test_send_without_ack_sends_nothing(monkeypatch, virtual_channel, cli_calls,
     import can
 
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    policy = mcp_server.ServerPolicy(active_channels=frozenset({virtual_channel}))  # allowed, but not acknowledged
+    policy = mcp_tools.ServerPolicy(active_channels=frozenset({virtual_channel}))  # allowed, but not acknowledged
     with can.Bus(channel=virtual_channel, interface="virtual") as peer:
         for arguments in ({"dry_run": False}, {"dry_run": False, "ack_active": False}):
             outcome = mcp_server.run_tool("send", {"channel": virtual_channel, "arbitration_id": "0x7E0",
@@ -283,7 +283,7 @@ def test_send_with_ack_reaches_a_virtual_peer_without_reading_stdin(monkeypatch,
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
     operator_stdin = io.StringIO("no\n")  # were the gate to read the real stdin, it would decline
     monkeypatch.setattr(sys, "stdin", operator_stdin)
-    policy = mcp_server.ServerPolicy(active_channels=frozenset({virtual_channel}))
+    policy = mcp_tools.ServerPolicy(active_channels=frozenset({virtual_channel}))
     with can.Bus(channel=virtual_channel, interface="virtual") as peer:
         outcome = mcp_server.run_tool("send", {"channel": virtual_channel, "arbitration_id": "0x7E0",
                                                "data": "0210010000000000", "ack_active": True, "dry_run": False},
@@ -304,7 +304,7 @@ def test_require_active_ack_needs_the_users_confirmation(monkeypatch, virtual_ch
 
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
     monkeypatch.setenv("CANARCHY_REQUIRE_ACTIVE_ACK", "true")
-    policy = mcp_server.ServerPolicy(active_channels=frozenset({virtual_channel}))
+    policy = mcp_tools.ServerPolicy(active_channels=frozenset({virtual_channel}))
     call = {"channel": virtual_channel, "arbitration_id": "0x7E0", "data": "023E00", "ack_active": True,
             "dry_run": False}
     asked = []
@@ -326,9 +326,9 @@ def test_without_allow_active_nothing_reaches_the_bus(monkeypatch, virtual_chann
     import can
 
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    other = mcp_server.ServerPolicy(active_channels=frozenset({"can9"}))
+    other = mcp_tools.ServerPolicy(active_channels=frozenset({"can9"}))
     with can.Bus(channel=virtual_channel, interface="virtual") as peer:
-        for policy in (None, mcp_server.ServerPolicy(), other):
+        for policy in (None, mcp_tools.ServerPolicy(), other):
             for arguments in ATTEMPTS:
                 outcome = mcp_server.run_tool("send", {"channel": virtual_channel, "arbitration_id": "0x7E0",
                                                        **arguments}, policy, lambda message: True)
@@ -361,7 +361,7 @@ def test_ack_is_scoped_to_the_call_even_when_it_fails(monkeypatch):
     stdin_before = sys.stdin
     outcome = mcp_server.run_tool("send", {"channel": "down0", "arbitration_id": 1, "ack_active": True,
                                            "dry_run": False},
-                                  mcp_server.ServerPolicy(active_channels=frozenset({"down0"})))
+                                  mcp_tools.ServerPolicy(active_channels=frozenset({"down0"})))
     assert (outcome.exit_code, error_codes(outcome.envelope)) == (2, ["TRANSPORT_UNAVAILABLE"])
     assert sys.stdin is stdin_before
     assert NONINTERACTIVE not in os.environ
@@ -383,7 +383,7 @@ def test_capture_is_bounded(monkeypatch):
     assert outcome.exit_code == 0
     assert outcome.envelope["data"]["frame_count"] == 2
     assert [e["event_type"] for e in outcome.envelope["data"]["events"]] == ["frame", "frame"]
-    assert mcp_server.build_argv("capture", {"channel": "vcan0", "count": 5, "timeout": 1}) == [
+    assert mcp_tools.build_argv("capture", {"channel": "vcan0", "count": 5, "timeout": 1}) == [
         "capture", "vcan0", "--count", "5", "--timeout", "1.0", "--json"]
 
 
@@ -407,7 +407,7 @@ def test_capture_is_bounded(monkeypatch):
 def test_invalid_arguments_run_nothing(name, arguments, cli_calls):
     outcome = mcp_server.run_tool(name, arguments)
     assert (outcome.exit_code, error_codes(outcome.envelope)) == (1, ["INVALID_ARGUMENTS"])
-    assert outcome.envelope["command"] == mcp_server.TOOLS[name].command_name
+    assert outcome.envelope["command"] == mcp_tools.TOOLS[name].command_name
     assert all(e["hint"] for e in outcome.envelope["errors"])
     assert cli_calls == []
 
@@ -464,7 +464,7 @@ def test_hosting_in_process_leaves_no_process_state(monkeypatch):
                   "dry_run": False}),
         ("uds_services", {}),
         ("send", {"channel": "scaffold0", "arbitration_id": "0x123", "dry_run": False}),
-        policy=mcp_server.ServerPolicy(active_channels=frozenset({"scaffold0"})),
+        policy=mcp_tools.ServerPolicy(active_channels=frozenset({"scaffold0"})),
     )
     assert results[0].structured_content["data"]["mode"] == "active"
     assert_reference_envelope(results[1].structured_content)
@@ -652,7 +652,7 @@ def test_stdio_file_tools_decode_the_real_recordings(tmp_path):
               if line.split()[2].startswith("0CF00400#")]
     assert (eec1["count"], eec1["rate_hz"]) == (len(stamps), round((len(stamps) - 1) / (stamps[-1] - stamps[0]), 3))
     assert decoded["ok"] and decoded["data"]["decoded_count"] == 1100
-    assert len(decoded["data"]["events"]) == mcp_server.FILE_EVENTS_DEFAULT and decoded["data"]["events_total"] == 1100
+    assert len(decoded["data"]["events"]) == mcp_tools.FILE_EVENTS_DEFAULT and decoded["data"]["events_total"] == 1100
     assert any(w.startswith("MCP_EVENTS_TRUNCATED") for w in decoded["warnings"])
     assert decoded_summary["data"]["decoded_count"] == 1100 and "events" not in decoded_summary["data"]
     assert j1939["ok"] and j1939["data"]["dm1_count"] == 10 and j1939["data"]["pgn_filter"] == 65226
@@ -682,16 +682,16 @@ def test_stdio_paths_cannot_leave_the_allowed_directory(tmp_path):
 
 
 def test_file_tools_argv_check(tmp_path):
-    policy = mcp_server.ServerPolicy(file_roots=(CAPTURES,))
-    spec = mcp_server.TOOLS["capture_summary"]
+    policy = mcp_tools.ServerPolicy(file_roots=(CAPTURES,))
+    spec = mcp_tools.TOOLS["capture_summary"]
     good = ["capture", "--file", str(CAPTURES / "j1939_truck_idle.log"), "--summary", "--json"]
-    mcp_server.check_argv(spec, good, policy)  # does not raise
+    mcp_tools.check_argv(spec, good, policy)  # does not raise
     for bad in (["capture", "vcan0", "--summary", "--json"],                       # a channel: a live capture
                 ["capture", "--file", "/etc/hostname", "--summary", "--json"],      # outside the roots
                 ["capture", "--file", str(CAPTURES / "j1939_truck_idle.log"), "--count", "5", "--json"],
                 good[:-1] + ["send", "--json"]):
         with pytest.raises(UserInputError) as caught:
-            mcp_server.check_argv(spec, bad, policy)
+            mcp_tools.check_argv(spec, bad, policy)
         assert caught.value.code == "REFERENCE_ONLY_TOOL_VIOLATION", bad
 
 

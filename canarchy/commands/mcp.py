@@ -36,7 +36,7 @@ def _serve(args: argparse.Namespace) -> CommandResult:
             f"`mcp serve` speaks MCP on stdout; --{output} does not apply.",
             "Run `canarchy mcp serve` without an output flag; each tool answers with a JSON envelope.",
         )
-    from canarchy.mcp_server import ServerPolicy
+    from canarchy.mcp_tools import ServerPolicy
 
     policy = ServerPolicy.build(args.files, args.allow_active)
     try:
