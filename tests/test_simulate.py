@@ -25,7 +25,7 @@ import can
 import pytest
 
 from canarchy.cli import main
-from canarchy.simulator import DEFAULT_VIN
+from canarchy.uds_server import DEFAULT_VIN
 from tests.helpers import run_cli
 
 PROFILE = """\

@@ -21,7 +21,8 @@ from pathlib import Path
 import can
 import pytest
 
-from canarchy.simulator import DEFAULT_VIN, EcuProfile, SimulatedEcu, main
+from canarchy.simulator import EcuProfile, SimulatedEcu, main
+from canarchy.uds_server import DEFAULT_VIN
 from tests.helpers import run_cli
 
 REQUEST_ID, RESPONSE_ID = 0x7E0, 0x7E8
