@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from canarchy import fuzz
+from canarchy import fuzz, fuzz_inputs
 from canarchy.simulator import SimulatedEcu
 from canarchy.transport import CanFrame
 from tests.helpers import run_cli
@@ -304,14 +304,14 @@ def test_text_output_summarises_the_campaign(ecu, virtual_channel, tmp_path):
     ("0110", "other:10"),
 ])
 def test_reply_markers(data, marker):
-    assert fuzz.reply_marker(bytes.fromhex(data)) == marker
+    assert fuzz_inputs.reply_marker(bytes.fromhex(data)) == marker
 
 
 def test_markers_for_silence_and_slow_replies():
     reply = CanFrame(0x7E8, bytes.fromhex("027e00"))
-    assert fuzz.markers_for([], None, 0.05) == ["silence"]
-    assert fuzz.markers_for([reply], 0.2, 0.05) == ["positive:7E", "timing:slow"]
-    assert fuzz.markers_for([reply], 0.01, 0.05) == ["positive:7E"]
+    assert fuzz_inputs.markers_for([], None, 0.05) == ["silence"]
+    assert fuzz_inputs.markers_for([reply], 0.2, 0.05) == ["positive:7E", "timing:slow"]
+    assert fuzz_inputs.markers_for([reply], 0.01, 0.05) == ["positive:7E"]
 
 
 def test_slow_reply_is_a_timing_marker(virtual_channel, tmp_path):
@@ -420,7 +420,7 @@ def test_default_response_id(request_id, extended, response_id):
 
 
 def test_mutations_keep_the_single_frame_consistent():
-    generator = fuzz.InputGenerator([bytes.fromhex("022701")], rng_seed=0)
+    generator = fuzz_inputs.InputGenerator([bytes.fromhex("022701")], rng_seed=0)
     payloads = [generator.next()[0] for _ in range(300)]
     assert all(1 <= len(p) <= 8 for p in payloads)
     consistent = [p for p in payloads if p[0] >> 4 == 0 and p[0] & 0x0F == len(p) - 1]

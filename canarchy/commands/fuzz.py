@@ -12,7 +12,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from canarchy import fuzz, progress
+from canarchy import fuzz, fuzz_inputs, progress
 from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data
@@ -104,7 +104,7 @@ def _guided(args: argparse.Namespace) -> CommandResult:
             f"The response ID 0x{response_id:X} equals the request ID.",
             "Pass --response-id with the arbitration ID the target answers on (e.g. 0x7E8 for 0x7E0).",
         )
-    seed_data = parse_hex_data(args.seed_data, max_bytes=fuzz.MAX_CLASSIC_DATA)
+    seed_data = parse_hex_data(args.seed_data, max_bytes=fuzz_inputs.MAX_CLASSIC_DATA)
     if not seed_data:
         raise UserInputError("INVALID_FRAME_DATA", "The seed payload is empty.",
                              "Give 1 to 8 bytes as hex, e.g. --seed-data 022701.")
@@ -124,7 +124,7 @@ def _guided(args: argparse.Namespace) -> CommandResult:
         "findings_root": str(findings_root),
     }
     if args.dry_run:
-        planned = fuzz.plan_payloads(seed_data, corpus, rng_seed, min(args.max_iterations, fuzz.PLAN_PREVIEW))
+        planned = fuzz_inputs.plan_payloads(seed_data, corpus, rng_seed, min(args.max_iterations, fuzz.PLAN_PREVIEW))
         data = dict(common, mode="dry_run", planned_iterations=args.max_iterations, max_seconds=args.max_seconds,
                     rate=args.rate, corpus_size=len({seed_data, *corpus}),
                     planned_payloads=[payload.hex() for payload in planned])
