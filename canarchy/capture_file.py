@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 from canarchy.errors import DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
-from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame
+from canarchy.frames import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame
 from canarchy.warning_log import WarningLog
 
 CANDUMP_SUFFIXES = (".log", ".candump")
@@ -65,7 +65,7 @@ _Known = dict[str, tuple[dict[str, Any], frozenset[int]]]
 
 
 class CaptureFile:
-    """An open capture file: iterate it for :class:`~canarchy.transport.CanFrame` objects.
+    """An open capture file: iterate it for :class:`~canarchy.frames.CanFrame` objects.
 
     Attributes (complete once iteration has finished):
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from canarchy.transport import CanFrame, can_id_text
+from canarchy.frames import CanFrame, can_id_text
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from canarchy.errors import TransportError, UserInputError
-from canarchy.transport import CanFrame, to_message
+from canarchy.frames import CanFrame, to_message
 
 WRITER_SUFFIXES = (".log", ".asc", ".blf", ".trc", ".csv")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from canarchy import uds
 from canarchy.isotp import (PCI_FIRST, BusLink, Exchange, IsoTpTester, default_response_id, normal_fixed_id,
                             single_frame, single_frame_payload)
-from canarchy.transport import MAX_STANDARD_ID, CanFrame
+from canarchy.frames import MAX_STANDARD_ID, CanFrame
 
 #: Seconds to wait after a 0x78 responsePending for the settled answer (P2*server default, ISO 14229-2).
 PENDING_TIMEOUT = 5.0

@@ -10,7 +10,7 @@ candump's ``ID:MASK`` / ``ID~MASK`` (:func:`parse_filter`). Examples: ``docs/rec
 from __future__ import annotations
 
 from canarchy.errors import UserInputError
-from canarchy.transport import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame, FrameFilter, can_id_text
+from canarchy.frames import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame, FrameFilter, can_id_text
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _CANFD_BRS = 0x1  # linux/can.h

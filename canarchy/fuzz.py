@@ -26,7 +26,8 @@ from canarchy.fileio import write_bytes_atomic, write_json_atomic
 from canarchy.fuzz_inputs import (MAX_CLASSIC_DATA, SHAPE_OTHER_SID, InputGenerator, is_response_pending, marker_weight,
                                   markers_for, novelty_keys, request_shape, response_class, seeded_sids,
                                   split_single_frame)
-from canarchy.transport import MAX_STANDARD_ID, Backend, CanFrame
+from canarchy.frames import MAX_STANDARD_ID, CanFrame
+from canarchy.transport import Backend
 
 COMMAND = "fuzz guided"
 DEFAULT_SEED_DATA = bytes.fromhex("022701")  # ISO-TP SF, SecurityAccess requestSeed level 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 
 MAX_CLASSIC_DATA = 8
 MARKER_SILENCE = "silence"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from collections.abc import Callable, Iterable, Iterator
 
-from canarchy.transport import MAX_STANDARD_ID, CanFrame
+from canarchy.frames import MAX_STANDARD_ID, CanFrame
 from canarchy.warning_log import WarningRecord
 
 PCI_SINGLE = 0

@@ -148,7 +148,7 @@ class EventStream:
 
     def emit_frame(self, event_type: str, frame: Any) -> None:
         """:meth:`emit` of ``(event_type, frame.to_payload(), frame.timestamp)`` for a
-        :class:`~canarchy.transport.CanFrame`, with its JSON written directly (about half
+        :class:`~canarchy.frames.CanFrame`, with its JSON written directly (about half
         the time of encoding the payload dict). The first frame of a stream is written
         both ways and compared: if they ever differ, every frame takes :meth:`emit`."""
         write = self._frame_json

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator
 
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 
 
 @dataclass(frozen=True)

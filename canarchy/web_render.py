@@ -280,7 +280,7 @@ def render_page(server: DashboardServer) -> str:
 
 def _signals_section(d: Dashboard) -> list[str]:
     """The decoded signals (each with a link to its plot) and a plot of the one with the most values."""
-    from canarchy.transport import can_id_text
+    from canarchy.frames import can_id_text
 
     parts = ["<h2>Decoded signals</h2><table id=\"signals\"><thead><tr><th>message</th><th>ID</th>"
              "<th class=\"num\">count</th><th>signal</th><th class=\"num\">min</th><th class=\"num\">max</th>"
@@ -324,7 +324,7 @@ def _ids_section(d: Dashboard) -> list[str]:
 
 
 def _frames_section(d: Dashboard) -> list[str]:
-    from canarchy.transport import can_id_text
+    from canarchy.frames import can_id_text
 
     parts = [f"<h2>Frames</h2><p class=\"meta\">the first {len(d.rows)} of {d.frame_count}</p>"
              "<table id=\"frames\"><thead><tr><th class=\"num\">time (s)</th><th>channel</th><th>ID</th>"

@@ -328,7 +328,7 @@ def test_capture_file_jsonl_streams_into_the_given_stdout(capsys):
 def test_checked_frames_are_canframes_equal_to_validated_ones():
     import dataclasses
 
-    from canarchy.transport import CanFrame
+    from canarchy.frames import CanFrame
 
     assert tuple(f.name for f in dataclasses.fields(CanFrame)) == capture_file.CHECKED_FRAME_FIELDS
     for line, expected in [

@@ -11,7 +11,7 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 import pytest
 from pathlib import Path
 
-from canarchy import config, transport
+from canarchy import config, frames, transport
 from canarchy.errors import ConfigError
 from tests.helpers import run_cli, write_user_config
 
@@ -196,7 +196,7 @@ def test_bus_parameters_reach_python_can(monkeypatch, virtual_channel):
     monkeypatch.setattr(can, "Bus", recording_bus)
     backend = transport.build_backend()
     with backend.sender(virtual_channel) as send:
-        send(transport.CanFrame(0x123, b"\x01"))
+        send(frames.CanFrame(0x123, b"\x01"))
     assert seen == {"channel": virtual_channel, "interface": "virtual", "ignore_config": True, "bitrate": 500000,
                     "preserve_timestamps": True}
 

@@ -22,7 +22,7 @@ from canarchy.decode.diagnostics import describe_diagnostic_pdu, obd_dtc
 from canarchy.decode.j1939 import decode_dm
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.isotp import IsoTpPdu, IsoTpReassembler, reassemble
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 from tests.helpers import run_cli
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"

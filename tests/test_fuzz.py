@@ -18,7 +18,7 @@ import pytest
 
 from canarchy import fuzz, fuzz_inputs
 from canarchy.simulator import SimulatedEcu
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 from tests.helpers import run_cli
 
 FAST = ("--rate", "10000", "--timeout", "0.2")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from canarchy import config, transport
+from canarchy import config, frames, transport
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.integration
@@ -77,8 +77,8 @@ def test_round_trip_through_the_python_can_backend():
     bus_type, channel = _transmit_bus()
     receiver = transport.PythonCanBackend(bus_type=bus_type, capture_timeout=2.0)
     sender = transport.PythonCanBackend(bus_type=bus_type)
-    frame = transport.CanFrame(0x18FEF100, bytes.fromhex("F7000004000000FF"), is_extended_id=True)
-    captured: list[transport.CanFrame] = []
+    frame = frames.CanFrame(0x18FEF100, bytes.fromhex("F7000004000000FF"), is_extended_id=True)
+    captured: list[frames.CanFrame] = []
     stream = receiver.capture(channel, limit=1, timeout=3.0)
     ready = threading.Event()
 

@@ -236,7 +236,7 @@ def test_ctrl_c_closes_a_json_stream_with_its_events(monkeypatch):
 
 def _frames():
     from canarchy.capture_file import parse_candump_line
-    from canarchy.transport import CanFrame
+    from canarchy.frames import CanFrame
 
     return [parse_candump_line("(1641469561.949700) can0 79B#022101FFFFFFFFFF"),
             parse_candump_line("(0.000001) vcan%d\\\\\"x 18FEF100##3" + "00" * 12),

@@ -16,7 +16,7 @@ import can
 import pytest
 
 from canarchy import replay, transport
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 from tests.helpers import run_cli
 
 #: The scheduler waits on the monotonic clock; its slots and the peer's receive stamps are on

@@ -38,7 +38,7 @@ def add_filter_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_filters(texts: list[str]) -> tuple:
-    """The :class:`~canarchy.transport.FrameFilter` of each ``--filter``. Raises ``INVALID_FILTER``."""
+    """The :class:`~canarchy.frames.FrameFilter` of each ``--filter``. Raises ``INVALID_FILTER``."""
     from canarchy.frame_syntax import parse_filter
 
     return tuple(parse_filter(text) for text in texts)
@@ -240,7 +240,7 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     if args.summary:
         return _capture_summary(args, capture, limit)
     from canarchy.capture_writer import CaptureWriter
-    from canarchy.transport import frame_passes
+    from canarchy.frames import frame_passes
 
     writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # a conversion
     stream = open_stream(args, f"file:{args.file}")
@@ -280,7 +280,7 @@ def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> Co
 def _frame_to_send(args: argparse.Namespace):
     """The frame ``send`` was given (cansend syntax, or ID and DATA) and warnings about its ID."""
     from canarchy.frame_syntax import id_notes, parse_frame
-    from canarchy.transport import CanFrame
+    from canarchy.frames import CanFrame
 
     if "#" in args.frame_id:
         if args.data:

@@ -17,7 +17,7 @@ from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
 from canarchy.commands._common import parse_arbitration_id, parse_hex_data
 from canarchy.errors import UserInputError
-from canarchy.transport import CanFrame, can_id_text
+from canarchy.frames import CanFrame, can_id_text
 
 
 #: A ``fuzz_progress`` event every this many iterations.

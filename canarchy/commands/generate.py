@@ -225,7 +225,8 @@ def _generate(args: argparse.Namespace) -> CommandResult:
 
 
 def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warning: str) -> CommandResult:
-    from canarchy.transport import CanFrame, build_backend
+    from canarchy.frames import CanFrame
+    from canarchy.transport import build_backend
 
     backend = build_backend()
     stream = open_stream(args, f"generate:{args.interface}", live=True)

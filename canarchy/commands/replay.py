@@ -62,7 +62,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def _replay(args: argparse.Namespace) -> CommandResult:
     from canarchy.capture_file import open_capture
     from canarchy.replay import schedule
-    from canarchy.transport import frame_passes
+    from canarchy.frames import frame_passes
 
     options = _options(args)
     filters = options["filters"]
@@ -155,7 +155,7 @@ def _render_text(result: CommandResult) -> str:
 
 def _render_slot(event: dict[str, Any]) -> str:
     from canarchy.frame_syntax import format_frame
-    from canarchy.transport import CanFrame
+    from canarchy.frames import CanFrame
 
     p = event["payload"]
     return f"  {p['offset_s']:>12.6f}  {format_frame(CanFrame.from_payload(p))}"

@@ -21,7 +21,7 @@ from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_hex_data, parse_int
 from canarchy.errors import TransportError, UserInputError
 from canarchy.output import CommandResult, open_stream
-from canarchy.transport import can_id_text
+from canarchy.frames import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
 #: Seconds between checks of the stop conditions while the ECU runs.

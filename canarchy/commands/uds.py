@@ -19,7 +19,7 @@ from canarchy.commands._common import parse_arbitration_id, parse_int
 from canarchy.errors import UserInputError
 from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
-from canarchy.transport import can_id_text
+from canarchy.frames import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
 DEFAULT_TIMEOUT = 0.2

@@ -19,7 +19,7 @@ from typing import Any
 from canarchy.decode.common import MAX_UNKNOWN_IDS, ValueRange, hex_id, isotp_counts, j1939_pgn
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.isotp import IsoTpReassembler
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 from canarchy.warning_log import WarningLog
 
 ISOTP_LAYOUTS = ("length-prefixed", "plain")

@@ -12,7 +12,7 @@ import decimal
 from typing import Any
 
 from canarchy.decode.common import ValueRange, j1939_pgn
-from canarchy.transport import CanFrame
+from canarchy.frames import CanFrame
 from canarchy.warning_log import WarningLog
 
 PGN_TP_CM = 0xEC00  # 60416, TP.CM connection management (SAE J1939-21)

@@ -1,0 +1,193 @@
+"""A CAN / CAN FD frame as canarchy handles it, its filters, and its python-can form.
+
+:class:`CanFrame` carries an arbitration ID, data, flags and timestamp, with its JSON and candump forms;
+:class:`FrameFilter` is candump's ``id:mask`` filter (can-utils ``candump.c``). Limits: ISO 11898-1
+(11-bit and 29-bit identifiers; the CAN FD data lengths); a frame beyond them is ``UserInputError``
+``INVALID_FRAME``. python-can is imported only to build a ``can.Message``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from canarchy.errors import UserInputError
+
+MAX_STANDARD_ID = 0x7FF
+MAX_EXTENDED_ID = 0x1FFFFFFF
+CAN_FD_DLCS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 48, 64)
+
+
+def can_id_text(arbitration_id: int, is_extended_id: bool | None = None) -> str:
+    """An arbitration ID as candump writes it: upper-case hex, 3 digits for an 11-bit
+    ID, 8 for a 29-bit one (``is_extended_id`` None: 29-bit when above 0x7FF)."""
+    extended = arbitration_id > MAX_STANDARD_ID if is_extended_id is None else is_extended_id
+    return f"{arbitration_id:08X}" if extended else f"{arbitration_id:03X}"
+
+
+@dataclass(frozen=True)
+class CanFrame:
+    """One CAN or CAN FD frame.
+
+    ``arbitration_id``: 11-bit (<= 0x7FF) or 29-bit identifier; ``data``: payload
+    bytes (<= 8 for classic CAN, <= 64 for CAN FD); ``is_extended_id``: 29-bit
+    frame; ``timestamp``: seconds since the Unix epoch; ``channel``: where it was
+    seen or sent.
+    """
+
+    arbitration_id: int
+    data: bytes = b""
+    is_extended_id: bool = False
+    is_fd: bool = False
+    is_remote_frame: bool = False
+    timestamp: float = field(default_factory=time.time)
+    channel: str | None = None
+    bitrate_switch: bool = False
+    error_state_indicator: bool = False
+    is_error_frame: bool = False
+    requested_dlc: int = 0
+
+    def __post_init__(self) -> None:
+        limit = MAX_EXTENDED_ID if self.is_extended_id else MAX_STANDARD_ID
+        if not 0 <= self.arbitration_id <= limit:
+            kind = "29-bit" if self.is_extended_id else "11-bit"
+            raise UserInputError(
+                "INVALID_FRAME",
+                f"Arbitration ID 0x{self.arbitration_id:X} does not fit a {kind} identifier.",
+                "Use 0x000-0x7FF for standard frames or up to 0x1FFFFFFF for extended frames.",
+            )
+        if len(self.data) > (64 if self.is_fd else 8):
+            raise UserInputError(
+                "INVALID_FRAME",
+                f"{len(self.data)} data bytes do not fit a {'CAN FD' if self.is_fd else 'classic CAN'} frame.",
+                "Classic CAN carries at most 8 data bytes; CAN FD at most 64 (use --fd).",
+            )
+        if self.is_fd and len(self.data) not in CAN_FD_DLCS:
+            raise UserInputError(
+                "INVALID_FRAME",
+                f"{len(self.data)} data bytes is not a CAN FD payload length (ISO 11898-1: {CAN_FD_DLCS}).",
+                "Pad the payload to the next CAN FD length.",
+            )
+        if (self.bitrate_switch or self.error_state_indicator) and not self.is_fd:
+            raise UserInputError("INVALID_FRAME", "Bit rate switch (BRS) and ESI are flags of CAN FD frames only.",
+                                 "Send a CAN FD frame (ID##<flags><data>, or --fd) to set BRS or ESI.")
+        if self.is_remote_frame and (self.is_fd or self.data):
+            raise UserInputError("INVALID_FRAME", "A remote frame carries no data and CAN FD has no remote frames "
+                                 "(ISO 11898-1).", "Send ID#R or ID#R<DLC> (classic CAN), without data.")
+        if not 0 <= self.requested_dlc <= 15:
+            raise UserInputError("INVALID_FRAME", f"Remote frame DLC {self.requested_dlc} is outside 0..15.",
+                                 "Give the requested DLC as one hex digit, e.g. 123#R8.")
+
+    @property
+    def dlc(self) -> int:
+        """Data length in bytes; for a remote frame the DLC it requests."""
+        return self.requested_dlc if self.is_remote_frame else len(self.data)
+
+    def to_payload(self) -> dict[str, Any]:
+        """JSON form: ``{arbitration_id, data (hex), dlc, is_extended_id, is_fd, is_remote_frame,
+        bitrate_switch, error_state_indicator, is_error_frame, channel, timestamp}``."""
+        return {
+            "arbitration_id": self.arbitration_id,
+            "data": self.data.hex(),
+            "dlc": self.dlc,
+            "is_extended_id": self.is_extended_id,
+            "is_fd": self.is_fd,
+            "is_remote_frame": self.is_remote_frame,
+            "bitrate_switch": self.bitrate_switch,
+            "error_state_indicator": self.error_state_indicator,
+            "is_error_frame": self.is_error_frame,
+            "channel": self.channel,
+            "timestamp": self.timestamp,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> CanFrame:
+        """The frame of a :meth:`to_payload` dict (flags missing from older output read as false).
+
+        Raises ``UserInputError`` ``INVALID_FRAME`` / ``ValueError`` / ``KeyError`` /
+        ``TypeError`` on a payload that is not a frame.
+        """
+        remote = bool(payload.get("is_remote_frame", False))
+        flag = lambda name: bool(payload.get(name, False))  # noqa: E731
+        timestamp = payload.get("timestamp")
+        return cls(
+            arbitration_id=int(payload["arbitration_id"]),
+            data=bytes.fromhex(payload.get("data") or ""),
+            is_extended_id=flag("is_extended_id"),
+            is_fd=flag("is_fd"),
+            is_remote_frame=remote,
+            timestamp=float(timestamp) if timestamp is not None else 0.0,
+            channel=payload.get("channel"),
+            bitrate_switch=flag("bitrate_switch"),
+            error_state_indicator=flag("error_state_indicator"),
+            is_error_frame=flag("is_error_frame"),
+            requested_dlc=int(payload.get("dlc") or 0) if remote else 0,
+        )
+
+
+@dataclass(frozen=True)
+class FrameFilter:
+    """An arbitration-ID filter in candump's sense (can-utils ``candump.c``).
+
+    A frame matches when ``frame_id & can_mask == can_id & can_mask`` and, when
+    ``extended`` is not None, its ID kind is that one (True: 29-bit, False:
+    11-bit; python-can's ``extended`` filter key). An ``inverse`` filter passes
+    exactly the frames the same filter without ``inverse`` would not. Error
+    frames are not filtered by ID (as in candump).
+    """
+
+    can_id: int
+    can_mask: int
+    extended: bool | None = None
+    inverse: bool = False
+
+    def matches(self, frame: CanFrame) -> bool:
+        hit = (frame.arbitration_id & self.can_mask) == (self.can_id & self.can_mask) and (
+            self.extended is None or frame.is_extended_id == self.extended)
+        return hit != self.inverse
+
+    def to_payload(self) -> dict[str, Any]:
+        """JSON form: ``{can_id, can_mask, extended, inverse}``."""
+        return {"can_id": self.can_id, "can_mask": self.can_mask, "extended": self.extended, "inverse": self.inverse}
+
+
+def to_message(frame: CanFrame, stamped: bool = False) -> Any:
+    """``frame`` as a python-can ``can.Message`` (to send; ``stamped``: with its timestamp,
+    channel and error flag, for a log writer)."""
+    import can
+
+    extra: dict[str, Any] = {}
+    if stamped:
+        extra = {"timestamp": frame.timestamp, "channel": frame.channel, "is_error_frame": frame.is_error_frame}
+    return can.Message(
+        arbitration_id=frame.arbitration_id,
+        data=frame.data,
+        is_extended_id=frame.is_extended_id,
+        is_fd=frame.is_fd,
+        is_remote_frame=frame.is_remote_frame,
+        bitrate_switch=frame.bitrate_switch,
+        error_state_indicator=frame.error_state_indicator,
+        dlc=frame.requested_dlc if frame.is_remote_frame else None,
+        **extra,
+    )
+
+
+def frame_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
+    """True when there are no filters, ``frame`` is an error frame, or any filter passes it (candump: OR)."""
+    return not filters or frame.is_error_frame or any(f.matches(frame) for f in filters)
+
+
+def python_can_filters(filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> list[dict[str, Any]] | None:
+    """The filters as python-can ``can_filters`` (which the interface may apply in the
+    kernel or hardware), or None when there are none or any is inverse (python-can has
+    no inverse filters: canarchy then applies them all itself)."""
+    if not filters or any(f.inverse for f in filters):
+        return None
+    result = []
+    for f in filters:
+        entry: dict[str, Any] = {"can_id": f.can_id, "can_mask": f.can_mask}
+        if f.extended is not None:
+            entry["extended"] = f.extended
+        result.append(entry)
+    return result
