@@ -16,15 +16,16 @@ import gzip
 import importlib.util
 import io
 import os
-import re
 import zlib
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
 
+from canarchy.candump import (CLASSIC_HEX_LENGTHS, FD_HEX_LENGTHS, ErrorFrame, common_line, common_lines,
+                              parse_candump_line)
 from canarchy.errors import DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
-from canarchy.frames import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame
+from canarchy.frames import CanFrame
 from canarchy.warning_log import WarningLog
 
 CANDUMP_SUFFIXES = (".log", ".candump")
@@ -38,28 +39,12 @@ FRAME_EVENTS = frozenset({"frame", "frame_sent"})
 _GZIP_MAGIC = b"\x1f\x8b"
 _COMPRESSION_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 _READ_ERRORS = (OSError, EOFError, zlib.error)  # reading a file stops (a truncated .gz, a failing disk)
-_CAN_ERR_FLAG = 0x20000000  # linux/can.h: the ID marks an error frame
-_CANFD_BRS = 0x01  # linux/can.h: bit rate switch
-_CANFD_ESI = 0x02  # linux/can.h: error state indicator
-_HEX_TEXT = "0123456789abcdefABCDEF"
-_HEX_DIGITS = frozenset(_HEX_TEXT)
-_TIMESTAMP_CHARS = "0123456789."  # str.strip(chars) leaves what is not one of these
-_FD_LENGTHS = frozenset(CAN_FD_DLCS)
-_CLASSIC_HEX_LENGTHS = frozenset(range(0, 17, 2))  # hex digits of 0..8 bytes
-_FD_HEX_LENGTHS = frozenset(2 * n for n in CAN_FD_DLCS)
 _MAX_SHOWN = 80  # characters of a bad line quoted in its warning
-_HEX = "[0-9A-Fa-f]"
-#: The common candump line: ``(seconds) channel ID#HEX`` or ``(seconds) channel ID##FHEX``, maybe with
-#: `` R``/`` T``, the seconds a JSON number. Groups: the seconds, ``"channel ID#"`` (``"channel ID##F"``
-#: for CAN FD: everything that fixes the frame's ID fields) and the data's hex digits.
-_COMMON_LINE = rf"\(((?:0|[1-9][0-9]*)\.[0-9]+)\) (\S+ {_HEX}{{3,8}}#(?:#{_HEX})?)({_HEX}*)(?: [RTrt])?\r?"
-_common_lines = re.compile(rf"^{_COMMON_LINE}$", re.MULTILINE).findall
-_common_line = re.compile(rf"{_COMMON_LINE}\n?").fullmatch
 #: Lines the candump reader takes at a time (:meth:`CaptureFile._candump_batch`).
 BATCH_LINES = 256
 #: Channel and ID pairs whose frame fields the candump reader keeps (a bounded cache).
 MAX_KNOWN_IDS = 4096
-#: What the candump reader keeps of a key of :data:`_COMMON_LINE`: a frame's ``__dict__`` with that
+#: What the candump reader keeps of a key of :data:`COMMON_LINE`: a frame's ``__dict__`` with that
 #: key, and the data lengths (hex digits) such a frame can carry.
 _Known = dict[str, tuple[dict[str, Any], frozenset[int]]]
 
@@ -160,19 +145,19 @@ class CaptureFile:
     def _candump_batch(self, batch: list[str], known: _Known) -> Iterator[CanFrame]:
         """The frames of ``batch``, the next lines of the file.
 
-        The lines of the common shape (:data:`_COMMON_LINE`) whose channel and ID ``known`` holds,
+        The lines of the common shape (:data:`~canarchy.candump.COMMON_LINE`) whose channel and ID ``known`` holds,
         with a data length such a frame can carry, take the fast path: only their timestamp and data
         are converted, the other fields are those :func:`parse_candump_line` gave for the first line
         with that channel and ID. Every other line goes to :func:`parse_candump_line`
         (:meth:`_parse_line`). The frames and warnings are the same either way.
         """
-        found: list[Any] = _common_lines("".join(batch))
+        found: list[Any] = common_lines("".join(batch))
         if len(found) != len(batch):  # not every line has the common shape: look at each
-            found = [None if match is None else match.groups() for match in map(_common_line, batch)]
+            found = [None if match is None else match.groups() for match in map(common_line, batch)]
         first = self.line_count + 1
         lineno = first - 1
         frames = 0
-        fromhex = bytes.fromhex
+        fromhex, new, set_ = bytes.fromhex, object.__new__, object.__setattr__
         try:
             # The reader's hot path: the frame is built here, not in a helper, to save a call per line.
             for lineno, parts in enumerate(found, first):
@@ -185,8 +170,8 @@ class CaptureFile:
                         values["data"] = fromhex(data)
                         values["timestamp"] = float(seconds)
                         values[TIMESTAMP_TEXT] = seconds
-                        frame = _new(CanFrame)
-                        _set(frame, "__dict__", values)
+                        frame = new(CanFrame)
+                        set_(frame, "__dict__", values)
                         frames += 1
                         yield frame
                         continue
@@ -203,7 +188,7 @@ class CaptureFile:
         warned about). The frame of a common line is remembered under its ``key`` in ``known``."""
         try:
             frame = parse_candump_line(line)
-        except _ErrorFrame:
+        except ErrorFrame:
             self.error_frame_count += 1
             return None
         except (ValueError, UserInputError) as exc:
@@ -213,7 +198,7 @@ class CaptureFile:
             return None
         if key is not None and frame is not None and len(known) < MAX_KNOWN_IDS:
             # Every line with this key has these ID fields; its data length must fit the frame.
-            known[key] = (dict(frame.__dict__), _FD_HEX_LENGTHS if frame.is_fd else _CLASSIC_HEX_LENGTHS)
+            known[key] = (dict(frame.__dict__), FD_HEX_LENGTHS if frame.is_fd else CLASSIC_HEX_LENGTHS)
         return frame
 
     def _iter_json(self) -> Iterator[CanFrame]:
@@ -361,108 +346,6 @@ def capture_format(path: str) -> str:
     )
 
 
-# radon D by design: one branch per candump -l field, inline for speed; the reader sends it the first line of
-# each channel and ID and every line of another shape (CaptureFile._candump_batch)
-def parse_candump_line(line: str) -> CanFrame | None:
-    """Parse one candump ``-l`` line into a frame; None for a blank line.
-
-    Raises ``ValueError`` (why it is malformed) or ``UserInputError``
-    ``INVALID_FRAME`` (an ID or payload that no CAN frame can carry). An error
-    frame (CAN_ERR_FLAG in the ID) raises the private ``_ErrorFrame``, which
-    :class:`CaptureFile` counts.
-    """
-    fields = line.split()
-    try:
-        stamp, channel, body = fields
-    except ValueError:
-        count = len(fields)
-        if count == 0:
-            return None
-        if count != 4 or fields[3] not in ("R", "T", "r", "t"):
-            raise ValueError(f"expected '(timestamp) channel ID#DATA', got {count} field(s)") from None
-        stamp, channel, body = fields[0], fields[1], fields[2]
-    if stamp[0] != "(" or stamp[-1] != ")":
-        raise ValueError("timestamp is not in parentheses")
-    seconds = stamp[1:-1]
-    if seconds.strip(_TIMESTAMP_CHARS):  # anything but digits and '.' is left; float() alone takes 'nan', '1e3'
-        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds")
-    try:
-        timestamp = float(seconds)
-    except ValueError:  # '', '.', '1.2.3'
-        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds") from None
-    ident, sep, data = body.partition("#")
-    if not sep:
-        raise ValueError("no '#' between ID and data")
-    width = len(ident)
-    if width == 3:
-        extended = False
-    elif width == 8:
-        extended = True
-    else:
-        raise ValueError(f"ID {ident!r} has {width} hex digits (3 = 11-bit, 8 = 29-bit)")
-    if ident.strip(_HEX_TEXT):
-        raise ValueError(f"ID {ident!r} is not hex")
-    can_id = int(ident, 16)
-    fd = False
-    flags = 0
-    if data:
-        head = data[0]
-        if head == "#":  # CAN FD: one hex flags digit, then the data
-            if len(data) < 2 or data[1] not in _HEX_DIGITS:
-                raise ValueError("CAN FD frame without a flags digit after '##'")
-            fd = True
-            flags = int(data[1], 16)
-            data = data[2:]
-        elif head == "R" or head == "r":
-            return _remote_frame(can_id, extended, timestamp, channel, data[1:])
-        try:
-            # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
-            payload = bytes.fromhex(data)
-        except ValueError:
-            what = "CAN FD data" if fd else "data"
-            raise ValueError(f"{what} {data!r} is not an even number of hex digits") from None
-    else:
-        payload = b""
-    if extended:
-        if can_id & _CAN_ERR_FLAG:
-            raise _ErrorFrame
-        valid = can_id <= MAX_EXTENDED_ID
-    else:
-        valid = can_id <= MAX_STANDARD_ID
-    brs, esi = bool(flags & _CANFD_BRS), bool(flags & _CANFD_ESI)
-    if not valid or (len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS)):
-        return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi)  # raises INVALID_FRAME
-    # Checked above with CanFrame's own limits: build it without checking again (a third of the time).
-    frame = _new(CanFrame)
-    _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
-                             "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
-                             "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
-                             "requested_dlc": 0, TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
-    return frame
-
-
-def _json_number(seconds: str) -> bool:
-    """True when ``seconds`` (digits and at most one '.', as the parser checked) is a JSON number:
-    no '.' at either end, no leading zero before another digit."""
-    first = seconds[0]
-    return first != "." and seconds[-1] != "." and (first != "0" or seconds[1:2] in (".", ""))
-
-
-def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, rest: str) -> CanFrame:
-    if rest and (len(rest) != 1 or rest not in _HEX_DIGITS):  # can-utils: one hex digit, 0..F
-        raise ValueError(f"remote frame DLC {rest!r} is not one hex digit")
-    if extended and can_id & _CAN_ERR_FLAG:
-        raise _ErrorFrame
-    return CanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=int(rest, 16) if rest else 0)
-
-
-_new = object.__new__
-_set = object.__setattr__
-#: The fields :func:`parse_candump_line` sets, which must be all of CanFrame's (tests/test_capture_file.py checks).
-CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is_remote_frame", "timestamp", "channel",
-                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc")
-
-
 # --- internals --------------------------------------------------------------------------------
 
 
@@ -482,10 +365,6 @@ def _line_batches(handle: io.TextIOBase, size: int) -> Iterator[list[str]]:
         raise
     if batch:
         yield batch
-
-
-class _ErrorFrame(Exception):
-    """A candump error frame: counted, not a CAN data frame."""
 
 
 def _why(exc: Exception) -> str:

@@ -24,7 +24,7 @@ import pytest
 from benchmarks import captures, isolation, lane_times, measure, report, startup
 from benchmarks import __main__ as bench_main
 from canarchy import cli
-from canarchy.capture_file import parse_candump_line
+from canarchy.candump import parse_candump_line
 from canarchy.errors import CanarchyError
 
 ROOT = Path(__file__).resolve().parents[1]

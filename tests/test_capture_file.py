@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from canarchy import capture_file
-from canarchy.capture_file import CaptureFile, open_capture, parse_candump_line
+from canarchy import candump, capture_file
+from canarchy.candump import parse_candump_line
+from canarchy.capture_file import CaptureFile, open_capture
 from canarchy.cli import main
 from canarchy.errors import TransportError, UserInputError
 from canarchy.warning_log import MAX_PER_KIND
@@ -330,7 +331,7 @@ def test_checked_frames_are_canframes_equal_to_validated_ones():
 
     from canarchy.frames import CanFrame
 
-    assert tuple(f.name for f in dataclasses.fields(CanFrame)) == capture_file.CHECKED_FRAME_FIELDS
+    assert tuple(f.name for f in dataclasses.fields(CanFrame)) == candump.CHECKED_FRAME_FIELDS
     for line, expected in [
         ("(1.5) can0 18F00E00#821639C4FFFFFFFF", CanFrame(0x18F00E00, bytes.fromhex("821639C4FFFFFFFF"), True,
                                                           False, False, 1.5, "can0")),
@@ -354,7 +355,7 @@ def test_the_fast_path_still_refuses_what_no_frame_carries(line):
     assert info.value.code == "INVALID_FRAME"
 
 
-#: Lines of the common shape (each matches capture_file._COMMON_LINE) that the reader must still judge
+#: Lines of the common shape (each matches candump.COMMON_LINE) that the reader must still judge
 #: as parse_candump_line does: IDs seen before with data no such frame carries, odd data, error
 #: frames, IDs of other widths or out of range, CAN FD flags, direction suffixes, other channels.
 TRICKY_COMMON = [
@@ -412,7 +413,7 @@ def _line_by_line(path: Path) -> tuple[list[dict], list[str], tuple[int, int, in
         for number, line in enumerate(handle, 1):
             try:
                 frame = parse_candump_line(line)
-            except capture_file._ErrorFrame:
+            except candump.ErrorFrame:
                 error_frames += 1
                 continue
             except (ValueError, UserInputError) as exc:
@@ -449,8 +450,8 @@ def _corpus(path: Path, lines: list[str]) -> Path:
 
 
 def test_the_corpus_of_common_lines_has_the_common_shape():
-    assert len(capture_file._common_lines("\n".join(TRICKY_COMMON) + "\n")) == len(TRICKY_COMMON)
-    assert not any(capture_file._common_line(line) for line in TRICKY_OTHER)
+    assert len(candump.common_lines("\n".join(TRICKY_COMMON) + "\n")) == len(TRICKY_COMMON)
+    assert not any(candump.common_line(line) for line in TRICKY_OTHER)
 
 
 def test_whole_batches_of_common_lines_read_as_line_by_line(tmp_path, every_warning):
@@ -458,7 +459,7 @@ def test_whole_batches_of_common_lines_read_as_line_by_line(tmp_path, every_warn
     lines = TRICKY_COMMON * (3 * capture_file.BATCH_LINES // len(TRICKY_COMMON) + 1)
     path = _corpus(tmp_path / "common.log", lines)
     text = path.read_text(encoding="utf-8")
-    assert len(capture_file._common_lines(text)) == len(lines)  # no line leaves the batch path
+    assert len(candump.common_lines(text)) == len(lines)  # no line leaves the batch path
     got = _read(path)
     assert got == _line_by_line(path)
     assert got[0] and got[1] and got[2][1] and got[2][2]  # frames, warnings, malformed lines, error frames
@@ -525,7 +526,7 @@ def test_damage_reads_the_lines_before_it_as_line_by_line(tmp_path, every_warnin
                 read += 1
                 try:
                     frame = parse_candump_line(line)
-                except (ValueError, UserInputError, capture_file._ErrorFrame):
+                except (ValueError, UserInputError, candump.ErrorFrame):
                     continue
                 if frame is not None:
                     expected.append(dict(frame.__dict__))

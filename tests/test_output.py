@@ -235,7 +235,7 @@ def test_ctrl_c_closes_a_json_stream_with_its_events(monkeypatch):
 # -- frames written directly ----------------------------------------------------------------------
 
 def _frames():
-    from canarchy.capture_file import parse_candump_line
+    from canarchy.candump import parse_candump_line
     from canarchy.frames import CanFrame
 
     return [parse_candump_line("(1641469561.949700) can0 79B#022101FFFFFFFFFF"),
@@ -267,7 +267,7 @@ def test_frames_written_directly_are_the_json_of_their_payload(fmt):
 
 
 def test_a_writer_that_disagrees_with_to_payload_is_not_used(monkeypatch):
-    from canarchy.capture_file import parse_candump_line
+    from canarchy.candump import parse_candump_line
 
     monkeypatch.setattr(output, "frame_json_writer", lambda encode, source: lambda event_type, frame: '{"x": 1}')
     printer, out = _printer("jsonl")
