@@ -36,7 +36,7 @@ class ErrorFrame(Exception):
 
 
 # radon D by design: one branch per candump -l field, inline for speed; the reader sends it the first line of
-# each channel and ID and every line of another shape (:meth:`canarchy.capture_file.CaptureFile._candump_batch`)
+# each channel and ID and every line of another shape (capture_file.CaptureFile._candump_batch)
 def parse_candump_line(line: str) -> CanFrame | None:
     """Parse one candump ``-l`` line into a frame; None for a blank line.
 
