@@ -496,9 +496,11 @@ def test_a_grandchild_given_the_environment_refuses_and_reports_to_its_parent(tm
 
 
 def test_a_record_from_a_child_names_the_child_process():
-    record = access.Access(OWNER, "open for reading", "/h/.canrc", "/h/.canrc", "refused", "/h/.canrc", os.getpid() + 1)
+    from canarchy.testing.isolation.refusal import Access
+
+    record = Access(OWNER, "open for reading", "/h/.canrc", "/h/.canrc", "refused", "/h/.canrc", os.getpid() + 1)
     assert f"(in child process {os.getpid() + 1})" in record.message()
-    assert "child process" not in access.Access(**{**asdict(record), "pid": os.getpid()}).message()
+    assert "child process" not in Access(**{**asdict(record), "pid": os.getpid()}).message()
 
 
 def test_the_environment_carries_the_configuration(tmp_path):
