@@ -14,8 +14,9 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
-from canarchy.testing.isolation.access import GUARD, Access, observe
+from canarchy.testing.isolation.access import GUARD, observe
 from canarchy.testing.isolation.events import SPECIAL
+from canarchy.testing.isolation.refusal import Access
 
 
 def install() -> None:
