@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 
 from canarchy.frames import CanFrame
+from canarchy.isotp import PCI_CONSECUTIVE, PCI_FIRST, PCI_FLOW_CONTROL, single_frame_payload
+from canarchy.uds import NEGATIVE_RESPONSE_SID, NRC_RESPONSE_PENDING, POSITIVE_RESPONSE_OFFSET
 
 MAX_CLASSIC_DATA = 8
 MARKER_SILENCE = "silence"
@@ -26,8 +28,6 @@ _HIGH_WEIGHT = 4
 
 def isotp_payload(data: bytes) -> bytes | None:
     """The UDS bytes of an ISO-TP single frame, or the first bytes of a first frame; None otherwise."""
-    from canarchy.isotp import PCI_FIRST, single_frame_payload
-
     payload = single_frame_payload(data)
     if payload is None and data and data[0] >> 4 == PCI_FIRST and len(data) > 2:
         return bytes(data[2:])
@@ -36,16 +36,16 @@ def isotp_payload(data: bytes) -> bytes | None:
 
 def reply_marker(data: bytes) -> str:
     """The marker of one reply frame's data (see the module docstring)."""
-    if data and data[0] >> 4 == 3:
+    if data and data[0] >> 4 == PCI_FLOW_CONTROL:
         return f"isotp:fc:{data[0]:02X}"
-    if data and data[0] >> 4 == 2:
+    if data and data[0] >> 4 == PCI_CONSECUTIVE:
         return "isotp:cf"
     payload = isotp_payload(data)
     if not payload:
         return "isotp:invalid"
-    if payload[0] == 0x7F and len(payload) >= 3:
+    if payload[0] == NEGATIVE_RESPONSE_SID and len(payload) >= 3:
         return f"nrc:{payload[1]:02X}:{payload[2]:02X}"
-    if payload[0] >= 0x40:
+    if payload[0] >= POSITIVE_RESPONSE_OFFSET:
         return f"positive:{payload[0]:02X}"
     return f"other:{payload[0]:02X}"
 
@@ -53,7 +53,8 @@ def reply_marker(data: bytes) -> str:
 def is_response_pending(frame: CanFrame) -> bool:
     """True for a UDS ``7F SID 78`` (requestCorrectlyReceived-ResponsePending, ISO 14229-1)."""
     payload = isotp_payload(frame.data)
-    return bool(payload) and len(payload) >= 3 and payload[0] == 0x7F and payload[2] == 0x78
+    return (bool(payload) and len(payload) >= 3 and payload[0] == NEGATIVE_RESPONSE_SID
+            and payload[2] == NRC_RESPONSE_PENDING)
 
 
 def markers_for(replies: list[CanFrame], latency: float | None, slow_threshold: float) -> list[str]:

@@ -80,7 +80,7 @@ def single_frame(payload: bytes, padding: int | None = 0x00) -> bytes:
 def flow_control(status: int = FLOW_STATUS_CONTINUE, block_size: int = 0, st_min: int = 0,
                  padding: int | None = 0x00) -> bytes:
     """A flow control frame ``3<FS> BS STmin`` (padded to 8 bytes unless ``padding`` is None)."""
-    return _pad(bytes((0x30 | status, block_size, st_min)), padding)
+    return _pad(bytes((PCI_FLOW_CONTROL << 4 | status, block_size, st_min)), padding)
 
 
 def segment(payload: bytes, padding: int | None = 0x00) -> tuple[bytes, list[bytes]]:
@@ -88,10 +88,11 @@ def segment(payload: bytes, padding: int | None = 0x00) -> tuple[bytes, list[byt
     (sequence numbers 1..15, 0, 1 ...; the last one padded). Raises ValueError otherwise."""
     if not SF_MAX < len(payload) <= FF_MAX_LENGTH:
         raise ValueError(f"a segmented message carries {SF_MAX + 1}..{FF_MAX_LENGTH} bytes, not {len(payload)}")
-    first = bytes((0x10 | len(payload) >> 8, len(payload) & 0xFF)) + payload[:FF_DATA]
+    first = bytes((PCI_FIRST << 4 | len(payload) >> 8, len(payload) & 0xFF)) + payload[:FF_DATA]
     rest = []
     for index, offset in enumerate(range(FF_DATA, len(payload), CF_DATA)):
-        rest.append(_pad(bytes((0x20 | (index + 1) & 0x0F,)) + payload[offset:offset + CF_DATA], padding))
+        pci = PCI_CONSECUTIVE << 4 | (index + 1) & 0x0F
+        rest.append(_pad(bytes((pci,)) + payload[offset:offset + CF_DATA], padding))
     return first, rest
 
 

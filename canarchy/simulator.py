@@ -157,7 +157,7 @@ class EcuNode:
         if len(payload) > FF_MAX_LENGTH:
             _log.warning("simulated ECU: %d-byte response does not fit ISO-TP; dropped", len(payload))
             return
-        self._send_frame(bytes((0x10 | (len(payload) >> 8), len(payload) & 0xFF)) + payload[:FF_DATA])
+        self._send_frame(bytes((PCI_FIRST << 4 | len(payload) >> 8, len(payload) & 0xFF)) + payload[:FF_DATA])
         self._tx = {"payload": payload, "offset": FF_DATA, "sn": 1, "awaiting_fc": True,
                     "deadline": time.monotonic() + self.profile.n_timeout}
 
@@ -166,7 +166,7 @@ class EcuNode:
             return  # cancelled by a newer request
         payload = tx["payload"]
         chunk = payload[tx["offset"]:tx["offset"] + CF_DATA]
-        self._send_frame(bytes((0x20 | tx["sn"],)) + chunk)
+        self._send_frame(bytes((PCI_CONSECUTIVE << 4 | tx["sn"],)) + chunk)
         tx["offset"] += len(chunk)
         tx["sn"] = (tx["sn"] + 1) & 0x0F
         tx["sent_in_block"] += 1

@@ -10,16 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
-from canarchy.uds import (NEGATIVE_RESPONSE_SID, NRC_CONDITIONS_NOT_CORRECT, NRC_EXCEEDED_NUMBER_OF_ATTEMPTS,
-                          NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT, NRC_INVALID_KEY, NRC_REQUEST_OUT_OF_RANGE,
-                          NRC_REQUEST_SEQUENCE_ERROR, NRC_REQUIRED_TIME_DELAY_NOT_EXPIRED, NRC_RESPONSE_PENDING,
-                          NRC_SECURITY_ACCESS_DENIED, NRC_SERVICE_NOT_SUPPORTED,
-                          NRC_SERVICE_NOT_SUPPORTED_IN_ACTIVE_SESSION, NRC_SUB_FUNCTION_NOT_SUPPORTED,
-                          POSITIVE_RESPONSE_OFFSET, SESSION_DEFAULT, SESSION_EXTENDED, SESSION_PROGRAMMING,
+from canarchy.uds import (DID_ACTIVE_SESSION, DID_VIN, NEGATIVE_RESPONSE_SID, NRC_CONDITIONS_NOT_CORRECT,
+                          NRC_EXCEEDED_NUMBER_OF_ATTEMPTS, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT,
+                          NRC_INVALID_KEY, NRC_REQUEST_OUT_OF_RANGE, NRC_REQUEST_SEQUENCE_ERROR,
+                          NRC_REQUIRED_TIME_DELAY_NOT_EXPIRED, NRC_RESPONSE_PENDING, NRC_SECURITY_ACCESS_DENIED,
+                          NRC_SERVICE_NOT_SUPPORTED, NRC_SERVICE_NOT_SUPPORTED_IN_ACTIVE_SESSION,
+                          NRC_SUB_FUNCTION_NOT_SUPPORTED, POSITIVE_RESPONSE_OFFSET, SESSION_DEFAULT,
+                          SESSION_EXTENDED, SESSION_PROGRAMMING, SID_CLEAR_DIAGNOSTIC_INFORMATION,
+                          SID_COMMUNICATION_CONTROL, SID_CONTROL_DTC_SETTING, SID_DIAGNOSTIC_SESSION_CONTROL,
+                          SID_ECU_RESET, SID_READ_DATA_BY_IDENTIFIER, SID_READ_DTC_INFORMATION, SID_ROUTINE_CONTROL,
+                          SID_SECURITY_ACCESS, SID_TESTER_PRESENT, SID_WRITE_DATA_BY_IDENTIFIER,
                           SUPPRESS_POSITIVE_RESPONSE)
 
 # Services whose sub-function byte carries the suppressPosRspMsgIndicationBit (ISO 14229-1 §8.2.2).
-_SPRMIB_SERVICES = frozenset({0x10, 0x11, 0x28, 0x3E, 0x85})
+_SPRMIB_SERVICES = frozenset({SID_DIAGNOSTIC_SESSION_CONTROL, SID_ECU_RESET, SID_COMMUNICATION_CONTROL,
+                               SID_TESTER_PRESENT, SID_CONTROL_DTC_SETTING})
 
 
 DEFAULT_VIN = "TMBZZZ0X0NY000001"
@@ -30,7 +35,7 @@ def _default_dids() -> dict[int, bytes]:
     return {
         0xF187: b"SIM-0001",          # vehicleManufacturerSparePartNumber
         0xF18C: b"SIM0000001",        # ECUSerialNumber
-        0xF190: DEFAULT_VIN.encode(),  # VIN, 17 bytes: needs a segmented response
+        DID_VIN: DEFAULT_VIN.encode(),  # VIN, 17 bytes: needs a segmented response
         0xF195: b"\x01\x00",          # systemSupplierECUSoftwareVersionNumber
         0xF198: b"TESTER",            # repairShopCodeOrTesterSerialNumber (writable)
     }
@@ -68,15 +73,17 @@ class EcuProfile:
     """
 
     supported_sids: frozenset[int] = frozenset(
-        {0x10, 0x11, 0x14, 0x19, 0x22, 0x27, 0x28, 0x2E, 0x31, 0x3E, 0x85})
+        {SID_DIAGNOSTIC_SESSION_CONTROL, SID_ECU_RESET, SID_CLEAR_DIAGNOSTIC_INFORMATION, SID_READ_DTC_INFORMATION,
+         SID_READ_DATA_BY_IDENTIFIER, SID_SECURITY_ACCESS, SID_COMMUNICATION_CONTROL, SID_WRITE_DATA_BY_IDENTIFIER,
+         SID_ROUTINE_CONTROL, SID_TESTER_PRESENT, SID_CONTROL_DTC_SETTING})
     session_sids: dict[int, frozenset[int]] = field(default_factory=lambda: {
-        0x28: frozenset({SESSION_EXTENDED, SESSION_PROGRAMMING}),
-        0x2E: frozenset({SESSION_EXTENDED}),
-        0x85: frozenset({SESSION_EXTENDED, SESSION_PROGRAMMING}),
+        SID_COMMUNICATION_CONTROL: frozenset({SESSION_EXTENDED, SESSION_PROGRAMMING}),
+        SID_WRITE_DATA_BY_IDENTIFIER: frozenset({SESSION_EXTENDED}),
+        SID_CONTROL_DTC_SETTING: frozenset({SESSION_EXTENDED, SESSION_PROGRAMMING}),
     })
     forced_nrcs: dict[int, int] = field(default_factory=dict)
-    pending: dict[int, float] = field(default_factory=lambda: {0x11: 0.05})
-    response_delays: dict[int, float] = field(default_factory=lambda: {0x14: 0.08})
+    pending: dict[int, float] = field(default_factory=lambda: {SID_ECU_RESET: 0.05})
+    response_delays: dict[int, float] = field(default_factory=lambda: {SID_CLEAR_DIAGNOSTIC_INFORMATION: 0.08})
     dids: dict[int, bytes] = field(default_factory=_default_dids)
     writable_dids: frozenset[int] = frozenset({0xF198})
     routines: dict[int, bytes | int] = field(default_factory=lambda: {
@@ -96,6 +103,16 @@ class EcuProfile:
     n_timeout: float = 1.0
     s3_timeout: float = 5.0
     silent: bool = False
+
+
+def _positive(sid: int, *fields: int) -> bytes:
+    """A positive response's first bytes: the SID + 0x40, then ``fields``."""
+    return bytes((sid + POSITIVE_RESPONSE_OFFSET, *fields))
+
+
+def _sub_function(request: bytes) -> int:
+    """The sub-function of a request, without the suppressPosRspMsgIndicationBit."""
+    return request[1] & ~SUPPRESS_POSITIVE_RESPONSE
 
 
 def _negative(sid: int, nrc: int) -> bytes:
@@ -169,100 +186,100 @@ class UdsServer:
     # Each service handler returns the response payload, or None to stay silent.
 
     def _service_generic(self, request: bytes, now: float) -> bytes:
-        return bytes((request[0] + POSITIVE_RESPONSE_OFFSET,)) + request[1:2]
+        return _positive(request[0]) + request[1:2]
 
     def _service_10(self, request: bytes, now: float) -> bytes:
         """DiagnosticSessionControl: 50 session P2(2 bytes, ms) P2*(2 bytes, 10 ms)."""
         if len(request) != 2:
-            return _negative(0x10, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        session = request[1] & 0x7F
+            return _negative(SID_DIAGNOSTIC_SESSION_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        session = _sub_function(request)
         if session not in (SESSION_DEFAULT, SESSION_PROGRAMMING, SESSION_EXTENDED):
-            return _negative(0x10, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+            return _negative(SID_DIAGNOSTIC_SESSION_CONTROL, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         if session == SESSION_PROGRAMMING and self.session == SESSION_DEFAULT:
-            return _negative(0x10, NRC_CONDITIONS_NOT_CORRECT)
+            return _negative(SID_DIAGNOSTIC_SESSION_CONTROL, NRC_CONDITIONS_NOT_CORRECT)
         if session != self.session:
             self.unlocked = False
             self.seed_outstanding = False
         self.session = session
-        return bytes((0x50, session, 0x00, 0x32, 0x01, 0xF4))  # P2 50 ms, P2* 5000 ms
+        return _positive(SID_DIAGNOSTIC_SESSION_CONTROL, session, 0x00, 0x32, 0x01, 0xF4)  # P2 50 ms, P2* 5000 ms
 
     def _service_11(self, request: bytes, now: float) -> bytes:
         """ECUReset: 0x01 hardReset, 0x03 softReset; resets session and security."""
         if len(request) != 2:
-            return _negative(0x11, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        kind = request[1] & 0x7F
+            return _negative(SID_ECU_RESET, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        kind = _sub_function(request)
         if kind not in (0x01, 0x03):
-            return _negative(0x11, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+            return _negative(SID_ECU_RESET, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         self.reset()
-        return bytes((0x51, kind))
+        return _positive(SID_ECU_RESET, kind)
 
     def _service_14(self, request: bytes, now: float) -> bytes:
         """ClearDiagnosticInformation: only groupOfDTC 0xFFFFFF (all groups)."""
         if len(request) != 4:
-            return _negative(0x14, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_CLEAR_DIAGNOSTIC_INFORMATION, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         if request[1:4] != b"\xff\xff\xff":
-            return _negative(0x14, NRC_REQUEST_OUT_OF_RANGE)
-        return b"\x54"
+            return _negative(SID_CLEAR_DIAGNOSTIC_INFORMATION, NRC_REQUEST_OUT_OF_RANGE)
+        return _positive(SID_CLEAR_DIAGNOSTIC_INFORMATION)
 
     def _service_19(self, request: bytes, now: float) -> bytes:
         """ReadDTCInformation: 0x01 reportNumberOfDTCByStatusMask, 0x02 reportDTCByStatusMask."""
         if len(request) < 2:
-            return _negative(0x19, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        report = request[1] & 0x7F
+            return _negative(SID_READ_DTC_INFORMATION, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        report = _sub_function(request)
         if report not in (0x01, 0x02):
-            return _negative(0x19, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+            return _negative(SID_READ_DTC_INFORMATION, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         if len(request) != 3:
-            return _negative(0x19, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_READ_DTC_INFORMATION, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         mask = request[2]
         matching = [(dtc, status) for dtc, status in self.profile.dtcs if status & mask]
         availability = 0xFF
         if report == 0x01:
             # format identifier 0x01 = ISO 14229-1 DTC format
-            return bytes((0x59, 0x01, availability, 0x01)) + len(matching).to_bytes(2, "big")
+            return _positive(SID_READ_DTC_INFORMATION, 0x01, availability, 0x01) + len(matching).to_bytes(2, "big")
         records = b"".join(dtc.to_bytes(3, "big") + bytes((status,)) for dtc, status in matching)
-        return bytes((0x59, 0x02, availability)) + records
+        return _positive(SID_READ_DTC_INFORMATION, 0x02, availability) + records
 
     def _service_22(self, request: bytes, now: float) -> bytes:
         """ReadDataByIdentifier: one or more 2-byte DIDs."""
         body = request[1:]
         if not body or len(body) % 2:
-            return _negative(0x22, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        out = bytearray(b"\x62")
+            return _negative(SID_READ_DATA_BY_IDENTIFIER, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        out = bytearray(_positive(SID_READ_DATA_BY_IDENTIFIER))
         for index in range(0, len(body), 2):
             did = int.from_bytes(body[index:index + 2], "big")
-            if did == 0xF186:
+            if did == DID_ACTIVE_SESSION:
                 value = bytes((self.session,))
             elif did in self.dids:
                 value = self.dids[did]
             else:
-                return _negative(0x22, NRC_REQUEST_OUT_OF_RANGE)
+                return _negative(SID_READ_DATA_BY_IDENTIFIER, NRC_REQUEST_OUT_OF_RANGE)
             out += body[index:index + 2] + value
         return bytes(out)
 
     def _service_27(self, request: bytes, now: float) -> bytes:
         """SecurityAccess level 1: 0x01 requestSeed, 0x02 sendKey (see EcuProfile)."""
         if len(request) < 2:
-            return _negative(0x27, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_SECURITY_ACCESS, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         level = request[1]
         if level not in (0x01, 0x02):
-            return _negative(0x27, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+            return _negative(SID_SECURITY_ACCESS, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         key_length = len(self.profile.security_key)
         if len(request) != (2 if level == 0x01 else 2 + key_length):
-            return _negative(0x27, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_SECURITY_ACCESS, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         if now < self.locked_until:
-            return _negative(0x27, NRC_REQUIRED_TIME_DELAY_NOT_EXPIRED)
+            return _negative(SID_SECURITY_ACCESS, NRC_REQUIRED_TIME_DELAY_NOT_EXPIRED)
         if level == 0x01:
             if self.unlocked:  # ISO 14229-1: an unlocked server answers with an all-zero seed
-                return b"\x67\x01" + bytes(len(self.profile.security_seed))
+                return _positive(SID_SECURITY_ACCESS, 0x01) + bytes(len(self.profile.security_seed))
             self.seed_outstanding = True
-            return b"\x67\x01" + self.profile.security_seed
+            return _positive(SID_SECURITY_ACCESS, 0x01) + self.profile.security_seed
         if not self.seed_outstanding:
-            return _negative(0x27, NRC_REQUEST_SEQUENCE_ERROR)
+            return _negative(SID_SECURITY_ACCESS, NRC_REQUEST_SEQUENCE_ERROR)
         if request[2:] == self.profile.security_key:
             self.unlocked = True
             self.seed_outstanding = False
             self.failed_attempts = 0
-            return b"\x67\x02"
+            return _positive(SID_SECURITY_ACCESS, 0x02)
         # A wrong key keeps the seed valid (the simulator's choice) until the
         # attempts run out; then the seed is void and a lock-out begins.
         self.failed_attempts += 1
@@ -270,71 +287,71 @@ class UdsServer:
             self.failed_attempts = 0
             self.seed_outstanding = False
             self.locked_until = now + self.profile.security_lockout
-            return _negative(0x27, NRC_EXCEEDED_NUMBER_OF_ATTEMPTS)
-        return _negative(0x27, NRC_INVALID_KEY)
+            return _negative(SID_SECURITY_ACCESS, NRC_EXCEEDED_NUMBER_OF_ATTEMPTS)
+        return _negative(SID_SECURITY_ACCESS, NRC_INVALID_KEY)
 
     def _service_28(self, request: bytes, now: float) -> bytes:
         """CommunicationControl: control type 0x00-0x03 plus a communication type byte."""
         if len(request) < 2:
-            return _negative(0x28, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        control = request[1] & 0x7F
+            return _negative(SID_COMMUNICATION_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        control = _sub_function(request)
         if control > 0x03:
-            return _negative(0x28, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+            return _negative(SID_COMMUNICATION_CONTROL, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         if len(request) != 3:
-            return _negative(0x28, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_COMMUNICATION_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         if request[2] & 0x03 == 0:
-            return _negative(0x28, NRC_REQUEST_OUT_OF_RANGE)
-        return bytes((0x68, control))
+            return _negative(SID_COMMUNICATION_CONTROL, NRC_REQUEST_OUT_OF_RANGE)
+        return _positive(SID_COMMUNICATION_CONTROL, control)
 
     def _service_2e(self, request: bytes, now: float) -> bytes:
         """WriteDataByIdentifier: DID + record; only ``writable_dids``, only when unlocked."""
         if len(request) < 4:
-            return _negative(0x2E, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_WRITE_DATA_BY_IDENTIFIER, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         did = int.from_bytes(request[1:3], "big")
         if did not in self.profile.writable_dids:
-            return _negative(0x2E, NRC_REQUEST_OUT_OF_RANGE)
+            return _negative(SID_WRITE_DATA_BY_IDENTIFIER, NRC_REQUEST_OUT_OF_RANGE)
         if not self.unlocked:
-            return _negative(0x2E, NRC_SECURITY_ACCESS_DENIED)
+            return _negative(SID_WRITE_DATA_BY_IDENTIFIER, NRC_SECURITY_ACCESS_DENIED)
         self.dids[did] = bytes(request[3:])
-        return b"\x6e" + request[1:3]
+        return _positive(SID_WRITE_DATA_BY_IDENTIFIER) + request[1:3]
 
     def _service_31(self, request: bytes, now: float) -> bytes:
         """RoutineControl: 0x01 start, 0x02 stop, 0x03 requestResults of a 2-byte routine id."""
         if len(request) < 4:
-            return _negative(0x31, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+            return _negative(SID_ROUTINE_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
         control = request[1]
         if control not in (0x01, 0x02, 0x03):
-            return _negative(0x31, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+            return _negative(SID_ROUTINE_CONTROL, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         rid = int.from_bytes(request[2:4], "big")
         outcome = self.profile.routines.get(rid)
         if outcome is None:
-            return _negative(0x31, NRC_REQUEST_OUT_OF_RANGE)
+            return _negative(SID_ROUTINE_CONTROL, NRC_REQUEST_OUT_OF_RANGE)
         if rid in self.profile.secured_routines and not self.unlocked:
-            return _negative(0x31, NRC_SECURITY_ACCESS_DENIED)
+            return _negative(SID_ROUTINE_CONTROL, NRC_SECURITY_ACCESS_DENIED)
         if isinstance(outcome, int):
-            return _negative(0x31, outcome)
+            return _negative(SID_ROUTINE_CONTROL, outcome)
         if control == 0x01:
             self.started_routines.add(rid)
-            return bytes((0x71, control)) + request[2:4] + outcome
+            return _positive(SID_ROUTINE_CONTROL, control) + request[2:4] + outcome
         if rid not in self.started_routines:
-            return _negative(0x31, NRC_REQUEST_SEQUENCE_ERROR)
+            return _negative(SID_ROUTINE_CONTROL, NRC_REQUEST_SEQUENCE_ERROR)
         if control == 0x02:
             self.started_routines.discard(rid)
-        return bytes((0x71, control)) + request[2:4] + outcome
+        return _positive(SID_ROUTINE_CONTROL, control) + request[2:4] + outcome
 
     def _service_3e(self, request: bytes, now: float) -> bytes:
         """TesterPresent: zeroSubFunction only."""
         if len(request) != 2:
-            return _negative(0x3E, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        if request[1] & 0x7F != 0x00:
-            return _negative(0x3E, NRC_SUB_FUNCTION_NOT_SUPPORTED)
-        return b"\x7e\x00"
+            return _negative(SID_TESTER_PRESENT, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        if _sub_function(request) != 0x00:
+            return _negative(SID_TESTER_PRESENT, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+        return _positive(SID_TESTER_PRESENT, 0x00)
 
     def _service_85(self, request: bytes, now: float) -> bytes:
         """ControlDTCSetting: 0x01 on, 0x02 off."""
         if len(request) < 2:
-            return _negative(0x85, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
-        setting = request[1] & 0x7F
+            return _negative(SID_CONTROL_DTC_SETTING, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
+        setting = _sub_function(request)
         if setting not in (0x01, 0x02):
-            return _negative(0x85, NRC_SUB_FUNCTION_NOT_SUPPORTED)
-        return bytes((0xC5, setting))
+            return _negative(SID_CONTROL_DTC_SETTING, NRC_SUB_FUNCTION_NOT_SUPPORTED)
+        return _positive(SID_CONTROL_DTC_SETTING, setting)

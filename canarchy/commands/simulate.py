@@ -22,6 +22,7 @@ from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_h
 from canarchy.errors import TransportError, UserInputError
 from canarchy.output import CommandResult, open_stream
 from canarchy.frames import can_id_text
+from canarchy.uds import NEGATIVE_RESPONSE_SID
 
 DEFAULT_REQUEST_ID = 0x7E0
 #: Seconds between checks of the stop conditions while the ECU runs.
@@ -212,7 +213,7 @@ def _profile_from(path: str, document: dict[str, Any], where: str = "") -> tuple
         response_id = _int(path, "response_id", document["response_id"], 0, 0x1FFFFFFF)
     if "services" in document:
         changes["supported_sids"] = _sid_list(path, "services", document["services"], 0x00, 0xFF)
-        if 0x7F in changes["supported_sids"]:
+        if NEGATIVE_RESPONSE_SID in changes["supported_sids"]:
             raise _invalid(path, "services lists 0x7F, the negative response SID (ISO 14229-1).")
     if "nrc" in document:
         changes["forced_nrcs"] = {_int(path, f"nrc key {sid!r}", sid, 0, 0xFF): _int(path, f"nrc.{sid}", nrc, 1, 0xFF)
