@@ -34,6 +34,7 @@ spec = json.loads(sys.argv[1])
 found = importlib.util.spec_from_file_location("containment", spec["module"])
 m = sys.modules["containment"] = importlib.util.module_from_spec(found)
 found.loader.exec_module(m)
+k = m.kernel  # the system calls (kernel.py, which m loads beside it)
 MS_REMOUNT = 0x20
 
 
@@ -129,24 +130,24 @@ def escape():
     out = {"caps": next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff"))}
     if spec.get("nest"):  # all capabilities, in a user and mount namespace of its own
         uid, gid = os.geteuid(), os.getegid()
-        m.unshare(m.CLONE_NEWUSER | m.CLONE_NEWNS)
-        m._map_ids(uid, gid)
+        k.unshare(k.CLONE_NEWUSER | k.CLONE_NEWNS)
+        k._map_ids(uid, gid)
         out["caps"] = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff"))
     home, peek = spec["home"], os.path.join(spec["writable"][0], "peek")
     os.makedirs(peek, exist_ok=True)
     for path in spec["covers"]:
-        out["umount " + path] = attempt(lambda: m.umount2(path))
-        out["umount -l " + path] = attempt(lambda: m.umount2(path, 2))
-        out["remount rw " + path] = attempt(lambda: m.mount(None, path, None, MS_REMOUNT | m.MS_BIND))
-        out["setattr rw " + path] = attempt(lambda: m.mount_setattr(path, 0, m.MOUNT_ATTR_RDONLY))
-    out["umount home"] = attempt(lambda: m.umount2(home, 2))
-    out["remount rw home"] = attempt(lambda: m.mount(None, home, None, MS_REMOUNT | m.MS_BIND))
-    out["setattr rw home"] = attempt(lambda: m.mount_setattr(home, 0, m.MOUNT_ATTR_RDONLY, recursive=True))
-    out["bind home"] = attempt(lambda: m.mount(home, peek, None, m.MS_BIND))  # would show what covers hide
-    out["rbind home"] = attempt(lambda: m.mount(home, peek, None, m.MS_BIND | m.MS_REC))
+        out["umount " + path] = attempt(lambda: k.umount2(path))
+        out["umount -l " + path] = attempt(lambda: k.umount2(path, 2))
+        out["remount rw " + path] = attempt(lambda: k.mount(None, path, None, MS_REMOUNT | k.MS_BIND))
+        out["setattr rw " + path] = attempt(lambda: k.mount_setattr(path, 0, k.MOUNT_ATTR_RDONLY))
+    out["umount home"] = attempt(lambda: k.umount2(home, 2))
+    out["remount rw home"] = attempt(lambda: k.mount(None, home, None, MS_REMOUNT | k.MS_BIND))
+    out["setattr rw home"] = attempt(lambda: k.mount_setattr(home, 0, k.MOUNT_ATTR_RDONLY, recursive=True))
+    out["bind home"] = attempt(lambda: k.mount(home, peek, None, k.MS_BIND))  # would show what covers hide
+    out["rbind home"] = attempt(lambda: k.mount(home, peek, None, k.MS_BIND | k.MS_REC))
     if out["rbind home"] == "ok":
         out["rbind sees"] = look(os.path.join(peek, ".canarchy"))
-        out["rbind rw"] = attempt(lambda: m.mount_setattr(peek, 0, m.MOUNT_ATTR_RDONLY, recursive=True))
+        out["rbind rw"] = attempt(lambda: k.mount_setattr(peek, 0, k.MOUNT_ATTR_RDONLY, recursive=True))
     for path in spec["covers"][:1]:
         out["umount(8)"] = run(["umount", path])
         out["umount(8) -l"] = run(["umount", "-l", path])
@@ -197,10 +198,10 @@ def network():
     def lo_down():
         import fcntl, struct
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            fcntl.ioctl(sock, m.SIOCSIFFLAGS, struct.pack(m._IFREQ, b"lo", 0))
+            fcntl.ioctl(sock, k.SIOCSIFFLAGS, struct.pack(k._IFREQ, b"lo", 0))
     out["lo down"] = attempt(lo_down)
     if out["lo down"] == "ok":  # root without a user namespace owns its private network: put it back for later probes
-        m._bring_loopback_up()
+        k._bring_loopback_up()
     out["ip link add vcan"] = run(["ip", "link", "add", "vcan0", "type", "vcan"])["rc"]
     out["ip link add dummy"] = run(["ip", "link", "add", "dummy0", "type", "dummy"])["rc"]
     out["ip route add"] = run(["ip", "route", "add", "192.0.2.0/24", "dev", "lo"])["rc"]
@@ -216,16 +217,16 @@ def enter():
         sys.platform = spec["platform"]
     if spec.get("limit") is not None:  # in a user namespace of its own, so the host's limit is not touched
         uid, gid = os.geteuid(), os.getegid()
-        m.unshare(m.CLONE_NEWUSER)
-        m._map_ids(uid, gid)
+        k.unshare(k.CLONE_NEWUSER)
+        k._map_ids(uid, gid)
         with open("/proc/sys/user/max_user_namespaces", "w") as handle:
             handle.write(str(spec["limit"]))
     if spec.get("submount"):  # a mount below the home, as the operator's machine may have
         uid, gid = os.geteuid(), os.getegid()
-        m.unshare(m.CLONE_NEWUSER | m.CLONE_NEWNS)
-        m._map_ids(uid, gid)
-        m.mount(None, "/", None, m.MS_REC | m.MS_PRIVATE)
-        m.mount("tmpfs", spec["submount"], "tmpfs", 0)
+        k.unshare(k.CLONE_NEWUSER | k.CLONE_NEWNS)
+        k._map_ids(uid, gid)
+        k.mount(None, "/", None, k.MS_REC | k.MS_PRIVATE)
+        k.mount("tmpfs", spec["submount"], "tmpfs", 0)
         with open(os.path.join(spec["submount"], "on-the-submount"), "w") as handle:
             handle.write("x")
     if spec.get("cwd"):
@@ -600,7 +601,8 @@ def test_an_ordinary_user_gets_the_same(possible):
     sleeper = None
     try:
         os.chmod(base, 0o755)
-        shutil.copy(MODULE, base / "containment.py")
+        for name in ("containment.py", "kernel.py"):  # it loads kernel.py from beside it
+            shutil.copy(MODULE.with_name(name), base / name)
         spec = operator_tree(base / "operator")
         # an outside process of the same user, whose /proc/PID/root would show the host's view
         sleeper = subprocess.Popen([*as_user, "sleep", "60"])

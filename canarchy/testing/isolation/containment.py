@@ -4,23 +4,20 @@
 into private user, mount and (optionally) network namespaces: covered paths become empty read-only views, only
 ``lo`` exists, and a nested namespace locks the view (``MNT_LOCKED``). Nothing raises for "not possible here":
 the :class:`Report` says what is in force and why not; :func:`probe` asks a child process. Design:
-``docs/design/test-isolation.md`` ("Layer 0: containment"). Constants: ``<linux/sched.h>``, ``<linux/mount.h>``,
-``<linux/fcntl.h>``, ``<linux/sockios.h>``; system call numbers: ``asm-generic/unistd.h``. One file, standard
-library only, on purpose: a fresh child Python loads it by path (:func:`probe`; the tests' ordinary user).
+``docs/design/test-isolation.md`` ("Layer 0: containment"). The system calls and their constants: :mod:`.kernel`.
+Standard library only, on purpose: a fresh child Python loads this file by path (:func:`probe`; the tests'
+ordinary user), and it then loads ``kernel.py`` beside it the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
 import platform
 import re
 import shutil
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -29,39 +26,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from collections.abc import Iterable
 
-# <linux/sched.h>
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNET = 0x40000000
-# <linux/mount.h>, <sys/mount.h>
-MS_REC = 0x4000
-MS_BIND = 0x1000
-MS_PRIVATE = 1 << 18
-MOUNT_ATTR_RDONLY = 0x1
-MOUNT_ATTR_NOSUID = 0x2
-MOUNT_ATTR_NODEV = 0x4
-MOUNT_ATTR_NOEXEC = 0x8
-OPEN_TREE_CLONE = 0x1
-OPEN_TREE_CLOEXEC = os.O_CLOEXEC
-MOVE_MOUNT_F_EMPTY_PATH = 0x4
-FSOPEN_CLOEXEC = 0x1
-FSMOUNT_CLOEXEC = 0x1
-FSCONFIG_CMD_CREATE = 6
-# <linux/fcntl.h>
-AT_FDCWD = -100
-AT_EMPTY_PATH = 0x1000
-AT_RECURSIVE = 0x8000
-# <linux/sockios.h>, <net/if.h>
-SIOCGIFFLAGS = 0x8913
-SIOCSIFFLAGS = 0x8914
-IFF_UP = 0x1
-_IFREQ = "16sH22x"  # struct ifreq: the name, then ifr_flags in the 24-byte union
-# The generic syscall table (asm-generic/unistd.h); every architecture below
-# numbers these (Linux 5.2 to 5.12) alike.
-_SYSCALLS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-             "mount_setattr": 442}
-_GENERIC_TABLE = ("x86_64", "i386", "i486", "i586", "i686", "aarch64", "arm64", "armv6l", "armv7l", "armv8l",
-                  "riscv64", "ppc64le", "ppc64", "s390x", "loongarch64")
+if __package__:  # imported as a module of the package
+    from canarchy.testing.isolation import kernel
+else:  # loaded by path (the module docstring): kernel.py beside it, the same way
+    import importlib.util
+
+    _KERNEL = importlib.util.spec_from_file_location("kernel", Path(__file__).with_name("kernel.py"))
+    kernel = importlib.util.module_from_spec(_KERNEL)
+    _KERNEL.loader.exec_module(kernel)
 
 PROTECTIONS = ("user namespace", "mount view", "network", "lock")
 HEADER = "canarchy isolation: containment"
@@ -155,95 +127,7 @@ class Report:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
-# -- system calls --------------------------------------------------------------------
-
-_LIBC = None
-
-
-def _libc() -> ctypes.CDLL:
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
-
-
-def _checked(result: int, what: str) -> int:
-    if result == -1:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
-    return result
-
-
-def _syscall(name: str, *args) -> int:
-    return _checked(_libc().syscall(ctypes.c_long(_SYSCALLS[name]), *args), name)
-
-
-def _path(path: str | os.PathLike | None) -> ctypes.c_char_p:
-    return ctypes.c_char_p(None if path is None else os.fsencode(path))
-
-
-def unshare(flags: int) -> None:
-    """``unshare(2)``: ``os.unshare`` (3.12+) or libc's; OSError with the errno."""
-    if hasattr(os, "unshare"):
-        os.unshare(flags)
-    else:
-        _checked(_libc().unshare(ctypes.c_int(flags)), "unshare")
-
-
-def mount(source, target, fstype, flags: int, data: str | None = None) -> None:
-    """``mount(2)``; OSError with the errno."""
-    _checked(_libc().mount(_path(source), _path(target), _path(fstype), ctypes.c_ulong(flags),
-                           _path(data)), f"mount {target}")
-
-
-def umount2(target, flags: int = 0) -> None:
-    """``umount2(2)``; OSError with the errno."""
-    _checked(_libc().umount2(_path(target), ctypes.c_int(flags)), f"umount {target}")
-
-
-def mount_setattr(target, attr_set: int = 0, attr_clr: int = 0, *, recursive: bool = False,
-                  dirfd: int = AT_FDCWD) -> None:
-    """``mount_setattr(2)`` (Linux 5.12): set/clear ``MOUNT_ATTR_*`` on the
-    mount at ``target`` (or on ``dirfd`` itself when ``target`` is "")."""
-    attr = struct.pack("QQQQ", attr_set, attr_clr, 0, 0)  # struct mount_attr
-    flags = (AT_RECURSIVE if recursive else 0) | (AT_EMPTY_PATH if target == "" else 0)
-    _syscall("mount_setattr", ctypes.c_int(dirfd), _path(target), ctypes.c_uint(flags), attr,
-             ctypes.c_size_t(len(attr)))
-
-
-def _open_tree(target, *, dirfd: int = AT_FDCWD, recursive: bool = True) -> int:
-    """A detached copy of the mount tree at ``target`` (``open_tree(2)``, Linux 5.2)."""
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0)
-    return _syscall("open_tree", ctypes.c_int(dirfd), _path(target), ctypes.c_uint(flags))
-
-
-def _move_mount(tree: int, target) -> None:
-    """Attach the detached tree ``tree`` at ``target`` (``move_mount(2)``)."""
-    _syscall("move_mount", ctypes.c_int(tree), _path(""), ctypes.c_int(AT_FDCWD), _path(target),
-             ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH))
-
-
-def _new_fs(fstype: str, attributes: int = 0) -> int:
-    """A detached, new instance of ``fstype`` (``fsopen``/``fsconfig``/``fsmount``),
-    nosuid, nodev, noexec and ``attributes`` (``MOUNT_ATTR_*``)."""
-    context = _syscall("fsopen", _path(fstype), ctypes.c_uint(FSOPEN_CLOEXEC))
-    try:
-        _syscall("fsconfig", ctypes.c_int(context), ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0))
-        return _syscall("fsmount", ctypes.c_int(context), ctypes.c_uint(FSMOUNT_CLOEXEC),
-                        ctypes.c_uint(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | attributes))
-    finally:
-        os.close(context)
-
-
 # -- namespaces ----------------------------------------------------------------------
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
 
 def _read(path: str) -> str | None:
     try:
@@ -251,16 +135,6 @@ def _read(path: str) -> str | None:
             return handle.read().strip()
     except OSError:
         return None
-
-
-def _map_ids(uid: int, gid: int) -> None:
-    """Map ``uid``/``gid`` to themselves in the user namespace just entered."""
-    try:
-        _write("/proc/self/setgroups", "deny")  # required before gid_map without CAP_SETGID outside
-    except FileNotFoundError:  # pragma: no cover - kernels before 3.19
-        pass
-    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
 
 
 def _threads() -> int:
@@ -309,31 +183,22 @@ def _private_sysfs() -> None:
     clones = []
     try:
         for path in _outermost(p for p in _mount_points() if p.startswith("/sys/")):
-            clones.append((path, _open_tree(path)))
+            clones.append((path, kernel._open_tree(path)))
         # read-only from the start: a new sysfs may not be less restricted than the one
         # already visible (the kernel's mount_too_revealing), which is this one when nested
-        fresh = _new_fs("sysfs", MOUNT_ATTR_RDONLY)
+        fresh = kernel._new_fs("sysfs", kernel.MOUNT_ATTR_RDONLY)
         try:
-            _move_mount(fresh, "/sys")
+            kernel._move_mount(fresh, "/sys")
         finally:
             os.close(fresh)
         for path, tree in clones:
             try:
-                _move_mount(tree, path)
+                kernel._move_mount(tree, path)
             except OSError:  # a mount point the fresh sysfs lacks: that mount stays out of sight
                 pass
     finally:
         for _, tree in clones:
             os.close(tree)
-
-
-def _bring_loopback_up() -> None:
-    import fcntl
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack(_IFREQ, b"lo", 0)
-        _, flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, SIOCGIFFLAGS, request))
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | IFF_UP))
 
 
 # -- the mount view ------------------------------------------------------------------
@@ -442,14 +307,14 @@ class _View:
     def apply(self) -> None:
         """Mount it (in a private mount namespace, with capabilities there).
         A path that cannot be done is recorded in ``problems``; the rest is done."""
-        clones = {path: self._try(path, _open_tree, path) for path in self.writable}  # as they are now
+        clones = {path: self._try(path, kernel._open_tree, path) for path in self.writable}  # as they are now
         for path in self.pins:  # a mount point cannot be renamed (EBUSY): no moving a home's parent aside
-            self._try(path, mount, path, path, None, MS_BIND | MS_REC)
+            self._try(path, kernel.mount, path, path, None, kernel.MS_BIND | kernel.MS_REC)
         for path, writable in self.layers:
             if not writable:
                 self._try(path, self._read_only, path)
             elif clones[path] is not None:
-                self._try(path, _move_mount, clones[path], path)
+                self._try(path, kernel._move_mount, clones[path], path)
                 os.close(clones[path])
         if self.covers or self.hidden:
             self._try("covers", self._cover_all)
@@ -463,11 +328,11 @@ class _View:
 
     @staticmethod
     def _read_only(path: str) -> None:
-        mount(path, path, None, MS_BIND | MS_REC)
-        mount_setattr(path, MOUNT_ATTR_RDONLY, recursive=True)
+        kernel.mount(path, path, None, kernel.MS_BIND | kernel.MS_REC)
+        kernel.mount_setattr(path, kernel.MOUNT_ATTR_RDONLY, recursive=True)
 
     def _cover_all(self) -> None:
-        staging = _new_fs("tmpfs")  # detached: an empty directory and an empty file to clone
+        staging = kernel._new_fs("tmpfs")  # detached: an empty directory and an empty file to clone
         try:
             # modes that let the owner past the permission check, so a write meets EROFS
             os.mkdir("empty-dir", 0o755, dir_fd=staging)
@@ -483,11 +348,11 @@ class _View:
     @staticmethod
     def _cover(staging: int, path: str) -> None:
         source = "empty-dir" if os.path.isdir(path) else "empty-file"
-        tree = _open_tree(source, dirfd=staging, recursive=False)
+        tree = kernel._open_tree(source, dirfd=staging, recursive=False)
         try:
-            mount_setattr("", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                          dirfd=tree)
-            _move_mount(tree, path)
+            kernel.mount_setattr("", kernel.MOUNT_ATTR_RDONLY | kernel.MOUNT_ATTR_NOSUID | kernel.MOUNT_ATTR_NODEV
+                                 | kernel.MOUNT_ATTR_NOEXEC, dirfd=tree)
+            kernel._move_mount(tree, path)
         finally:
             os.close(tree)
 
@@ -521,7 +386,7 @@ def enter(plan: Plan) -> Report:
     started = time.perf_counter()
     if not sys.platform.startswith("linux"):
         return _not_possible(plan, f"Linux-only (this is {sys.platform})", started)
-    if platform.machine() not in _GENERIC_TABLE:
+    if platform.machine() not in kernel._GENERIC_TABLE:
         return _not_possible(plan, f"no system call numbers known for {platform.machine()}", started)
     threads = _threads()
     uid, gid = os.geteuid(), os.getegid()
@@ -537,7 +402,8 @@ def enter(plan: Plan) -> Report:
     except OSError:  # a working directory removed already: nothing to re-resolve
         cwd = None
     try:
-        unshare((0 if many else CLONE_NEWUSER) | CLONE_NEWNS | (CLONE_NEWNET if plan.network else 0))
+        kernel.unshare((0 if many else kernel.CLONE_NEWUSER) | kernel.CLONE_NEWNS
+                       | (kernel.CLONE_NEWNET if plan.network else 0))
     except OSError as exc:
         return _not_possible(plan, _why_no_user_namespace(exc), started)
     results = {"user namespace": _user_namespace(many, threads, uid, gid)}
@@ -565,7 +431,7 @@ def _user_namespace(many: bool, threads: int, uid: int, gid: int) -> tuple[bool,
         return False, (f"the process already runs {threads} threads: mount and network namespaces entered as "
                        "root, without one (threads started before stay outside)")
     try:
-        _map_ids(uid, gid)
+        kernel._map_ids(uid, gid)
     except OSError as exc:
         return False, f"ids not mapped ({exc.strerror}): the process runs as the overflow uid"
     return True, f"uid {uid} and gid {gid} mapped to themselves; every other id shows as the overflow id"
@@ -575,7 +441,7 @@ def _mount_view(plan: Plan, view: _View, cwd: str | None) -> tuple[bool, str]:
     """Make every mount private, apply ``view`` when the plan asks for it, resolve ``cwd`` again through
     the new mounts; the mount view's result."""
     try:
-        mount(None, "/", None, MS_REC | MS_PRIVATE)  # before any mount: nothing propagates out
+        kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)  # before any mount: nothing propagates out
         if plan.mounts:
             view.apply()
     except OSError as exc:
@@ -594,7 +460,7 @@ def _set_up_network() -> tuple[bool, str]:
     """``lo`` up and a sysfs of this network namespace; the network protection's result."""
     notes = []
     try:
-        _bring_loopback_up()
+        kernel._bring_loopback_up()
     except OSError as exc:
         notes.append(f"lo is down ({exc.strerror}): nothing reaches a network")
     try:
@@ -608,7 +474,7 @@ def _set_up_network() -> tuple[bool, str]:
 def _lock(results: dict, uid: int, gid: int, network: bool) -> None:
     """A nested user and mount namespace: copying the view into it locks every mount (MNT_LOCKED)."""
     try:
-        unshare(CLONE_NEWUSER | CLONE_NEWNS)
+        kernel.unshare(kernel.CLONE_NEWUSER | kernel.CLONE_NEWNS)
     except OSError as exc:
         results["lock"] = (False, f"nested user namespace refused ({exc.strerror}): "
                                   "a process with capabilities can unmount the covers")
@@ -617,7 +483,7 @@ def _lock(results: dict, uid: int, gid: int, network: bool) -> None:
                              + ("network namespace owned by an outer user namespace (no new interface or route)"
                                 if network else "host network kept"))
     try:
-        _map_ids(uid, gid)
+        kernel._map_ids(uid, gid)
     except OSError as exc:
         results["user namespace"] = (False, f"nested ids not mapped ({exc.strerror}): "
                                             "the process runs as the overflow uid")

@@ -198,8 +198,8 @@ def _start(config: pytest.Config, where: str) -> None:
     run.seal = _seal()
 
 
-_UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.seal",
-             "canarchy.testing.isolation._child"}
+_UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.kernel",
+             "canarchy.testing.isolation.seal", "canarchy.testing.isolation._child"}
 
 
 def _seal() -> Seal:
