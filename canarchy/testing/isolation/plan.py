@@ -17,6 +17,7 @@ import pytest
 
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
+from canarchy.testing.isolation import loadable as _loadable
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.settings import Settings, _is_worker, _markexpr, asks_for
@@ -56,7 +57,7 @@ def _interpreter_trees(root: str) -> list[str]:
     trees = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages()}
     if site.ENABLE_USER_SITE and site.USER_SITE:
         trees.add(site.USER_SITE)
-    trees.update(os.path.join(root, venv) for venv in _tree.virtual_environments(root))
+    trees.update(os.path.join(root, venv) for venv in _loadable.virtual_environments(root))
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
@@ -66,7 +67,7 @@ def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str
     and writes its reports inside its own environment, ``.nox/ENV/tmp``); the containment covers those."""
     root = str(config.rootpath)
     held = [os.path.abspath(h) for h in (root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR")) if h]
-    venvs = [os.path.join(root, venv) for venv in _tree.virtual_environments(root)]
+    venvs = [os.path.join(root, venv) for venv in _loadable.virtual_environments(root)]
     return [t for t in venvs if not any(_containment._inside(h, t) for h in held)]
 
 

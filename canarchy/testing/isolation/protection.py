@@ -13,8 +13,9 @@ import tempfile
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 
+from canarchy.testing.isolation.loadable import is_start_up_code
 from canarchy.testing.isolation.reaper import parent_and_state
-from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES, is_start_up_code
+from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES
 
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
 # everywhere; "/etc/can.conf", "~/.can" and "~/.canrc" on Linux and macOS; "can.ini" (in the current
@@ -38,7 +39,7 @@ class Protection:
     code (``__pycache__``) may be written in a watched or read-only tree only by
     the import system caching what it compiled (:func:`_written_by_an_import`);
     any other such write is refused (zone ``bytecode``); so is any write there of what a later run
-    loads unasked (:func:`~canarchy.testing.isolation.tree.is_start_up_code`, zone ``start-up code``), and
+    loads unasked (:func:`~canarchy.testing.isolation.loadable.is_start_up_code`, zone ``start-up code``), and
     of version control's own files (:data:`~canarchy.testing.isolation.tree.VERSION_CONTROL_NAMES`, zone
     ``version control``) except under a prefix of ``staging`` (resolved paths: pytest's cache is made in a
     ``pytest-cache-files-*`` directory, with a ``.gitignore``, then renamed).

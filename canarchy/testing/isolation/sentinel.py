@@ -19,6 +19,7 @@ from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import gitlisting as _git
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import loadable as _loadable
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.exits import _REAL_EXIT
@@ -214,7 +215,7 @@ def _after_the_verdict(run: _Run, config: pytest.Config, access: Access) -> None
     extension module: git ignores ``*.so``, and one runs ahead of its ``.py``)."""
     root = os.path.realpath(config.rootpath)
     if access.zone == "watched" and os.path.dirname(access.resolved) == root and not access.resolved.endswith(
-            _tree.IMPORTABLE_SUFFIXES) and _git.ignored(root, access.resolved, run.sandbox.operator_env):
+            _loadable.IMPORTABLE_SUFFIXES) and _git.ignored(root, access.resolved, run.sandbox.operator_env):
         return
     sys.stdout.flush()
     found = "".join(f"{line}\n" for line in run.last_lines)  # what the last look had found, if it was under way

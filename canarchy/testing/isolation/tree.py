@@ -10,9 +10,7 @@ set. Design: ``docs/design/test-isolation.md`` ("Layer 5: the sentinel").
 from __future__ import annotations
 
 import errno
-import glob
 import hashlib
-import importlib.machinery
 import os
 import re
 import stat
@@ -20,6 +18,8 @@ from typing import NamedTuple
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.gitlisting import GitListing, tracks_anything
+from canarchy.testing.isolation.loadable import (IMPORTABLE_SUFFIXES, NEVER_CODE, VENV_MARKER, is_start_up_code,
+                                                 site_packages, virtual_environments)
 
 #: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
 OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
@@ -37,22 +37,6 @@ SKIPPED_DIRS = frozenset({
     "build", "dist", "reports", *TOOL_CACHES,
 })
 SKIPPED_SUFFIXES = (".egg-info",)
-VENV_MARKER = "pyvenv.cfg"
-#: Where tools keep their virtual environments in a project, besides its top: any directory there whose name
-#: starts with a dot (nox's, tox's, hatch's, direnv's) and these.
-VENV_HOLDERS = ("envs", "venvs")
-
-#: Code and configuration a later Python or pytest run loads without being asked: a distribution's
-#: metadata found on ``sys.path`` (its entry points: pytest plugins, console scripts), ``.pth`` files,
-#: sourceless byte code (``pprint.pyc`` shadows the standard library's ``pprint``), the ``site``
-#: hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
-START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
-#: Directories that hold no code of the checkout's to import: version control's own, byte-code caches, node's.
-NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
-#: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
-IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
-START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
-                            "tox.ini", "setup.cfg", "pyproject.toml"})
 
 #: Version control's own files: what the operator's next ``git`` or ``hg`` runs (hooks, ``core.fsmonitor``; a
 #: ``.git`` directory or file nested anywhere makes a repository of its own) and what hides a path from it
@@ -295,12 +279,6 @@ def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | 
             _scan(out, root, f"{prefix}/{name}", False)
 
 
-def is_start_up_code(name: str) -> bool:
-    """Whether a file or directory called ``name`` is code or configuration a later run loads
-    unasked (:data:`START_UP_NAMES`, :data:`START_UP_SUFFIXES`)."""
-    return name in START_UP_NAMES or name.endswith(START_UP_SUFFIXES)
-
-
 def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str, str] | None = None) -> list[str]:
     """Those of ``paths`` (relative to ``root``) that :func:`checkout_state` leaves out: in a git work tree
     what git ignores or does not list (a nested repository's files, an empty directory); elsewhere what lies
@@ -316,47 +294,16 @@ def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str,
                                     for part in p.split(os.sep)[:-1])]
 
 
-def virtual_environments(root: str | os.PathLike[str]) -> list[str]:
-    """The virtual environments (a directory holding ``pyvenv.cfg``; PEP 405) at the top of ``root`` and one
-    level below a directory there whose name starts with a dot or is in :data:`VENV_HOLDERS`, relative to
-    ``root``: one listing of the top and of each such directory, one ``stat`` per directory in them."""
-    base = os.fspath(root)
-    found: list[str] = []
-    pending = [""]
-    while pending:
-        holder = pending.pop(0)
-        try:
-            with os.scandir(os.path.join(base, holder) if holder else base) as it:
-                names = sorted(e.name for e in it if e.name not in NEVER_CODE and e.is_dir(follow_symlinks=False))
-        except OSError:
-            continue
-        for name in names:
-            if os.path.isfile(os.path.join(base, holder, name, VENV_MARKER)):
-                found.append(os.path.join(holder, name))
-            elif not holder and (name.startswith(".") or name in VENV_HOLDERS):
-                pending.append(name)
-    return found
-
-
-def site_packages(root: str | os.PathLike[str], venv: str) -> list[str]:
-    """The ``site-packages`` directories of the virtual environment ``venv`` (relative to ``root``, as the
-    result): ``lib/pythonX.Y/site-packages`` (and ``lib64``'s) on POSIX, ``Lib/site-packages`` on Windows."""
-    base = os.fspath(root)
-    found = glob.glob(os.path.join(glob.escape(os.path.join(base, venv)), "lib*", "python*", "site-packages"))
-    found += glob.glob(os.path.join(glob.escape(os.path.join(base, venv)), "Lib", "site-packages"))
-    return sorted(dict.fromkeys(os.path.relpath(p, base) for p in found if not os.path.islink(os.path.dirname(
-        os.path.dirname(p)))))
-
-
 def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
     """Add to ``out`` what a later run loads unasked or imports, ignored by git or not: at the top of ``root``
-    and of each of ``search_dirs`` (relative to it), what :func:`is_start_up_code` names, a directory with all
-    under it; there and in every regular package below, what an import runs besides source
-    (:data:`IMPORTABLE_SUFFIXES`: git ignores ``*.py[cod]`` and ``*.so``) and the ``__pycache__``'s byte
-    code; and in every package, every entry (a ``.gitignore`` of its own hides a shadowing subpackage from
-    git). At the top of the ``site-packages`` of each virtual environment in the checkout that is not among
-    ``search_dirs`` (one a later ``nox -R`` or ``.venv/bin/python`` starts), the same but its packages.
-    One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package."""
+    and of each of ``search_dirs`` (relative to it), what
+    :func:`~canarchy.testing.isolation.loadable.is_start_up_code` names, a directory with all under it; there
+    and in every regular package below, what an import runs besides source
+    (:data:`~canarchy.testing.isolation.loadable.IMPORTABLE_SUFFIXES`: git ignores ``*.py[cod]`` and ``*.so``)
+    and the ``__pycache__``'s byte code; and in every package, every entry (a ``.gitignore`` of its own hides a
+    shadowing subpackage from git). At the top of the ``site-packages`` of each virtual environment in the
+    checkout that is not among ``search_dirs`` (one a later ``nox -R`` or ``.venv/bin/python`` starts), the same
+    but its packages. One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package."""
     tops = list(dict.fromkeys(["", *search_dirs]))
     sites = [site for venv in virtual_environments(root) for site in site_packages(root, venv) if site not in tops]
     pending = [(site, None) for site in sites] + [(top, True) for top in reversed(tops)]
