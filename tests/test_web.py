@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from canarchy import web
+from canarchy import web, web_bind
 from canarchy.cli import main
 from canarchy.commands import web as web_command
 from tests.helpers import run_cli
@@ -62,7 +62,7 @@ def serve():
     servers = []
 
     def start(file: str, dbc: str | None = None, **options) -> web.DashboardServer:
-        server = web.DashboardServer(web.parse_bind("127.0.0.1:0"), web.Dashboard(file, dbc), **options)
+        server = web.DashboardServer(web_bind.parse_bind("127.0.0.1:0"), web.Dashboard(file, dbc), **options)
         servers.append(server.start())
         return server
 
@@ -445,14 +445,14 @@ def test_a_client_that_goes_away_does_not_hurt_the_server(serve):
     ("[::1]:8765", ("::1", 8765, socket.AF_INET6, True)),
 ])
 def test_parse_bind(text, expected):
-    bind = web.parse_bind(text)
+    bind = web_bind.parse_bind(text)
     assert (bind.host, bind.port, bind.family, bind.loopback) == expected
 
 
 def test_remote_hosts_need_allow_remote():
-    bind = web.parse_bind("0.0.0.0:8765", allow_remote=True)
+    bind = web_bind.parse_bind("0.0.0.0:8765", allow_remote=True)
     assert (bind.host, bind.loopback) == ("0.0.0.0", False)
-    assert web.parse_bind("dashboard.lan:80", allow_remote=True).host == "dashboard.lan"
+    assert web_bind.parse_bind("dashboard.lan:80", allow_remote=True).host == "dashboard.lan"
 
 
 @pytest.mark.parametrize("text", ["127.0.0.1:notaport", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:-1",
@@ -488,10 +488,10 @@ def test_command_errors(argv, code, exit_code):
 
 
 def test_help_defaults_match_the_server():
-    assert web_command.HELP_DEFAULTS == {"bind": web.DEFAULT_BIND, "event_limit": web.DEFAULT_EVENT_LIMIT,
+    assert web_command.HELP_DEFAULTS == {"bind": web_bind.DEFAULT_BIND, "event_limit": web.DEFAULT_EVENT_LIMIT,
                                          "max_event_limit": web.MAX_EVENT_LIMIT}
     assert web.DEFAULT_EVENT_LIMIT is None  # a stream replays the whole recording unless asked for less
-    assert web.DEFAULT_BIND == "127.0.0.1:8765"
+    assert web_bind.DEFAULT_BIND == "127.0.0.1:8765"
 
 
 # -- the command --------------------------------------------------------------------------------

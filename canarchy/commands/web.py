@@ -17,8 +17,8 @@ from canarchy.errors import UserInputError
 from canarchy.output import CommandResult, open_stream
 
 
-#: Shown in --help; the values live in :mod:`canarchy.web` (not imported here: http.server costs ~40 ms
-#: on every canarchy command). tests/test_web.py checks that the two agree.
+#: Shown in --help; the values live in :mod:`canarchy.web` and :mod:`canarchy.web_bind` (not imported here:
+#: http.server costs ~40 ms on every canarchy command). tests/test_web.py checks that they agree.
 HELP_DEFAULTS = {"bind": "127.0.0.1:8765", "event_limit": None, "max_event_limit": 10_000_000}
 
 
@@ -57,9 +57,9 @@ def _number(text: str, option: str, lo: float, hi: float, integer: bool) -> floa
 
 
 def _serve(args: argparse.Namespace) -> CommandResult:
-    from canarchy import web
+    from canarchy import web, web_bind
 
-    bind = web.parse_bind(web.DEFAULT_BIND if args.bind is None else args.bind, args.allow_remote)
+    bind = web_bind.parse_bind(web_bind.DEFAULT_BIND if args.bind is None else args.bind, args.allow_remote)
     speed = _number(args.speed, "--speed", 0, web.MAX_SPEED, False)
     limit = web.DEFAULT_EVENT_LIMIT if args.event_limit is None else int(
         _number(args.event_limit, "--event-limit", 1, web.MAX_EVENT_LIMIT, True))
