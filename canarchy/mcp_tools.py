@@ -420,11 +420,6 @@ def _positional_problems(spec: ToolSpec, positionals: list[str]) -> list[str]:
     return []
 
 
-def check_reference_argv(spec: ToolSpec, argv: Sequence[str]) -> None:
-    """:func:`check_argv` for a reference tool (no file roots)."""
-    check_argv(spec, argv)
-
-
 def _inside(value: str, policy: ServerPolicy | None) -> bool:
     if policy is None or not os.path.isabs(value):
         return False

@@ -135,7 +135,7 @@ def test_reference_builds_pass_the_check(name, arguments):
     spec = mcp_tools.TOOLS[name]
     argv = mcp_tools.build_argv(name, mcp_tools.validate_arguments(spec, arguments))
     assert argv[:len(spec.command)] == list(spec.command) and argv[-1] == "--json"
-    mcp_tools.check_reference_argv(spec, argv)  # does not raise
+    mcp_tools.check_argv(spec, argv)  # does not raise
 
 
 @pytest.mark.parametrize("name,argv", [
@@ -153,7 +153,7 @@ def test_reference_builds_pass_the_check(name, arguments):
 ])
 def test_tampered_argv_is_a_violation(name, argv):
     with pytest.raises(UserInputError) as caught:
-        mcp_tools.check_reference_argv(mcp_tools.TOOLS[name], argv)
+        mcp_tools.check_argv(mcp_tools.TOOLS[name], argv)
     assert caught.value.code == "REFERENCE_ONLY_TOOL_VIOLATION"
     assert "Nothing was run" in caught.value.message and caught.value.hint
 
