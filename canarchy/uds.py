@@ -205,14 +205,6 @@ def parse_response(message: bytes | None) -> UdsReply | None:
     return UdsReply(True, message[0] - POSITIVE_RESPONSE_OFFSET, None, bytes(message[1:]))
 
 
-def parse_single_frame_reply(data: bytes) -> UdsReply | None:
-    """Decode an ISO 15765-2 single frame holding a UDS response, or None
-    (not a valid single frame, or not a response)."""
-    from canarchy.isotp import single_frame_payload
-
-    return parse_response(single_frame_payload(data))
-
-
 # ISO 14229-1 Annex C, Table C.1: identification data identifiers.
 DID_NAMES: dict[int, str] = {
     0xF180: "BootSoftwareIdentification",

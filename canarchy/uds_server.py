@@ -144,6 +144,20 @@ class UdsServer:
         self.locked_until = 0.0
         self.started_routines: set[int] = set()
         self.last_request = 0.0
+        #: SID -> the handler of that service: it returns the response, or None to stay silent.
+        self._handlers: dict[int, Callable[[bytes, float], bytes | None]] = {
+            SID_DIAGNOSTIC_SESSION_CONTROL: self._diagnostic_session_control,
+            SID_ECU_RESET: self._ecu_reset,
+            SID_CLEAR_DIAGNOSTIC_INFORMATION: self._clear_diagnostic_information,
+            SID_READ_DTC_INFORMATION: self._read_dtc_information,
+            SID_READ_DATA_BY_IDENTIFIER: self._read_data_by_identifier,
+            SID_SECURITY_ACCESS: self._security_access,
+            SID_COMMUNICATION_CONTROL: self._communication_control,
+            SID_WRITE_DATA_BY_IDENTIFIER: self._write_data_by_identifier,
+            SID_ROUTINE_CONTROL: self._routine_control,
+            SID_TESTER_PRESENT: self._tester_present,
+            SID_CONTROL_DTC_SETTING: self._control_dtc_setting,
+        }
 
     def reset(self) -> None:
         """Back to power-on state (ECUReset): default session, security locked."""
@@ -168,8 +182,7 @@ class UdsServer:
             return [_Reply(_negative(sid, NRC_SERVICE_NOT_SUPPORTED_IN_ACTIVE_SESSION))]
         if sid in self.profile.forced_nrcs:
             return [_Reply(_negative(sid, self.profile.forced_nrcs[sid]))]
-        handler: Callable[[bytes, float], bytes | None] = getattr(
-            self, f"_service_{sid:02x}", self._service_generic)
+        handler = self._handlers.get(sid, self._bare_positive)
         if sid in _SPRMIB_SERVICES and len(request) >= 2 and request[1] & SUPPRESS_POSITIVE_RESPONSE:
             response = handler(request, now)
             # suppressPosRspMsgIndicationBit: negative responses are still sent.
@@ -183,12 +196,11 @@ class UdsServer:
             return [_Reply(_negative(sid, NRC_RESPONSE_PENDING)), _Reply(response, self.profile.pending[sid])]
         return [_Reply(response, self.profile.response_delays.get(sid, 0.0))]
 
-    # Each service handler returns the response payload, or None to stay silent.
-
-    def _service_generic(self, request: bytes, now: float) -> bytes:
+    def _bare_positive(self, request: bytes, now: float) -> bytes:
+        """A supported service with no handler here: the bare positive response, the sub-function echoed."""
         return _positive(request[0]) + request[1:2]
 
-    def _service_10(self, request: bytes, now: float) -> bytes:
+    def _diagnostic_session_control(self, request: bytes, now: float) -> bytes:
         """DiagnosticSessionControl: 50 session P2(2 bytes, ms) P2*(2 bytes, 10 ms)."""
         if len(request) != 2:
             return _negative(SID_DIAGNOSTIC_SESSION_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -203,7 +215,7 @@ class UdsServer:
         self.session = session
         return _positive(SID_DIAGNOSTIC_SESSION_CONTROL, session, 0x00, 0x32, 0x01, 0xF4)  # P2 50 ms, P2* 5000 ms
 
-    def _service_11(self, request: bytes, now: float) -> bytes:
+    def _ecu_reset(self, request: bytes, now: float) -> bytes:
         """ECUReset: 0x01 hardReset, 0x03 softReset; resets session and security."""
         if len(request) != 2:
             return _negative(SID_ECU_RESET, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -213,7 +225,7 @@ class UdsServer:
         self.reset()
         return _positive(SID_ECU_RESET, kind)
 
-    def _service_14(self, request: bytes, now: float) -> bytes:
+    def _clear_diagnostic_information(self, request: bytes, now: float) -> bytes:
         """ClearDiagnosticInformation: only groupOfDTC 0xFFFFFF (all groups)."""
         if len(request) != 4:
             return _negative(SID_CLEAR_DIAGNOSTIC_INFORMATION, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -221,7 +233,7 @@ class UdsServer:
             return _negative(SID_CLEAR_DIAGNOSTIC_INFORMATION, NRC_REQUEST_OUT_OF_RANGE)
         return _positive(SID_CLEAR_DIAGNOSTIC_INFORMATION)
 
-    def _service_19(self, request: bytes, now: float) -> bytes:
+    def _read_dtc_information(self, request: bytes, now: float) -> bytes:
         """ReadDTCInformation: 0x01 reportNumberOfDTCByStatusMask, 0x02 reportDTCByStatusMask."""
         if len(request) < 2:
             return _negative(SID_READ_DTC_INFORMATION, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -239,7 +251,7 @@ class UdsServer:
         records = b"".join(dtc.to_bytes(3, "big") + bytes((status,)) for dtc, status in matching)
         return _positive(SID_READ_DTC_INFORMATION, 0x02, availability) + records
 
-    def _service_22(self, request: bytes, now: float) -> bytes:
+    def _read_data_by_identifier(self, request: bytes, now: float) -> bytes:
         """ReadDataByIdentifier: one or more 2-byte DIDs."""
         body = request[1:]
         if not body or len(body) % 2:
@@ -256,7 +268,7 @@ class UdsServer:
             out += body[index:index + 2] + value
         return bytes(out)
 
-    def _service_27(self, request: bytes, now: float) -> bytes:
+    def _security_access(self, request: bytes, now: float) -> bytes:
         """SecurityAccess level 1: 0x01 requestSeed, 0x02 sendKey (see EcuProfile)."""
         if len(request) < 2:
             return _negative(SID_SECURITY_ACCESS, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -290,7 +302,7 @@ class UdsServer:
             return _negative(SID_SECURITY_ACCESS, NRC_EXCEEDED_NUMBER_OF_ATTEMPTS)
         return _negative(SID_SECURITY_ACCESS, NRC_INVALID_KEY)
 
-    def _service_28(self, request: bytes, now: float) -> bytes:
+    def _communication_control(self, request: bytes, now: float) -> bytes:
         """CommunicationControl: control type 0x00-0x03 plus a communication type byte."""
         if len(request) < 2:
             return _negative(SID_COMMUNICATION_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -303,7 +315,7 @@ class UdsServer:
             return _negative(SID_COMMUNICATION_CONTROL, NRC_REQUEST_OUT_OF_RANGE)
         return _positive(SID_COMMUNICATION_CONTROL, control)
 
-    def _service_2e(self, request: bytes, now: float) -> bytes:
+    def _write_data_by_identifier(self, request: bytes, now: float) -> bytes:
         """WriteDataByIdentifier: DID + record; only ``writable_dids``, only when unlocked."""
         if len(request) < 4:
             return _negative(SID_WRITE_DATA_BY_IDENTIFIER, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -315,7 +327,7 @@ class UdsServer:
         self.dids[did] = bytes(request[3:])
         return _positive(SID_WRITE_DATA_BY_IDENTIFIER) + request[1:3]
 
-    def _service_31(self, request: bytes, now: float) -> bytes:
+    def _routine_control(self, request: bytes, now: float) -> bytes:
         """RoutineControl: 0x01 start, 0x02 stop, 0x03 requestResults of a 2-byte routine id."""
         if len(request) < 4:
             return _negative(SID_ROUTINE_CONTROL, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -339,7 +351,7 @@ class UdsServer:
             self.started_routines.discard(rid)
         return _positive(SID_ROUTINE_CONTROL, control) + request[2:4] + outcome
 
-    def _service_3e(self, request: bytes, now: float) -> bytes:
+    def _tester_present(self, request: bytes, now: float) -> bytes:
         """TesterPresent: zeroSubFunction only."""
         if len(request) != 2:
             return _negative(SID_TESTER_PRESENT, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)
@@ -347,7 +359,7 @@ class UdsServer:
             return _negative(SID_TESTER_PRESENT, NRC_SUB_FUNCTION_NOT_SUPPORTED)
         return _positive(SID_TESTER_PRESENT, 0x00)
 
-    def _service_85(self, request: bytes, now: float) -> bytes:
+    def _control_dtc_setting(self, request: bytes, now: float) -> bytes:
         """ControlDTCSetting: 0x01 on, 0x02 off."""
         if len(request) < 2:
             return _negative(SID_CONTROL_DTC_SETTING, NRC_INCORRECT_MESSAGE_LENGTH_OR_INVALID_FORMAT)

@@ -162,12 +162,15 @@ def test_transport_unavailable_exit_2(monkeypatch):
 
 # -- reply classification (ISO 14229-1) ------------------------------------------------------
 
-def test_parse_single_frame_reply():
-    assert uds.parse_single_frame_reply(bytes.fromhex("0250010000000000")).positive
-    negative = uds.parse_single_frame_reply(bytes.fromhex("037F2711CCCCCCCC"))
+def test_parse_response():
+    positive = uds.parse_response(bytes.fromhex("5001003201F4"))
+    assert (positive.positive, positive.sid, positive.nrc) == (True, 0x10, None)
+    assert positive.payload == bytes.fromhex("01003201F4")
+    negative = uds.parse_response(bytes.fromhex("7F2711"))
     assert (negative.positive, negative.sid, negative.nrc) == (False, 0x27, 0x11)
-    assert uds.parse_single_frame_reply(bytes.fromhex("1014490201544D42")) is None  # ISO-TP first frame
-    assert uds.parse_single_frame_reply(b"") is None
+    assert uds.parse_response(bytes.fromhex("7F27")) is None  # a negative response is 3 bytes
+    assert uds.parse_response(bytes.fromhex("1001")) is None  # a request, not a response
+    assert uds.parse_response(b"") is None and uds.parse_response(None) is None
 
 
 def test_probes_never_request_a_side_effect():
