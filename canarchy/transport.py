@@ -173,15 +173,6 @@ class Backend:
         raise NotImplementedError
         yield  # pragma: no cover
 
-    def transaction(self, channel: str, request: CanFrame, accept: Callable[[CanFrame], bool],
-                    timeout: float, settle: Callable[[CanFrame], bool] | None = None) -> list[CanFrame]:
-        """Send ``request`` and collect replies for which ``accept`` is true, on
-        one bus opened before sending. Collection ends ``timeout`` seconds after
-        the last accepted reply for which ``settle`` (default: every reply) is
-        false, i.e. a reply for which ``settle`` is true (e.g. UDS 0x78
-        response-pending) extends the wait."""
-        raise NotImplementedError
-
 
 class BusSession:
     """A bus held open by :meth:`Backend.session`: ``send(frame)`` transmits and
@@ -307,29 +298,6 @@ class PythonCanBackend(Backend):
                 "Check that the interface is still up and the bus is not in bus-off.",
             ) from exc
 
-    def transaction(self, channel: str, request: CanFrame, accept: Callable[[CanFrame], bool],
-                    timeout: float, settle: Callable[[CanFrame], bool] | None = None) -> list[CanFrame]:
-        replies: list[CanFrame] = []
-        with self._open_bus(channel) as bus:
-            self._send_on(bus, channel, request)
-            deadline = time.monotonic() + timeout
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                message = self._recv_on(bus, channel, remaining)
-                if message is None:
-                    break
-                frame = self._to_frame(message, channel)
-                if not accept(frame):
-                    continue
-                replies.append(frame)
-                if settle is not None and settle(frame):
-                    deadline = time.monotonic() + timeout
-                    continue
-                break
-        return replies
-
 
 SCAFFOLD_UNAVAILABLE = ("offline0", "down0", "missing0")
 
@@ -382,12 +350,6 @@ class ScaffoldBackend(Backend):
         self._check(channel)
         self.sent.append(frame)
         return frame
-
-    def transaction(self, channel: str, request: CanFrame, accept: Callable[[CanFrame], bool],
-                    timeout: float, settle: Callable[[CanFrame], bool] | None = None) -> list[CanFrame]:
-        self._check(channel)
-        self.sent.append(request)
-        return []
 
     @contextmanager
     def session(self, channel: str) -> Iterator[BusSession]:

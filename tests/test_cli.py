@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from canarchy import frames, output, transport
+from canarchy import output, transport
 from tests.helpers import run_cli, write_user_config
 
 
@@ -235,8 +235,8 @@ def test_receive_failure_is_a_transport_error(monkeypatch):
 
     backend = transport.PythonCanBackend(bus_type="virtual")
     monkeypatch.setattr(backend, "_open_bus", lambda channel: BrokenBus())
-    with pytest.raises(transport.TransportError) as caught:
-        backend.transaction("x", frames.CanFrame(0x7E0, b"\x02\x10\x01"), lambda f: True, 0.1)
+    with pytest.raises(transport.TransportError) as caught, backend.session("x") as session:
+        session.recv(0.1)
     assert caught.value.code == "TRANSPORT_RECEIVE_FAILED"
     with pytest.raises(transport.TransportError):
         list(backend.capture("x", limit=1))
