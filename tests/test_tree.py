@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import sentinel
-from canarchy.testing.isolation import gitlisting, tree
+from canarchy.testing.isolation import tree
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -566,7 +566,7 @@ def test_the_benchmark_builds_the_trees_it_names(tmp_path: Path):
         assert (checkout / "tests" / "test_sample.py").read_text().count("def test_") == sentinel.TESTS
     checkout, _ = made["ignored"]
     assert len(list((checkout / sentinel.IGNORED_DIR).rglob("*.txt"))) == 30
-    assert not any(n.startswith(sentinel.IGNORED_DIR) for n in gitlisting.git_paths(checkout))
+    assert not any(n.startswith(sentinel.IGNORED_DIR) for n in tree.snapshot(checkout))
     checkout, _ = made["tracked"]
     assert len(git(checkout, "ls-files", "data").splitlines()) == 30
     _, home = made["home"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 GIT_TIMEOUT_S = 120.0
 # Variables that would make git look somewhere other than the work tree around ``root``.
@@ -88,18 +88,6 @@ class GitListing:
                 proc.kill()
                 proc.wait()
             proc.stdout.close()  # type: ignore[union-attr]
-
-
-def git_paths(root: str | os.PathLike[str], only: Iterable[str] | None = None,
-              env: Mapping[str, str] | None = None) -> list[str] | None:
-    """Paths under ``root`` as git sees them: tracked plus untracked files not ignored
-    (``.gitignore``, ``.git/info/exclude``, ``core.excludesFile``), relative to ``root``; an
-    untracked nested repository as its directory. None when ``root`` is not in a git work tree,
-    git cannot be run, or git lists nothing there (``root`` itself ignored). In this mode git
-    does not open an ignored directory (measured with strace, git 2.39)."""
-    listing = GitListing.files(os.fspath(root), None if only is None else list(only), env, "--cached", "--others")
-    names = [name.rstrip("/") for batch in listing.batches() for name in batch]
-    return names if listing.ok else None
 
 
 def ignored_listing(root: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> GitListing:

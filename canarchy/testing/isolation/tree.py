@@ -194,7 +194,8 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
     """``{relative POSIX path: Entry}`` for what is under ``root`` (``root`` itself not included).
 
     ``walk``: ``"checkout"`` (default without ``only``): as git sees it when ``root`` is in a git
-    work tree (:func:`~canarchy.testing.isolation.gitlisting.git_paths`, run with ``env``), else the
+    work tree (tracked plus untracked files not ignored, ``git ls-files --cached --others`` run with ``env``;
+    git does not open an ignored directory, measured with strace, git 2.39), else the
     ``"skip-list"`` walk, ``os.scandir`` minus :data:`SKIPPED_DIRS`, ``*.egg-info`` and virtualenvs;
     ``"whole"`` (default with ``only``): everything. ``only``: just these names (relative paths) under
     ``root``, e.g. :data:`OPERATOR_STATE` under a home. A missing ``root`` gives ``{}``.
