@@ -71,7 +71,7 @@ def test_order_lane_finds_and_names_the_polluter(pair):
     assert f"victim {VICTIM} (reverse run): polluted by {POLLUTER}" in out
     assert "reproduce: python -m pytest -p randomly --randomly-seed=1 -k not test_filler_1 tests" in out
     md = (project.root / "reports" / "order.md").read_text()
-    assert md.startswith("# Order lane: FAILED") and f"| `{VICTIM}` | reverse | `{POLLUTER}` |" in md
+    assert md.startswith("# Order lane: FAILED") and f"| `{VICTIM}` | reverse | polluter | `{POLLUTER}` |" in md
 
 
 def test_reverse_runs_backwards_after_deselection_and_a_seed_really_shuffles(pair):
@@ -80,6 +80,18 @@ def test_reverse_runs_backwards_after_deselection_and_a_seed_really_shuffles(pai
     assert len(normal) == 4 and "tests.test_pair::test_filler_1" not in normal
     assert reverse == normal[::-1]
     assert sorted(shuffled) == sorted(normal) and shuffled not in (normal, reverse)
+
+
+def test_a_test_that_fails_alone_is_traced_to_the_test_it_needs_first(tmp_path):
+    """Reversed, the dependent test runs first and fails; it fails alone too, so no polluter exists:
+    the lane bisects the tests that ran before it in the normal run and names the state-setter."""
+    source = (REPO / "fixtures" / "leaks" / "leak_order_setter.py").read_text(encoding="utf-8")
+    result = _lane(_project(tmp_path / "p", {"test_setter.py": source}), seeds=())
+    [found] = result.bisections
+    assert result.status == "FAILED" and found.run_label == "normal", order.render(result)
+    assert (found.victim, found.kind) == ("tests/test_setter.py::test_reads_the_warm_cache", "state-setter")
+    assert found.culprit == "tests/test_setter.py::test_setter_warms_the_cache", found.note
+    assert "needs tests/test_setter.py::test_setter_warms_the_cache to run first" in order.render(result)
 
 
 def test_order_lane_cannot_decide_without_results(tmp_path):

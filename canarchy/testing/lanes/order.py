@@ -5,8 +5,9 @@ seeded shuffles (pytest-randomly, ``--randomly-seed=N``), each on its own copy
 of the tree with a fresh home, two at a time; compares each run with the
 normal one test by test (:func:`~canarchy.testing.lanes.results.compare`);
 and for each test whose outcome changed, asks detect-test-pollution which of
-the tests that ran before it in the failing run makes it fail. Design:
-docs/design/verification-harness.md §7.
+the tests that ran before it in the failing run makes it fail (a polluter); for a
+test that fails alone, it bisects the tests that ran before it where it passed to
+the one it needs first (a state-setter). Design: docs/design/verification-harness.md §7.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import comparison_table, markdown_table
-from canarchy.testing.lanes.results import Comparison, Report, Row, case_key, compare, totals_text
+from canarchy.testing.lanes.results import (CannotDecide, Comparison, Report, Row, case_key, compare, load_report,
+                                             totals_text)
 from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
 )
@@ -33,6 +35,7 @@ from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tr
 
 DEFAULT_SEEDS = 2
 _POLLUTER = re.compile(r"-> the polluting test is: (?P<id>\S.*)$", re.M)
+_FAILS_ALONE = "fails when run alone"
 
 
 @dataclass
@@ -59,13 +62,20 @@ class OrderRun:
 
 @dataclass
 class Bisection:
-    """What detect-test-pollution found for ``victim`` in the ``run_label`` run."""
+    """What the search found for ``victim`` in the ``run_label`` run: the ``culprit`` (None when none was
+    found), a ``polluter`` (the victim fails right after it) or a ``state-setter`` (it passes only after it)."""
 
     victim: str
     run_label: str
-    polluter: str | None
+    culprit: str | None
     note: str
     candidates: int = 0
+    kind: str = "polluter"
+
+    def finding(self) -> str:
+        if self.culprit is None:
+            return self.note
+        return f"polluted by {self.culprit}" if self.kind == "polluter" else f"needs {self.culprit} to run first"
 
 
 @dataclass
@@ -134,12 +144,50 @@ def bisect(entry: OrderRun, victim: str, before: Sequence[str], out: Path, pytho
         return Bisection(victim, entry.label, found.group("id").strip(), "passes alone, fails right after the polluter",
                          len(before))
     if "test failed!" in done.output:
-        note = "fails when run alone: not an order dependency"
+        note = _FAILS_ALONE
     elif "but it passed" in done.output:
         note = "passes after the same tests when run again: flaky, not reproduced"
     else:
         note = f"detect-test-pollution found no single polluter (exit code {done.returncode}, log {done.log})"
     return Bisection(victim, entry.label, None, note, len(before))
+
+
+def _passes_after(entry: OrderRun, victim: str, first: Sequence[str], stem: Path, python: str) -> bool | None:
+    """Whether ``victim`` passes when exactly ``first`` run before it, in that order, on ``entry``'s copy
+    (detect-test-pollution's ``--dtp-testids-input-file`` picks and orders them); None: no report of it."""
+    listing = stem.with_suffix(".txt")
+    listing.write_text("".join(f"{n}\n" for n in [*first, victim]), encoding="utf-8")
+    files = list(dict.fromkeys(n.split("::")[0] for n in [*first, victim]))
+    done = run_pytest([*SAFETY_FLAGS, f"--junitxml={stem.with_suffix('.xml')}", "-p", "detect_test_pollution",
+                       f"--dtp-testids-input-file={listing}", *files], env=entry.env, cwd=entry.copy, python=python)
+    try:
+        case = load_report(done.junit).cases.get(case_key(victim))
+    except CannotDecide:
+        return None
+    return None if case is None else not _failed(case.outcome)
+
+
+def find_state_setter(entry: OrderRun, victim: str, before: Sequence[str], out: Path, python: str) -> Bisection:
+    """For a ``victim`` that fails alone but passed after ``before`` in the ``entry`` run: bisect ``before``
+    (keeping its order) to the one test the victim needs to run first."""
+    stem = out / f"order-setter-{abs(hash(victim))}"
+    steps = iter(range(1, 64))
+
+    def passes(first: Sequence[str]) -> bool | None:
+        return _passes_after(entry, victim, first, stem.with_name(f"{stem.name}-{next(steps)}"), python)
+
+    if not passes(before):
+        return Bisection(victim, entry.label, None, f"{_FAILS_ALONE}, and after the tests that ran before it in "
+                         f"the {entry.label} run too: flaky, not reproduced", len(before), "state-setter")
+    candidates = list(before)
+    while len(candidates) > 1:
+        half = candidates[: len(candidates) // 2]
+        candidates = half if passes(half) else candidates[len(half):]
+    if candidates and passes(candidates):
+        return Bisection(victim, entry.label, candidates[0], f"{_FAILS_ALONE}, passes right after the state-setter",
+                         len(before), "state-setter")
+    return Bisection(victim, entry.label, None, f"{_FAILS_ALONE}; it passes after the tests that ran before it in the "
+                     f"{entry.label} run, but after no single one of them", len(before), "state-setter")
 
 
 def _prepare(entry: OrderRun, base: Path, project: Project, files: list[str], source_env: Mapping[str, str] | None,
@@ -153,16 +201,33 @@ def _prepare(entry: OrderRun, base: Path, project: Project, files: list[str], so
         **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
 
 
-def _victim(row: Row, normal: OrderRun, other: OrderRun) -> tuple[OrderRun, str, list[str]] | None:
-    """``(the run where the differing test failed, its node id, the node ids run before it)``, or None."""
-    where = normal if _failed(row.outcome_a) else other if _failed(row.outcome_b) else None
-    if where is None:
-        return None  # e.g. present in one run only: the comparison already names it
-    executed = where.executed
-    victim = where.node_ids.get(row.id)
-    if victim is None or victim not in executed:
+def _before(entry: OrderRun, key: str) -> tuple[str, list[str]] | None:
+    """``(the node id of case ``key``, the node ids ``entry`` ran before it)``, or None."""
+    executed = entry.executed
+    node_id = entry.node_ids.get(key)
+    if node_id is None or node_id not in executed:
         return None
-    return where, victim, executed[: executed.index(victim)]
+    return node_id, executed[: executed.index(node_id)]
+
+
+def _search(row: Row, normal: OrderRun, other: OrderRun, out: Path, python: str,
+            echo: Callable[[str], None]) -> Bisection | None:
+    """The polluter of the test of ``row`` in the run where it failed, or else its state-setter in the run
+    where it passed; None where it failed in neither (e.g. present in one run only: the comparison names it)."""
+    where, passed = (normal, other) if _failed(row.outcome_a) else (other, normal) if _failed(row.outcome_b) else (
+        None, None)
+    found = _before(where, row.id) if where is not None else None
+    if found is None:
+        return None
+    victim, before = found
+    echo(f"order: asking detect-test-pollution about {len(before)} tests before {victim} ({where.label})")
+    bisection = bisect(where, victim, before, out, python)
+    setting = _before(passed, row.id) if bisection.note == _FAILS_ALONE else None
+    if setting is None:
+        return bisection
+    echo(f"order: {victim} fails alone; looking for its state-setter among the {len(setting[1])} tests before it "
+         f"({passed.label})")
+    return find_state_setter(passed, setting[0], setting[1], out, python)
 
 
 def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequence[int], jobs: int = 2,
@@ -192,12 +257,9 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
                 if row.id in seen or len(result.bisections) >= max_bisections:
                     continue
                 seen.add(row.id)
-                found = _victim(row, normal, next(r for r in result.runs if r.label == label))
-                if found is None:
-                    continue
-                where, victim, before = found
-                echo(f"order: asking detect-test-pollution about {len(before)} tests before {victim} ({where.label})")
-                result.bisections.append(bisect(where, victim, before, out, python))
+                found = _search(row, normal, next(r for r in result.runs if r.label == label), out, python, echo)
+                if found is not None:
+                    result.bisections.append(found)
     result.seconds = time.monotonic() - started
     return result
 
@@ -217,9 +279,9 @@ def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
         if comparison.differences or comparison.undecided:
             lines += ["", comparison_table(comparison, title=f"normal vs {label}")]
     if result.bisections:
-        lines += ["", "polluters (victim passes alone, fails right after the polluter):"]
-        lines += [f"  victim {b.victim} ({b.run_label} run): " + (f"polluted by {b.polluter}" if b.polluter else b.note)
-                  for b in result.bisections]
+        lines += ["", "order dependencies (a polluter makes the victim fail after it; a state-setter must run "
+                  "before the victim for it to pass):"]
+        lines += [f"  victim {b.victim} ({b.run_label} run): {b.finding()}" for b in result.bisections]
     return "\n".join(lines)
 
 
@@ -237,8 +299,8 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
             out.append(markdown_table(["test id", "normal", label], [[f"`{r.id}`", r.outcome_a, r.outcome_b]
                                                                      for r in c.differences]))
     if result.bisections:
-        out += ["", "## Polluters", "", markdown_table(["victim", "run", "polluter", "note"], [
-            [f"`{b.victim}`", b.run_label, f"`{b.polluter}`" if b.polluter else "-", b.note]
+        out += ["", "## Order dependencies", "", markdown_table(["victim", "run", "kind", "culprit", "note"], [
+            [f"`{b.victim}`", b.run_label, b.kind, f"`{b.culprit}`" if b.culprit else "-", b.note]
             for b in result.bisections])]
     return "\n".join(out) + "\n"
 

@@ -243,10 +243,10 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
         elif entry.detector == "order":
             result = _order(project, operator_home)
             found = [b for b in result.bisections if b.victim.rsplit("::", 1)[-1] == entry.test]
-            polluter = found[0].polluter if found else None
-            ok = polluter is not None and polluter.rsplit("::", 1)[-1] == entry.expect
-            evidence = (f"{entry.test} polluted by {polluter.rsplit('::', 1)[-1]} ({found[0].run_label} run)"
-                        if polluter else (found[0].note if found else f"order lane {result.status}: no victim named"))
+            culprit = found[0].culprit if found else None
+            ok = culprit is not None and culprit.rsplit("::", 1)[-1] == entry.expect
+            evidence = (f"{entry.test}: {found[0].finding()} ({found[0].run_label} run)" if found
+                        else f"order lane {result.status}: no victim named")
         else:
             run, home = _hostile_run(project, base, operator_home)
             if entry.is_control:
