@@ -13,6 +13,7 @@ the one it needs first (a state-setter). Design: docs/design/verification-harnes
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import sys
@@ -171,14 +172,16 @@ def find_state_setter(entry: OrderRun, victim: str, before: Sequence[str], out: 
     """For a ``victim`` that fails alone but passed after ``before`` in the ``entry`` run: bisect ``before``
     (keeping its order) to the one test the victim needs to run first."""
     stem = out / f"order-setter-{abs(hash(victim))}"
-    steps = iter(range(1, 64))
+    steps = itertools.count(1)
 
     def passes(first: Sequence[str]) -> bool | None:
         return _passes_after(entry, victim, first, stem.with_name(f"{stem.name}-{next(steps)}"), python)
 
-    if not passes(before):
+    again = passes(before)
+    if not again:
+        why = "flaky, not reproduced" if again is False else f"no report of it (logs: {stem}-1.*)"
         return Bisection(victim, entry.label, None, f"{_FAILS_ALONE}, and after the tests that ran before it in "
-                         f"the {entry.label} run too: flaky, not reproduced", len(before), "state-setter")
+                         f"the {entry.label} run too: {why}", len(before), "state-setter")
     candidates = list(before)
     while len(candidates) > 1:
         half = candidates[: len(candidates) // 2]
