@@ -161,3 +161,28 @@ def test_a_stray_pytest_ini_that_loses_the_plugin_cannot_decide(tmp_path):
     (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n", encoding="utf-8")
     code, out = lane_cli(load_project(root), "unit", "--jobs", "0", "--", "tests/test_frames.py")
     assert code == 2 and "unit: CANNOT DECIDE - the run was not under canarchy's isolation" in out, out
+
+
+def test_parity_fails_a_refusal_made_alike_in_both_twins(tmp_path):
+    """A test that finds the home through ``site.USER_BASE`` (worked out at start-up: only a serial run
+    has the operator's there, so the unit lane's workers never meet it) and reads a guarded file there is
+    refused in each serial twin alike: the results are identical, yet every operator's plain pytest
+    errors. Parity fails, naming the test and the refusal in each twin."""
+    root = tmp_path / "busprobe"
+    shutil.copytree(ADOPTER, root, ignore=shutil.ignore_patterns("reports", ".nox", "__pycache__"))
+    (root / "tests" / "test_user_base.py").write_text(
+        "import site\nfrom pathlib import Path\n\n\n"
+        "def test_reads_the_config_beside_user_base():\n"
+        "    try:\n"
+        "        (Path(site.USER_BASE).parent / '.busprobe' / 'config.toml').read_text()\n"
+        "    except OSError:\n"
+        "        pass\n", encoding="utf-8")
+    project = load_project(root)
+    result = no_handler_survives(lambda: parity.run_parity(project, ["tests/test_user_base.py"], source_env=os.environ,
+                                                           reruns=1, reports=tmp_path / "parity-reports"))
+    rendered = parity.render(result)
+    assert result.comparison.differences == [] and result.exit_code == 1 and result.status == "FAILED", rendered
+    key = "tests.test_user_base::test_reads_the_config_beside_user_base"
+    assert {line.split(":", 1)[0] for line in result.refusals} == {"clean twin", "operator twin"}, result.refusals
+    assert all(f": {key}: " in line and ".busprobe/config.toml" in line for line in result.refusals), result.refusals
+    assert "refused by the isolation: operator twin: " + key in rendered

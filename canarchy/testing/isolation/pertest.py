@@ -24,6 +24,9 @@ from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
 from canarchy.testing.isolation.session import _BETWEEN_TESTS, _RUN, _SHUTDOWN_RECORDS, _Run, _opt_outs_of, _set_owners
 
 CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
+# A refusal made during a test, in its JUnit case: the parity lane fails on one even when both twins
+# were refused alike (a route to the operator's home that only a serial run has, e.g. site.USER_BASE).
+REFUSED_PROPERTY = "canarchy_refused"
 
 
 def _checked_cache(config: pytest.Config) -> list[str]:
@@ -262,6 +265,8 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
         return
     if bus_down:
         unclosed, records = [], []
+    for message in refusals:
+        request.node.user_properties.append((REFUSED_PROPERTY, message.splitlines()[0] if message else message))
     if refusals or unclosed or records or tampered or hidden:
         pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered, hidden), pytrace=False)
 

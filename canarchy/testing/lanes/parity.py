@@ -32,6 +32,7 @@ from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tr
 
 TWINS = ("clean", "operator")
 CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
+REFUSED_PROPERTY = "canarchy_refused"  # the plugin's record of a refusal in a test (isolation/pertest.py)
 _NOT_SHUT_DOWN = "was not properly shut down"
 _COLLECT = ("-p", "detect_test_pollution", "--collect-only", "-q")
 # python-can's "was not properly shut down" is a log record (BusABC.__del__): during a test it is in the
@@ -74,6 +75,7 @@ class ParityResult:
     twins: dict[str, Twin]
     findings: list[Finding] = field(default_factory=list)
     checkout_writes: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)  # "<twin> twin: <test>: <refusal>", alike in both or not
     home_changes: list[str] = field(default_factory=list)
     checkout_changes: list[str] = field(default_factory=list)
     not_shut_down: dict[str, list[str]] = field(default_factory=dict)
@@ -94,7 +96,7 @@ class ParityResult:
             return EXIT_CANNOT_DECIDE
         failing = self.of_kind("operator") + (self.of_kind("flaky") + self.of_kind("hash seed") if self.strict else [])
         if failing or self.home_changes or self.checkout_changes or any(self.not_shut_down.values()) or \
-                self.runs_failed:
+                self.runs_failed or self.refusals:
             return EXIT_FAILED
         return EXIT_PASSED
 
@@ -172,6 +174,8 @@ def _check_twin(result: ParityResult, twin: Twin, copy_before: dict[str, Entry])
     cases = twin.report.cases.items() if twin.report else ()
     result.checkout_writes += [f"{key}: {path}" for key, case in cases
                                for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
+    result.refusals += [f"{twin.name} twin: {key}: {text}" for key, case in cases
+                        for text in case.property_values(REFUSED_PROPERTY)]
     changed = changes(copy_before, snapshot(twin.copy))
     result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}" for line in changed]
     logged = "\n".join([twin.run.output if twin.run else "", *(case.output for _, case in cases)])
@@ -297,6 +301,7 @@ def _check_lines(result: ParityResult) -> list[str]:
     lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
     lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {result.twins[name].run.log}"
               for name in result.runs_failed]
+    lines += [f"  refused by the isolation: {line}" for line in result.refusals]
     lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
     lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
     lines += [f"  operator home changed: {line}" for line in result.home_changes]
@@ -345,6 +350,7 @@ def render_markdown(result: ParityResult) -> str:
     out += ["", "## Checks", "",
             *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{result.twins[name].run.log}`"
               for name in result.runs_failed),
+            *(f"- refused by the isolation: {line}" for line in result.refusals[:50]),
             f"- operator home unchanged: {'yes' if not result.home_changes else 'NO'}",
             *(f"  - {line}" for line in result.home_changes[:50]),
             f"- checkout unchanged: {'yes' if not result.checkout_changes else 'NO'}",
