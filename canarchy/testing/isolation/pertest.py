@@ -21,12 +21,9 @@ from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
+from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.session import _BETWEEN_TESTS, _RUN, _SHUTDOWN_RECORDS, _Run, _opt_outs_of, _set_owners
 
-CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
-# A refusal made during a test, in its JUnit case: the parity lane fails on one even when both twins
-# were refused alike (a route to the operator's home that only a serial run has, e.g. site.USER_BASE).
-REFUSED_PROPERTY = "canarchy_refused"
 
 
 def _checked_cache(config: pytest.Config) -> list[str]:

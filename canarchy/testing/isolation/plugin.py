@@ -30,10 +30,10 @@ from canarchy.testing.isolation.exits import _the_process_ends_with
 from canarchy.testing.isolation.sentinel import (_after_the_session, _after_the_verdict, _changes, _checkout_manifest,
                                                  _ignored_code, _ignored_code_message, _list_ignored, _own_outputs,
                                                  _refused, _search_dirs)
-from canarchy.testing.isolation.pertest import (CHECKOUT_WRITE_PROPERTY, _checked_cache, _refusal_messages,
-                                                _remember_writes, access_guard, bus_guard, canarchy_sandbox,
-                                                guard_operator_access, isolate_canarchy_state, new_virtual_channel,
-                                                virtual_channel)
+from canarchy.testing.isolation.pertest import (_checked_cache, _refusal_messages, _remember_writes, access_guard,
+                                                bus_guard, canarchy_sandbox, guard_operator_access,
+                                                isolate_canarchy_state, new_virtual_channel, virtual_channel)
+from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY
 
 # What a project's conftest or test imports from here; the fixtures, so that pytest registers them with the plugin.
 __all__ = ["CHECKOUT_WRITE_PROPERTY", "DESELECTED_PROPERTY", "ISOLATION_PROPERTY", "MARKERS", "REQUIRED_MODULE",

@@ -10,6 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+#: What the plugin records in a test's JUnit case (``user_properties``), for the lanes to read: a write into
+#: the checkout, and a refusal that failed the test (the parity lane fails on one even when both twins were
+#: refused alike, e.g. through a route to the home that only a serial run has, such as ``site.USER_BASE``).
+CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
+REFUSED_PROPERTY = "canarchy_refused"
+
 BUS_FIXES = (
     'use interface="virtual" with a channel of its own (the `virtual_channel` fixture)',
     "patch PythonCanBackend._open_bus (or build the transport) so the test never opens a bus",

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env, hostile_env
+from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
@@ -31,8 +32,6 @@ from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, failed_beyond_its_t
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
-CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
-REFUSED_PROPERTY = "canarchy_refused"  # the plugin's record of a refusal in a test (isolation/pertest.py)
 _NOT_SHUT_DOWN = "was not properly shut down"
 _COLLECT = ("-p", "detect_test_pollution", "--collect-only", "-q")
 # python-can's "was not properly shut down" is a log record (BusABC.__del__): during a test it is in the
