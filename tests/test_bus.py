@@ -531,3 +531,35 @@ def test_no_output_file_when_the_bus_never_opened(monkeypatch, tmp_path):
     result = run_cli("capture", "missing0", "--output", str(tmp_path / "x.log"), "--json")
     assert (result.code, result.error_codes) == (2, ["TRANSPORT_UNAVAILABLE"])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_output_file_when_a_conversion_reads_no_frame(tmp_path):
+    source = tmp_path / "garbage.log"
+    source.write_text("garbage\nmore garbage\n")
+    target = tmp_path / "out.log"
+    result = run_cli("capture", "--file", str(source), "--output", str(target), "--json")
+    assert (result.code, result.error_codes) == (3, ["CAPTURE_FORMAT_INVALID"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.log"]
+
+
+def test_no_half_written_output_file_when_the_reader_of_a_conversion_goes_away(tmp_path):
+    import io
+
+    from canarchy.cli import main
+
+    class ClosedAfterFirstWrite(io.StringIO):
+        def write(self, text):
+            if self.getvalue():
+                raise BrokenPipeError(32, "Broken pipe")
+            return super().write(text)
+
+        def flush(self):
+            if self.getvalue():
+                raise BrokenPipeError(32, "Broken pipe")
+
+    source = tmp_path / "long.log"
+    source.write_text("".join(f"({1700000000 + i / 1000:.6f}) can0 123#{i % 256:02X}\n" for i in range(5000)))
+    target = tmp_path / "out.blf"
+    code = main(["capture", "--file", str(source), "--output", str(target), "--jsonl"], stdout=ClosedAfterFirstWrite())
+    assert code == 141
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.log"]

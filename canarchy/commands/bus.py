@@ -246,15 +246,19 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     stream = open_stream(args, f"file:{args.file}")
     emit = stream.emit_frame
     frames = capture if not filters else (frame for frame in capture if frame_passes(frame, filters))
+    read = False
     try:
         with stream.stoppable():
             for frame in frames if limit is None else itertools.islice(frames, limit):
                 if writer is not None:
                     writer.write(frame)
                 emit("frame", frame)
+        read = True
     finally:
         if writer is not None:
-            writer.close()
+            # A read that failed (no frame: CAPTURE_FORMAT_INVALID ...) or whose reader went away (a closed
+            # pipe) converted only part of the recording, or nothing: no file, as for a bus that never opened.
+            writer.close(keep=read)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
