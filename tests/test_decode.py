@@ -593,3 +593,24 @@ def test_the_real_recordings_decode_without_warnings():
                  ["j1939", "decode", "--file", str(TRUCK)]):
         data = run_cli(*argv, "--summary", "--json").data
         assert (data["warning_counts"], data["warning_records"]) == ({}, []), argv
+
+
+def test_float_signals_nan_and_infinity_keep_the_output_valid_json(tmp_path):
+    dbc = tmp_path / "float.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\nBO_ 1024 FLT: 4 ECU\n'
+                   ' SG_ F : 0|32@1- (1,0) [0|0] "" ECU\n\nSIG_VALTYPE_ 1024 F : 1;\n')
+    log = tmp_path / "float.log"
+    # IEEE 754 single, little-endian: NaN, +inf, -inf, 1.0
+    log.write_text("(1.000000) can0 400#0000C07F\n(2.000000) can0 400#0000807F\n"
+                   "(3.000000) can0 400#000080FF\n(4.000000) can0 400#0000803F\n")
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON: {text}"))
+
+    result = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--jsonl")
+    assert result.code == 0, result.out
+    lines = [strict(line) for line in result.out.splitlines()]
+    assert [e["payload"]["signals"]["F"]["value"] for e in lines[:-1]] == ["NaN", "Infinity", "-Infinity", 1.0]
+    summary = lines[-1]["data"]["messages"]["FLT"]["signals"]["F"]
+    assert (summary["min"], summary["max"], summary["first"], summary["last"]) == (1.0, 1.0, "NaN", 1.0)
+    strict(run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json").out)

@@ -12,6 +12,7 @@ Errors: ``DBC_NOT_FOUND`` (``UserInputError``, exit 1), ``DBC_LOAD_FAILED``
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,11 @@ def _load_failed(path: str, exc: BaseException) -> DecodeError:
 
 
 def _plain(value: Any) -> Any:
-    """A cantools signal value as JSON: numbers stay numbers, named values become their name."""
+    """A cantools signal value as JSON: numbers stay numbers, named values become their name; an IEEE 754
+    float signal's NaN or infinity, which JSON has no number for, is the string "NaN", "Infinity" or
+    "-Infinity" (the spelling JavaScript and Python give them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, (int, float)) or value is None:
         return value
     name = getattr(value, "name", None)
