@@ -25,7 +25,7 @@ from canarchy.candump import (CLASSIC_HEX_LENGTHS, FD_HEX_LENGTHS, ErrorFrame, c
                               parse_candump_line)
 from canarchy.errors import DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
-from canarchy.frames import CanFrame
+from canarchy.frames import CAN_FD_DLCS, CanFrame
 from canarchy.warning_log import WarningLog
 
 CANDUMP_SUFFIXES = (".log", ".candump")
@@ -465,13 +465,18 @@ def _python_can_reader(path: str, fmt: str) -> Any:
 
 
 def _from_message(message: Any) -> CanFrame:
+    """The frame of a python-can message. CAN FD has no remote frames: python-can's ASC reader reports a
+    CAN FD frame without data as ``is_remote_frame`` (and ``is_fd``), which is that frame. A payload
+    longer than 8 bytes of a CAN FD length is a CAN FD frame: a python-can CSV file has no FD flag."""
     channel = message.channel
     channel = None if channel is None else str(channel)
     timestamp = float(message.timestamp)
-    if message.is_remote_frame:
+    fd = bool(message.is_fd)
+    if message.is_remote_frame and not fd:
         return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
                         requested_dlc=message.dlc)
-    data = bytes(message.data or b"")
-    return CanFrame(message.arbitration_id, data, message.is_extended_id, message.is_fd, False, timestamp, channel,
-                    bool(message.is_fd and message.bitrate_switch),
-                    bool(message.is_fd and message.error_state_indicator))
+    data = b"" if message.is_remote_frame else bytes(message.data or b"")
+    if not fd and len(data) > 8 and len(data) in CAN_FD_DLCS:
+        fd = True
+    return CanFrame(message.arbitration_id, data, message.is_extended_id, fd, False, timestamp, channel,
+                    bool(fd and message.bitrate_switch), bool(fd and message.error_state_indicator))

@@ -642,3 +642,23 @@ def test_mf4_without_asammdf_is_unsupported_with_a_true_hint(tmp_path, monkeypat
     result = run_cli("capture", "--file", str(path), "--json")
     assert (result.code, result.error_codes) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"])
     assert "asammdf" in result.envelope["errors"][0]["hint"]
+
+
+def test_can_fd_frames_survive_asc_and_csv(tmp_path):
+    """python-can's ASC reader calls a CAN FD frame without data a remote frame (CAN FD has none), and
+    its CSV files have no FD flag: the frames still read back as written, the CSV's longer than 8 bytes
+    as CAN FD (none is dropped as a classic frame that cannot hold its data)."""
+    source = tmp_path / "fd.log"
+    source.write_text("(1700000000.000000) can1 456##0\n(1700000000.100000) can1 456##1000102030405060708090A0B\n"
+                      "(1700000000.200000) can0 123#R4\n(1700000000.300000) can0 123#11\n")
+    expected = [(f.arbitration_id, f.is_fd, f.is_remote_frame, f.dlc, f.data) for f in open_capture(source)]
+    for suffix in (".asc", ".csv"):
+        target = tmp_path / f"fd{suffix}"
+        result = run_cli("capture", "--file", str(source), "--output", str(target), "--json")
+        assert result.code == 0, result.out
+        capture = open_capture(target)
+        got = [(f.arbitration_id, f.is_fd, f.is_remote_frame, f.dlc, f.data) for f in capture]
+        if suffix == ".csv":  # no FD flag: a CAN FD frame without data reads back as a classic one
+            expected[0] = (0x456, False, False, 0, b"")
+        assert got == expected, suffix
+        assert capture.log.to_data()["warning_counts"] == {}
