@@ -563,3 +563,19 @@ def test_no_half_written_output_file_when_the_reader_of_a_conversion_goes_away(t
     code = main(["capture", "--file", str(source), "--output", str(target), "--jsonl"], stdout=ClosedAfterFirstWrite())
     assert code == 141
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.log"]
+
+
+def test_capture_file_summary_honours_filter_count_and_output(tmp_path):
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "obd2_skoda_7e0_7e8.log"
+    target = tmp_path / "answers.blf"
+    result = run_cli("capture", "--file", str(source), "--summary", "--filter", "7E8:7FF", "--count", "20",
+                     "--output", str(target), "--json")
+    assert result.code == 0, result.out
+    assert result.data["frame_count"] == 20
+    assert [entry["arbitration_id"] for entry in result.data["ids"]] == [0x7E8]
+    originals = [m for m in can.CanutilsLogReader(str(source)) if m.arbitration_id == 0x7E8][:20]
+    assert [(m.arbitration_id, bytes(m.data)) for m in can.BLFReader(str(target))] == [
+        (m.arbitration_id, bytes(m.data)) for m in originals]
+    assert result.data["output"]["frames_written"] == 20

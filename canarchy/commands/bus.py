@@ -237,19 +237,21 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = None if limit == 0 else limit
     filters = parse_filters(args.filter)
     capture = open_capture(args.file)
-    if args.summary:
-        return _capture_summary(args, capture, limit)
     from canarchy.capture_writer import CaptureWriter
     from canarchy.frames import frame_passes
 
     writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # a conversion
+    frames = capture if not filters else (frame for frame in capture if frame_passes(frame, filters))
+    if limit is not None:
+        frames = itertools.islice(frames, limit)
+    if args.summary:  # the same frames (--filter, --count, --output), summarised instead of printed
+        return _capture_summary(args, capture, frames, writer)
     stream = open_stream(args, f"file:{args.file}")
     emit = stream.emit_frame
-    frames = capture if not filters else (frame for frame in capture if frame_passes(frame, filters))
     read = False
     try:
         with stream.stoppable():
-            for frame in frames if limit is None else itertools.islice(frames, limit):
+            for frame in frames:
                 if writer is not None:
                     writer.write(frame)
                 emit("frame", frame)
@@ -267,18 +269,27 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
-def _capture_summary(args: argparse.Namespace, capture, limit: int | None) -> CommandResult:
-    """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of the file."""
+def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> CommandResult:
+    """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of ``frames`` (the
+    file's, after --filter and --count), each also written to ``writer`` (``--output``) when given."""
     from canarchy.capture_stats import CaptureStats
 
     stats = CaptureStats()
-    for frame in capture:
-        if limit is not None and stats.frame_count >= limit:
-            break
-        stats.feed(frame)
+    read = False
+    try:
+        for frame in frames:
+            if writer is not None:
+                writer.write(frame)
+            stats.feed(frame)
+        read = True
+    finally:
+        if writer is not None:
+            writer.close(keep=read)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "summary": True, **stats.to_dict(), **capture.log.to_data()}
-    return CommandResult(data=data, warnings=capture.all_warnings())
+    if writer is not None:
+        data["output"] = {"path": str(writer.path), "format": writer.format, "frames_written": writer.frame_count}
+    return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
 def _frame_to_send(args: argparse.Namespace):
