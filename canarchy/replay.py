@@ -2,10 +2,10 @@
 and python-can's ``can.player`` do).
 
 :func:`schedule` gives frame *i* of pass *k* the slot ``start + (pass_offset(k) + gap-capped (t_i - t_0)) /
-speed``, in seconds (a gap longer than ``skip`` counts as ``skip``, a negative one as 0; a pass follows the
-last at once), reading the recording again for each pass. :func:`play` sends each frame no earlier than its
-slot (a late one at once, without moving the schedule) and reports how late it was, ``late_s``. See
-``docs/record-and-replay.md``.
+speed``, in seconds (a gap longer than ``skip`` counts as ``skip``; a frame stamped before the latest one
+so far goes out right after the previous frame; a pass follows the last at once), reading the recording
+again for each pass. :func:`play` sends each frame no earlier than its slot (a late one at once, without
+moving the schedule) and reports how late it was, ``late_s``. See ``docs/record-and-replay.md``.
 """
 
 from __future__ import annotations
@@ -41,10 +41,16 @@ def schedule(passes: Callable[[], Iterable[CanFrame]], *, speed: float = 1.0, lo
         empty = True
         for frame in passes():
             empty = False
-            if previous is not None:
-                gap = max(0.0, frame.timestamp - previous)
+            stamp = frame.timestamp
+            if previous is None:
+                previous = stamp
+            elif stamp > previous:
+                # ``previous`` is the latest timestamp so far, not the last frame's: a frame stamped earlier
+                # goes out at once, and the next ones keep their own slots (canplayer, python-can's
+                # MessageSync) instead of each step back delaying the rest of the recording.
+                gap = stamp - previous
                 position += gap if skip is None else min(gap, skip)
-            previous = frame.timestamp
+                previous = stamp
             yield Slot(index, loop, position / speed, frame)
             index += 1
         if empty:

@@ -172,3 +172,20 @@ def test_play_never_sends_before_a_slot_and_keeps_order():
     for (at, _id), slot in zip(sent, slots, strict=True):
         assert at >= 100.0 + slot.offset_s
     assert done[2].late_s == pytest.approx(0.2) and done[3].late_s == 0.0  # late frames do not move the schedule
+
+
+def test_timestamps_that_step_back_do_not_delay_the_rest_of_the_recording():
+    """Frames of a merged log out of order by a millisecond (pairs swapped): each keeps its slot
+    t_i - t_0 (an earlier-stamped one goes out with the previous frame), as canplayer and python-can's
+    MessageSync schedule them; the steps back do not add up into a replay slower than the recording."""
+    stamps = []
+    for pair in range(500):
+        stamps += [100.0 + 0.002 * pair + 0.002, 100.0 + 0.002 * pair + 0.001]
+    frames = [CanFrame(0x123, b"\x01", timestamp=t) for t in stamps]
+    offsets = [slot.offset_s for slot in replay.schedule(lambda: frames)]
+    expected, latest = [], stamps[0]
+    for t in stamps:
+        latest = max(latest, t)
+        expected.append(latest - stamps[0])
+    assert offsets == pytest.approx(expected, abs=1e-9)
+    assert offsets[-1] == pytest.approx(max(stamps) - stamps[0], abs=1e-9)
