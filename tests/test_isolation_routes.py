@@ -12,11 +12,13 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import os
 import shutil
+import stat
 import subprocess
 
 import pytest
 
-from canarchy.testing.isolation import containment
+from canarchy.testing.isolation import containment, protection
+from canarchy.testing.isolation.session import _RUN
 from canarchy.testing.isolation.tree import content_differences
 from tests.helpers import PYTEST
 from tests.isolation_child import make_operator_home, operator_environment, run_batch, run_child
@@ -910,6 +912,26 @@ def _containment_or_skip() -> None:
     view = report.protection("mount view")
     if view is None or not view.in_force:
         pytest.skip(f"no containment on this machine: {report.reason}")
+
+
+def test_a_can_adapter_s_device_node_is_unreachable_under_the_containment(request):
+    """A serial or USB CAN adapter is reached through its device node, which no network namespace stops
+    (python-can's slcan through pyserial; a shell's ``printf > /dev/ttyACM0``). Under this run's mount view
+    each such node present at the start is an empty read-only file, for the test and a shell child alike.
+    Nothing here opens one: were the cover missing, an open would reach the device."""
+    report = request.config.stash[_RUN].containment
+    view = report.protection("mount view") if report is not None else None
+    if view is None or not view.in_force:
+        pytest.skip("this run has no mount view (an xdist worker, or the containment is off or not possible)")
+    devices = protection.can_adapter_devices()
+    if not devices:
+        pytest.skip("no serial or USB device node on this machine")
+    assert set(devices) <= set(report.covered), report.covered
+    kinds = {d: stat.S_IFMT(os.stat(d).st_mode) for d in devices}
+    assert all(kind in (stat.S_IFREG, stat.S_IFDIR) for kind in kinds.values()), kinds
+    shell = subprocess.run(["sh", "-c", 'for d in "$@"; do [ -c "$d" ] && echo "$d"; done; exit 0', "sh", *devices],
+                           capture_output=True, text=True, timeout=30)
+    assert shell.stdout == "", shell.stdout
 
 
 def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty(tmp_path_factory):

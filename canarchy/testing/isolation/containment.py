@@ -358,7 +358,10 @@ class _View:
 
     def detail(self) -> str:
         pids = sorted({int(path.split("/")[2]) for path in self.hidden})
-        parts = [f"empty, read-only: {', '.join(self.covers)}" if self.covers else "",
+        devices = [path for path in self.covers if path.startswith("/dev/")]
+        files = [path for path in self.covers if path not in devices]
+        parts = [f"empty, read-only: {', '.join(files)}" if files else "",
+                 f"device nodes empty, read-only: {len(devices)} under /dev" if devices else "",
                  f"start-up environment hidden: processes {', '.join(map(str, pids))}" if pids else "",
                  f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
                  f"read-only: {', '.join(self.read_only)}" if self.read_only else "",

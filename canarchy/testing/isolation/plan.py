@@ -118,7 +118,10 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
     read_only = [*homes, *_git_dirs(root), *code]
-    return _containment.Plan(covered=run.guarded, read_only=read_only, writable=sorted(writable), network=network,
+    # A CAN adapter's device node present now becomes an empty read-only file too: for the tests and every
+    # process they start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
+    covered = [*run.guarded, *_protection.can_adapter_devices()]
+    return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
 
 

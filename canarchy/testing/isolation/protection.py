@@ -7,6 +7,7 @@ protection compiled for the audit hook. Imports neither pytest nor python-can.
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 import tempfile
@@ -21,6 +22,13 @@ from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAME
 # everywhere; "/etc/can.conf", "~/.can" and "~/.canrc" on Linux and macOS; "can.ini" (in the current
 # directory) and "%APPDATA%\can.ini" on Windows. All are refused on every OS.
 PYTHON_CAN_SYSTEM_FILES = ("/etc/can.conf",)
+#: Device nodes through which a CAN adapter is reached without a network interface, so that no network
+#: namespace stops it: serial and USB-serial ports (python-can's slcan, serial, seeedstudio and robotell
+#: interfaces open them through pyserial; a shell can write to one), udev's links to them, raw USB devices
+#: (its gs_usb, cantact and usb2can interfaces, through libusb), PEAK's character-device driver, and macOS's
+#: serial ports. Glob patterns.
+CAN_ADAPTER_DEVICES = ("/dev/ttyS*", "/dev/ttyUSB*", "/dev/ttyACM*", "/dev/ttyAMA*", "/dev/serial", "/dev/bus/usb",
+                       "/dev/pcan*", "/dev/cu.*", "/dev/tty.*")
 PYTHON_CAN_INI = "can.ini"
 _WINDOWS = os.name == "nt"
 _SEP = os.sep
@@ -95,6 +103,12 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     refused += start_up_environments()
     read_only = [home for home in homes if os.path.dirname(home) != home]
     return Protection(refused=_unique(refused), read_only=tuple(read_only), writable=(tempfile.gettempdir(),))
+
+
+def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[str]:
+    """The device nodes (and directories of them) of ``patterns`` present now, sorted; found by name, none
+    opened."""
+    return sorted({path for pattern in patterns for path in glob.glob(pattern)})
 
 
 def start_up_environments(pid: int | None = None) -> list[str]:
