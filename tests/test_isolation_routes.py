@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 from canarchy.testing.isolation import containment, protection
+from canarchy.testing.isolation.refusal import OperatorStateRefused
 from canarchy.testing.isolation.session import _RUN
 from canarchy.testing.isolation.tree import content_differences
 from tests.helpers import PYTEST
@@ -932,6 +933,24 @@ def test_a_can_adapter_s_device_node_is_unreachable_under_the_containment(reques
     shell = subprocess.run(["sh", "-c", 'for d in "$@"; do [ -c "$d" ] && echo "$d"; done; exit 0', "sh", *devices],
                            capture_output=True, text=True, timeout=30)
     assert shell.stdout == "", shell.stdout
+
+
+def test_a_python_open_of_a_can_adapter_s_device_node_is_refused_at_the_moment(request, access_guard):
+    """The access guard refuses a CAN adapter's device node before the open happens, naming the test: the
+    protection for a run without the containment (an adopter's default). Run only where this run's mount
+    view also covers the node, so that a guard that failed to refuse would meet the empty cover, never the
+    device."""
+    report = request.config.stash[_RUN].containment
+    view = report.protection("mount view") if report is not None else None
+    devices = [d for d in protection.can_adapter_devices() if report is not None and d in report.covered]
+    if view is None or not view.in_force or not devices:
+        pytest.skip("no CAN adapter's device node under this run's mount view")
+    with pytest.raises(OperatorStateRefused) as refused:
+        open(devices[0], "rb").close()
+    [record] = access_guard.take_refusals()
+    assert (record.resolved, record.zone) == (os.path.realpath(devices[0]), "refused")
+    message = str(refused.value)
+    assert request.node.nodeid in message and "a CAN adapter's device node" in message and "virtual" in message
 
 
 def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty(tmp_path_factory):

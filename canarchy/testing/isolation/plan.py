@@ -20,7 +20,7 @@ from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import loadable as _loadable
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import tree as _tree
-from canarchy.testing.isolation.settings import Settings, _is_worker, _markexpr, asks_for
+from canarchy.testing.isolation.settings import Settings, _is_worker, real_bus_asked
 
 if TYPE_CHECKING:
     from canarchy.testing.isolation.session import _Run
@@ -119,8 +119,9 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
     read_only = [*homes, *_git_dirs(root), *code]
     # A CAN adapter's device node present now becomes an empty read-only file too: for the tests and every
-    # process they start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
-    covered = [*run.guarded, *_protection.can_adapter_devices()]
+    # process they start, as unreachable as the operator's files (nothing reads them: not in run.guarded);
+    # not when -m asks for the tests that use a real bus.
+    covered = [*run.guarded, *([] if real_bus_asked(config) else _protection.can_adapter_devices())]
     return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
 
@@ -140,7 +141,7 @@ def _unreached(run: _Run) -> frozenset[str]:
 def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
     if not (settings.network_namespace if wanted is None else wanted):
         return False, "the host's (canarchy_network_namespace is off)"
-    named = [n for n in ("integration", "real_bus") if asks_for(_markexpr(config), n)]
+    named = real_bus_asked(config)
     if named:
         return False, f"the host's (-m asks for {' and '.join(named)} tests, which use a real bus)"
     return True, ""

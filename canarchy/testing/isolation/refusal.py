@@ -107,7 +107,8 @@ class Access:
             return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
                     f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
         what = {"refused": "the environment the operator started this process or one above it with"
-                if self.tree.startswith("/proc/") else "the operator's own state",
+                if self.tree.startswith("/proc/") else "a CAN adapter's device node (real hardware)"
+                if self.tree.startswith("/dev/") else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
                             "(outside any isolation)",
                 "start-up code": "code or configuration a later Python or pytest run loads without being asked "
@@ -127,4 +128,4 @@ class Access:
                        "checkout)")
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n"
-                f"{_numbered(ACCESS_FIXES)}")
+                f"{_numbered(BUS_FIXES if self.tree.startswith('/dev/') else ACCESS_FIXES)}")

@@ -37,7 +37,7 @@ from canarchy.testing.isolation.seal import Seal
 from canarchy.testing.isolation.exits import _guard_the_exit, _name_exit_handlers, _the_process_ends_with
 from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_own_trees,
                                              _pytest_s_staging, _reachable)
-from canarchy.testing.isolation.settings import Settings, _is_worker
+from canarchy.testing.isolation.settings import Settings, _is_worker, real_bus_asked
 
 MARKERS = {
     "integration": "uses the real environment and a real CAN bus; deselected unless -m names it",
@@ -161,7 +161,10 @@ def _start(config: pytest.Config, where: str) -> None:
     _enter_containment(config, run)
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
     protection = _protection.Protection(
-        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded])),
+        # a CAN adapter's device node too (a serial port: no network namespace stops it), unless -m asks
+        # for the tests that use a real bus
+        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded,
+                                     *([] if real_bus_asked(config) else _protection.can_adapter_devices())])),
         read_only=(*protection.read_only, *_code_trees_beside(config, operator_env, temp_base)),
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))

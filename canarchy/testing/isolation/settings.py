@@ -88,6 +88,11 @@ def _markexpr(config: pytest.Config) -> str:
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 
 
+def real_bus_asked(config: pytest.Config) -> list[str]:
+    """The markers of tests that use a real bus (``integration``, ``real_bus``) that the run's ``-m`` asks for."""
+    return [name for name in ("integration", "real_bus") if asks_for(_markexpr(config), name)]
+
+
 def asks_for(markexpr: str, marker: str) -> bool:
     """Whether the ``-m`` expression ``markexpr`` asks for ``marker``: names it outside an odd
     number of ``not``. ``"integration"``, ``"real_bus or uds"`` and ``"not (uds and not
