@@ -915,15 +915,21 @@ def _containment_or_skip() -> None:
         pytest.skip(f"no containment on this machine: {report.reason}")
 
 
+def _this_run_s_mount_view(request: pytest.FixtureRequest) -> containment.Report:
+    """This pytest run's containment report; the test skips where its mount view is not in force."""
+    report = request.config.stash[_RUN].containment
+    view = report.protection("mount view") if report is not None else None
+    if view is None or not view.in_force:
+        pytest.skip("this run has no mount view (an xdist worker, or the containment is off or not possible)")
+    return report
+
+
 def test_a_can_adapter_s_device_node_is_unreachable_under_the_containment(request):
     """A serial or USB CAN adapter is reached through its device node, which no network namespace stops
     (python-can's slcan through pyserial; a shell's ``printf > /dev/ttyACM0``). Under this run's mount view
     each such node present at the start is an empty read-only file, for the test and a shell child alike.
     Nothing here opens one: were the cover missing, an open would reach the device."""
-    report = request.config.stash[_RUN].containment
-    view = report.protection("mount view") if report is not None else None
-    if view is None or not view.in_force:
-        pytest.skip("this run has no mount view (an xdist worker, or the containment is off or not possible)")
+    report = _this_run_s_mount_view(request)
     devices = protection.can_adapter_devices()
     if not devices:
         pytest.skip("no serial or USB device node on this machine")
@@ -940,10 +946,9 @@ def test_a_python_open_of_a_can_adapter_s_device_node_is_refused_at_the_moment(r
     protection for a run without the containment (an adopter's default). Run only where this run's mount
     view also covers the node, so that a guard that failed to refuse would meet the empty cover, never the
     device."""
-    report = request.config.stash[_RUN].containment
-    view = report.protection("mount view") if report is not None else None
-    devices = [d for d in protection.can_adapter_devices() if report is not None and d in report.covered]
-    if view is None or not view.in_force or not devices:
+    report = _this_run_s_mount_view(request)
+    devices = [d for d in protection.can_adapter_devices() if d in report.covered]
+    if not devices:
         pytest.skip("no CAN adapter's device node under this run's mount view")
     with pytest.raises(OperatorStateRefused) as refused:
         open(devices[0], "rb").close()

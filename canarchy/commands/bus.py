@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import time
 
@@ -248,19 +249,7 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         return _capture_summary(args, capture, frames, writer)
     stream = open_stream(args, f"file:{args.file}")
     emit = stream.emit_frame
-    read = False
-    try:
-        with stream.stoppable():
-            for frame in frames:
-                if writer is not None:
-                    writer.write(frame)
-                emit("frame", frame)
-        read = True
-    finally:
-        if writer is not None:
-            # A read that failed (no frame: CAPTURE_FORMAT_INVALID ...) or whose reader went away (a closed
-            # pipe) converted only part of the recording, or nothing: no file, as for a bus that never opened.
-            writer.close(keep=read)
+    _convert(frames, writer, lambda frame: emit("frame", frame), stream.stoppable())
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
@@ -269,22 +258,31 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
+def _convert(frames, writer, each, guard) -> None:
+    """Write each frame to ``writer`` (``--output``; None: no file), then hand it to ``each``, inside ``guard``
+    (a stop by signal ends the loop there and keeps what was written). A read that failed (no frame:
+    CAPTURE_FORMAT_INVALID ...) or whose reader went away (a closed pipe) converted only part of the recording,
+    or nothing: no file is left, as for a bus that never opened."""
+    read = False
+    try:
+        with guard:
+            for frame in frames:
+                if writer is not None:
+                    writer.write(frame)
+                each(frame)
+        read = True
+    finally:
+        if writer is not None:
+            writer.close(keep=read)
+
+
 def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> CommandResult:
     """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of ``frames`` (the
     file's, after --filter and --count), each also written to ``writer`` (``--output``) when given."""
     from canarchy.capture_stats import CaptureStats
 
     stats = CaptureStats()
-    read = False
-    try:
-        for frame in frames:
-            if writer is not None:
-                writer.write(frame)
-            stats.feed(frame)
-        read = True
-    finally:
-        if writer is not None:
-            writer.close(keep=read)
+    _convert(frames, writer, stats.feed, contextlib.nullcontext())
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "summary": True, **stats.to_dict(), **capture.log.to_data()}
     if writer is not None:

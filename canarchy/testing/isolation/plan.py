@@ -118,10 +118,9 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
     read_only = [*homes, *_git_dirs(root), *code]
-    # A CAN adapter's device node present now becomes an empty read-only file too: for the tests and every
-    # process they start, as unreachable as the operator's files (nothing reads them: not in run.guarded);
-    # not when -m asks for the tests that use a real bus.
-    covered = [*run.guarded, *([] if real_bus_asked(config) else _protection.can_adapter_devices())]
+    # A CAN adapter's device node becomes an empty read-only file too: for the tests and every process they
+    # start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
+    covered = [*run.guarded, *run.adapter_devices]
     return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
 

@@ -88,6 +88,8 @@ class _Run:
     guarded: list[str]
     containment: _containment.Report | None = None
     unreached: frozenset[str] = frozenset()  # guarded paths the mount view made unreachable (plan._unreached)
+    # CAN adapters' device nodes present at the start: refused and covered (none when -m asks for a real bus)
+    adapter_devices: tuple[str, ...] = ()
     network_note: str = ""
     header: list[str] = field(default_factory=list)
     temp_base: str = ""
@@ -143,6 +145,7 @@ def _start(config: pytest.Config, where: str) -> None:
                       scan_packages=settings.scan_packages, account_home=account_home)
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
+    run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run
@@ -161,10 +164,8 @@ def _start(config: pytest.Config, where: str) -> None:
     _enter_containment(config, run)
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
     protection = _protection.Protection(
-        # a CAN adapter's device node too (a serial port: no network namespace stops it), unless -m asks
-        # for the tests that use a real bus
-        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded,
-                                     *([] if real_bus_asked(config) else _protection.can_adapter_devices())])),
+        # a CAN adapter's device node too: a serial port, which no network namespace stops
+        refused=tuple(dict.fromkeys([*protection.refused, *run.guarded, *run.adapter_devices])),
         read_only=(*protection.read_only, *_code_trees_beside(config, operator_env, temp_base)),
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
