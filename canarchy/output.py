@@ -334,12 +334,20 @@ class Printer:
         """Write the end of the output: the ``--json`` envelope (with the streamed
         events), the ``--jsonl`` closing envelope line, or the ``--text`` summary
         or error. ``result`` and ``error`` None: the command was interrupted
-        before it could report (the envelope says ``stopped_by``)."""
+        before it could report. Either way an interrupted command's ``data``
+        says ``stopped_by`` (``SIGINT``, ``SIGTERM``)."""
         try:
             if result is None and error is None:
                 if self.events is None:
                     return
                 result = CommandResult(data={"stopped_by": self.events.stopped_by or "SIGINT"})
+            elif result is not None and self.events is not None and self.events.stopped_by \
+                    and "stopped_by" not in result.data:
+                # stopped inside its stoppable block (a file read, a decode): what it reports is a part
+                result.data["stopped_by"] = self.events.stopped_by
+                cut = f"stopped by {self.events.stopped_by}: the above covers only the input read before it"
+                render = self.render_text or default_text
+                self.render_text = lambda result: render(result) + "\n" + cut
             env = envelope(self.command, result, error)
             if self._torn and self.fmt != "json":
                 self.write("\n")  # the closing line starts a line of its own, after what was cut short

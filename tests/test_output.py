@@ -137,6 +137,39 @@ def test_every_jsonl_output_ends_with_the_envelope_and_json_is_one_sorted_docume
         (e["event_type"], e["payload"]) for e in parsed[:-1]]
 
 
+@pytest.mark.parametrize("argv", [
+    ["capture", "--file", str(TRUCK)],
+    ["capture", "--file", str(TRUCK), "--summary"],
+    ["j1939", "decode", "--file", str(TRUCK)],
+    ["decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC)],
+    ["isotp", "decode", "--file", str(LEAF), "--request-id", "0x79B", "--response-id", "0x7BB"],
+], ids=["capture", "summary", "j1939", "dbc", "isotp"])
+@pytest.mark.parametrize("fmt", ["--json", "--jsonl", "--text"])
+def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, tmp_path):
+    """A signal in the middle of reading a file ends the command with exit 0 and what it read so far,
+    and its result says it was stopped: a part is never reported as the whole."""
+    from canarchy.capture_file import CaptureFile
+
+    whole = iter_frames = CaptureFile.__iter__
+
+    def cut(self):
+        for index, frame in enumerate(iter_frames(self)):
+            if index == 200:
+                raise KeyboardInterrupt("SIGTERM")
+            yield frame
+
+    monkeypatch.setattr(CaptureFile, "__iter__", cut)
+    result = run_cli(*argv, fmt)
+    assert result.code == 0
+    if fmt == "--text":
+        assert "stopped by SIGTERM" in result.out or "stopped_by: SIGTERM" in result.out
+        return
+    envelope = strict_json(result.out.splitlines()[-1] if fmt == "--jsonl" else result.out)
+    assert envelope["ok"] is True and envelope["data"]["stopped_by"] == "SIGTERM"
+    monkeypatch.setattr(CaptureFile, "__iter__", whole)
+    assert "stopped_by" not in strict_json(run_cli(*argv, "--json").out)["data"]
+
+
 # -- a closed pipe and signals, in a real process ------------------------------------------------------
 
 def _canarchy(*argv: str) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import time
 
@@ -282,7 +281,7 @@ def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> Comma
     from canarchy.capture_stats import CaptureStats
 
     stats = CaptureStats()
-    _convert(frames, writer, stats.feed, contextlib.nullcontext())
+    _convert(frames, writer, stats.feed, open_stream(args, f"file:{args.file}", keep=False).stoppable())
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "summary": True, **stats.to_dict(), **capture.log.to_data()}
     if writer is not None:
@@ -341,7 +340,7 @@ def _render_capture(result: CommandResult) -> str:
         from canarchy.capture_stats import render_ids
 
         return render_ids(data)
-    if "stopped_by" not in data:  # capture --file
+    if data.get("file") is not None:  # capture --file
         return f"capture of {data['file']}: {data['frame_count']} frames"
     output = data["output"]
     return (f"capture on {data['interface']}: {data['frame_count']} frames in {data['elapsed_s']:.3f} s "
