@@ -1,9 +1,9 @@
 """One candump ``-l`` log line as a frame, in the layout can-utils writes (``lib.c``).
 
 ``(seconds) channel ID#DATA``: a 3-digit (11-bit) or 8-digit (29-bit) ID, ``ID##F`` and the data for CAN FD
-(``F``: the flags digit), ``ID#R`` with an optional DLC digit for a remote frame; ``CAN_ERR_FLAG`` in the ID
-marks an error frame. Flag values: ``linux/can.h``. :data:`COMMON_LINE` is the shape most lines have, which
-the capture reader batches (:mod:`canarchy.capture_file`).
+(``F``: the flags digit), ``ID#R`` with an optional DLC for a remote frame (``R3``; ``R8_9`` .. ``R8_F``, a
+raw DLC above 8); ``CAN_ERR_FLAG`` in the ID marks an error frame. Flag values: ``linux/can.h``.
+:data:`COMMON_LINE` is the shape most lines have, which the capture reader batches (:mod:`canarchy.capture_file`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ _CANFD_BRS = 0x01  # linux/can.h: bit rate switch
 _CANFD_ESI = 0x02  # linux/can.h: error state indicator
 _HEX_TEXT = "0123456789abcdefABCDEF"
 _HEX_DIGITS = frozenset(_HEX_TEXT)
+_RAW_DLC_DIGITS = frozenset("9ABCDEFabcdef")  # a Classical CAN DLC above 8 (ISO 11898-1: 8 data bytes)
 _TIMESTAMP_CHARS = "0123456789."  # str.strip(chars) leaves what is not one of these
 _FD_LENGTHS = frozenset(CAN_FD_DLCS)
 CLASSIC_HEX_LENGTHS = frozenset(range(0, 17, 2))  # hex digits of 0..8 bytes
@@ -123,8 +124,12 @@ def _json_number(seconds: str) -> bool:
 
 
 def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, rest: str) -> CanFrame:
-    if rest and (len(rest) != 1 or rest not in _HEX_DIGITS):  # can-utils: one hex digit, 0..F
-        raise ValueError(f"remote frame DLC {rest!r} is not one hex digit")
+    if rest[1:2] == "_" and len(rest) == 3:  # can-utils' raw DLC 9..F of a remote frame of length 8: R8_9 .. R8_F
+        if rest[0] != "8" or rest[2] not in _RAW_DLC_DIGITS:
+            raise ValueError(f"remote frame DLC {rest!r}: a raw DLC is 8_9 .. 8_F")
+        rest = rest[2]
+    elif rest and (len(rest) != 1 or rest not in _HEX_DIGITS):  # R0 .. R8; R9 .. RF read as the raw DLC
+        raise ValueError(f"remote frame DLC {rest!r} is not one hex digit (or 8_9 .. 8_F)")
     if extended and can_id & _CAN_ERR_FLAG:
         raise ErrorFrame
     return CanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=int(rest, 16) if rest else 0)

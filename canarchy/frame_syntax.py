@@ -104,7 +104,9 @@ def parse_frame(text: str, channel: str | None = None) -> CanFrame:
     if rest[:1] in ("R", "r"):
         dlc_digit = rest[1:]
         if dlc_digit and (len(dlc_digit) != 1 or not dlc_digit.isdigit() or int(dlc_digit) > 8):
-            raise UserInputError("INVALID_FRAME", f"Frame {text!r}: remote frame DLC {dlc_digit!r} is not 0..8.",
+            raw = "; a raw DLC above 8 (R8_9 .. R8_F) is read from recordings, not sent: python-can carries 0..8" \
+                if dlc_digit[:2] == "8_" or dlc_digit in tuple("9ABCDEFabcdef") else ""
+            raise UserInputError("INVALID_FRAME", f"Frame {text!r}: remote frame DLC {dlc_digit!r} is not 0..8{raw}.",
                                  _FRAME_HINT)
         return CanFrame(arbitration_id, b"", extended, is_remote_frame=True, channel=channel,
                         requested_dlc=int(dlc_digit or 0))
@@ -115,7 +117,8 @@ def format_frame(frame: CanFrame) -> str:
     """``frame`` in cansend's syntax (the body of a candump ``-l`` line): ``123#DEADBEEF``."""
     ident = can_id_text(frame.arbitration_id, frame.is_extended_id)
     if frame.is_remote_frame:
-        return f"{ident}#R{frame.requested_dlc or ''}"
+        dlc = frame.requested_dlc
+        return f"{ident}#R{dlc or ''}" if dlc <= 8 else f"{ident}#R8_{dlc:X}"  # can-utils' raw DLC: R8_9 .. R8_F
     if frame.is_fd:
         flags = (_CANFD_BRS if frame.bitrate_switch else 0) | (_CANFD_ESI if frame.error_state_indicator else 0)
         return f"{ident}##{flags:X}{frame.data.hex().upper()}"

@@ -85,6 +85,20 @@ def test_remote_frames_keep_their_dlc():
     assert with_dlc.to_payload()["dlc"] == 4
 
 
+def test_every_remote_frame_dlc_reads_back_as_canarchy_writes_it():
+    """DLC 0..15 of a remote frame in cansend's syntax (can-utils lib.c: ``R``, ``R1`` .. ``R8``, and
+    ``R8_9`` .. ``R8_F`` for a raw DLC above 8), read back by the candump parser."""
+    from canarchy.frame_syntax import format_frame
+    from canarchy.frames import CanFrame
+
+    bodies = [format_frame(CanFrame(0x123, b"", is_remote_frame=True, requested_dlc=dlc)) for dlc in range(16)]
+    assert bodies[:2] + bodies[8:10] + bodies[15:] == ["123#R", "123#R1", "123#R8", "123#R8_9", "123#R8_F"]
+    assert [parse_candump_line(f"(1.000000) can0 {body}").dlc for body in bodies] == list(range(16))
+    for bad in ("R7_9", "R8_8", "R8_", "R8_9A"):
+        with pytest.raises(ValueError, match="remote frame DLC"):
+            parse_candump_line(f"(1.000000) can0 123#{bad}")
+
+
 def test_direction_suffix_and_empty_payload_and_blank_line():
     assert parse_candump_line("(1.000000) can0 123#0102 R").data == b"\x01\x02"
     assert parse_candump_line("(1.000000) can0 123#").data == b""
