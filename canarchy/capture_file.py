@@ -108,7 +108,8 @@ class CaptureFile:
         if isinstance(self._stopped, _COMPRESSION_ERRORS) and self.path.lower().endswith(".gz"):
             return compression_invalid(self.path, f"{self._stopped.__class__.__name__}: {self._stopped}")
         if self.malformed_count or self._stopped is not None or _has_content(self.path):
-            reader = "candump -l" if self.format == "candump" else f"python-can's .{self.format}"
+            reader = {"candump": "candump -l", "json": "canarchy --json", "jsonl": "canarchy --jsonl"}.get(
+                self.format, f"python-can's .{self.format}")
             return DecodeError("CAPTURE_FORMAT_INVALID",
                                f"{self.path!r} holds no CAN frame the {reader} reader can read"
                                + (f" (first problem: {first})." if first else "."),
@@ -120,9 +121,10 @@ class CaptureFile:
         # Undecodable bytes become U+FFFD, which fails the line check below: a
         # warning for that line, not an exception for the whole file.
         # newline="": lines still end at LF, CRLF or CR, untranslated (split() drops the CR).
+        # utf-8-sig: a byte order mark that an editor put before the first line is not part of that line.
         if self.path.lower().endswith(".gz"):
-            return gzip.open(self.path, "rt", encoding="utf-8", errors="replace", newline="")  # type: ignore[return-value]
-        return open(self.path, encoding="utf-8", errors="replace", newline="")
+            return gzip.open(self.path, "rt", encoding="utf-8-sig", errors="replace", newline="")  # type: ignore[return-value]
+        return open(self.path, encoding="utf-8-sig", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
         try:

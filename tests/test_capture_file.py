@@ -156,6 +156,30 @@ def test_crlf_and_non_ascii_bytes(tmp_path):
     assert capture.all_warnings() and capture.all_warnings()[0].startswith(f"{path}:11: malformed candump line")
 
 
+@pytest.mark.parametrize("suffix", [".log", ".jsonl", ".log.gz"])
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(suffix, tmp_path):
+    """Editors on Windows may start a text file with U+FEFF; the first frame is read like the rest."""
+    lines = _lines(LEAF)[:3]
+    if suffix == ".jsonl":
+        lines = [json.dumps({"event_type": "frame", "payload": parse_candump_line(line).to_payload()})
+                 for line in lines]
+    body = "\ufeff" + "\n".join(lines) + "\n"
+    path = tmp_path / f"bom{suffix}"
+    path.write_bytes(gzip.compress(body.encode()) if suffix.endswith(".gz") else body.encode())
+    capture = open_capture(path)
+    assert [frame.arbitration_id for frame in capture] == [parse_candump_line(line).arbitration_id
+                                                            for line in _lines(LEAF)[:3]]
+    assert capture.all_warnings() == []
+
+
+def test_a_file_of_no_canarchy_frame_names_canarchy_s_reader(tmp_path):
+    path = tmp_path / "other.jsonl"
+    path.write_text('{"x": 1}\n')
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert (result.code, result.error_codes) == (3, ["CAPTURE_FORMAT_INVALID"])
+    assert "the canarchy --jsonl reader" in json.loads(result.out)["errors"][0]["message"]
+
+
 def test_error_frames_are_counted_not_yielded(tmp_path):
     path = tmp_path / "err.log"
     path.write_text("(1.0) can0 20000080#0000000000000000\n(1.1) can0 123#01\n", encoding="ascii")
