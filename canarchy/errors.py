@@ -41,6 +41,17 @@ EXIT_DECODE = 3
 EXIT_OUTPUT_CLOSED = 141
 
 
+def one_full_stop(text: str) -> str:
+    """``text`` with a sentence's doubled full stop made one: a reason that ends with '.' put before
+    the '.' of the sentence around it ("cannot be read: Permission denied.." ). An ellipsis ('...'),
+    a range ('0..8') and a path ('..') are left as they are."""
+    if ".." not in text:
+        return text
+    import re
+
+    return re.sub(r"(?<=[^.\s])\.\.(?=\s|$)", ".", text)
+
+
 class CanarchyError(Exception):
     """Base of every error canarchy reports to a user.
 
@@ -54,6 +65,7 @@ class CanarchyError(Exception):
     def __init__(self, code: str, message: str, hint: str) -> None:
         if not hint:
             raise ValueError(f"error {code} needs a non-empty hint")
+        message, hint = one_full_stop(message), one_full_stop(hint)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 from collections.abc import Callable, Iterator
 
-from canarchy.errors import CanarchyError
+from canarchy.errors import CanarchyError, one_full_stop
 
 OUTPUT_FORMATS = ("text", "json", "jsonl")
 #: Bytes of ``--json`` events kept in memory before the spool moves to a temporary file.
@@ -75,7 +75,7 @@ def envelope(command: str, result: CommandResult | None, error: CanarchyError | 
         "ok": error is None,
         "command": command,
         "data": dict(result.data) if result is not None else {},
-        "warnings": list(result.warnings) if result is not None else [],
+        "warnings": [one_full_stop(text) for text in result.warnings] if result is not None else [],
         "errors": [error.to_dict()] if error is not None else [],
     }
 
@@ -385,7 +385,7 @@ class Printer:
         if counts:
             text += "\nwarnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items())
         if result.warnings:
-            text += "".join(f"\nwarning: {w}" for w in result.warnings)
+            text += "".join(f"\nwarning: {one_full_stop(w)}" for w in result.warnings)
         return text
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Iterable
 
+from canarchy.errors import one_full_stop
+
 #: Records (and warning strings) kept per kind; further ones are counted only.
 MAX_PER_KIND = 50
 
@@ -26,7 +28,7 @@ class WarningRecord(str):
     details: dict[str, Any]
 
     def __new__(cls, code: str, message: str, **details: Any) -> WarningRecord:
-        record = super().__new__(cls, message)
+        record = super().__new__(cls, one_full_stop(message))
         record.code = code
         record.details = details
         return record

@@ -439,3 +439,23 @@ def test_a_long_dry_run_plans_in_flat_memory(monkeypatch, fmt):
     base = ["generate", "--dry-run", "--seed", "1", fmt, "--count"]
     _peak(base + ["2000"])
     assert _peak(base + ["20000"]) < _peak(base + ["2000"]) * 1.25 + 256 * 1024
+
+
+def test_a_reason_that_ends_a_sentence_leaves_one_full_stop(tmp_path):
+    """Messages, hints and warnings put an OS or library reason (which may end with '.') before their own
+    full stop: the envelope and --text show one. Ranges ('0..8'), ellipses and '..' paths stay."""
+    from canarchy.errors import UserInputError, one_full_stop
+    from canarchy.warning_log import WarningRecord
+
+    assert one_full_stop("cannot be read: Permission denied..") == "cannot be read: Permission denied."
+    assert one_full_stop("stopped: busy.. Try again..") == "stopped: busy. Try again."
+    for kept in ("DLC 0..8.", "wait...", "cd .. first.", "R8_9 .. R8_F."):
+        assert one_full_stop(kept) == kept
+    error = UserInputError("X", "bad: reason..", "Do this..")
+    assert (error.message, error.hint) == ("bad: reason.", "Do this.")
+    assert WarningRecord("W", "odd line: why..") == "odd line: why."
+    result = output.CommandResult(data={}, warnings=["plain: because.."])
+    assert output.envelope("t", result, None)["warnings"] == ["plain: because."]
+    printer, out = _printer("text")
+    printer.finish(result, None)
+    assert "warning: plain: because.\n" in out.getvalue()
