@@ -134,9 +134,27 @@ NRC_NAMES: dict[int, str] = {
     0x26: "FailurePreventsExecutionOfRequestedAction",
     0x31: "RequestOutOfRange",
     0x33: "SecurityAccessDenied",
+    0x34: "AuthenticationRequired",
     0x35: "InvalidKey",
     0x36: "ExceededNumberOfAttempts",
     0x37: "RequiredTimeDelayNotExpired",
+    0x38: "SecureDataTransmissionRequired",
+    0x39: "SecureDataTransmissionNotAllowed",
+    0x3A: "SecureDataVerificationFailed",
+    0x50: "CertificateVerificationFailedInvalidTimePeriod",
+    0x51: "CertificateVerificationFailedInvalidSignature",
+    0x52: "CertificateVerificationFailedInvalidChainOfTrust",
+    0x53: "CertificateVerificationFailedInvalidType",
+    0x54: "CertificateVerificationFailedInvalidFormat",
+    0x55: "CertificateVerificationFailedInvalidContent",
+    0x56: "CertificateVerificationFailedInvalidScope",
+    0x57: "CertificateVerificationFailedInvalidCertificate",
+    0x58: "OwnershipVerificationFailed",
+    0x59: "ChallengeCalculationFailed",
+    0x5A: "SettingAccessRightsFailed",
+    0x5B: "SessionKeyCreationOrDerivationFailed",
+    0x5C: "ConfigurationDataUsageFailed",
+    0x5D: "DeAuthenticationFailed",
     0x70: "UploadDownloadNotAccepted",
     0x71: "TransferDataSuspended",
     0x72: "GeneralProgrammingFailure",
@@ -144,11 +162,34 @@ NRC_NAMES: dict[int, str] = {
     0x78: "RequestCorrectlyReceivedResponsePending",
     0x7E: "SubFunctionNotSupportedInActiveSession",
     0x7F: "ServiceNotSupportedInActiveSession",
+    # 0x81..0x94: conditions of the vehicle that the request needs (the server names the one not met)
+    0x81: "RpmTooHigh",
+    0x82: "RpmTooLow",
+    0x83: "EngineIsRunning",
+    0x84: "EngineIsNotRunning",
+    0x85: "EngineRunTimeTooLow",
+    0x86: "TemperatureTooHigh",
+    0x87: "TemperatureTooLow",
+    0x88: "VehicleSpeedTooHigh",
+    0x89: "VehicleSpeedTooLow",
+    0x8A: "ThrottleOrPedalTooHigh",
+    0x8B: "ThrottleOrPedalTooLow",
+    0x8C: "TransmissionRangeNotInNeutral",
+    0x8D: "TransmissionRangeNotInGear",
+    0x8F: "BrakeSwitchesNotClosed",
+    0x90: "ShifterLeverNotInPark",
+    0x91: "TorqueConverterClutchLocked",
+    0x92: "VoltageTooHigh",
+    0x93: "VoltageTooLow",
+    0x94: "ResourceTemporarilyNotAvailable",
 }
 
 
 def nrc_name(nrc: int) -> str:
-    """Name of a negative response code (ISO 14229-1 Annex A), or ``"Unknown"``."""
+    """Name of a negative response code (ISO 14229-1 Annex A; 0xF0..0xFE: the vehicle manufacturer's
+    own conditions), or ``"Unknown"`` (a code the standard reserves)."""
+    if 0xF0 <= nrc <= 0xFE:
+        return "VehicleManufacturerSpecificConditionsNotCorrect"
     return NRC_NAMES.get(nrc, "Unknown")
 
 

@@ -182,3 +182,14 @@ def test_probes_never_request_a_side_effect():
     assert requests["0x3E"] == "023e000000000000"
     for sid in ("0x11", "0x14", "0x19", "0x28", "0x2E", "0x2F", "0x31", "0x34", "0x85"):
         assert requests[sid] == f"01{sid[2:].lower()}000000000000", sid
+
+
+def test_every_negative_response_code_of_annex_a_has_its_name():
+    """ISO 14229-1:2020 Annex A, Table A.1: the codes a server sends are named; the reserved ones are not."""
+    named = {0x34: "AuthenticationRequired", 0x3A: "SecureDataVerificationFailed",
+             0x5B: "SessionKeyCreationOrDerivationFailed", 0x83: "EngineIsRunning", 0x93: "VoltageTooLow",
+             0x94: "ResourceTemporarilyNotAvailable", 0xF3: "VehicleManufacturerSpecificConditionsNotCorrect"}
+    assert {nrc: uds.nrc_name(nrc) for nrc in named} == named
+    defined = [*range(0x10, 0x15), 0x21, 0x22, *range(0x24, 0x27), 0x31, *range(0x33, 0x3B), *range(0x50, 0x5E),
+               *range(0x70, 0x74), 0x78, 0x7E, 0x7F, *range(0x81, 0x8E), *range(0x8F, 0x95), *range(0xF0, 0xFF)]
+    assert [nrc for nrc in range(1, 0x100) if uds.nrc_name(nrc) != "Unknown"] == defined
