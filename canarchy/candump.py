@@ -95,6 +95,8 @@ def parse_candump_line(line: str) -> CanFrame | None:
             payload = bytes.fromhex(data)
         except ValueError:
             what = "CAN FD data" if fd else "data"
+            if data.strip(_HEX_TEXT):  # a character that is not a hex digit (strip stops at it)
+                raise ValueError(f"{what} {data!r} holds a character that is not a hex digit") from None
             raise ValueError(f"{what} {data!r} is not an even number of hex digits") from None
     else:
         payload = b""

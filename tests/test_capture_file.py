@@ -114,7 +114,9 @@ def test_direction_suffix_and_empty_payload_and_blank_line():
     ("(1.0) can0 12G#00", "not hex"),
     ("(1.0) can0 123-00", "'#'"),
     ("(1.0) can0 123#0", "even number"),
-    ("(1.0) can0 123#ZZ", "even number"),
+    ("(1.0) can0 123#ZZ", "not a hex digit"),
+    ("(1.0) can0 123#00Z100", "not a hex digit"),
+    ("(1.0) can0 123##100G", "CAN FD data '00G' holds a character that is not a hex digit"),
     ("(1.0) can0 123##", "flags"),
     ("(1.0) can0 123#RX", "remote"),
 ])
