@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -1496,13 +1497,47 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
-    assert f"pid {fake}: sleep 60" in after, after  # multiprocessing's state names it; its command line does not
+    # multiprocessing's state names it; its command line does not: stopped at the last look, not spared till exit
+    assert f"left running after the session, stopped now: pid {fake}: sleep 60" in after, after
     # each named after the test at whose end it was running
     by = "(left running by test_late.py::"
     assert f"pid {detached}: sh -c" in after and f"{by}test_detaches_a_process_that_writes" in after, after
     assert f"pid {fake}: sleep 60 {by}test_dresses_a_process_as_multiprocessing_s_resource_tracker)" in after, after
     [chained] = [part for part in after.split("stopped now: ") if part.startswith(f"pid {innermost}: ")]
     assert f"{by}test_leaves_a_chain_of_processes_each_waiting_for_the_next)" in chained, after
+
+
+def test_a_process_dressed_as_multiprocessing_s_own_helper_is_stopped_at_exit(tmp_path):
+    """multiprocessing's resource tracker outlives the run; so does, until exit, a process started with its
+    command line, holding the other end of a pipe, and put in multiprocessing's state with it. At exit the run
+    closes its end of the helpers' pipes, as its exit would: the real tracker ends, this one does not and is
+    stopped and named before it can act."""
+    run = run_child(tmp_path, {"test_dressed.py": """
+        import os, subprocess, sys
+        import multiprocessing.resource_tracker as tracker
+
+        LATER = ("from multiprocessing.resource_tracker import main;import os, time\\n"
+                 "parent = os.getppid()\\n"
+                 "while os.getppid() == parent: time.sleep(0.02)\\n"
+                 "open(os.environ['CHILD_PLANT'], 'w').write('planted')\\n")
+
+        def test_starts_a_tracker_that_acts_once_the_run_has_ended():
+            read, write = os.pipe()  # it holds the other end of the pipe, as the real tracker does
+            fake = subprocess.Popen([sys.executable, "-c", LATER], stdin=subprocess.DEVNULL, pass_fds=(read,))
+            os.close(read)
+            tracker._resource_tracker._pid, tracker._resource_tracker._fd = fake.pid, write
+            open(os.environ["CHILD_FAKE_FILE"], "w").write(str(fake.pid))
+    """}, env={"CHILD_PLANT": str(tmp_path / "project" / "pytest.py"), "CHILD_FAKE_FILE": str(tmp_path / "fake.pid")})
+    fake = int((tmp_path / "fake.pid").read_text())
+    time.sleep(0.5)  # what the fake would do once its parent has gone, it would have done by now
+    alive = os.path.exists(f"/proc/{fake}")
+    if alive:
+        os.kill(fake, 9)
+    assert not alive and not (tmp_path / "project" / "pytest.py").exists(), run.output
+    assert run.returncode == 1, run.output
+    at_exit = run.output[run.output.index("canarchy isolation sentinel, at exit"):]
+    assert f"as if multiprocessing's helper, stopped now: pid {fake}: " in at_exit, at_exit
+    assert "(left running by test_dressed.py::test_starts_a_tracker_that_acts_once_the_run_has_ended)" in at_exit
 
 
 def test_code_collection_would_import_from_where_git_ignores_it_is_not_collected(tmp_path):

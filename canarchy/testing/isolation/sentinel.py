@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,8 +163,11 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     called ``os._exit`` before the run ended."""
     lines = run.last_lines  # shared with _after_the_verdict, should something end the process during this look
     lines += [cut_short] if cut_short else []
+    helpers = _multiprocessing_helpers()
     lines += [f"left running after the session, stopped now: {line}"
-              for line in _reaper.stop_children(keep=_multiprocessing_helpers(), owners=run.process_owners)]
+              for line in _reaper.stop_children(keep=helpers, owners=run.process_owners)]
+    if helpers and not cut_short:
+        _end_helpers_at_exit(run, helpers)
     lines += _refused()
     _remember_writes(run, _access.GUARD.take_watched())
     lines += _left_open_for_writing(run, config)
@@ -230,14 +234,86 @@ def _multiprocessing_helpers() -> set[int]:
     forkserver end when their pipe closes, at exit): not left running by a test. What a forkserver
     started is (``multiprocessing.resource_tracker``, ``multiprocessing.forkserver``; CPython 3.11).
     The pids come from ``multiprocessing``'s own state, which a test can set: one counts only when it is
-    a child of this process running that module's ``main`` as ``multiprocessing`` starts it (``-c``)."""
+    a child of this process running that module's ``main`` as ``multiprocessing`` starts it (``-c``) and
+    holding the other end of the pipe ``multiprocessing`` keeps for it (and :func:`_end_helpers_at_exit`
+    checks that it ends when that pipe closes)."""
     helpers = set()
-    for module, holder, name in (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
-                                 ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")):
-        pid = getattr(getattr(sys.modules.get(module), holder, None), name, None)
-        if isinstance(pid, int) and _runs_the_main_of(pid, module):
+    for module, holder, pid_name, fd_name in _HELPER_PIPES:
+        state = getattr(sys.modules.get(module), holder, None)
+        pid, fd = getattr(state, pid_name, None), getattr(state, fd_name, None)
+        if isinstance(pid, int) and isinstance(fd, int) and _runs_the_main_of(pid, module) \
+                and _holds_the_other_end(pid, fd):
             helpers.add(pid)
     return helpers
+
+
+def _holds_the_other_end(pid: int, fd: int) -> bool:
+    """Whether process ``pid`` has open the pipe that this process's ``fd`` is an end of (Linux: the
+    ``pipe:[INODE]`` links under ``/proc/PID/fd``): the helper ``multiprocessing`` started reads it."""
+    try:
+        pipe = os.readlink(f"/proc/self/fd/{fd}")
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    if not pipe.startswith("pipe:"):
+        return False
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") == pipe:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+#: Where ``multiprocessing`` keeps each helper's pid and its end of the helper's pipe (CPython 3.11-3.13).
+_HELPER_PIPES = (("multiprocessing.resource_tracker", "_resource_tracker", "_pid", "_fd"),
+                 ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid", "_forkserver_alive_fd"))
+#: How long a helper has to end once its pipe is closed (a real one ends within milliseconds).
+HELPER_GRACE_S = 2.0
+
+
+def _end_helpers_at_exit(run: _Run, helpers: set[int]) -> None:
+    """At exit, after ``multiprocessing``'s own exit function (moved behind this check, which runs it first),
+    close this process's end of each helper's pipe, as the process's end would: a real helper then ends
+    within :data:`HELPER_GRACE_S`. One that does not, or a process it left behind (adopted by this one,
+    the subreaper), only looked like a helper (its pid set in ``multiprocessing``'s state by a test): it is
+    stopped and named, and the run fails, before it can act once the run has ended."""
+    import atexit
+
+    util = sys.modules.get("multiprocessing.util")
+    exit_function = getattr(util, "_exit_function", None)
+    if exit_function is not None:
+        atexit.unregister(exit_function)
+
+    def check() -> None:
+        if exit_function is not None:
+            exit_function()
+        for module, holder, pid_name, fd_name in _HELPER_PIPES:
+            state = getattr(sys.modules.get(module), holder, None)
+            if getattr(state, pid_name, None) in helpers and isinstance(getattr(state, fd_name, None), int):
+                try:
+                    os.close(getattr(state, fd_name))
+                except OSError:
+                    pass
+                setattr(state, fd_name, None)
+        deadline = time.monotonic() + HELPER_GRACE_S
+        waiting = set(helpers)
+        while waiting and time.monotonic() < deadline:
+            waiting = {pid for pid in waiting if not _reaper._gone(pid)}
+            if waiting:
+                time.sleep(0.01)
+        left = _reaper.stop_children(owners=run.process_owners)
+        if not left:
+            return
+        sys.stdout.flush()
+        sys.stderr.write("\ncanarchy isolation sentinel, at exit (after multiprocessing's own exit):\n"
+                         + "".join(f"left running as if multiprocessing's helper, stopped now: {line}\n"
+                                   for line in left) + "the run fails (exit code 1)\n")
+        sys.stderr.flush()
+        _REAL_EXIT(1)
+
+    atexit.register(check)
 
 
 def _runs_the_main_of(pid: int, module: str) -> bool:
