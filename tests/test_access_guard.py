@@ -318,6 +318,9 @@ ALLOWED = {
     "list the home": "os.listdir(home)",
     "write to the work tree": "(work / 'out.txt').write_text('x')",
     "mkdir and rmtree in the work tree": "(os.makedirs(work / 'a' / 'b'), shutil.rmtree(work / 'a'))",
+    # rmtree opens each directory below its top by name under a descriptor: not the working directory's
+    "rmtree of a tree holding a name the working directory refuses": "(os.makedirs(work / 'c' / '.canarchy' / 's'), "
+        "os.chdir(home), shutil.rmtree(work / 'c'), os.chdir(work))",
     "a temporary file": "tempfile.TemporaryFile().close()",
     "remove a symlink that points into the state": "os.remove(work / 'rc-to-remove')",
     "byte code in the work tree": "(os.makedirs(work / '__pycache__'), (work / '__pycache__' / 'm.pyc').touch())",
@@ -534,6 +537,7 @@ def test_default_protection_covers_both_homes(tmp_path, monkeypatch):
     assert "/etc/can.conf" in operator.refused
     assert str(tmp_path / "roaming" / "can.ini") in operator.refused
     assert str(tmp_path / "cwd" / "can.ini") in operator.refused
+    assert str(tmp_path / "cwd" / ".canarchy") in operator.refused  # canarchy's sessions in the working directory
     assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home))
     assert operator.writable == (tempfile.gettempdir(),)
 
@@ -545,7 +549,8 @@ def test_default_protection_resolves_and_merges_homes(tmp_path):
     operator = protection.default_protection({"HOME": str(tmp_path / "via-link"), "USERPROFILE": str(real)},
                                              str(real))
     assert operator.read_only == (str(real),)
-    assert [p for p in operator.refused if p.endswith(".canarchy")] == [str(real / ".canarchy")]
+    assert [p for p in operator.refused if p.endswith(".canarchy")] == [str(real / ".canarchy"),
+                                                                         os.path.join(os.getcwd(), ".canarchy")]
     assert protection.default_protection({"HOME": "/"}, None).read_only == ()  # a home at the root is not read-only
 
 

@@ -419,6 +419,13 @@ def test_an_env_i_child_reads_nothing():
     read = subprocess.run(["env", "-i", "/bin/cat", REAL], capture_output=True, text=True)
     assert read.stdout == ""
 
+def test_a_shell_finds_the_working_directory_s_python_can_ini_and_canarchy_sessions_empty(request):
+    # in the working directory pytest was started in: python-can's can.ini (Windows), canarchy's sessions
+    where = request.config.invocation_params.dir
+    read = subprocess.run(["sh", "-c", f"cat can.ini .canarchy/sessions/lab.json; ls -A .canarchy"], cwd=where,
+                          capture_output=True, text=True)
+    assert "SECRET" not in read.stdout and "sessions" not in read.stdout, read
+
 def test_a_c_level_open_reads_nothing():
     libc = ctypes.CDLL(None, use_errno=True)
     fd = libc.open(REAL.encode(), os.O_RDONLY)
@@ -965,11 +972,13 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     home = make_operator_home(base / "pristine")
     files = {"test_contained.py": CONTAINED, ".git/hooks/README": "", ".venv/pyvenv.cfg": "home = /usr/bin\n",
              ".venv/lib/python3.11/site-packages/README": "",
+             "can.ini": "[default]\nchannel = INI-SECRET\n", ".canarchy/sessions/lab.json": '{"SECRET": 1}\n',
              "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
     run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
                                                                         / "config.toml")})
     for test in ("test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
                  "test_a_c_level_open_reads_nothing",
+                 "test_a_shell_finds_the_working_directory_s_python_can_ini_and_canarchy_sessions_empty",
                  "test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty",
                  "test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in"):
         assert run.outcomes(test) == {"passed"}, run.output

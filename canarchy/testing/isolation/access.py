@@ -220,12 +220,16 @@ class AccessGuard:
         # os.open (mode None) of a directory gives a dir_fd; open() cannot (its opener is audited itself),
         # nor can O_TMPFILE (an unnamed file)
         dir_fd = args[1] is None and args[2].__class__ is int and (not O_TMPFILE or args[2] & O_TMPFILE != O_TMPFILE)
+        walker = False
         if dir_fd:  # the standard library's walkers, their own code run with their own module: not as descriptors
             caller = sys._getframe(3)  # 3: _open, _audit, the hook, os.open's caller
-            dir_fd = DESCRIPTOR_WALKERS.get(caller.f_code) is not caller.f_globals
+            walker = DESCRIPTOR_WALKERS.get(caller.f_code) is caller.f_globals
+            dir_fd = not walker
         operation, flags = ("open for writing", WRITE) if write else ("open for reading", READ)
-        self._judge(args[0], None, operation, flags | OPEN if dir_fd else flags)
-        if args[1] is None and (text := path_text(args[0])) and not os.path.isabs(text):
+        relative = args[1] is None and (text := path_text(args[0])) and not os.path.isabs(text)
+        if not (walker and relative):  # a walker's relative name is under its own descriptors (below), not the cwd
+            self._judge(args[0], None, operation, flags | OPEN if dir_fd else flags)
+        if relative:
             # os.open: the event carries no dir_fd, so the name is judged under every directory open here
             for base in _directory_descriptors():
                 self._judge(os.path.join(base, text), None, operation, flags | OPEN if dir_fd else flags)

@@ -120,7 +120,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     read_only = [*homes, *_git_dirs(root), *code]
     # A CAN adapter's device node becomes an empty read-only file too: for the tests and every process they
     # start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
-    covered = [*run.guarded, *run.adapter_devices]
+    covered = [*run.guarded, *run.refused_files, *run.adapter_devices]
     return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()))
 

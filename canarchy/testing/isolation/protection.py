@@ -30,6 +30,8 @@ PYTHON_CAN_SYSTEM_FILES = ("/etc/can.conf",)
 CAN_ADAPTER_DEVICES = ("/dev/ttyS*", "/dev/ttyUSB*", "/dev/ttyACM*", "/dev/ttyAMA*", "/dev/serial", "/dev/bus/usb",
                        "/dev/pcan*", "/dev/cu.*", "/dev/tty.*")
 PYTHON_CAN_INI = "can.ini"
+# canarchy's project state in a working directory: its sessions (``canarchy.session``: ./.canarchy/sessions).
+PROJECT_STATE = ".canarchy"
 _WINDOWS = os.name == "nt"
 _SEP = os.sep
 
@@ -81,8 +83,8 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
 
     Refused: in each home the operator-state names (``tree.OPERATOR_STATE``) and
     ``AppData/Roaming/can.ini``;
-    ``%APPDATA%/can.ini``, ``/etc/can.conf``, ``can.ini`` in ``cwd`` (the
-    operator's working directory, default the current one), and every file in
+    ``%APPDATA%/can.ini``, ``/etc/can.conf``, ``can.ini`` and ``.canarchy`` (canarchy's
+    sessions) in ``cwd`` (the operator's working directory, default the current one), and every file in
     python-can's ``CONFIG_FILES`` when it is imported, and the environments this process and those
     above it started with (:func:`start_up_environments`). Read-only: each home
     but ``/``. Writable: the temporary directory. The caller adds the
@@ -95,6 +97,7 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
         refused.append(os.path.join(environ["APPDATA"], PYTHON_CAN_INI))
     refused += PYTHON_CAN_SYSTEM_FILES
     refused.append(os.path.join(cwd or os.getcwd(), PYTHON_CAN_INI))
+    refused.append(os.path.join(cwd or os.getcwd(), PROJECT_STATE))
     for name in getattr(sys.modules.get("can.util"), "CONFIG_FILES", None) or ():
         if isinstance(name, str) and name.startswith("~"):
             refused += [home + name[1:] for home in homes]

@@ -90,6 +90,8 @@ class _Run:
     unreached: frozenset[str] = frozenset()  # guarded paths the mount view made unreachable (plan._unreached)
     # CAN adapters' device nodes present at the start: refused and covered (none when -m asks for a real bus)
     adapter_devices: tuple[str, ...] = ()
+    # the operator's files the guard refuses beyond ``guarded`` that exist (./can.ini, ./.canarchy): covered too
+    refused_files: tuple[str, ...] = ()
     network_note: str = ""
     header: list[str] = field(default_factory=list)
     temp_base: str = ""
@@ -161,8 +163,10 @@ def _start(config: pytest.Config, where: str) -> None:
     if not _erase_start_up_environment():
         run.header.append("the environment pytest was started with stays in /proc/PID/environ (not found in "
                           "its memory): a child that is not Python can read it there")
-    _enter_containment(config, run)
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
+    run.refused_files = tuple(p for p in protection.refused if p not in guarded and not p.startswith("/proc/")
+                              and os.path.lexists(p))
+    _enter_containment(config, run)
     protection = _protection.Protection(
         # a CAN adapter's device node too: a serial port, which no network namespace stops
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded, *run.adapter_devices])),
