@@ -1005,8 +1005,9 @@ def test_parallel_workers_are_isolated(tmp_path):
         from pathlib import Path
         from canarchy import transport
         @pytest.mark.parametrize("n", range(4))
-        def test_isolated(n):
+        def test_isolated(n, request):
             assert transport.default_can_interface() is None
+            assert "canarchy_operator_env" not in request.config.workerinput  # handed over, then taken out
             assert Path.home() != Path(os.environ["CHILD_OPERATOR_HOME"])
             assert list(Path.home().iterdir()) == []
             (Path.home() / "mark").write_text(str(n))

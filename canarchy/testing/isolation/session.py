@@ -130,7 +130,8 @@ _inside = _tempbase.inside
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
-    operator_env = config.workerinput["canarchy_operator_env"] if _is_worker(config) else dict(os.environ)
+    # taken out of workerinput (a dict a test can read): from here on only the sandbox holds it
+    operator_env = config.workerinput.pop("canarchy_operator_env") if _is_worker(config) else dict(os.environ)
     account_home = _tempbase.account_database_home()
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = settings.guarded_under(homes)
