@@ -427,7 +427,7 @@ def _python_can_reader(path: str, fmt: str) -> Any:
     """
     try:
         if fmt == "asc":
-            from can.io.asc import ASCReader as reader_class
+            from canarchy.asc import AscReader as reader_class
         elif fmt == "blf":
             from can.io.blf import BLFReader as reader_class
         elif fmt == "trc":

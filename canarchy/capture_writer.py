@@ -24,7 +24,7 @@ def _writer_class(suffix: str) -> Any:
     if suffix == ".log":
         from can.io.canutils import CanutilsLogWriter as writer
     elif suffix == ".asc":
-        from can.io.asc import ASCWriter as writer
+        from canarchy.asc import AscWriter as writer
     elif suffix == ".blf":
         from can.io.blf import BLFWriter as writer
     elif suffix == ".trc":

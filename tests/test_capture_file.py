@@ -251,6 +251,30 @@ def test_python_can_formats_round_trip(tmp_path, suffix):
     assert capture.format == suffix[1:]
     assert [(f.arbitration_id, f.is_extended_id, f.data) for f in got] == \
            [(f.arbitration_id, f.is_extended_id, f.data) for f in source]
+    # seconds since the epoch (the first recording's frames: the second one's are earlier, which these formats'
+    # offsets from the first frame cannot hold); python-can's ASC header holds milliseconds, 4.6's unpadded
+    error = max(abs(g.timestamp - f.timestamp) for g, f in zip(got[:40], source[:40], strict=True))
+    assert error < (1e-3 if suffix == ".asc" else 1e-6)
+
+
+def test_an_asc_trigger_block_s_milliseconds_written_without_leading_zeros_are_milliseconds():
+    """python-can 4.6 writes 20 ms as ``55.20``; CANoe always writes three digits (``55.020``, ``55.200``)."""
+    from canarchy.asc import AscReader
+
+    # the date as python-can's reader hands it over (after the weekday)
+    unpadded, padded = (AscReader._datetime_to_timestamp(f"Oct 25 19:00:55.{ms} 2021") for ms in ("20", "020"))
+    assert unpadded == padded and AscReader._datetime_to_timestamp("Oct 25 19:00:55.200 2021") - padded > 0.17
+
+
+@pytest.mark.parametrize("suffix", [".log", ".asc", ".blf", ".csv", ".trc"])
+def test_a_conversion_keeps_each_frame_s_time(tmp_path, suffix):
+    """``capture --file X --output Y``, then Y read back: every timestamp as it was (seconds since the epoch)."""
+    source = list(open_capture(TRUCK))
+    out = tmp_path / f"converted{suffix}"
+    assert run_cli("capture", "--file", str(TRUCK), "--output", str(out), "--json").code == 0
+    got = list(open_capture(out))
+    assert len(got) == len(source)
+    assert max(abs(g.timestamp - f.timestamp) for g, f in zip(got, source, strict=True)) < 1e-6
 
 
 def test_a_broken_binary_file_is_a_decode_error(tmp_path):

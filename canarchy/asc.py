@@ -1,0 +1,47 @@
+"""Vector ASC files through python-can's reader and writer, with the recording's start time kept.
+
+An ASC file holds offsets from the ``Begin Triggerblock`` line's date, which has milliseconds (what CANoe
+writes: ``Mon Oct 25 19:00:55.020 2021``, local time). python-can 4.6 reads offsets only by default, writes
+the milliseconds without leading zeros (``55.20`` for 20 ms) and starts the offsets at the first frame's
+full timestamp, so its own files read back up to a second off. Here the writer puts the start at the first
+frame's whole millisecond, zero-padded (the offsets keep the microseconds), and the reader reads absolute
+times, taking a millisecond field of one or two digits as python-can's unpadded one.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from can.io.asc import ASCReader, ASCWriter
+
+_SHORT_MILLISECONDS = re.compile(r"(:\d\d)\.(\d{1,2})(?=\s)")
+
+
+class AscReader(ASCReader):
+    """python-can's reader, timestamps in seconds since the epoch (from the trigger block's local date)."""
+
+    def __init__(self, file: Any, **kwargs: Any) -> None:
+        super().__init__(file, relative_timestamp=False, **kwargs)
+
+    @staticmethod
+    def _datetime_to_timestamp(datetime_string: str) -> float:
+        padded = _SHORT_MILLISECONDS.sub(lambda m: f"{m[1]}.{m[2].zfill(3)}", datetime_string)
+        return ASCReader._datetime_to_timestamp(padded)
+
+
+class AscWriter(ASCWriter):
+    """python-can's writer with the trigger block at the first frame's millisecond, written with 3 digits."""
+
+    def _format_header_datetime(self, dt: datetime) -> str:
+        return dt.strftime(self.FORMAT_DATE.format(f"{dt.microsecond // 1000:03d}"))
+
+    def log_event(self, message: str, timestamp: float | None = None) -> None:
+        if not self.header_written and timestamp:
+            start = int(timestamp * 1000) / 1000  # whole milliseconds: what the header can say
+            self.file.write(f"Begin Triggerblock {self._format_header_datetime(datetime.fromtimestamp(start))}\n")
+            self.header_written = True
+            self.started = self.last_timestamp = start
+            super().log_event("Start of measurement", start)
+        super().log_event(message, timestamp)
