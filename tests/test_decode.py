@@ -614,3 +614,22 @@ def test_float_signals_nan_and_infinity_keep_the_output_valid_json(tmp_path):
     summary = lines[-1]["data"]["messages"]["FLT"]["signals"]["F"]
     assert (summary["min"], summary["max"], summary["first"], summary["last"]) == (1.0, 1.0, "NaN", 1.0)
     strict(run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json").out)
+
+
+def test_a_frame_shorter_than_its_message_decodes_what_it_holds_and_says_what_it_lacks(tmp_path):
+    """cantools' CLI refuses such a frame ("Wrong data size"); canarchy decodes the signals inside the bytes it
+    has, names the others in a warning, and counts a frame that holds no signal at all as not decoded."""
+    import cantools
+
+    message = cantools.database.load_file(str(BOSCH_DBC)).get_message_by_name("BREMSE_53")
+    capture = tmp_path / "short.log"
+    capture.write_text("(1.0) can0 5C0#0102\n(1.1) can0 5C0#\n(1.2) can0 5C0#0102030405060708\n")
+    data = run_cli("decode", "--file", str(capture), "--dbc", str(BOSCH_DBC), "--json").envelope["data"]
+    short, empty = [r for r in data["warning_records"] if r["message_name"] == "BREMSE_53"][:2]
+    inside = set(message.decode(b"\x01\x02", allow_truncated=True))
+    assert short["code"] == "DBC_DATA_SHORT" and (short["length"], short["expected_length"]) == (2, 8)
+    assert set(short["missing_signals"]) == {s.name for s in message.signals} - inside and inside
+    assert empty["code"] == "DBC_DECODE_FAILED" and "0 of its 8 bytes" in empty["message"]
+    events = [e["payload"] for e in data["events"]]
+    assert [set(e["signals"]) for e in events] == [inside, {s.name for s in message.signals}]
+    assert (data["decode_error_count"], data["warning_counts"]) == (1, {"DBC_DATA_SHORT": 1, "DBC_DECODE_FAILED": 1})

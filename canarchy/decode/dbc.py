@@ -186,15 +186,25 @@ class DbcDecoder:
             timestamp = pdu.timestamp
         else:
             timestamp = frame.timestamp
+        where = f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} {message.name}"
         try:
             values = message.decode(data, decode_choices=True, scaling=True, allow_truncated=True)
+            missing = self._cut_off(message, data, values)
         except Exception as exc:  # cantools raises its DecodeError and others (e.g. a bad multiplexer value)
+            missing, why = None, _first_line(exc)
+        else:
+            why = f"{len(data)} of its {message.length} bytes: no signal inside them" if values == {} and missing \
+                else None
+        if why is not None:
             self.decode_error_count += 1
-            self.warnings.add("DBC_DECODE_FAILED",
-                              f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} "
-                              f"{message.name}: does not decode: {_first_line(exc)}",
+            self.warnings.add("DBC_DECODE_FAILED", f"{where}: does not decode: {why}",
                               arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name)
             return []
+        if missing:  # the signals that lie in the bytes the frame has are decoded; cantools' CLI refuses it whole
+            self.warnings.add("DBC_DATA_SHORT", f"{where}: {len(data)} of its {message.length} bytes: "
+                              f"{', '.join(missing)} not decoded (beyond the data)",
+                              arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name,
+                              length=len(data), expected_length=message.length, missing_signals=missing)
         signals = {}
         stats = self._message_stats(message)
         for name, value in values.items():
@@ -222,6 +232,16 @@ class DbcDecoder:
         if isotp is not None:
             payload["isotp"] = isotp
         return [payload]
+
+    @staticmethod
+    def _cut_off(message: Any, data: bytes, values: dict[str, Any]) -> list[str]:
+        """The signals of ``message`` that ``data``, shorter than the message, does not reach (those the
+        message decoded from the same bytes zero-padded to its length has and ``values`` has not)."""
+        if len(data) >= message.length:
+            return []
+        whole = message.decode(data.ljust(message.length, b"\0"), decode_choices=False, scaling=False,
+                               allow_truncated=True)
+        return [name for name in whole if name not in values]
 
     def finish(self) -> None:
         """End of the capture: report ISO-TP messages left incomplete."""
