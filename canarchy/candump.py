@@ -26,8 +26,9 @@ FD_HEX_LENGTHS = frozenset(2 * n for n in CAN_FD_DLCS)
 _HEX = "[0-9A-Fa-f]"
 #: The common candump line: ``(seconds) channel ID#HEX`` or ``(seconds) channel ID##FHEX``, maybe with
 #: `` R``/`` T``, the seconds a JSON number. Groups: the seconds, ``"channel ID#"`` (``"channel ID##F"``
-#: for CAN FD: everything that fixes the frame's ID fields) and the data's hex digits.
-COMMON_LINE = rf"\(((?:0|[1-9][0-9]*)\.[0-9]+)\) (\S+ {_HEX}{{3,8}}#(?:#{_HEX})?)({_HEX}*)(?: [RTrt])?\r?"
+#: for CAN FD: everything that fixes the frame's ID fields), the data's hex digits and the direction letter
+#: (``R`` received, ``T`` sent; empty when absent: received).
+COMMON_LINE = rf"\(((?:0|[1-9][0-9]*)\.[0-9]+)\) (\S+ {_HEX}{{3,8}}#(?:#{_HEX})?)({_HEX}*)(?: ([RTrt]))?\r?"
 common_lines = re.compile(rf"^{COMMON_LINE}$", re.MULTILINE).findall
 common_line = re.compile(rf"{COMMON_LINE}\n?").fullmatch
 
@@ -56,6 +57,9 @@ def parse_candump_line(line: str) -> CanFrame | None:
         if count != 4 or fields[3] not in ("R", "T", "r", "t"):
             raise ValueError(f"expected '(timestamp) channel ID#DATA', got {count} field(s)") from None
         stamp, channel, body = fields[0], fields[1], fields[2]
+        is_rx = fields[3] in ("R", "r")
+    else:
+        is_rx = True
     if stamp[0] != "(" or stamp[-1] != ")":
         raise ValueError("timestamp is not in parentheses")
     seconds = stamp[1:-1]
@@ -89,7 +93,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
             flags = int(data[1], 16)
             data = data[2:]
         elif head == "R" or head == "r":
-            return _remote_frame(can_id, extended, timestamp, channel, data[1:])
+            return _remote_frame(can_id, extended, timestamp, channel, data[1:], is_rx)
         try:
             # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
             payload = bytes.fromhex(data)
@@ -108,13 +112,14 @@ def parse_candump_line(line: str) -> CanFrame | None:
         valid = can_id <= MAX_STANDARD_ID
     brs, esi = bool(flags & _CANFD_BRS), bool(flags & _CANFD_ESI)
     if not valid or (len(payload) > 8 and (not fd or len(payload) not in _FD_LENGTHS)):
-        return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi)  # raises INVALID_FRAME
+        return CanFrame(can_id, payload, extended, fd, False, timestamp, channel, brs, esi, is_rx=is_rx)  # raises
     # Checked above with CanFrame's own limits: build it without checking again (a third of the time).
     frame = _new(CanFrame)
     _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
                              "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
                              "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
-                             "requested_dlc": 0, TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
+                             "requested_dlc": 0, "is_rx": is_rx,
+                             TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
     return frame
 
 
@@ -125,7 +130,7 @@ def _json_number(seconds: str) -> bool:
     return first != "." and seconds[-1] != "." and (first != "0" or seconds[1:2] in (".", ""))
 
 
-def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, rest: str) -> CanFrame:
+def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, rest: str, is_rx: bool) -> CanFrame:
     if rest[1:2] == "_" and len(rest) == 3:  # can-utils' raw DLC 9..F of a remote frame of length 8: R8_9 .. R8_F
         if rest[0] != "8" or rest[2] not in _RAW_DLC_DIGITS:
             raise ValueError(f"remote frame DLC {rest!r}: a raw DLC is 8_9 .. 8_F")
@@ -134,11 +139,12 @@ def _remote_frame(can_id: int, extended: bool, timestamp: float, channel: str, r
         raise ValueError(f"remote frame DLC {rest!r} is not one hex digit (or 8_9 .. 8_F)")
     if extended and can_id & _CAN_ERR_FLAG:
         raise ErrorFrame
-    return CanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=int(rest, 16) if rest else 0)
+    return CanFrame(can_id, b"", extended, False, True, timestamp, channel, requested_dlc=int(rest, 16) if rest else 0,
+                    is_rx=is_rx)
 
 
 _new = object.__new__
 _set = object.__setattr__
 #: The fields :func:`parse_candump_line` sets, which must be all of CanFrame's (tests/test_capture_file.py checks).
 CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is_remote_frame", "timestamp", "channel",
-                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc")
+                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc", "is_rx")

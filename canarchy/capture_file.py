@@ -165,7 +165,8 @@ class CaptureFile:
             for lineno, parts in enumerate(found, first):
                 key = None
                 if parts is not None:
-                    seconds, key, data = parts
+                    seconds, key, data, direction = parts
+                    key += direction or ""  # the direction is a field the first line with the key fixes
                     entry = known.get(key)
                     if entry is not None and len(data) in entry[1]:
                         values = entry[0].copy()
@@ -476,9 +477,10 @@ def _from_message(message: Any) -> CanFrame:
     fd = bool(message.is_fd)
     if message.is_remote_frame and not fd:
         return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
-                        requested_dlc=message.dlc)
+                        requested_dlc=message.dlc, is_rx=bool(message.is_rx))
     data = b"" if message.is_remote_frame else bytes(message.data or b"")
     if not fd and len(data) > 8 and len(data) in CAN_FD_DLCS:
         fd = True
     return CanFrame(message.arbitration_id, data, message.is_extended_id, fd, False, timestamp, channel,
-                    bool(fd and message.bitrate_switch), bool(fd and message.error_state_indicator))
+                    bool(fd and message.bitrate_switch), bool(fd and message.error_state_indicator),
+                    is_rx=bool(message.is_rx))

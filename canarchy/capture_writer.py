@@ -65,6 +65,7 @@ class CaptureWriter:
         self.frame_count = 0
         self._not_written = 0
         self._degraded = 0
+        self._direction_lost = 0  # sent frames (is_rx false) written where the format has no direction
         writer_class = _writer_class(suffix)
         try:
             fd, self._temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=f".part{suffix}",
@@ -87,6 +88,8 @@ class CaptureWriter:
         if (self.format == "csv" and frame.is_fd) or (self.format == "log" and frame.is_remote_frame
                                                       and frame.requested_dlc):
             self._degraded += 1
+        if self.format == "csv" and not frame.is_rx:
+            self._direction_lost += 1
         try:
             self._writer.on_message_received(to_message(frame, stamped=True))
         except (OSError, ValueError) as exc:
@@ -104,6 +107,9 @@ class CaptureWriter:
             what = "CAN FD flag" if self.format == "csv" else "remote frames' DLC"
             notes.append(f"{self.path}: the {what} of {self._degraded} frame(s) is not in a .{self.format} file "
                          "(use .blf or .asc to keep it)")
+        if self._direction_lost:
+            notes.append(f"{self.path}: {self._direction_lost} frame(s) were sent (T), which a .csv file cannot say: "
+                         "they read back as received (use .log, .asc or .blf to keep it)")
         return notes
 
     def close(self, keep: bool = True) -> None:

@@ -33,7 +33,8 @@ class CanFrame:
     ``arbitration_id``: 11-bit (<= 0x7FF) or 29-bit identifier; ``data``: payload
     bytes (<= 8 for classic CAN, <= 64 for CAN FD); ``is_extended_id``: 29-bit
     frame; ``timestamp``: seconds since the Unix epoch; ``channel``: where it was
-    seen or sent.
+    seen or sent; ``is_rx``: received (False: sent by the recorder, candump's ``T``,
+    python-can's ``is_rx``).
     """
 
     arbitration_id: int
@@ -47,6 +48,7 @@ class CanFrame:
     error_state_indicator: bool = False
     is_error_frame: bool = False
     requested_dlc: int = 0
+    is_rx: bool = True
 
     def __post_init__(self) -> None:
         limit = MAX_EXTENDED_ID if self.is_extended_id else MAX_STANDARD_ID
@@ -86,7 +88,7 @@ class CanFrame:
 
     def to_payload(self) -> dict[str, Any]:
         """JSON form: ``{arbitration_id, data (hex), dlc, is_extended_id, is_fd, is_remote_frame,
-        bitrate_switch, error_state_indicator, is_error_frame, channel, timestamp}``."""
+        bitrate_switch, error_state_indicator, is_error_frame, is_rx, channel, timestamp}``."""
         return {
             "arbitration_id": self.arbitration_id,
             "data": self.data.hex(),
@@ -97,13 +99,14 @@ class CanFrame:
             "bitrate_switch": self.bitrate_switch,
             "error_state_indicator": self.error_state_indicator,
             "is_error_frame": self.is_error_frame,
+            "is_rx": self.is_rx,
             "channel": self.channel,
             "timestamp": self.timestamp,
         }
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> CanFrame:
-        """The frame of a :meth:`to_payload` dict (flags missing from older output read as false).
+        """The frame of a :meth:`to_payload` dict (flags missing from older output read as false, ``is_rx`` as true).
 
         Raises ``UserInputError`` ``INVALID_FRAME`` / ``ValueError`` / ``KeyError`` /
         ``TypeError`` on a payload that is not a frame.
@@ -123,6 +126,7 @@ class CanFrame:
             error_state_indicator=flag("error_state_indicator"),
             is_error_frame=flag("is_error_frame"),
             requested_dlc=int(payload.get("dlc") or 0) if remote else 0,
+            is_rx=bool(payload.get("is_rx", True)),
         )
 
 
@@ -159,7 +163,8 @@ def to_message(frame: CanFrame, stamped: bool = False) -> Any:
 
     extra: dict[str, Any] = {}
     if stamped:
-        extra = {"timestamp": frame.timestamp, "channel": frame.channel, "is_error_frame": frame.is_error_frame}
+        extra = {"timestamp": frame.timestamp, "channel": frame.channel, "is_error_frame": frame.is_error_frame,
+                 "is_rx": frame.is_rx}
     return can.Message(
         arbitration_id=frame.arbitration_id,
         data=frame.data,

@@ -223,7 +223,7 @@ def frame_json_writer(encode: Callable[[Any], str], source: str) -> Callable[[st
         remote = frame.is_remote_frame
         # What is neither ID, data, DLC nor timestamp: the same for most frames of a stream.
         key = (event_type, frame.channel, frame.bitrate_switch, frame.error_state_indicator, frame.is_error_frame,
-               frame.is_extended_id, frame.is_fd, remote)
+               frame.is_extended_id, frame.is_fd, remote, frame.is_rx)
         fixed = parts.get(key)
         if fixed is None:
             fixed = _frame_json_parts(encode, *key)
@@ -241,12 +241,12 @@ def _frame_json_parts(encode: Callable[[Any], str], event_type: str, channel: An
                       *flags: bool) -> tuple[str, str, str]:
     """The constant text of a frame event (:func:`frame_json_writer`), keys sorted: before the ID,
     between the ID and the data, between the DLC and the timestamp. ``flags``: bitrate_switch,
-    error_state_indicator, is_error_frame, is_extended_id, is_fd, is_remote_frame."""
-    brs, esi, error, extended, fd, remote = (encode(bool(flag)) for flag in flags)
+    error_state_indicator, is_error_frame, is_extended_id, is_fd, is_remote_frame, is_rx."""
+    brs, esi, error, extended, fd, remote, rx = (encode(bool(flag)) for flag in flags)
     return (f'{{"event_type": {encode(event_type)}, "payload": {{"arbitration_id": ',
             f', "bitrate_switch": {brs}, "channel": {encode(channel)}, "data": "',
             f', "error_state_indicator": {esi}, "is_error_frame": {error}, "is_extended_id": {extended}, '
-            f'"is_fd": {fd}, "is_remote_frame": {remote}, "timestamp": ')
+            f'"is_fd": {fd}, "is_remote_frame": {remote}, "is_rx": {rx}, "timestamp": ')
 
 
 class _Writer:

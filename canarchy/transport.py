@@ -238,6 +238,7 @@ class PythonCanBackend(Backend):
             error_state_indicator=bool(message.is_fd and message.error_state_indicator),
             is_error_frame=bool(message.is_error_frame),
             requested_dlc=min(int(message.dlc), 15) if remote else 0,
+            is_rx=bool(getattr(message, "is_rx", True)),
         )
 
     @staticmethod

@@ -726,3 +726,22 @@ def test_can_fd_frames_survive_asc_and_csv(tmp_path):
             expected[0] = (0x456, False, False, 0, b"")
         assert got == expected, suffix
         assert capture.log.to_data()["warning_counts"] == {}
+
+
+@pytest.mark.parametrize("suffix", [".log", ".asc", ".blf", ".trc", ".csv"])
+def test_the_direction_of_each_frame_survives_a_conversion(tmp_path, suffix):
+    """candump's `` T`` (sent by the recorder) and `` R``: read, and written back where the format can say it
+    (python-can's writers take ``is_rx``); a .csv file cannot, and the conversion says so."""
+    source = tmp_path / "both.log"
+    source.write_text("(1700000000.000000) can0 7E0#02010D00 T\n(1700000000.010000) can0 7E8#03410D32 R\n"
+                      "(1700000000.020000) can0 7E0#02010D00 T\n(1700000000.030000) can0 7DF#0201\n"
+                      "(1700000000.040000) can0 7E0#R2 T\n")
+    directions = [frame.is_rx for frame in open_capture(source)]
+    assert directions == [False, True, False, True, False]
+    out = tmp_path / f"converted{suffix}"
+    result = run_cli("capture", "--file", str(source), "--output", str(out), "--json")
+    back = [frame.is_rx for frame in open_capture(out)]
+    if suffix == ".csv":
+        assert back == [True] * 5 and "3 frame(s) were sent (T)" in " ".join(result.envelope["warnings"])
+    else:
+        assert back == (directions[:4] if suffix == ".trc" else directions)  # .trc: no remote frames
