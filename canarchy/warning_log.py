@@ -69,12 +69,12 @@ class WarningLog:
             self.add_record(record)
 
     def merge(self, other: WarningLog) -> None:
-        """Add ``other``'s counts and its kept records (up to this log's room per kind)."""
+        """Add ``other``'s counts and its kept records, in their order (up to this log's room per kind)."""
+        for record in other.records:
+            self.add_record(record)
         for code, count in other.counts.items():
-            kept = [r for r in other.records if r.code == code]
-            for record in kept:
-                self.add_record(record)
-            self.counts[code] += count - len(kept)
+            kept = sum(1 for record in other.records if record.code == code)
+            self.counts[code] = self.counts.get(code, 0) + count - kept
 
     def render(self) -> list[str]:
         """The kept messages, then one line per kind that has more than it kept."""

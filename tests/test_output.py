@@ -459,3 +459,17 @@ def test_a_reason_that_ends_a_sentence_leaves_one_full_stop(tmp_path):
     printer, out = _printer("text")
     printer.finish(result, None)
     assert "warning: plain: because.\n" in out.getvalue()
+
+
+def test_warnings_merged_from_several_logs_keep_the_order_they_came_in():
+    """``data.warning_records`` and ``--text``'s lines are in the order the warnings came, kinds mixed; each
+    kind's count stays whole past the records kept (docs/decoding.md)."""
+    from canarchy.warning_log import WarningLog
+
+    source, merged = WarningLog(per_kind=2), WarningLog(per_kind=2)
+    for code, t in (("B", 1), ("A", 2), ("B", 3), ("A", 4), ("B", 5)):
+        source.add(code, f"{code} at t={t}")
+    merged.add("A", "A at t=0")
+    merged.merge(source)
+    assert [record.message for record in merged.records] == ["A at t=0", "B at t=1", "A at t=2", "B at t=3"]
+    assert merged.counts == {"A": 3, "B": 3}
