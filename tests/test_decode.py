@@ -390,6 +390,15 @@ def test_uds_negative_response_and_multi_frame_request(tmp_path):
     assert pdus[3]["positive"] is True and result.data["negative_response_count"] == 1
 
 
+def test_a_response_pending_is_an_interim_reply_not_a_negative_answer(tmp_path):
+    """ISO 14229-1: ``7F SID 78`` (requestCorrectlyReceived-ResponsePending) says the answer will follow."""
+    path = tmp_path / "pending.log"
+    path.write_text("(1.000000) can0 7E0#0322F19000000000\n(1.010000) can0 7E8#037F227800000000\n"
+                    "(1.050000) can0 7E8#037F227800000000\n(1.090000) can0 7E8#037F223100000000\n")
+    data = run_cli("isotp", "decode", "--file", str(path), "--json").data
+    assert (data["negative_response_count"], data["response_pending_count"], data["response_count"]) == (1, 2, 3)
+
+
 def test_isotp_decode_same_ids_is_an_error():
     result = run_cli("isotp", "decode", "--file", str(SKODA), "--request-id", "0x7E8", "--response-id", "0x7E8",
                      "--json")

@@ -232,7 +232,8 @@ def _render_isotp(result: CommandResult) -> str:
     lines = []
     lines.append(f"{d['file']}: {d['pdu_count']} PDUs ({d['request_count']} requests on 0x{d['request_id']:X}, "
                  f"{d['response_count']} responses on 0x{d['response_id']:X}, "
-                 f"{d['negative_response_count']} negative), {d['multi_frame_count']} multi-frame")
+                 f"{d['negative_response_count']} negative, {d['response_pending_count']} pending), "
+                 f"{d['multi_frame_count']} multi-frame")
     for sid, s in d["services"].items():
         lines.append(f"  {sid} {s['service_name']} ({s['protocol']}): {s['requests']} requests, "
                      f"{s['responses']} responses")

@@ -9,6 +9,9 @@ from typing import Any
 
 from canarchy.decode.common import ValueRange
 from canarchy.isotp import IsoTpPdu
+from canarchy.uds import NRC_RESPONSE_PENDING
+
+_RESPONSE_PENDING = f"0x{NRC_RESPONSE_PENDING:02X}"  # ISO 14229-1: 7F SID 78 is an interim reply, not the answer
 
 OBD_SERVICES = {
     0x01: "RequestCurrentPowertrainDiagnosticData",
@@ -162,6 +165,7 @@ class DiagnosticSummary:
         self.requests = 0
         self.responses = 0
         self.negative = 0
+        self.pending = 0
         self.multi_frame = 0
         self.services: dict[str, dict[str, Any]] = {}
         self.vin: str | None = None
@@ -176,7 +180,10 @@ class DiagnosticSummary:
         else:
             self.responses += 1
             if described.get("positive") is False:
-                self.negative += 1
+                if described.get("nrc") == _RESPONSE_PENDING:  # an interim reply: the answer follows
+                    self.pending += 1
+                else:
+                    self.negative += 1
         key = described.get("service") or "none"
         entry = self.services.get(key)
         if entry is None:
@@ -196,7 +203,8 @@ class DiagnosticSummary:
                 slot[0].add(item["value"])
 
     def to_dict(self) -> dict[str, Any]:
-        """``{pdu_count, request_count, response_count, negative_response_count, multi_frame_count,
+        """``{pdu_count, request_count, response_count, negative_response_count, response_pending_count,
+        multi_frame_count,
         services: {"0x22": {service_name, protocol, requests, responses}}, vin,
         obd_pids: {"0x0C": {name, unit, count, min, max, first, last}}}``."""
         return {
@@ -204,6 +212,7 @@ class DiagnosticSummary:
             "request_count": self.requests,
             "response_count": self.responses,
             "negative_response_count": self.negative,
+            "response_pending_count": self.pending,
             "multi_frame_count": self.multi_frame,
             "services": dict(sorted(self.services.items())),
             "vin": self.vin,
