@@ -104,7 +104,7 @@ class CaptureWriter:
             notes.append(f"{self.path}: {self._not_written} CAN FD or remote frame(s) not written: python-can's "
                          "TRC writer cannot log them (use .log, .asc or .blf)")
         if self._degraded:
-            what = "CAN FD flag" if self.format == "csv" else "remote frames' DLC"
+            what = "CAN FD flags (FD, BRS, ESI)" if self.format == "csv" else "remote frames' DLC"
             notes.append(f"{self.path}: the {what} of {self._degraded} frame(s) is not in a .{self.format} file "
                          "(use .blf or .asc to keep it)")
         if self._direction_lost:

@@ -163,6 +163,8 @@ class EventStream:
                 write = frame_json_writer(self._encode, self.source)
                 fast = write(event_type, frame)
                 self._frame_json = write if fast is not None and json.loads(fast) == json.loads(text) else False
+                if self._frame_json:
+                    text = fast  # the same JSON, the timestamp as the file wrote it, like every later frame
         self.count += 1
         if self._batched:
             lines = self._lines
