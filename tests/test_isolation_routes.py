@@ -1487,6 +1487,23 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
             multiprocessing.resource_tracker._resource_tracker._pid = fake.pid
             Path(os.environ["CHILD_FAKE_FILE"]).write_text(str(fake.pid))
 
+        LEADERLESS = ("import ctypes, os, sys, threading, time\\n"
+                      "def later():\\n"
+                      "    while os.path.exists('/proc/%d' % int(sys.argv[1])): time.sleep(0.05)\\n"
+                      "    open(os.environ['CHILD_LEADERLESS_FILE'] + '.late', 'w').write('acted')\\n"
+                      "    os._exit(0)\\n"
+                      "threading.Thread(target=later).start()\\n"
+                      "open(os.environ['CHILD_LEADERLESS_FILE'], 'w').write(str(os.getpid()))\\n"
+                      "ctypes.CDLL(None).pthread_exit(None)\\n")
+
+        def test_leaves_a_process_whose_main_thread_has_ended():
+            # /proc/PID/stat says Z (the main thread's state) while its other thread runs on
+            import subprocess, sys, time
+            subprocess.Popen([sys.executable, "-I", "-c", LEADERLESS, str(os.getpid())], start_new_session=True)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.environ["CHILD_LEADERLESS_FILE"]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
         def test_leaves_a_chain_of_processes_each_waiting_for_the_next():
             import subprocess, sys, time
             subprocess.Popen([sys.executable, "-I", "-c", CHAIN, "7", CHAIN])  # in pytest's process group
@@ -1495,10 +1512,13 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
                 time.sleep(0.05)
     """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project"),
                "CHILD_PID_FILE": str(tmp_path / "detached.pid"), "CHILD_CHAIN_FILE": str(tmp_path / "chain.pid"),
-               "CHILD_FAKE_FILE": str(tmp_path / "fake.pid")})
+               "CHILD_FAKE_FILE": str(tmp_path / "fake.pid"),
+               "CHILD_LEADERLESS_FILE": str(tmp_path / "leaderless.pid")})
     detached, innermost = int((tmp_path / "detached.pid").read_text()), int((tmp_path / "chain.pid").read_text())
+    leaderless = int((tmp_path / "leaderless.pid").read_text())
     fake = int((tmp_path / "fake.pid").read_text())
-    alive = [pid for pid in (detached, innermost, fake) if os.path.exists(f"/proc/{pid}")]
+    time.sleep(0.3)  # what the leaderless one would do once pytest has gone, it would have done by now
+    alive = [pid for pid in (detached, innermost, fake, leaderless) if os.path.exists(f"/proc/{pid}")]
     for pid in alive:
         os.kill(pid, 9)
     assert run.returncode == 1, run.output
@@ -1506,6 +1526,7 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
     # the process a test detached was stopped with the run (pytest is its subreaper), named
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
+    assert f"pid {leaderless}: " in after and not (tmp_path / "leaderless.pid.late").exists(), after
     # multiprocessing's state names it; its command line does not: stopped at the last look, not spared till exit
     assert f"left running after the session, stopped now: pid {fake}: sleep 60" in after, after
     # each named after the test at whose end it was running

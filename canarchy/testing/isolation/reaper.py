@@ -32,12 +32,27 @@ def become_subreaper() -> bool:
 
 def parent_and_state(pid: int) -> tuple[int, str] | None:
     """``pid``'s parent pid and state (``R``, ``S``, ... ``Z``; proc(5) ``/proc/PID/stat``), None once
-    it has gone."""
+    it has gone. A process whose main thread has ended (``pthread_exit``) while another runs shows ``Z``
+    there: it has the state of a thread still running (``/proc/PID/task``), ``Z`` only once all have ended."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
             fields = handle.read().rsplit(b")", 1)[1].split()
-        return int(fields[1]), fields[0].decode()
+        parent, state = int(fields[1]), fields[0].decode()
     except (OSError, IndexError, ValueError):
+        return None
+    if state == "Z":
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                if task != str(pid) and (running := _task_state(pid, task)) not in (None, "Z", "X"):
+                    return parent, running
+    return parent, state
+
+
+def _task_state(pid: int, task: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/task/{task}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
         return None
 
 
