@@ -985,6 +985,45 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     assert content_differences(home, run.home) == []
 
 
+MOUNTS_OVER_PROC = """
+import os, subprocess
+
+def test_hides_a_process_that_acts_later_under_a_mount_over_its_proc_entry():
+    me, late = os.getpid(), os.environ["CHILD_LATE"]
+    later = subprocess.Popen(["sh", "-c", f"while kill -0 {me} 2>/dev/null; do sleep 0.05; done; echo x > {late}"],
+                             start_new_session=True, stdin=subprocess.DEVNULL)
+    open(os.environ["CHILD_HIDDEN_PID"], "w").write(str(later.pid))
+    subprocess.run(["mount", "-t", "tmpfs", "none", f"/proc/{later.pid}"], check=True)
+    assert not os.path.exists(f"/proc/{later.pid}/stat")  # out of the process table's sight
+
+def test_hides_pytest_s_own_proc_entry():
+    subprocess.run(["mount", "-t", "tmpfs", "none", f"/proc/{os.getpid()}"], check=True)
+"""
+
+
+def test_a_mount_a_test_makes_over_proc_is_removed_and_named_and_what_it_hid_is_stopped(tmp_path_factory):
+    """A test's shell child may mount in the run's mount view (new mounts on top of the locked ones): a tmpfs
+    over /proc/PID hides that process from the last look, one over pytest's own entry hides every process.
+    The last look detaches each mount made during the run, names it, and then finds and stops the process."""
+    _containment_or_skip()
+    base = tmp_path_factory.mktemp("mounts")
+    files = {"test_mounts.py": MOUNTS_OVER_PROC,
+             "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
+    run = run_child(base, files, *EARLY, "-p", "no:randomly",
+                    env={"CHILD_LATE": str(base / "late"), "CHILD_HIDDEN_PID": str(base / "hidden.pid")})
+    hidden = int((base / "hidden.pid").read_text())
+    time.sleep(0.3)  # what the hidden process would do once pytest has gone, it would have done by now
+    alive = os.path.exists(f"/proc/{hidden}")
+    if alive:
+        os.kill(hidden, 9)
+    assert not alive and not (base / "late").exists(), run.output
+    assert run.returncode == 1, run.output
+    after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
+    assert f"a mount made during the run, removed: tmpfs on /proc/{hidden}" in after, after
+    assert "a mount made during the run, removed: " in after.replace(f"/proc/{hidden}", ""), after
+    assert f"left running after the session, stopped now: pid {hidden}: sh -c" in after, after
+
+
 def test_a_module_without_the_required_import_is_a_collection_error(tmp_path_factory):
     files = {"test_with.py": "import canarchy.testing.required  # noqa: F401\n\ndef test_a():\n    pass\n",
              "test_without.py": "def test_b():\n    pass\n"}

@@ -36,6 +36,7 @@ else:  # loaded by path (the module docstring): kernel.py beside it, the same wa
     _KERNEL.loader.exec_module(kernel)
 
 PROTECTIONS = ("user namespace", "mount view", "network", "lock")
+
 HEADER = "canarchy isolation: containment"
 
 
@@ -169,11 +170,33 @@ def _why_no_user_namespace(exc: OSError) -> str:
 
 
 def _mount_points() -> list[str]:
-    """Mount points of this mount namespace (``/proc/self/mountinfo``, field 5;
-    the kernel writes space, tab, newline and backslash as octal escapes)."""
-    with open("/proc/self/mountinfo", "rb") as handle:
-        fields = [line.split(b" ")[4] for line in handle]
-    return [os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), f)) for f in fields]
+    """Mount points of this mount namespace. Raises OSError when ``/proc/self/mountinfo`` cannot be read."""
+    table = mount_table(None)
+    if table is None:
+        raise OSError(errno.ENOENT, "no /proc/self/mountinfo")
+    return [point for point, _kind in table.values()]
+
+
+def mount_table(proc_device: int | None) -> dict[str, tuple[str, str]] | None:
+    """This mount namespace's mounts (``/proc/self/mountinfo``, proc(5)): mount ID -> (mount point, file system
+    type); the kernel writes space, tab, newline and backslash in a mount point as octal escapes. None when the
+    file cannot be read, or is not procfs's (``proc_device``: the ``st_dev`` of ``/proc`` when the run began), as
+    when ``/proc`` or this process's entry in it has been mounted over."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as handle:
+            if proc_device is not None and os.fstat(handle.fileno()).st_dev != proc_device:
+                return None
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    table = {}
+    for line in lines:
+        head, _, tail = line.partition(b" - ")
+        fields = head.split(b" ")
+        if len(fields) >= 5:
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4]))
+            table[os.fsdecode(fields[0])] = (point, os.fsdecode((tail.split() or [b"?"])[0]))
+    return table or None
 
 
 def _private_sysfs() -> None:

@@ -160,6 +160,10 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
     with _access.GUARD.exempt():
         run.containment = _containment.enter(_containment_plan(config, run, want_network))
         run.unreached = _unreached(run)
+        view = run.containment.protection("mount view")
+        if view is not None and view.in_force:  # what a test's process mounts in this view, the last look removes
+            run.proc_device = os.stat("/proc").st_dev
+            run.mounts_at_start = _containment.mount_table(run.proc_device)
     if run.home_before is not None:
         run.home_before = _reachable(run, run.home_before)
     if not run.settings.containment:

@@ -163,6 +163,7 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     called ``os._exit`` before the run ended."""
     lines = run.last_lines  # shared with _after_the_verdict, should something end the process during this look
     lines += [cut_short] if cut_short else []
+    lines += _mounts_made_during_the_run(run)  # first: one over /proc/PID hides a process from what follows
     helpers = _multiprocessing_helpers()
     lines += [f"left running after the session, stopped now: {line}"
               for line in _reaper.stop_children(keep=helpers, owners=run.process_owners)]
@@ -227,6 +228,39 @@ def _after_the_verdict(run: _Run, config: pytest.Config, access: Access) -> None
                      f"{access.message()}\nthe run fails (exit code 1)\n")
     sys.stderr.flush()
     _REAL_EXIT(1)
+
+
+def _mounts_made_during_the_run(run: _Run) -> list[str]:
+    """The mounts a test's process made in the run's mount view (its caps there allow new mounts on top of
+    the locked ones), each detached now and named: a tmpfs over ``/proc/PID`` hides that process from the
+    last look, one over ``/proc`` or this process's entry hides them all (then detached until the table
+    reads as procfs's again). Nothing without the mount view."""
+    start = run.mounts_at_start
+    if start is None:
+        return []
+    lines: list[str] = []
+    now = _containment.mount_table(run.proc_device)
+    for point in (f"/proc/{os.getpid()}", "/proc") * 4:
+        if now is not None:
+            break
+        try:
+            _containment.kernel.umount2(point, _containment.kernel.MNT_DETACH)
+        except OSError:
+            continue
+        lines.append(f"a mount made during the run, removed: one over {point} (it hid the mount table)")
+        now = _containment.mount_table(run.proc_device)
+    if now is None:
+        return [*lines, "the mount table cannot be read: /proc stays mounted over, so no process can be trusted"]
+    added = sorted(((point, kind) for mount, (point, kind) in now.items() if mount not in start),
+                   key=lambda entry: -entry[0].count("/"))  # the deepest first
+    for point, kind in added:
+        try:
+            _containment.kernel.umount2(point, _containment.kernel.MNT_DETACH)
+            done = "removed"
+        except OSError as exc:
+            done = f"not removed: {exc.strerror}"
+        lines.append(f"a mount made during the run, {done}: {kind} on {point}")
+    return lines
 
 
 def _multiprocessing_helpers() -> set[int]:

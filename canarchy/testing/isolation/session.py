@@ -93,6 +93,9 @@ class _Run:
     # the operator's files the guard refuses beyond ``guarded`` that exist (./can.ini, ./.canarchy): covered too
     refused_files: tuple[str, ...] = ()
     network_note: str = ""
+    # the mount view's mounts when it was entered (containment.mount_table) and /proc's st_dev; None without it
+    mounts_at_start: dict[str, tuple[str, str]] | None = None
+    proc_device: int = 0
     header: list[str] = field(default_factory=list)
     temp_base: str = ""
     home_before: dict | None = None
