@@ -408,3 +408,32 @@ def test_table_lists_each_differing_test_by_id(tmp_path):
     assert any(line.split() == ["m::t1", "passed", "failed"] for line in lines)
     assert any(line.split() == ["m::t2", "passed", "absent"] for line in lines)
     assert not any(line.startswith("m::t0") for line in lines)
+
+
+STOPS_EARLY = """
+import pytest
+
+def test_a_passes():
+    pass
+
+def test_b_ends_the_run():
+    pytest.exit("done early", returncode=0)
+
+def test_c_fails():
+    assert False
+"""
+
+
+def test_a_run_that_stopped_before_its_last_tests_is_no_pass(tmp_path):
+    """A test's ``pytest.exit(returncode=0)``: pytest exits 0 with a report of the tests that ran; the isolation
+    records how many the run was to run, and a lane that reads fewer cannot decide (the rest never ran)."""
+    (tmp_path / "test_stops.py").write_text(STOPS_EARLY)
+    junit, output, code = _run_pytest(tmp_path, "-p", "canarchy.testing.isolation.plugin", "-p", "no:randomly",
+                                      "test_stops.py")
+    assert code == 0, output
+    judged = verdict.judge("unit", _run(junit, code))
+    assert judged.status == "CANNOT DECIDE" and "holds 2 of the 3 tests" in judged.detail, judged.detail
+    (tmp_path / "test_stops.py").write_text(STOPS_EARLY.replace('pytest.exit("done early", returncode=0)', "pass"))
+    junit, output, code = _run_pytest(tmp_path, "-p", "canarchy.testing.isolation.plugin", "-p", "no:randomly",
+                                      "test_stops.py")
+    assert (code, verdict.judge("unit", _run(junit, code)).status) == (1, "FAILED"), output

@@ -36,15 +36,17 @@ from canarchy.testing.isolation.pertest import (_checked_cache, _refusal_message
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY
 
 # What a project's conftest or test imports from here; the fixtures, so that pytest registers them with the plugin.
-__all__ = ["CHECKOUT_WRITE_PROPERTY", "DESELECTED_PROPERTY", "ISOLATION_PROPERTY", "MARKERS", "REQUIRED_MODULE",
-           "access_guard", "active_sandbox", "asks_for", "bus_guard", "canarchy_sandbox", "guard_operator_access",
-           "isolate_canarchy_state", "new_virtual_channel", "require_containment", "virtual_channel"]
+__all__ = ["CHECKOUT_WRITE_PROPERTY", "DESELECTED_PROPERTY", "ISOLATION_PROPERTY", "ITEMS_PROPERTY", "MARKERS",
+           "REQUIRED_MODULE", "access_guard", "active_sandbox", "asks_for", "bus_guard", "canarchy_sandbox",
+           "guard_operator_access", "isolate_canarchy_state", "new_virtual_channel", "require_containment",
+           "virtual_channel"]
 
 #: JUnit test-suite property naming each test the plugin deselected (lanes read it, not pytest's summary).
 DESELECTED_PROPERTY = "canarchy_deselected"
 #: JUnit test-suite property every run under the plugin carries (what is in force): the lanes
 #: refuse a report without it from a project whose configuration loads the plugin.
 ISOLATION_PROPERTY = "canarchy_isolation"
+ITEMS_PROPERTY = "canarchy_items"  # how many tests the run was to run (serial runs): the lanes count its cases
 REQUIRED_MODULE = "canarchy.testing.required"
 
 
@@ -257,6 +259,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     run = session.config.stash.get(_RUN, None)
     if run is not None:
         run.opt_outs = {item.nodeid: run.opt_outs.get(item.nodeid, frozenset()) for item in session.items}
+    if session.items:  # none in pytest-xdist's controller: its workers collect
+        _junit_suite_properties(session.config, [(ITEMS_PROPERTY, str(len(session.items)))])
 
 
 @pytest.hookimpl(trylast=True)

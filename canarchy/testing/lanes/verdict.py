@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from collections.abc import Iterable
 
-from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY
+from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY, ITEMS_PROPERTY
 from canarchy.testing.lanes.render import markdown_table
 from canarchy.testing.lanes.results import CannotDecide, Report, load_report, totals_text
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run
@@ -69,6 +69,11 @@ def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tup
         return None, f"errors during collection: {', '.join(uncollected[:3])}; pytest exit code {run.returncode}"
     if run.returncode == 0 and report.failing:
         return None, f"pytest exited 0 but the report has failing cases: {', '.join(report.failing[:3])}"
+    ran = sum(1 for case in report.cases.values() if not any(r.phase == "collection" for r in case.results))
+    to_run = max((int(n) for n in report.properties_named(ITEMS_PROPERTY) if n.isdigit()), default=0)
+    if ran < to_run and not report.failing:  # pytest.exit() in a test, or a signal: the rest never ran
+        return None, (f"the report holds {ran} of the {to_run} tests the run was to run: it stopped before the "
+                      f"others (a test's pytest.exit()?); pytest exit code {run.returncode}")
     if isolated and not report.properties_named(ISOLATION_PROPERTY):
         return None, ("the run was not under canarchy's isolation, which the project's pyproject.toml loads "
                       f"(no {ISOLATION_PROPERTY} property in the report): does a pytest.ini, tox.ini or "
