@@ -51,7 +51,7 @@ def test_a_corpus_module_named_explicitly_is_refused_before_it_runs(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "runs only through `nox -s selftest`" in proc.stdout + proc.stderr
-    assert not (tmp_path / ".canarchy").exists()
+    assert not (tmp_path / "notes").exists()
 
 
 def _defect(file: str = "m.py", **fields: str) -> str:
@@ -102,3 +102,21 @@ def test_a_silent_detector_is_a_miss(tmp_path):
     text = selftest.render([outcome])
     assert text.startswith("selftest: FAILED - caught 0/1") and "MISSED" in text
     assert "| `quiet` | not a defect at all | guard | MISSED |" in selftest.render_markdown([outcome])
+
+
+def test_the_corpus_runs_with_the_adopting_project_s_isolation_settings(tmp_path, capsys):
+    """The corpus proves the project's own isolation: its canarchy_* options (not require_import: the corpus is
+    not its code) are the corpus project's; a project whose configuration does not load the plugin fails."""
+    import argparse
+
+    from canarchy.testing.lanes.project import Project
+
+    settings = Project(tmp_path, (), tmp_path, ("tests",), (), operator_home=OPERATOR_HOME, leaks=CORPUS,
+                       uses_plugin=True, plugin_ini=(("canarchy_guarded_paths", "'~/.tinyp'"),
+                                                     ("canarchy_require_import", "true")))
+    entry = selftest.load_corpus(CORPUS)[0]
+    ini = (selftest._project(tmp_path / "entry", entry, settings) / "pytest.ini").read_text()
+    assert "canarchy_guarded_paths = '~/.tinyp'\n" in ini and "canarchy_require_import" not in ini
+    without = Project(tmp_path, (), tmp_path, ("tests",), (), operator_home=OPERATOR_HOME, leaks=CORPUS)
+    assert selftest.main(without, argparse.Namespace(only=[entry.name]), []) == selftest.EXIT_MISSED
+    assert "does not load canarchy.testing.isolation.plugin" in capsys.readouterr().out

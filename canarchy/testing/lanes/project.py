@@ -38,6 +38,7 @@ class Project:
     uses_plugin: bool = False  # its pytest configuration loads canarchy.testing.isolation.plugin
     operator_env: tuple[tuple[str, str], ...] = ()  # the operator's shell for parity, beside canarchy's own
     scrub_prefixes: tuple[str, ...] = ()  # canarchy_scrub_prefixes of its pytest configuration
+    plugin_ini: tuple[tuple[str, str], ...] = ()  # its canarchy_* pytest settings, as pytest.ini lines would give them
 
     def module_of(self, file: str) -> str:
         """The dotted module of a project-relative ``file`` (``src/pkg/a.py`` -> ``pkg.a``).
@@ -146,4 +147,17 @@ def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
     prefixes = ini.get("canarchy_scrub_prefixes", [])
     prefixes = tuple(p for p in (prefixes if isinstance(prefixes, list) else str(prefixes).split())
                      if isinstance(p, str))
-    return {"uses_plugin": uses_plugin, "operator_env": tuple(operator_env.items()), "scrub_prefixes": prefixes}
+    plugin_ini = tuple((key, _ini_text(value)) for key, value in ini.items() if key.startswith("canarchy_"))
+    return {"uses_plugin": uses_plugin, "operator_env": tuple(operator_env.items()), "scrub_prefixes": prefixes,
+            "plugin_ini": plugin_ini}
+
+
+def _ini_text(value: object) -> str:
+    """A ``[tool.pytest.ini_options]`` value as a ``pytest.ini`` line holds it (a list: shell-quoted words)."""
+    import shlex
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(shlex.quote(str(item)) for item in value)
+    return str(value)

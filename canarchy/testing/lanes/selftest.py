@@ -27,7 +27,7 @@ from canarchy.testing.isolation.plugin import DESELECTED_PROPERTY
 from canarchy.testing.lanes.env import build_env, hostile_env
 from canarchy.testing.isolation.tree import content_differences
 from canarchy.testing.lanes.parity import run_parity
-from canarchy.testing.lanes.project import Project
+from canarchy.testing.lanes.project import PLUGIN, Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, load_report, totals_text
 from canarchy.testing.lanes.runner import Run, run_pytest
@@ -127,17 +127,24 @@ def _corpus_entry(base: Path, where: str, kind: str, raw: Any) -> Entry:
 # --------------------------------------------------------------------------- running one entry
 
 
-def _project(base: Path, entry: Entry) -> Path:
+def _project(base: Path, entry: Entry, settings: Project | None = None) -> Path:
+    """A fresh project holding ``entry``, under the plugin with the isolation settings of ``settings`` (the
+    adopting project's ``canarchy_*`` options but ``canarchy_require_import``: the corpus is not its code)."""
     project = base / "project"
     project.mkdir(parents=True)
     (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n', encoding="utf-8")
-    (project / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n", encoding="utf-8")
+    own = "".join(f"{key} = {value}\n" for key, value in (settings.plugin_ini if settings else ())
+                  if key != "canarchy_require_import")
+    (project / "pytest.ini").write_text(f"[pytest]\nxfail_strict = true\n{own}", encoding="utf-8")
     shutil.copyfile(entry.file, project / f"test_{entry.name.replace('-', '_')}.py")
     return project
 
 
-def _lane_project(project: Path, operator_home: Path) -> Project:
-    return Project(project, (), project, (".",), (), operator_home=operator_home)
+def _lane_project(project: Path, operator_home: Path, settings: Project | None = None) -> Project:
+    """The lanes' view of the fresh ``project``: the adopting project's operator shell and scrub prefixes."""
+    return Project(project, (), project, (".",), (), operator_home=operator_home,
+                   operator_env=settings.operator_env if settings else (),
+                   scrub_prefixes=settings.scrub_prefixes if settings else ())
 
 
 def _source_env() -> dict[str, str]:
@@ -215,33 +222,35 @@ def _check_sentinel(entry: Entry, run: Run) -> tuple[bool, str]:
     return True, f"run failed (exit code {run.returncode}); sentinel lists {entry.expect}"
 
 
-def _parity(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
-    return run_parity(_lane_project(project, operator_home), ["."], source_env=_source_env(), hashseeds=(1, 2),
-                      extra_env=_EXTRA, reports=project.parent / "reports")  # the lane's own default jobs
+def _parity(project: Path, operator_home: Path, settings: Project | None):  # type: ignore[no-untyped-def]
+    return run_parity(_lane_project(project, operator_home, settings), ["."], source_env=_source_env(),
+                      hashseeds=(1, 2), extra_env=_EXTRA, reports=project.parent / "reports")  # its default jobs
 
 
-def _order(project: Path, operator_home: Path):  # type: ignore[no-untyped-def]
+def _order(project: Path, operator_home: Path, settings: Project | None):  # type: ignore[no-untyped-def]
     from canarchy.testing.lanes import order
 
-    return order.run_order_lane(_lane_project(project, operator_home), ["."], seeds=[1], source_env=_source_env(),
-                                echo=lambda line: None, extra_env=_EXTRA, reports=project.parent / "reports")
+    return order.run_order_lane(_lane_project(project, operator_home, settings), ["."], seeds=[1],
+                                source_env=_source_env(), echo=lambda line: None, extra_env=_EXTRA,
+                                reports=project.parent / "reports")
 
 
-def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
-    """Run one corpus entry against the harness and judge it (see the module docstring)."""
+def run_entry(entry: Entry, *, operator_home: Path, settings: Project | None = None) -> Outcome:
+    """Run one corpus entry against the harness and judge it (see the module docstring), with the isolation
+    settings of ``settings``, the adopting project, when given."""
     started = time.monotonic()
     with temporary_tree(f"canarchy-selftest-{entry.name}-") as tmp:
         base = Path(tmp)
-        project = _project(base, entry)
+        project = _project(base, entry, settings)
         if entry.detector == "parity":
-            result = _parity(project, operator_home)
+            result = _parity(project, operator_home, settings)
             rows = {r.id.rsplit("::", 1)[-1]: f"{r.outcome_a} -> {r.outcome_b}" for r in result.comparison.differences}
             seen = rows.get(entry.test or "")
             ok = seen is not None and (not entry.expect or seen == entry.expect)
             evidence = (f"{entry.test}: {seen} (without -> with config)" if seen
                         else f"twins {result.comparison.verdict}")
         elif entry.detector == "order":
-            result = _order(project, operator_home)
+            result = _order(project, operator_home, settings)
             found = [b for b in result.bisections if b.victim.rsplit("::", 1)[-1] == entry.test]
             culprit = found[0].culprit if found else None
             ok = culprit is not None and culprit.rsplit("::", 1)[-1] == entry.expect
@@ -250,7 +259,7 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
         else:
             run, home = _hostile_run(project, base, operator_home)
             if entry.is_control:
-                ok, evidence = _check_control(entry, run, project, operator_home, home)
+                ok, evidence = _check_control(entry, run, project, operator_home, home, settings)
             elif entry.detector == "sentinel":
                 ok, evidence = _check_sentinel(entry, run)
             elif entry.detector == "deselect":
@@ -260,17 +269,18 @@ def run_entry(entry: Entry, *, operator_home: Path) -> Outcome:
     return Outcome(entry, ok, evidence, time.monotonic() - started)
 
 
-def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, home: Path) -> tuple[bool, str]:
+def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, home: Path,
+                   settings: Project | None) -> tuple[bool, str]:
     problems = []
     if run.returncode != 0 or _SENTINEL_SECTION in run.output:
         problems.append(f"hostile run exit code {run.returncode}")
     changed = content_differences(operator_home, home)
     if changed:
         problems.append("operator home changed: " + "; ".join(changed[:3]))
-    parity = _parity(project, operator_home)
+    parity = _parity(project, operator_home, settings)
     if parity.exit_code != 0:
         problems.append(f"parity {parity.comparison.verdict} (exit code {parity.exit_code})")
-    ordered = _order(project, operator_home)
+    ordered = _order(project, operator_home, settings)
     if ordered.exit_code != 0:
         problems.append(f"order lane {ordered.status}")
     if problems:
@@ -286,11 +296,12 @@ def run_corpus(
     *,
     operator_home: Path,
     echo: Callable[[str], None] = print,
+    settings: Project | None = None,
 ) -> list[Outcome]:
     """Run every entry, one after the other (each already starts a few pytest processes)."""
     outcomes = []
     for entry in entries:
-        outcome = run_entry(entry, operator_home=operator_home)
+        outcome = run_entry(entry, operator_home=operator_home, settings=settings)
         echo(f"selftest: {entry.name}: {outcome.verdict} ({outcome.seconds:.0f} s) - {outcome.evidence}")
         outcomes.append(outcome)
     return outcomes
@@ -345,8 +356,12 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
     except CorpusError as exc:
         print(f"selftest: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE
+    if not project.uses_plugin:  # the corpus would prove a plugin that the project's own runs do not load
+        print(f"selftest: FAILED - the project's pytest configuration does not load {PLUGIN} (addopts in "
+              "[tool.pytest.ini_options], docs/adopting.md): nothing the corpus proves protects its suite")
+        return EXIT_MISSED
     started = time.monotonic()
-    outcomes = run_corpus(entries, operator_home=project.operator_home)
+    outcomes = run_corpus(entries, operator_home=project.operator_home, settings=project)
     seconds = time.monotonic() - started
     print()
     print(render(outcomes, seconds))
