@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 HOSTILE_SHELL = {
     "PATH": "/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
+    "LANG": "ja_JP.UTF-8",
+    "LC_ALL": "ja_JP.UTF-8",
+    "LC_TIME": "fr_FR.UTF-8",
+    "TZ": "Asia/Tokyo",
     "HOME": "/home/operator",
     "CANARCHY_DEFAULT_INTERFACE": "can0",
     "CANARCHY_PYTHON_CAN_INTERFACE": "udp_multicast",
@@ -46,10 +48,10 @@ HOSTILE_SHELL = {
 
 def test_build_env_keeps_only_the_allow_list(tmp_path):
     env = lane_env.build_env(home=tmp_path, hashseed=7, source=HOSTILE_SHELL)
-    assert env == {
+    assert env == {  # the caller's time zone and locale are not the run's: both decide tests (time.localtime)
         "PATH": "/usr/bin:/bin",
+        "TZ": "UTC",
         "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
         "HOME": str(tmp_path),
         "USERPROFILE": str(tmp_path),
         "PYTHONHASHSEED": "7",
@@ -60,7 +62,7 @@ def test_build_env_keeps_only_the_allow_list(tmp_path):
 
 
 def test_build_env_verdict_does_not_depend_on_the_callers_shell(tmp_path):
-    clean = {k: HOSTILE_SHELL[k] for k in ("PATH", "LANG", "LC_ALL")}
+    clean = {k: HOSTILE_SHELL[k] for k in ("PATH",)}
     assert lane_env.build_env(home=tmp_path, source=HOSTILE_SHELL) == lane_env.build_env(home=tmp_path, source=clean)
 
 
@@ -723,6 +725,17 @@ def test_the_operator_twin_exports_the_project_s_own_operator_variables(tmp_path
     assert found.exit_code == 1 and found.unexercised == []
     assert [(f.id, f.kind) for f in found.findings] == [("tests.test_p::test_depends_on_the_shell", "operator")]
     assert found.twins["operator"].env["ADOPT_HOME"].endswith("/operator-home/.adopt")
+
+
+def test_a_test_that_depends_on_the_operator_s_time_zone_differs_between_the_twins(tmp_path):
+    """The lanes fix the time zone (UTC) whoever runs them, and the operator twin's is another: a test that
+    reads the local time is found (the caller's TZ is not passed on: it would give both twins the same)."""
+    tests = ("import time\n\ndef test_epoch_is_midnight():\n"
+             "    assert time.strftime('%H:%M', time.localtime(0)) == '00:00'\n")
+    found = parity.run_parity(_project(tmp_path / "tz", tests), ["tests"], source_env={**os.environ, "TZ": "UTC"},
+                              hashseeds=(3, 4), reruns=1, jobs=0)
+    assert found.exit_code == 1, parity.render(found)
+    assert [(f.id, f.kind) for f in found.findings] == [("tests.test_p::test_epoch_is_midnight", "operator")]
 
 
 DETACHING_TEST = """

@@ -12,14 +12,13 @@ from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
 
 #: Variables a lane copies from the caller: what programs need to run and to
-#: print, nothing that can change what a test decides.
+#: print, nothing that can change what a test decides (the time zone and the
+#: locale can: :data:`NEUTRAL_ENV` fixes them, and the parity lane's operator
+#: twin sets others, :data:`HOSTILE_ENV`).
 ALLOWED_VARIABLES = (
     "PATH",
-    "LANG",
-    "LANGUAGE",
     "TERM",
     "NO_COLOR",
-    "TZ",
     "TMPDIR",
     "TEMP",
     "TMP",
@@ -30,7 +29,9 @@ ALLOWED_VARIABLES = (
     "COMSPEC",
     "PATHEXT",
 )
-ALLOWED_PREFIXES = ("LC_",)
+ALLOWED_PREFIXES: tuple[str, ...] = ()
+#: The time zone and locale of every lane's run, whoever starts it: UTC, C with UTF-8.
+NEUTRAL_ENV = {"TZ": "UTC", "LANG": "C.UTF-8"}
 
 #: Flags every lane's pytest gets; posargs can only choose tests (:func:`choose_tests`).
 SAFETY_FLAGS = ("--strict-markers", "--strict-config")
@@ -63,6 +64,9 @@ HOSTILE_ENV: dict[str, str] = {
     "CAN_CONFIG_X": '{"fd": true}',
     "XDG_CONFIG_HOME": "{home}/.config",
     "XDG_CACHE_HOME": "{home}/.cache",
+    # An operator's clock and language: a zone 3 h 30 min behind UTC (a POSIX rule: no tz database needed), German.
+    "TZ": "NST+3:30",
+    "LANG": "de_DE.UTF-8",
 }
 
 
@@ -81,9 +85,10 @@ def build_env(
 ) -> dict[str, str]:
     """Return a lane environment built from an allow-list, not from the caller's shell.
 
-    ``source`` (default ``os.environ``) supplies only :data:`ALLOWED_VARIABLES`,
-    ``LC_*`` and the names in ``passthrough`` (copied when set); ``home``
-    becomes ``HOME`` and ``USERPROFILE``; ``extra`` is applied last and wins.
+    ``source`` (default ``os.environ``) supplies only :data:`ALLOWED_VARIABLES`
+    and the names in ``passthrough`` (copied when set); the time zone and locale
+    are :data:`NEUTRAL_ENV`'s; ``home`` becomes ``HOME`` and ``USERPROFILE``;
+    ``extra`` is applied last and wins.
 
     ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``: a lane's pytest loads the plugins the
     project names (``pytest_plugins`` in a conftest, ``-p``) and none of the
@@ -98,6 +103,7 @@ def build_env(
         for name, value in source.items()
         if name in ALLOWED_VARIABLES or name.startswith(ALLOWED_PREFIXES)
     }
+    env.update(NEUTRAL_ENV)
     for name in passthrough:
         if name in source:
             env[name] = source[name]
