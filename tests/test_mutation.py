@@ -137,6 +137,14 @@ def test_no_stray_file():
 def test_in_namespace():
     assert decide(None, "x") == "reference"
     assert [name for _index, name in socket.if_nameindex()] == ["lo"]
+
+REMEMBERED = {}
+
+def test_remembers():
+    REMEMBERED["k"] = 1
+
+def test_recalls_what_was_remembered():
+    assert REMEMBERED.get("k") == 1
 """
 
 UNRELATED = "tests/test_guard.py::test_unrelated"
@@ -155,6 +163,10 @@ BATCH = {
     "failing-unmutated": {"killers": ("tests/test_batch.py::test_fails_unmutated",), "controls": ()},
     "in-namespace": {"killers": ("tests/test_batch.py::test_in_namespace",), "controls": (),
                      "extra": "needs_netns = true\n"},
+    # a killer that passes only after another mutation's test: run with its own tests alone, it fails unmutated
+    "setter-first": {"killers": ("tests/test_batch.py::test_remembers",), "controls": ()},
+    "needs-a-setter": {"replace": "    # MUTANT needs-a-setter: the guard removed, which its killer never reads\n",
+                       "killers": ("tests/test_batch.py::test_recalls_what_was_remembered",), "controls": ()},
 }
 
 
@@ -576,3 +588,11 @@ def test_the_baseline_and_the_mutant_run_at_once_each_on_a_copy_of_its_own(proje
     assert [r.baseline for r in result.rows] == ["passed"]
     copies = {p.read_text() for p in where.iterdir()}
     assert len(copies) == 2 and all(c.startswith(str(temp_root)) for c in copies), copies
+
+
+def test_a_killer_that_fails_without_the_mutation_when_run_with_its_own_tests_alone_decides_nothing(batch):
+    """Each mutant runs only its own tests: its baseline does too, so a killer that passed only after another
+    mutation's test (a state-setter) is seen failing unmutated, not credited with a kill."""
+    result = batch["results"]["needs-a-setter"]
+    assert result.status == "cannot decide", (result.status, result.reason)
+    assert "baseline" in result.reason and "test_recalls_what_was_remembered (failed)" in result.reason

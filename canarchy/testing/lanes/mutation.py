@@ -265,8 +265,8 @@ def run_mutations(project: Project, mutations: Sequence[Mutation], *, python: st
                   timeout: float = 900.0, echo: Callable[[str], None] = print,
                   jobs: int | None = None) -> list[MutationResult]:
     """Run ``mutations`` on copies of ``project``, ``jobs`` pytest runs at a time (default
-    :func:`default_jobs`): one baseline run of all their tests, and one run per mutant, each
-    on a copy of its own. A mutant's verdict stands only if its tests passed in the baseline."""
+    :func:`default_jobs`): for each, a baseline run of its tests on the unmutated code and a run on the
+    mutant, each on a copy of its own. A mutant's verdict stands only if its tests passed in its baseline."""
     results = [MutationResult(m, rows=[TestRow(n, "killer") for n in m.killers]
                               + [TestRow(n, "control") for n in m.controls]) for m in mutations]
     netns = netns_support()
@@ -317,21 +317,25 @@ def _run_concurrently(first: _Workspace, pending: list, packages: Sequence[str],
         finally:
             free.put(work)
 
-    node_ids = list(dict.fromkeys(n for result, _ in pending for n in result.mutation.node_ids))
-    baseline = functools.partial(_baseline, node_ids=node_ids, packages=packages)
+    # Each mutant's own tests, as its run selects them, on the unmutated copy: a killer that passes only after
+    # another mutation's test (a state-setter) would otherwise fail in the mutant's run for want of it.
+    baselines = [functools.partial(_baseline, node_ids=list(result.mutation.node_ids), packages=packages,
+                                   label=f"{result.mutation.name}-baseline") for result, _ in pending]
     mutants = [functools.partial(_one, result=result, texts=texts, packages=packages, echo=echo)
                for result, texts in pending]
-    outcome = concurrently([functools.partial(holding_a_copy, job) for job in (baseline, *mutants)], workers=jobs)
-    _apply_baseline(outcome[0], pending)
+    outcome = concurrently([functools.partial(holding_a_copy, job) for job in (*baselines, *mutants)], workers=jobs)
+    for entry, baseline in zip(pending, outcome[:len(pending)], strict=True):
+        _apply_baseline(baseline, [entry])
 
 
-def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str]) -> tuple[dict | str, float]:
-    """Every listed test once on the unmutated copy: ``({node id: Case}, seconds)``, or
+def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str],
+              label: str = "baseline") -> tuple[dict | str, float]:
+    """The listed tests (one mutant's selection) once on the unmutated copy: ``({node id: Case}, seconds)``, or
     ``(why it cannot decide, seconds)``."""
     started = time.monotonic()
     try:
-        cases, records = work.pytest("baseline", node_ids, packages)
-        work.prove_imports("baseline", records, packages)
+        cases, records = work.pytest(label, node_ids, packages)
+        work.prove_imports(label, records, packages)
     except CannotDecide as exc:
         return str(exc), time.monotonic() - started
     finally:
