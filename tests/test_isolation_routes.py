@@ -11,6 +11,7 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -1024,6 +1025,70 @@ def test_a_mount_a_test_makes_over_proc_is_removed_and_named_and_what_it_hid_is_
     assert f"a mount made during the run, removed: tmpfs on /proc/{hidden}" in after, after
     assert "a mount made during the run, removed: " in after.replace(f"/proc/{hidden}", ""), after
     assert f"left running after the session, stopped now: pid {hidden}: sh -c" in after, after
+
+
+TYPES_INTO_THE_TERMINAL = """
+import os, subprocess, sys
+
+TYPE = ("import fcntl, os, sys, termios\\n"
+        "for path in ('/dev/tty', sys.argv[1]):\\n"
+        "    try:\\n"
+        "        fd = os.open(path, os.O_RDWR | os.O_NOCTTY)\\n"
+        "        for byte in b'echo TYPED-BY-A-TEST\\\\n':\\n"
+        "            fcntl.ioctl(fd, termios.TIOCSTI, bytes([byte]))\\n"
+        "        print('typed through', path)\\n"
+        "    except OSError as exc:\\n"
+        "        print('refused', path, exc.errno)\\n")
+
+def test_types_a_command_into_the_operator_s_shell():
+    done = subprocess.run([sys.executable, "-I", "-c", TYPE, os.environ["CHILD_TTY"]], capture_output=True, text=True)
+    assert "typed through" not in done.stdout, done.stdout
+"""
+
+
+def test_no_process_a_test_starts_can_type_into_the_operator_s_terminal(tmp_path_factory):
+    """A process with pytest's controlling terminal may push keystrokes into it (TIOCSTI): the operator's shell
+    would run them once pytest has exited. pytest gives the terminal up as it starts, so a process a test starts
+    has none; the terminal's device, opened by path, is not its own (TIOCSTI then needs privileges the run's
+    user namespace does not have)."""
+    import fcntl
+    import pty
+    import termios
+
+    _containment_or_skip()
+    base = tmp_path_factory.mktemp("tty")
+    project = base / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\ncanarchy_containment = true\n")
+    (project / "test_tty.py").write_text(TYPES_INTO_THE_TERMINAL)
+    master, slave = pty.openpty()
+    env = {**operator_environment(make_operator_home(base), True), "CHILD_TTY": os.ttyname(slave)}
+
+    def with_the_terminal() -> None:  # a shell leading its session on the pty, as a terminal window starts one
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    command = shlex.join([*PYTEST, "-q", "-p", "no:randomly", "--rootdir", str(project)])
+    try:  # the shell runs pytest as its child (not exec): pytest shares the shell's session and terminal
+        proc = subprocess.Popen(["sh", "-c", f"{command}; code=$?; exit $code"], cwd=project, env=env,
+                                stdin=slave, stdout=slave, stderr=slave, preexec_fn=with_the_terminal)
+        os.close(slave)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the pty's last writer has gone
+                break
+            if not chunk:
+                break
+            output += chunk
+        code = proc.wait(timeout=120)
+    finally:
+        os.close(master)
+    text = output.decode(errors="replace")
+    assert code == 0, text
+    assert "TYPED-BY-A-TEST" not in text, text  # typed input would be echoed by the terminal
 
 
 def test_a_module_without_the_required_import_is_a_collection_error(tmp_path_factory):

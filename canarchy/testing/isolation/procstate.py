@@ -55,6 +55,31 @@ def _c_getenv() -> Any:
     return getenv
 
 
+def give_up_the_terminal() -> str | None:
+    """Detach this process from its controlling terminal (``TIOCNOTTY``, ioctl_tty(2)), so that no process a
+    test starts has one: a process with it may type into the operator's shell (``TIOCSTI``), which runs what it
+    typed once pytest has exited. The standard streams stay open on the terminal (output, a debugger's input)
+    and Ctrl+C still reaches pytest's process group. Returns why it could not, None when done or not needed."""
+    if not hasattr(os, "getsid"):  # pragma: no cover - Windows: no controlling terminals
+        return None
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:  # none (a CI job, nox's pipes): nothing to give up
+        return None
+    try:
+        if os.getsid(0) == os.getpid():  # a session leader's TIOCNOTTY would hang up its own process group
+            return "pytest leads its session (setsid): the processes a test starts keep its terminal"
+        import fcntl
+        import termios
+
+        fcntl.ioctl(fd, termios.TIOCNOTTY)
+        return None
+    except OSError as exc:
+        return f"the terminal could not be given up ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
+
+
 def erase_start_up_environment() -> bool:
     """Overwrite, in this process's memory, the environment it was started with: what
     ``/proc/PID/environ`` and every ``/proc/PID/task/TID/environ`` show to any process, Python

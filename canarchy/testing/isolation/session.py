@@ -31,6 +31,7 @@ from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.procstate import erase_start_up_environment as _erase_start_up_environment
+from canarchy.testing.isolation.procstate import give_up_the_terminal as _give_up_the_terminal
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import Sandbox
 from canarchy.testing.isolation.seal import Seal
@@ -162,6 +163,9 @@ def _start(config: pytest.Config, where: str) -> None:
             run.subreaper = _reaper.become_subreaper()
             _guard_the_exit(run)
             _name_exit_handlers()
+    kept = _give_up_the_terminal()  # the operator's shell reads what a process with the terminal types into it
+    if kept:
+        run.header.append(kept)
     # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
     # (before the containment covers the file this reads to find it).
     if not _erase_start_up_environment():
