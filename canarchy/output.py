@@ -338,6 +338,7 @@ class Printer:
         or error. ``result`` and ``error`` None: the command was interrupted
         before it could report. Either way an interrupted command's ``data``
         says ``stopped_by`` (``SIGINT``, ``SIGTERM``)."""
+        cut = ""
         try:
             if result is None and error is None:
                 if self.events is None:
@@ -347,9 +348,7 @@ class Printer:
                     and "stopped_by" not in result.data:
                 # stopped inside its stoppable block (a file read, a decode): what it reports is a part
                 result.data["stopped_by"] = self.events.stopped_by
-                cut = f"stopped by {self.events.stopped_by}: the above covers only the input read before it"
-                render = self.render_text or default_text
-                self.render_text = lambda result: render(result) + "\n" + cut
+                cut = f"\nstopped by {self.events.stopped_by}: the above covers only the input read before it"
             env = envelope(self.command, result, error)
             if self._torn and self.fmt != "json":
                 self.write("\n")  # the closing line starts a line of its own, after what was cut short
@@ -358,7 +357,7 @@ class Printer:
             elif self.fmt == "json":
                 self._finish_json(env, error is None and self.events is not None and self.events._keep)
             else:
-                text = self._text(result, error)
+                text = self._text(result, error, env["warnings"], cut)
                 if text:
                     self.write(text + "\n")
             self.write("", flush=True)
@@ -378,16 +377,18 @@ class Printer:
         self.events._write_events_json(self.write)
         self.write(tail + "\n")
 
-    def _text(self, result: CommandResult | None, error: CanarchyError | None) -> str:
+    def _text(self, result: CommandResult | None, error: CanarchyError | None, warnings: list[str],
+              cut: str) -> str:
+        """The ``--text`` end: the summary, ``cut`` (what says the read was stopped), then ``warnings``
+        (the envelope's)."""
         if error is not None:
             return f"error: {error.code}: {error.message}\nhint: {error.hint}"
         assert result is not None
-        text = (self.render_text or default_text)(result)
+        text = (self.render_text or default_text)(result) + cut
         counts = result.data.get("warning_counts")
         if counts:
             text += "\nwarnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items())
-        if result.warnings:
-            text += "".join(f"\nwarning: {one_full_stop(w)}" for w in result.warnings)
+        text += "".join(f"\nwarning: {w}" for w in warnings)
         return text
 
 

@@ -248,7 +248,7 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         return _capture_summary(args, capture, frames, writer)
     stream = open_stream(args, f"file:{args.file}")
     emit = stream.emit_frame
-    _convert(frames, writer, lambda frame: emit("frame", frame), stream.stoppable())
+    _convert(frames, writer, lambda frame: emit("frame", frame), stream)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
@@ -257,14 +257,14 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
-def _convert(frames, writer, each, guard) -> None:
-    """Write each frame to ``writer`` (``--output``; None: no file), then hand it to ``each``, inside ``guard``
-    (a stop by signal ends the loop there and keeps what was written). A read that failed (no frame:
-    CAPTURE_FORMAT_INVALID ...) or whose reader went away (a closed pipe) converted only part of the recording,
-    or nothing: no file is left, as for a bus that never opened."""
+def _convert(frames, writer, each, stream) -> None:
+    """Write each frame to ``writer`` (``--output``; None: no file), then hand it to ``each``, inside the
+    ``stream``'s stoppable block (a stop by signal ends the loop there and keeps what was written). A read
+    that failed (no frame: CAPTURE_FORMAT_INVALID ...) or whose reader went away (a closed pipe) converted
+    only part of the recording, or nothing: no file is left, as for a bus that never opened."""
     read = False
     try:
-        with guard:
+        with stream.stoppable():
             for frame in frames:
                 if writer is not None:
                     writer.write(frame)
@@ -281,7 +281,7 @@ def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> Comma
     from canarchy.capture_stats import CaptureStats
 
     stats = CaptureStats()
-    _convert(frames, writer, stats.feed, open_stream(args, f"file:{args.file}", keep=False).stoppable())
+    _convert(frames, writer, stats.feed, open_stream(args, f"file:{args.file}", keep=False))
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "summary": True, **stats.to_dict(), **capture.log.to_data()}
     if writer is not None:

@@ -34,26 +34,28 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     """``pid``'s parent pid and state (``R``, ``S``, ... ``Z``; proc(5) ``/proc/PID/stat``), None once
     it has gone. A process whose main thread has ended (``pthread_exit``) while another runs shows ``Z``
     there: it has the state of a thread still running (``/proc/PID/task``), ``Z`` only once all have ended."""
+    fields = _stat(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:  # "PID (COMM) STATE PPID ...": COMM may hold spaces
-            fields = handle.read().rsplit(b")", 1)[1].split()
         parent, state = int(fields[1]), fields[0].decode()
-    except (OSError, IndexError, ValueError):
+    except (IndexError, ValueError):
         return None
     if state == "Z":
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{pid}/task"):
-                if task != str(pid) and (running := _task_state(pid, task)) not in (None, "Z", "X"):
-                    return parent, running
+                running = _stat(f"/proc/{pid}/task/{task}/stat")[:1]
+                if task != str(pid) and running and running[0] not in (b"Z", b"X"):
+                    return parent, running[0].decode()
     return parent, state
 
 
-def _task_state(pid: int, task: str) -> str | None:
+def _stat(path: str) -> list[bytes]:
+    """The fields of a ``stat`` file of ``/proc`` after ``(COMM)`` (which may hold spaces): state, parent pid,
+    ...; [] once it has gone."""
     try:
-        with open(f"/proc/{pid}/task/{task}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+        with open(path, "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return None
+        return []
 
 
 def _processes() -> dict[int, tuple[int, str]]:

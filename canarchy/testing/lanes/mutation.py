@@ -324,8 +324,8 @@ def _run_concurrently(first: _Workspace, pending: list, packages: Sequence[str],
     mutants = [functools.partial(_one, result=result, texts=texts, packages=packages, echo=echo)
                for result, texts in pending]
     outcome = concurrently([functools.partial(holding_a_copy, job) for job in (*baselines, *mutants)], workers=jobs)
-    for entry, baseline in zip(pending, outcome[:len(pending)], strict=True):
-        _apply_baseline(baseline, [entry])
+    for (result, _texts), baseline in zip(pending, outcome[:len(pending)], strict=True):
+        _apply_baseline(baseline, result)
 
 
 def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str],
@@ -344,20 +344,19 @@ def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str],
     return cases, time.monotonic() - started
 
 
-def _apply_baseline(baseline: tuple[dict | str, float], pending: list) -> None:
+def _apply_baseline(baseline: tuple[dict | str, float], result: MutationResult) -> None:
     """A mutation whose tests did not all pass unmutated cannot decide, whatever its mutant did."""
     cases, seconds = baseline
-    for result, _ in pending:
-        result.durations["baseline"] = seconds
-        if isinstance(cases, str):
-            result.status, result.reason = "cannot decide", cases
-            continue
-        for row in result.rows:
-            row.baseline = cases[row.node_id].outcome
-        not_passing = [f"{r.node_id} ({r.baseline})" for r in result.rows if r.baseline != "passed"]
-        if not_passing:
-            result.status = "cannot decide"
-            result.reason = "baseline: these must pass on the unmutated code first: " + ", ".join(not_passing)
+    result.durations["baseline"] = seconds
+    if isinstance(cases, str):
+        result.status, result.reason = "cannot decide", cases
+        return
+    for row in result.rows:
+        row.baseline = cases[row.node_id].outcome
+    not_passing = [f"{r.node_id} ({r.baseline})" for r in result.rows if r.baseline != "passed"]
+    if not_passing:
+        result.status = "cannot decide"
+        result.reason = "baseline: these must pass on the unmutated code first: " + ", ".join(not_passing)
 
 
 def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str, str]], packages: Sequence[str],
