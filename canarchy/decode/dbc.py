@@ -169,23 +169,48 @@ class DbcDecoder:
         if message is None:
             self._unknown(frame)
             return []
-        data = frame.data
         isotp = None
         if message.length > 8 and not frame.is_fd:
-            machine = self._reassemblers.get(key)
-            if machine is None:
-                machine = self._reassemblers[key] = IsoTpReassembler(frame.arbitration_id)
-            pdu = machine.feed(frame)
-            self.warnings.extend(machine.warnings)
-            machine.warnings.clear()
-            if pdu is None:
+            whole = self._reassembled(key, frame)
+            if whole is None:
                 return []
-            self.isotp_pdu_count += 1
-            data = bytes([pdu.length_byte]) + pdu.data if self.isotp_layout == "length-prefixed" else pdu.data
-            isotp = {"length": pdu.length, "frame_count": pdu.frame_count}
-            timestamp = pdu.timestamp
+            data, timestamp, isotp = whole
         else:
-            timestamp = frame.timestamp
+            data, timestamp = frame.data, frame.timestamp
+        values = self._values(message, frame, data, timestamp)
+        if values is None:
+            return []
+        payload: dict[str, Any] = {
+            "message": message.name,
+            "arbitration_id": frame.arbitration_id,
+            "timestamp": timestamp,
+            "signals": self._signals(message, values),
+        }
+        if by_pgn:
+            payload["pgn"] = j1939_pgn(frame.arbitration_id)
+            payload["source_address"] = frame.arbitration_id & 0xFF
+        if isotp is not None:
+            payload["isotp"] = isotp
+        return [payload]
+
+    def _reassembled(self, key: tuple[int, bool], frame: CanFrame) -> tuple[bytes, float, dict[str, int]] | None:
+        """Feed a frame of a message longer than 8 bytes to its ID's ISO-TP reassembler: ``(data, timestamp,
+        {length, frame_count})`` when it completes one, else None."""
+        machine = self._reassemblers.get(key)
+        if machine is None:
+            machine = self._reassemblers[key] = IsoTpReassembler(frame.arbitration_id)
+        pdu = machine.feed(frame)
+        self.warnings.extend(machine.warnings)
+        machine.warnings.clear()
+        if pdu is None:
+            return None
+        self.isotp_pdu_count += 1
+        data = bytes([pdu.length_byte]) + pdu.data if self.isotp_layout == "length-prefixed" else pdu.data
+        return data, pdu.timestamp, {"length": pdu.length, "frame_count": pdu.frame_count}
+
+    def _values(self, message: Any, frame: CanFrame, data: bytes, timestamp: float) -> dict[str, Any] | None:
+        """The signal values ``data`` decodes to (scaled, choices named), or None with a ``DBC_DECODE_FAILED``
+        warning; a ``DBC_DATA_SHORT`` warning names the signals beyond data shorter than the message."""
         where = f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} {message.name}"
         try:
             values = message.decode(data, decode_choices=True, scaling=True, allow_truncated=True)
@@ -199,12 +224,16 @@ class DbcDecoder:
             self.decode_error_count += 1
             self.warnings.add("DBC_DECODE_FAILED", f"{where}: does not decode: {why}",
                               arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name)
-            return []
+            return None
         if missing:  # the signals that lie in the bytes the frame has are decoded; cantools' CLI refuses it whole
             self.warnings.add("DBC_DATA_SHORT", f"{where}: {len(data)} of its {message.length} bytes: "
                               f"{', '.join(missing)} not decoded (beyond the data)",
                               arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name,
                               length=len(data), expected_length=message.length, missing_signals=missing)
+        return values
+
+    def _signals(self, message: Any, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """``{name: {value, unit}}`` of a decoded message, counted into its summary."""
         signals = {}
         stats = self._message_stats(message)
         for name, value in values.items():
@@ -220,18 +249,7 @@ class DbcDecoder:
             series[0].add(plain)
         stats["count"] += 1
         self.decoded_count += 1
-        payload: dict[str, Any] = {
-            "message": message.name,
-            "arbitration_id": frame.arbitration_id,
-            "timestamp": timestamp,
-            "signals": signals,
-        }
-        if by_pgn:
-            payload["pgn"] = j1939_pgn(frame.arbitration_id)
-            payload["source_address"] = frame.arbitration_id & 0xFF
-        if isotp is not None:
-            payload["isotp"] = isotp
-        return [payload]
+        return signals
 
     @staticmethod
     def _cut_off(message: Any, data: bytes, values: dict[str, Any]) -> list[str]:

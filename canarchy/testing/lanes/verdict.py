@@ -61,24 +61,31 @@ def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tup
         report = load_report(run.junit)
     except CannotDecide as exc:
         return None, f"{exc}; pytest exit code {run.returncode}"
-    if not report.cases:
-        return None, f"the report holds zero test cases; pytest exit code {run.returncode}"
-    uncollected = [key for key, case in report.cases.items()
-                   if any(r.kind == "error" and r.phase == "collection" for r in case.results)] if complete else []
-    if uncollected:
-        return None, f"errors during collection: {', '.join(uncollected[:3])}; pytest exit code {run.returncode}"
-    if run.returncode == 0 and report.failing:
-        return None, f"pytest exited 0 but the report has failing cases: {', '.join(report.failing[:3])}"
-    ran = sum(1 for case in report.cases.values() if not any(r.phase == "collection" for r in case.results))
-    to_run = max((int(n) for n in report.properties_named(ITEMS_PROPERTY) if n.isdigit()), default=0)
-    if ran < to_run and not report.failing:  # pytest.exit() in a test, or a signal: the rest never ran
-        return None, (f"the report holds {ran} of the {to_run} tests the run was to run: it stopped before the "
-                      f"others (a test's pytest.exit()?); pytest exit code {run.returncode}")
-    if isolated and not report.properties_named(ISOLATION_PROPERTY):
+    why_not = _unusable(report, run.returncode, complete)
+    if why_not is None and isolated and not report.properties_named(ISOLATION_PROPERTY):
         return None, ("the run was not under canarchy's isolation, which the project's pyproject.toml loads "
                       f"(no {ISOLATION_PROPERTY} property in the report): does a pytest.ini, tox.ini or "
                       "setup.cfg shadow its [tool.pytest.ini_options]?")
-    return report, None
+    return (None, f"{why_not}; pytest exit code {run.returncode}") if why_not else (report, None)
+
+
+def _unusable(report: Report, returncode: int, complete: bool) -> str | None:
+    """Why a report read from a run that exited 0 or 1 answers nothing, or None: no cases, a collection error
+    (``complete``), a failing case under exit 0, fewer cases than the run was to run and none failing."""
+    if not report.cases:
+        return "the report holds zero test cases"
+    uncollected = [key for key, case in report.cases.items()
+                   if any(r.kind == "error" and r.phase == "collection" for r in case.results)] if complete else []
+    if uncollected:
+        return f"errors during collection: {', '.join(uncollected[:3])}"
+    if returncode == 0 and report.failing:
+        return f"pytest exited 0 but the report has failing cases: {', '.join(report.failing[:3])}"
+    ran = sum(1 for case in report.cases.values() if not any(r.phase == "collection" for r in case.results))
+    to_run = max((int(n) for n in report.properties_named(ITEMS_PROPERTY) if n.isdigit()), default=0)
+    if ran < to_run and not report.failing:  # pytest.exit() in a test, or a signal: the rest never ran
+        return (f"the report holds {ran} of the {to_run} tests the run was to run: it stopped before the "
+                "others (a test's pytest.exit()?)")
+    return None
 
 
 def failed_beyond_its_tests(run: Run | None, report: Report | None) -> bool:
