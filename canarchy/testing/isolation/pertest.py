@@ -98,7 +98,8 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     else:
         # Judged like the test's own code (not exempt): a test can replace what these call.
         home, cwd = dirs = sandbox.new_test_dirs()
-        os.chdir(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
+        with _access.GUARD.exempt():
+            _CHDIR(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
         for key, value in sandbox.home_environment(home).items():
             _STATE.quietly(key, value)
         sandbox.rebase(home)
@@ -118,7 +119,8 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         yield home
     finally:
         problems = _STATE.finish()
-        os.chdir(cwd_before)
+        with _access.GUARD.exempt():
+            _CHDIR(cwd_before)
         if dirs is None:
             _STATE.quietly_apply({**sandbox.session_env, **{k: v for k, v in os.environ.items()
                                                             if k == "PYTEST_CURRENT_TEST"}})
@@ -179,6 +181,7 @@ def _own_left_processes(run: _Run, nodeid: str) -> None:
         _access.GUARD.others_relink = bool(running)
 
 
+_CHDIR = os.chdir  # taken at import: the fixture's own moves are not judged, and a test cannot replace them
 _THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads
 
 
