@@ -130,7 +130,7 @@ def prepare_args(args: argparse.Namespace) -> argparse.Namespace:
     ``CANARCHY_DEFAULT_INTERFACE`` (``"config"``); else nothing, if the command
     has a no-interface form; else ``INTERFACE_REQUIRED`` (exit 1).
 
-    The #530 guard: ``uds services`` is active only when a channel is typed on
+    The guard ``nox -s mutation-530`` reverts: ``uds services`` is active only when a channel is typed on
     the command line. Without one (and without ``--dry-run``) it is a reference
     lookup, and the configured default never turns it into bus traffic.
 

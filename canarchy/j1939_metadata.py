@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from canarchy import reference_data
 from canarchy.errors import UserInputError
 
-# Bound at import on purpose (REQ-TISO-03, docs/design/test-isolation.md); read at call time below.
+# Bound at import on purpose: the test isolation re-points such import-time paths into each test's home
+# (docs/design/test-isolation.md); read at call time below.
 _SPN_OVERRIDES_DEFAULT = Path.home() / ".canarchy" / "j1939_spns.json"
 
 SPN_OVERRIDES_ENV = "CANARCHY_J1939_SPN_OVERRIDES"

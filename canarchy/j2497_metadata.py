@@ -14,7 +14,8 @@ from typing import Any
 from canarchy import reference_data
 from canarchy.errors import UserInputError
 
-# Bound at import on purpose (REQ-TISO-03, docs/design/test-isolation.md); read at call time below.
+# Bound at import on purpose: the test isolation re-points such import-time paths into each test's home
+# (docs/design/test-isolation.md); read at call time below.
 _MID_OVERRIDES_DEFAULT = Path.home() / ".canarchy" / "j2497_mids.json"
 
 MID_OVERRIDES_ENV = "CANARCHY_J2497_MID_OVERRIDES"
