@@ -601,7 +601,7 @@ def test_an_ordinary_user_gets_the_same(possible):
     sleeper = None
     try:
         os.chmod(base, 0o755)
-        for name in ("containment.py", "kernel.py"):  # it loads kernel.py from beside it
+        for name in ("containment.py", "kernel.py", "mountview.py"):  # it loads these from beside it
             shutil.copy(MODULE.with_name(name), base / name)
         spec = operator_tree(base / "operator")
         # an outside process of the same user, whose /proc/PID/root would show the host's view

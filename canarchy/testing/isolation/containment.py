@@ -11,7 +11,6 @@ ordinary user), and it then loads ``kernel.py`` beside it the same way.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -22,18 +21,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from collections.abc import Iterable
 
 if __package__:  # imported as a module of the package
-    from canarchy.testing.isolation import kernel
-else:  # loaded by path (the module docstring): kernel.py beside it, the same way
+    from canarchy.testing.isolation import kernel, mountview
+else:  # loaded by path (the module docstring): kernel.py and mountview.py beside it, the same way
     import importlib.util
 
-    _KERNEL = importlib.util.spec_from_file_location("kernel", Path(__file__).with_name("kernel.py"))
-    kernel = importlib.util.module_from_spec(_KERNEL)
-    _KERNEL.loader.exec_module(kernel)
+    def _beside(name: str):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # mountview.py loads kernel.py as this module
+        spec.loader.exec_module(module)
+        return module
+
+    kernel = _beside("kernel")
+    mountview = _beside("mountview")
 
 PROTECTIONS = ("user namespace", "mount view", "network", "lock")
 
@@ -205,7 +209,7 @@ def _private_sysfs() -> None:
     the mounts that were below ``/sys`` (cgroups, ...) are put back on it."""
     clones = []
     try:
-        for path in _outermost(p for p in _mount_points() if p.startswith("/sys/")):
+        for path in mountview.outermost(p for p in _mount_points() if p.startswith("/sys/")):
             clones.append((path, kernel._open_tree(path)))
         # read-only from the start: a new sysfs may not be less restricted than the one
         # already visible (the kernel's mount_too_revealing), which is this one when nested
@@ -222,175 +226,6 @@ def _private_sysfs() -> None:
     finally:
         for _, tree in clones:
             os.close(tree)
-
-
-# -- the mount view ------------------------------------------------------------------
-
-def _inside(path: str, tree: str) -> bool:
-    """Whether ``path`` is ``tree`` or below it (both resolved)."""
-    return path == tree or path.startswith(tree.rstrip("/") + "/")
-
-
-def _depth(path: str) -> tuple[int, str]:
-    return path.rstrip("/").count("/"), path
-
-
-def _outermost(paths: Iterable[str]) -> list[str]:
-    """``paths`` without those inside another one, shortest first."""
-    kept: list[str] = []
-    for path in sorted(set(paths), key=_depth):
-        if not any(_inside(path, k) for k in kept):
-            kept.append(path)
-    return kept
-
-
-def _ancestors(path: str) -> list[str]:
-    """The directories above ``path``, ``/`` excluded (it cannot be renamed anyway)."""
-    out = []
-    parent = os.path.dirname(path.rstrip("/"))
-    while parent not in ("", "/"):
-        out.append(parent)
-        parent = os.path.dirname(parent)
-    return out
-
-
-def _tasks(pid: int) -> list[str]:
-    """``""`` and ``task/TID/`` for each thread of ``pid`` now: where its /proc files are."""
-    try:
-        return ["", *(f"task/{tid}/" for tid in os.listdir(f"/proc/{pid}/task"))]
-    except OSError:
-        return [""]
-
-
-def _nearest_existing(path: str) -> str:
-    parent = os.path.dirname(path)
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    return parent
-
-
-@dataclass
-class _View:
-    """The mount view worked out from a plan at the moment of entering.
-
-    ``layers``: (path, writable) shallowest first, so that where trees nest
-    the deepest one decides; at the same path the writable one does."""
-
-    covers: list[str] = field(default_factory=list)          # existing: made empty
-    hidden: list[str] = field(default_factory=list)          # the processes' /proc files: made empty
-    pins: list[str] = field(default_factory=list)            # ancestors of read-only trees: mount points
-    uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
-    layers: list[tuple[str, bool]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, plan: Plan) -> _View:
-        view = cls()
-        trees = {os.path.realpath(p) for p in plan.read_only if os.path.lexists(p)}
-        parents = {}
-        for path in plan.covered:
-            target = os.path.realpath(path)  # a symlink: what it resolves to
-            if os.path.exists(target):
-                view.covers.append(target)
-            else:
-                parents[str(path)] = _nearest_existing(target)
-        trees |= set(parents.values())
-        writable = {os.path.realpath(p) for p in plan.writable if os.path.isdir(p)}
-        layers = sorted([(t, False) for t in trees] + [(w, True) for w in writable],
-                        key=lambda layer: (_depth(layer[0]), layer[1]))
-        for path, kind in layers:  # keep a layer only where it changes something
-            if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
-                view.layers.append((path, kind))
-        view.hidden = [f"/proc/{pid}/{where}{name}" for pid in plan.processes for where in _tasks(pid)
-                       for name in ("environ", "mem")]
-        view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
-        for path, parent in parents.items():
-            tree, writable_there = view.decides(parent)
-            if writable_there:
-                view.problems.append(f"{path} can be created: {tree} is writable")
-            else:
-                view.uncreatable.append(path)
-        return view
-
-    def decides(self, path: str) -> tuple[str | None, bool]:
-        """The deepest layer holding ``path`` and whether it is writable (None, True: no layer)."""
-        for tree, writable in reversed(self.layers):
-            if _inside(path, tree):
-                return tree, writable
-        return None, True
-
-    @property
-    def read_only(self) -> list[str]:
-        return [path for path, writable in self.layers if not writable]
-
-    @property
-    def writable(self) -> list[str]:
-        return [path for path, writable in self.layers if writable]
-
-    def apply(self) -> None:
-        """Mount it (in a private mount namespace, with capabilities there).
-        A path that cannot be done is recorded in ``problems``; the rest is done."""
-        clones = {path: self._try(path, kernel._open_tree, path) for path in self.writable}  # as they are now
-        for path in self.pins:  # a mount point cannot be renamed (EBUSY): no moving a home's parent aside
-            self._try(path, kernel.mount, path, path, None, kernel.MS_BIND | kernel.MS_REC)
-        for path, writable in self.layers:
-            if not writable:
-                self._try(path, self._read_only, path)
-            elif clones[path] is not None:
-                self._try(path, kernel._move_mount, clones[path], path)
-                os.close(clones[path])
-        if self.covers or self.hidden:
-            self._try("covers", self._cover_all)
-
-    def _try(self, path: str, action, *args):
-        try:
-            return action(*args)
-        except OSError as exc:
-            self.problems.append(f"{path}: {exc.strerror or exc}")
-            return None
-
-    @staticmethod
-    def _read_only(path: str) -> None:
-        kernel.mount(path, path, None, kernel.MS_BIND | kernel.MS_REC)
-        kernel.mount_setattr(path, kernel.MOUNT_ATTR_RDONLY, recursive=True)
-
-    def _cover_all(self) -> None:
-        staging = kernel._new_fs("tmpfs")  # detached: an empty directory and an empty file to clone
-        try:
-            # modes that let the owner past the permission check, so a write meets EROFS
-            os.mkdir("empty-dir", 0o755, dir_fd=staging)
-            os.close(os.open("empty-file", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=staging))
-            for path in self.covers:
-                self._try(path, self._cover, staging, path)
-            for path in self.hidden:
-                with contextlib.suppress(OSError):  # a thread or process that has ended since
-                    self._cover(staging, path)
-        finally:
-            os.close(staging)
-
-    @staticmethod
-    def _cover(staging: int, path: str) -> None:
-        source = "empty-dir" if os.path.isdir(path) else "empty-file"
-        tree = kernel._open_tree(source, dirfd=staging, recursive=False)
-        try:
-            kernel.mount_setattr("", kernel.MOUNT_ATTR_RDONLY | kernel.MOUNT_ATTR_NOSUID | kernel.MOUNT_ATTR_NODEV
-                                 | kernel.MOUNT_ATTR_NOEXEC, dirfd=tree)
-            kernel._move_mount(tree, path)
-        finally:
-            os.close(tree)
-
-    def detail(self) -> str:
-        pids = sorted({int(path.split("/")[2]) for path in self.hidden})
-        devices = [path for path in self.covers if path.startswith("/dev/")]
-        files = [path for path in self.covers if path not in devices]
-        parts = [f"empty, read-only: {', '.join(files)}" if files else "",
-                 f"device nodes empty, read-only: {len(devices)} under /dev" if devices else "",
-                 f"start-up environment hidden: processes {', '.join(map(str, pids))}" if pids else "",
-                 f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
-                 f"read-only: {', '.join(self.read_only)}" if self.read_only else "",
-                 f"cannot be moved: {', '.join(self.pins)}" if self.pins else "",
-                 f"writable inside: {', '.join(self.writable)}" if self.writable else ""]
-        return "; ".join(p for p in parts if p) or "nothing to cover"
 
 
 # -- entering ------------------------------------------------------------------------
@@ -433,7 +268,7 @@ def enter(plan: Plan) -> Report:
     except OSError as exc:
         return _not_possible(plan, _why_no_user_namespace(exc), started)
     results = {"user namespace": _user_namespace(many, threads, uid, gid)}
-    view = _View.of(plan)
+    view = mountview.View.of(plan)
     results["mount view"] = _mount_view(plan, view, cwd)
     if plan.network:
         results["network"] = _set_up_network()
@@ -463,7 +298,7 @@ def _user_namespace(many: bool, threads: int, uid: int, gid: int) -> tuple[bool,
     return True, f"uid {uid} and gid {gid} mapped to themselves; every other id shows as the overflow id"
 
 
-def _mount_view(plan: Plan, view: _View, cwd: str | None) -> tuple[bool, str]:
+def _mount_view(plan: Plan, view: mountview.View, cwd: str | None) -> tuple[bool, str]:
     """Make every mount private, apply ``view`` when the plan asks for it, resolve ``cwd`` again through
     the new mounts; the mount view's result."""
     try:

@@ -18,6 +18,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import loadable as _loadable
+from canarchy.testing.isolation import mountview as _mountview
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.settings import Settings, _is_worker, real_bus_asked
@@ -68,7 +69,7 @@ def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str
     root = str(config.rootpath)
     held = [os.path.abspath(h) for h in (root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR")) if h]
     venvs = [os.path.join(root, venv) for venv in _loadable.virtual_environments(root)]
-    return [t for t in venvs if not any(_containment._inside(h, t) for h in held)]
+    return [t for t in venvs if not any(_mountview.inside(h, t) for h in held)]
 
 
 def _pytest_cache_dir(config: pytest.Config) -> str | None:
@@ -114,7 +115,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     homes = [h for h in run.homes if os.path.dirname(h) != h]
     code = _interpreter_trees(root)
     if basetemp:  # pytest removes and remakes it: no writable view inside a read-only tree survives that
-        held = [t for t in code if _containment._inside(os.path.abspath(basetemp), t)]
+        held = [t for t in code if _mountview.inside(os.path.abspath(basetemp), t)]
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
     read_only = [*homes, *_git_dirs(root), *code]
@@ -134,7 +135,7 @@ def _unreached(run: _Run) -> frozenset[str]:
         return frozenset()
     shut = [*report.covered, *report.uncreatable]
     return frozenset(path for path in run.guarded
-                     if any(_containment._inside(p, s) for p in (path, os.path.realpath(path)) for s in shut))
+                     if any(_mountview.inside(p, s) for p in (path, os.path.realpath(path)) for s in shut))
 
 
 def _network_wanted(config: pytest.Config, settings: Settings, wanted: bool | None = None) -> tuple[bool, str]:
@@ -178,4 +179,4 @@ def _reachable(run: _Run, manifest: dict) -> dict:
     """``manifest`` without what lies under a path the mount view made unreachable: the sentinel
     checks the containment's covers of those instead (``sentinel._covers_broken``)."""
     return {path: entry for path, entry in manifest.items()
-            if not any(_containment._inside(path, shut) for shut in run.unreached)}
+            if not any(_mountview.inside(path, shut) for shut in run.unreached)}

@@ -215,7 +215,8 @@ def _start(config: pytest.Config, where: str) -> None:
 
 
 _UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.kernel",
-             "canarchy.testing.isolation.seal", "canarchy.testing.isolation._child"}
+             "canarchy.testing.isolation.mountview", "canarchy.testing.isolation.seal",
+             "canarchy.testing.isolation._child"}
 
 
 def _seal() -> Seal:
