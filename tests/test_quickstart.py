@@ -40,13 +40,15 @@ NOBODY = 65534
 def _setup(ip: str) -> str:
     return " && ".join([
         f"{ip} link set lo up",
+        # no duplicate address detection in this namespace: IPv6 on lan0 (its link-local address, its
+        # multicast route) is usable as soon as the link is up, instead of a second or two later
+        "echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad",
         f"{ip} link add lan0 type veth peer name lan1",
         f"{ip} link set lan1 up",
         f"{ip} link set lan0 up",
         f"{ip} addr add 192.0.2.10/24 dev lan0",
         f"{ip} route add default via 192.0.2.1 dev lan0",
         f"{ip} neigh add 192.0.2.1 lladdr 02:00:00:00:00:01 dev lan0",
-        "sleep 2",  # IPv6 on lan0 (its link-local address and multicast route) comes up
     ])
 
 
