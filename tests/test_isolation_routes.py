@@ -456,6 +456,7 @@ BYTECODE = {
     "bcpkg/childmod.py": "X = 'source'\n",
     "bcpkg/shellmod.py": "X = 'source'\n",
     "bcpkg/rewritten.py": "X = 'source'\n",
+    "nsdir/nsmod.py": "X = 'source'\n",  # no __init__.py: a namespace package's module, or a PYTHONPATH entry's
     "test_bytecode.py": """
         import builtins, importlib.util, marshal, py_compile
         from pathlib import Path
@@ -529,6 +530,16 @@ BYTECODE = {
             extension = source.parent / ("shell_ext" + importlib.machinery.EXTENSION_SUFFIXES[0])
             subprocess.run(["sh", "-c", f"mkdir -p {target.parent} && cp {tmp_path}/forged.pyc {target} "
                                         f"&& echo x > {extension}"], check=True)
+
+        def test_a_shell_plants_code_beside_a_module_outside_any_package(request, tmp_path):
+            import subprocess
+            source = Path(request.config.rootpath) / "nsdir" / "nsmod.py"
+            target = Path(importlib.util.cache_from_source(str(source)))
+            seen = source.stat()
+            header = importlib.util.MAGIC_NUMBER + bytes(4) + (seen.st_mtime_ns // 10**9).to_bytes(4, "little") + \
+                seen.st_size.to_bytes(4, "little")
+            (tmp_path / "forged.pyc").write_bytes(header + marshal.dumps(compile("X = 'forged'", str(source), "exec")))
+            subprocess.run(["sh", "-c", f"mkdir -p {target.parent} && cp {tmp_path}/forged.pyc {target}"], check=True)
 
         def test_plants_a_module_in_a_virtual_environment_of_the_checkout(request):
             site = Path(request.config.rootpath) / "tools-venv" / "lib" / "python3.11" / "site-packages"
@@ -1196,10 +1207,25 @@ def test_a_pytest_plugin_a_shell_planted_in_an_ignored_directory_fails_the_run(b
     assert run.returncode != 0 and "shell.egg-info/entry_points.txt" in run.output, run.output
     assert "added: pprint.pyc" in run.output, run.output  # git ignores *.py[cod]; the next import runs it
     # in a package: a cache with its source's header (loaded instead of the source) and an extension module
-    assert "added: bcpkg/__pycache__/shellmod." in run.output and "added: bcpkg/shell_ext." in run.output, run.output
+    assert "byte code at bcpkg/__pycache__/shellmod." in run.output and "added: bcpkg/shell_ext." in run.output, \
+        run.output
     assert "bcpkg/__pycache__/imported." not in run.output, run.output  # the import system's own: no change
     # compared once when an import cached it, then rewritten in place with its size and mtime kept
-    assert "added: bcpkg/__pycache__/rewritten." in run.output, run.output
+    assert "byte code at bcpkg/__pycache__/rewritten." in run.output, run.output
+    project = run.home.parent / "project"
+    assert not list(project.glob("bcpkg/__pycache__/shellmod.*")) and not list(project.glob("bcpkg/__pycache__/rew*"))
+
+
+def test_byte_code_a_shell_planted_beside_a_module_outside_any_package_is_removed_and_fails_the_run(bytecode):
+    """A directory of code that is no regular package (a namespace package, a directory on a child Python's
+    ``PYTHONPATH``) is imported from too: the byte code a shell forged there with its source's size and time,
+    which the next import would run instead of the source, is found at the session's end and removed."""
+    run, _ = bytecode
+    assert run.returncode != 0, run.output
+    assert "byte code at nsdir/__pycache__/nsmod." in run.output and "not the compilation of" in run.output, \
+        run.output
+    assert "removed (the next import of its module would have run it)" in run.output, run.output
+    assert not list((run.home.parent / "project").glob("nsdir/__pycache__/nsmod.*"))
 
 
 @pytest.mark.parametrize("test, operation, words, planted", [

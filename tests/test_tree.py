@@ -213,11 +213,12 @@ def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(t
     assert sorted(work_tree(state)) == ["src/m7.py"] and state["src/m7.py"].note == tree.TRACKED
     # one file stat'ed; a listing of the top (start-up code is looked for there, ignored or not); whether each
     # directory there is a package (where an import would find byte code) or a virtual environment: nothing
-    # listed below; and what of .git a later git runs
+    # listed below; the byte-code cache beside the sources (one directory of them); and what of .git a later
+    # git runs
     probes = sorted(path for path in seen if path.endswith(("/__init__.py", "/pyvenv.cfg")))
     git_dir = str(repo / ".git")
     assert sorted({p for p in seen if p not in probes and not p.startswith(git_dir)}) == [
-        str(repo), str(repo / "src" / "m7.py")], seen
+        str(repo), str(repo / "src" / "__pycache__"), str(repo / "src" / "m7.py")], seen
     assert probes == [str(repo / d / n) for d in ("src", "venv") for n in ("__init__.py", "pyvenv.cfg")]
     assert opened == []
 

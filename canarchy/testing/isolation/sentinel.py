@@ -113,11 +113,12 @@ def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
                 lines.extend(f"  {line}" + _writer(run, line) for line in diff)
         if run.checkout_before is not None:
             now = _checkout_manifest(run, config.rootpath)
-            _settle_bytecode(run, run.checkout_before, now, config)
+            forged = _settle_bytecode(run, run.checkout_before, now, config)
             diff, run.checkout_before = _tree.changes(run.checkout_before, now), now
-            if diff:
+            if diff or forged:
                 lines.append(f"{who} changed the checkout ({config.rootpath}):")
                 lines.extend(f"  {line}" + _writer(run, line, config.rootpath) for line in diff)
+                lines.extend(forged)
             hidden = _hidden_writes(run, config)
             if hidden:
                 lines.append(f"{who} left in the checkout, where git does not show it (ignored, or in a repository "
@@ -140,20 +141,34 @@ def _hidden_writes(run: _Run, config: pytest.Config) -> list[str]:
     return [f"  {rel} (written by {written[rel]})" for rel in found]
 
 
-def _settle_bytecode(run: _Run, before: dict, now: dict, config: pytest.Config) -> None:
+def _settle_bytecode(run: _Run, before: dict, now: dict, config: pytest.Config) -> list[str]:
     """Byte code in a ``__pycache__`` that came, changed or went since ``before`` is no change when it is
     the compilation of its source (the import system's, or pytest's assertion rewrite: every first run
-    writes it); any other is (a shell child's copy, a forged header). Compiles only what changed, and
-    not what the per-test check already compared and nothing changed since (``run.settled_bytecode``)."""
+    writes it). Any other (a shell child's copy, a forged header) is removed, left out of both states and
+    returned as a line: a later import would run it. Compiles only what changed, and not what the per-test
+    check already compared and nothing changed since (``run.settled_bytecode``)."""
     root = os.path.realpath(config.rootpath)
     for rel in [r for r in before.keys() - now.keys() if r.endswith(".pyc") and "__pycache__/" in r]:
         del before[rel]
-    for rel, entry in now.items():
+    forged = []
+    for rel, entry in list(now.items()):
         if before.get(rel) == entry or not rel.endswith(".pyc") or "__pycache__/" not in rel:
             continue
         path = os.path.join(root, rel)
-        if run.settled_bytecode.get(path) == _bytecode.signature(entry) or _bytecode.mismatch(path, config) is None:
+        why = None if run.settled_bytecode.get(path) == _bytecode.signature(entry) else _bytecode.mismatch(path, config)
+        if why is None:
             before[rel] = entry
+            continue
+        try:
+            os.remove(path)
+            done = "removed"
+        except OSError as exc:
+            done = f"not removed: {exc.strerror or exc}"
+        before.pop(rel, None)
+        del now[rel]
+        forged.append(f"  byte code at {rel}: {why}; {done} (the next import of its module would have run it)"
+                      + _writer(run, f"added: {rel}", config.rootpath))
+    return forged
 
 
 def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None = None) -> None:

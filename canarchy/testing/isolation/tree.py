@@ -236,16 +236,38 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     repository = GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
     staged = GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
     flagged = GitListing(base, ["ls-files", "-z", "-v"], env).start()
+    sources = GitListing(base, ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
+                                *PYTHON_SOURCES], env, empty_ok=True).start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
     ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
     state = repository.text(), staged.text(), flagged.text()
+    listed = sources.text()
     if not (ok and (out or tracks_anything(base, env))):
         out.clear()
         _scan(out, base, "", True)
+        listed = None
     elif state[0]:
         _git_state(out, base, *state)
     _loadable_code(out, base, search_dirs)
+    names = listed.split("\0") if listed is not None else [rel for rel in list(out) if rel.endswith((".py", ".pyw"))]
+    _cached_beside_sources(out, base, names)
     return out
+
+
+#: What :func:`checkout_state` asks git for: the sources an import may have cached byte code of (pathspecs).
+PYTHON_SOURCES = ("*.py", "*.pyw")
+
+
+def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[str]) -> None:
+    """Add the byte code in the ``__pycache__`` beside each of ``sources`` (paths relative to ``root``) that
+    :func:`_loadable_code` has not: a directory of code that is no regular package (a namespace package, a
+    directory a child Python finds on its ``PYTHONPATH``) is imported from too, and git ignores what is
+    cached there. One ``scandir`` per directory."""
+    seen = {key.rpartition("/")[0] for key in out if key.endswith(".pyc")}
+    for rel in sorted({name.rpartition("/")[0] for name in sources if name}):
+        cache = f"{rel}/__pycache__" if rel else "__pycache__"
+        if cache not in seen:
+            _cached_code(out, cache, os.path.join(root, cache))
 
 
 #: A repository's files a later git command runs or takes its rules from (hooks, ``core.fsmonitor``, what it
