@@ -163,6 +163,10 @@ def test_a_child_python_reads_the_environment_its_parent_started_with():
     code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
+def test_reads_the_command_line_of_the_process_that_started_pytest():
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:  # `env CAN_CHANNEL=can0 pytest` names it there
+        assert b"CAN_" not in handle.read()
+
 def _square(x):
     return x * x
 
@@ -441,9 +445,12 @@ def test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty():
                                          f"skip={ctypes.addressof(held)}"], capture_output=True)
     assert b"CANARCHY_HELD" not in memory.stdout, memory.stderr
     above = this_and_above()[1:]
-    shown = {pid: subprocess.run(["sh", "-c", f"cat /proc/{pid}/environ /proc/{pid}/task/*/environ /proc/{pid}/mem"],
+    shown = {pid: subprocess.run(["sh", "-c", f"cat /proc/{pid}/environ /proc/{pid}/task/*/environ /proc/{pid}/mem "
+                                              f"/proc/{pid}/cmdline /proc/{pid}/task/*/cmdline"],
                                  capture_output=True).stdout for pid in above}
     assert above and all(out == b"" for out in shown.values()), {pid: len(out) for pid, out in shown.items()}
+    # its own command line stays (what the operator typed for pytest, in sys.argv anyway)
+    assert b"pytest" in open(f"/proc/{os.getpid()}/cmdline", "rb").read()
 """
 
 
@@ -672,7 +679,8 @@ def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, opera
 
 START_UP_ENVIRONMENT_CASES = ["test_reads_the_environment_pytest_started_with", "test_reads_it_through_its_thread",
                               "test_reads_it_from_its_own_memory",
-                              "test_a_child_python_reads_the_environment_its_parent_started_with"]
+                              "test_a_child_python_reads_the_environment_its_parent_started_with",
+                              "test_reads_the_command_line_of_the_process_that_started_pytest"]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="no /proc/PID/environ on this system")

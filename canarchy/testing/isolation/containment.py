@@ -56,10 +56,11 @@ class Plan:
     ``writable``: trees inside those that stay as they were. ``network``: a
     private network namespace holding only ``lo``, up. ``mounts``: False asks for
     no mount view at all (the network alone; the report's "mount view" is then
-    not in force, "not asked for"). Paths are absolute. ``processes``: process ids whose
-    ``/proc/PID/environ`` and ``/proc/PID/mem``, and those of each of their
-    threads now, become empty files (the environment each was started with,
-    and the memory that holds it).
+    not in force, "not asked for"). Paths are absolute. ``processes``: process ids, the
+    calling process first, whose ``/proc/PID/environ`` and ``/proc/PID/mem``, and
+    those of each of their threads now, become empty files (the environment each
+    was started with, and the memory that holds it); after the first, their
+    ``cmdline`` too (``env VAR=value pytest`` names variables there).
     """
 
     covered: tuple[Path, ...] = ()

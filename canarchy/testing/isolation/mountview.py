@@ -98,8 +98,10 @@ class View:
         for path, kind in layers:  # keep a layer only where it changes something
             if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
                 view.layers.append((path, kind))
+        # what each process above shows to any process: its environment and memory, and (for those above
+        # pytest) its command line, where `env VAR=value pytest` or `sh -c 'VAR=value ...'` names variables
         view.hidden = [f"/proc/{pid}/{where}{name}" for pid in plan.processes for where in _tasks(pid)
-                       for name in ("environ", "mem")]
+                       for name in (("environ", "mem", "cmdline") if pid != plan.processes[0] else ("environ", "mem"))]
         view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
         for path, parent in parents.items():
             tree, writable_there = view.decides(parent)

@@ -118,8 +118,13 @@ def start_up_environments(pid: int | None = None) -> list[str]:
     """Where Linux shows the environment a process was started with (``/proc/PID/environ``;
     ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads; ``/proc/PID/mem``, which holds
     it), for ``pid`` (default this process) and every process above it: the operator's
-    environment, whatever ``os.environ`` holds now. Nothing where there is no ``/proc``."""
-    return [f"/proc/{p}/{name}" for p in this_and_above(pid) for name in ("environ", "task", "mem")]
+    environment, whatever ``os.environ`` holds now; and the command line of each process above it
+    (``/proc/PID/cmdline``, readable by any process: ``sh -c 'CAN_CHANNEL=can0 pytest | tee log'``,
+    ``sudo VAR=value pytest`` and ``env VAR=value`` name the operator's variables there). Nothing where
+    there is no ``/proc``."""
+    chain = this_and_above(pid)
+    return ([f"/proc/{p}/{name}" for p in chain for name in ("environ", "task", "mem")]
+            + [f"/proc/{p}/cmdline" for p in chain[1:]])
 
 
 def this_and_above(pid: int | None = None) -> list[int]:

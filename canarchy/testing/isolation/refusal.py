@@ -106,7 +106,8 @@ class Access:
         if self.zone == "late":
             return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
                     f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
-        what = {"refused": "the environment the operator started this process or one above it with"
+        what = {"refused": "the environment the operator started this process or one above it with (or the "
+                "command line of one above it)"
                 if self.tree.startswith("/proc/") else "a CAN adapter's device node (real hardware)"
                 if self.tree.startswith("/dev/") else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
