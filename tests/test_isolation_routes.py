@@ -13,6 +13,7 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 import os
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import time
@@ -396,9 +397,29 @@ CONFTEST_TOP = {
 }
 
 CONTAINED = """
-import ctypes, os, subprocess
+import ctypes, os, socket, subprocess, sys
 
 REAL = os.environ["CHILD_REAL_CONFIG"]
+
+def test_a_daemon_outside_is_out_of_reach_through_its_socket(tmp_path):
+    # a daemon started before pytest (an operator's tmux server, D-Bus, a container engine) listens on a
+    # socket in the file system: its name is an empty file now, for this process and for a child it starts
+    path = os.environ["CHILD_HOST_SOCKET"]
+    with socket.socket(socket.AF_UNIX) as client:
+        try:
+            client.connect(path)
+            reached = "from Python"
+        except OSError:
+            reached = ""
+    connect = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
+    if subprocess.run([sys.executable, "-I", "-c", connect], capture_output=True).returncode == 0:
+        reached += " from an unguarded child"
+    assert not reached, reached
+    own = str(tmp_path / "own.sock")  # the run's own sockets work
+    with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as client:
+        server.bind(own)
+        server.listen()
+        client.connect(own)
 
 def test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in(request):
     # A C-level open: the audit hook does not see it (and refuses a Python open under a home first).
@@ -994,9 +1015,18 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
              ".venv/lib/python3.11/site-packages/README": "",
              "can.ini": "[default]\nchannel = INI-SECRET\n", ".canarchy/sessions/lab.json": '{"SECRET": 1}\n',
              "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
-    run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
-                                                                        / "config.toml")})
-    for test in ("test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
+    daemon = socket.socket(socket.AF_UNIX)  # listening before the child pytest starts, as a daemon outside
+    daemon.bind(str(base / "daemon.sock"))
+    daemon.listen()
+    daemon.setblocking(False)
+    with daemon:
+        run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
+                                                                            / "config.toml"),
+                                                  "CHILD_HOST_SOCKET": str(base / "daemon.sock")})
+        with pytest.raises(BlockingIOError):
+            daemon.accept()  # nothing reached it
+    for test in ("test_a_daemon_outside_is_out_of_reach_through_its_socket",
+                 "test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
                  "test_a_c_level_open_reads_nothing",
                  "test_a_shell_finds_the_working_directory_s_python_can_ini_and_canarchy_sessions_empty",
                  "test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty",

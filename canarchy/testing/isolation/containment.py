@@ -61,6 +61,10 @@ class Plan:
     those of each of their threads now, become empty files (the environment each
     was started with, and the memory that holds it); after the first, their
     ``cmdline`` too (``env VAR=value pytest`` names variables there).
+    ``sockets``: Unix-domain sockets bound in the file system by processes outside
+    (:func:`~canarchy.testing.isolation.protection.unix_sockets`), each made an empty
+    read-only file, so that nothing started in the run can reach the daemon behind it
+    (a connect meets ``ECONNREFUSED``); the network namespace cuts abstract ones.
     """
 
     covered: tuple[Path, ...] = ()
@@ -69,9 +73,10 @@ class Plan:
     network: bool = True
     processes: tuple[int, ...] = ()
     mounts: bool = True
+    sockets: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("covered", "read_only", "writable"):
+        for name in ("covered", "read_only", "writable", "sockets"):
             paths = tuple(Path(p) for p in getattr(self, name))
             relative = [str(p) for p in paths if not p.is_absolute()]
             if relative:

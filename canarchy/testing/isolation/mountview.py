@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from collections.abc import Iterable
@@ -59,6 +60,13 @@ def _tasks(pid: int) -> list[str]:
         return [""]
 
 
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _nearest_existing(path: str) -> str:
     parent = os.path.dirname(path)
     while not os.path.lexists(parent):
@@ -74,6 +82,7 @@ class View:
     the deepest one decides; at the same path the writable one does."""
 
     covers: list[str] = field(default_factory=list)          # existing: made empty
+    sockets: list[str] = field(default_factory=list)         # bound by a process outside: made empty files
     hidden: list[str] = field(default_factory=list)          # the processes' /proc files: made empty
     pins: list[str] = field(default_factory=list)            # ancestors of read-only trees: mount points
     uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
@@ -100,6 +109,7 @@ class View:
                 view.layers.append((path, kind))
         # what each process above shows to any process: its environment and memory, and (for those above
         # pytest) its command line, where `env VAR=value pytest` or `sh -c 'VAR=value ...'` names variables
+        view.sockets = sorted({path for path in (os.path.realpath(p) for p in plan.sockets) if _is_socket(path)})
         view.hidden = [f"/proc/{pid}/{where}{name}" for pid in plan.processes for where in _tasks(pid)
                        for name in (("environ", "mem", "cmdline") if pid != plan.processes[0] else ("environ", "mem"))]
         view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
@@ -138,7 +148,7 @@ class View:
             elif clones[path] is not None:
                 self._try(path, kernel._move_mount, clones[path], path)
                 os.close(clones[path])
-        if self.covers or self.hidden:
+        if self.covers or self.hidden or self.sockets:
             self._try("covers", self._cover_all)
 
     def _try(self, path: str, action, *args):
@@ -164,6 +174,13 @@ class View:
             for path in self.hidden:
                 with contextlib.suppress(OSError):  # a thread or process that has ended since
                     self._cover(staging, path)
+            for path in self.sockets:
+                try:
+                    self._cover(staging, path)
+                except FileNotFoundError:  # its daemon has removed it since
+                    pass
+                except OSError as exc:
+                    self.problems.append(f"{path}: {exc.strerror or exc}")
         finally:
             os.close(staging)
 
@@ -185,6 +202,7 @@ class View:
         parts = [f"empty, read-only: {', '.join(files)}" if files else "",
                  f"device nodes empty, read-only: {len(devices)} under /dev" if devices else "",
                  f"start-up environment hidden: processes {', '.join(map(str, pids))}" if pids else "",
+                 f"sockets of processes outside empty: {len(self.sockets)}" if self.sockets else "",
                  f"absent, cannot be created: {', '.join(self.uncreatable)}" if self.uncreatable else "",
                  f"read-only: {', '.join(self.read_only)}" if self.read_only else "",
                  f"cannot be moved: {', '.join(self.pins)}" if self.pins else "",

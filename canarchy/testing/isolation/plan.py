@@ -123,7 +123,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     # start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
     covered = [*run.guarded, *run.refused_files, *run.adapter_devices]
     return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
-                             processes=tuple(_protection.this_and_above()))
+                             processes=tuple(_protection.this_and_above()), sockets=tuple(_protection.unix_sockets()))
 
 
 def _unreached(run: _Run) -> frozenset[str]:

@@ -114,6 +114,21 @@ def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[s
     return sorted({path for pattern in patterns for path in glob.glob(pattern)})
 
 
+def unix_sockets(table: str = "/proc/net/unix") -> list[str]:
+    """The absolute names of the Unix-domain sockets bound now in this network namespace (``/proc/net/unix``,
+    proc(5): its last column), each once, sorted: every daemon reachable through the file system, whatever
+    its name (a terminal multiplexer's server, D-Bus, a container engine, an X server, an SSH agent, a
+    database). Abstract names (``@...``) and relative ones are left out; none where there is no such table."""
+    try:
+        with open(table, encoding="utf-8", errors="surrogateescape") as fh:
+            next(fh, None)  # the heading
+            found = {fields[7] for fields in (line.rstrip("\n").split(None, 7) for line in fh)
+                     if len(fields) == 8 and fields[7].startswith("/")}
+    except OSError:
+        return []
+    return sorted(found)
+
+
 def start_up_environments(pid: int | None = None) -> list[str]:
     """Where Linux shows the environment a process was started with (``/proc/PID/environ``;
     ``/proc/PID/task``, where ``/proc/thread-self/environ`` leads; ``/proc/PID/mem``, which holds
