@@ -261,9 +261,11 @@ def test_no_tests_ran_cannot_decide(tmp_path):
     assert judged.status == "CANNOT DECIDE" and "no tests collected" in judged.detail
 
 
-def test_every_skipped_is_not_proven_and_a_clean_exit_with_failures_cannot_decide(tmp_path):
+def test_every_skipped_proves_nothing_and_a_clean_exit_with_failures_cannot_decide(tmp_path):
     skipped = _write(tmp_path, "s.xml", _xml('<testcase classname="m" name="t"><skipped message="no bus"/></testcase>'))
-    assert verdict.judge("integration", _run(skipped, 0)).status == "NOT PROVEN"
+    assert verdict.judge("integration", _run(skipped, 0), skipped_proves=True).status == "NOT PROVEN"  # no bus
+    judged = verdict.judge("unit", _run(skipped, 0))  # a suite whose every test skipped proves nothing
+    assert judged.status == "CANNOT DECIDE" and "proves nothing" in judged.detail and judged.exit_code == 2
     failing = _write(tmp_path, "f.xml", _xml('<testcase classname="m" name="t"><failure message="x"/></testcase>'))
     assert verdict.judge("unit", _run(failing, 0)).status == "CANNOT DECIDE"
     assert verdict.judge("unit", _run(tmp_path / "missing.xml", 0)).status == "CANNOT DECIDE"

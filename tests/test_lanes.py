@@ -579,6 +579,18 @@ def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path, jobs)
     assert any(expected in reason for reason in result.comparison.undecided), result.comparison.undecided
 
 
+def test_parity_cannot_decide_when_every_test_skips_in_both_twins(tmp_path):
+    """A conftest that skips every test where ``TZ`` is set (the lanes set it in both twins): two identical
+    reports of skipped tests compare equal and prove nothing."""
+    project = _project(tmp_path / "p", "def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    (project.root / "tests" / "conftest.py").write_text(
+        "import os, pytest\n\ndef pytest_collection_modifyitems(items):\n    for item in items:\n"
+        "        if os.environ.get('TZ'):\n            item.add_marker(pytest.mark.skip(reason='TZ set'))\n")
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(11, 22))
+    assert result.exit_code == 2 and result.status == "CANNOT DECIDE", parity.render(result)
+    assert any("every test case skipped" in reason for reason in result.comparison.undecided)
+
+
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
     """The default integration lane never transmits on the operator's bus: only
     `-- --operator-bus` uses it (and only then are transmitting tests allowed)."""

@@ -100,6 +100,14 @@ def test_order_lane_cannot_decide_without_results(tmp_path):
     assert any("exit code 2" in (r.problem or "") for r in result.runs)
 
 
+def test_order_lane_cannot_decide_when_every_test_skips(tmp_path):
+    skipping = "import pytest\n\npytestmark = pytest.mark.skip(reason='never here')\n\n" + \
+        "def test_a():\n    pass\n\ndef test_b():\n    pass\n"
+    result = _lane(_project(tmp_path / "p", {"test_a.py": skipping}), seeds=())
+    assert result.exit_code == 2 and result.status == "CANNOT DECIDE"
+    assert any("every test case skipped" in (r.problem or "") for r in result.runs)
+
+
 def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
     """Two runs at a time, four queued (normal, reverse, seeds 1 and 2): SIGINT while the first
     two wait; neither of the queued ones may start afterwards."""

@@ -31,7 +31,8 @@ from canarchy.testing.lanes.results import (CannotDecide, Comparison, Report, Ro
 from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
 )
-from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, failed_beyond_its_tests, read_run
+from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, every_case_skipped,
+                                            failed_beyond_its_tests, read_run)
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 DEFAULT_SEEDS = 2
@@ -250,6 +251,8 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
         concurrently([lambda e=e: _one_run(e, selection, out, python, echo, project.uses_plugin) for e in result.runs],
                      workers=jobs)
         normal = result.runs[0]
+        if normal.problem is None and every_case_skipped(normal.report):
+            normal.problem = f"{ALL_SKIPPED} (no order of skipped tests can differ)"
         for entry in result.runs[1:]:
             if normal.report and entry.report:
                 result.comparisons[entry.label] = compare(normal.report, entry.report, label_a="normal",

@@ -28,7 +28,8 @@ from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, cas
                                            totals_text)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest,
                                           workers, xdist_options)
-from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, failed_beyond_its_tests, read_run
+from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, every_case_skipped,
+                                            failed_beyond_its_tests, read_run)
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
@@ -215,6 +216,8 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
                              allowlist=load_allowlist(project.parity_allowlist))
         if any(t.problem for t in twins.values()):
             comparison.undecided.extend(f"{t.name} twin: {t.problem}" for t in twins.values() if t.problem)
+        elif all(every_case_skipped(t.report) for t in twins.values()):
+            comparison.undecided.append(f"both twins: {ALL_SKIPPED}")
         result = ParityResult(comparison, twins, strict=strict)
         result.unexercised = [p for p in project.scrub_prefixes
                               if not any(k.startswith(p) for k in twins["operator"].env)]

@@ -82,8 +82,10 @@ def _report(lane: str, project: Project, verdict: Verdict) -> int:
 
 def run_suite(project: Project, lane: str, selection: Sequence[str], *, options: Sequence[str] = (),
               env_extra: dict[str, str] | None = None, prefix: Sequence[str] = (), notes: Sequence[str] = (),
-              source_env: dict[str, str] | None = None, passthrough: Sequence[str] = ()) -> Verdict:
-    """One pytest run of ``selection`` in the checkout, with a fresh home and TMPDIR, judged."""
+              source_env: dict[str, str] | None = None, passthrough: Sequence[str] = (),
+              skipped_proves: bool = False) -> Verdict:
+    """One pytest run of ``selection`` in the checkout, with a fresh home and TMPDIR, judged
+    (``skipped_proves``: see :func:`~canarchy.testing.lanes.verdict.judge`)."""
     junit = project.root / "reports" / f"{lane}.xml"
     with temporary_tree(f"canarchy-{lane}-") as tmp:
         home, child_tmp = Path(tmp) / "home", Path(tmp) / "tmp"
@@ -96,7 +98,7 @@ def run_suite(project: Project, lane: str, selection: Sequence[str], *, options:
                                "PYTHONPATH": pythonpath(project.root, project, env_extra)})
         run = run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", *options, *selection], env=env, cwd=project.root,
                          echo=True, prefix=prefix)
-    return judge(lane, run, notes=notes, isolated=project.uses_plugin)
+    return judge(lane, run, notes=notes, isolated=project.uses_plugin, skipped_proves=skipped_proves)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +130,7 @@ def main_integration(project: Project, args: argparse.Namespace, selection: Sequ
     if error:
         return _report("integration", project, Verdict("integration", "CANNOT DECIDE", error, notes=notes))
     verdict = run_suite(project, "integration", selection, options=["-m", "integration"], env_extra=env,
-                        prefix=netns_command([]) if netns else (), notes=notes)
+                        prefix=netns_command([]) if netns else (), notes=notes, skipped_proves=True)
     return _report("integration", project, verdict)
 
 

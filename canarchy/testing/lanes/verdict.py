@@ -122,8 +122,20 @@ def sentinel_lines(run: Run) -> list[str]:
     return found
 
 
-def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = False) -> Verdict:
-    """CANNOT DECIDE without a usable report; FAILED on exit code 1; NOT PROVEN when every case skipped."""
+def every_case_skipped(report: Report | None) -> bool:
+    """Whether ``report`` holds cases and every one of them skipped: a run that proves nothing."""
+    return report is not None and bool(report.cases) and all(
+        case.outcome == "skipped" for case in report.cases.values())
+
+
+ALL_SKIPPED = "every test case skipped: the run proves nothing"
+
+
+def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = False,
+          skipped_proves: bool = False) -> Verdict:
+    """CANNOT DECIDE without a usable report; FAILED on exit code 1; when every case skipped, NOT PROVEN
+    where skipping is the lane's answer (``skipped_proves``: the integration lane without a bus), else
+    CANNOT DECIDE."""
     notes = list(notes)
     where = f"(JUnit: {run.junit}, log: {run.log}, {run.duration:.1f} s)"
     report, why_not = read_run(run, isolated=isolated)
@@ -135,6 +147,8 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
         detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else (
             f"{summary}, and the isolation sentinel failed the run" if sentinel else summary)
         return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", report.failing, notes, report, sentinel)
-    if all(case.outcome == "skipped" for case in report.cases.values()):
+    if every_case_skipped(report):
+        if not skipped_proves:
+            return Verdict(lane, "CANNOT DECIDE", f"{ALL_SKIPPED}: {summary} {where}", notes=notes, report=report)
         return Verdict(lane, "NOT PROVEN", f"every test skipped: {summary} {where}", notes=notes, report=report)
     return Verdict(lane, "PASSED", f"{summary} {where}", notes=notes, report=report)
