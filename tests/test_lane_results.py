@@ -271,6 +271,17 @@ def test_every_skipped_proves_nothing_and_a_clean_exit_with_failures_cannot_deci
     assert verdict.judge("unit", _run(tmp_path / "missing.xml", 0)).status == "CANNOT DECIDE"
 
 
+def test_a_run_without_the_plugin_is_said_to_be_not_isolated(tmp_path):
+    case = '<testcase classname="m" name="t"/>'
+    bare = _write(tmp_path, "bare.xml", _xml(case))
+    judged = verdict.judge("unit", _run(bare, 0))
+    assert judged.status == "PASSED" and "not isolated" in judged.detail and verdict.NOT_ISOLATED in judged.notes
+    isolated = _write(tmp_path, "isolated.xml", '<testsuites><testsuite name="pytest"><properties><property '
+                      f'name="{verdict.ISOLATION_PROPERTY}" value="on"/></properties>{case}</testsuite></testsuites>')
+    judged = verdict.judge("unit", _run(isolated, 0))
+    assert judged.status == "PASSED" and "not isolated" not in judged.detail and not judged.notes
+
+
 def test_suite_and_case_properties_are_read(tmp_path):
     text = ('<testsuites><testsuite name="pytest"><properties><property name="canarchy_deselected" value="a.py::t"/>'
             '</properties><testcase classname="m" name="t"><properties><property name="w" value="x"/></properties>'

@@ -31,8 +31,8 @@ from canarchy.testing.lanes.results import (CannotDecide, Comparison, Report, Ro
 from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
 )
-from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, every_case_skipped,
-                                            failed_beyond_its_tests, read_run)
+from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
+                                            failed_beyond_its_tests, isolated_run, read_run)
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 DEFAULT_SEEDS = 2
@@ -273,6 +273,8 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
 def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
     """The terminal view: verdict, one line per run, differing tests, polluters."""
     lines = [f"order: {result.status} ({result.seconds:.0f} s)"]
+    if not all(isolated_run(entry.report) for entry in result.runs):
+        lines.append(f"  {NOT_ISOLATED}")
     for entry in result.runs:
         secs = entry.run.duration if entry.run else 0
         lines.append(f"  {entry.label:<10} {totals_text(entry.report):<40} {secs:>5.0f} s   "

@@ -28,8 +28,8 @@ from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, cas
                                            totals_text)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest,
                                           workers, xdist_options)
-from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, every_case_skipped,
-                                            failed_beyond_its_tests, read_run)
+from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
+                                            failed_beyond_its_tests, isolated_run, read_run)
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
@@ -321,6 +321,8 @@ def render(result: ParityResult) -> str:
     for twin in result.twins.values():
         run = f"{twin.run.duration:.1f} s, exit code {twin.run.returncode}" if twin.run else "not run"
         lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({run}, PYTHONHASHSEED={twin.hashseed})")
+    if not all(isolated_run(t.report) for t in result.twins.values()):
+        lines.append(f"  {NOT_ISOLATED}")
     lines += [f"  cannot decide: {reason}" for reason in c.undecided]
     if result.findings:
         rows = [[f.id, _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail] for f in result.findings]

@@ -15,7 +15,7 @@ from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_round
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, run_pytest, workers,
                                           xdist_options)
-from canarchy.testing.lanes.verdict import Verdict, judge
+from canarchy.testing.lanes.verdict import NOT_ISOLATED, Verdict, judge
 from canarchy.testing.lanes.workspace import pythonpath, temporary_tree
 
 PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
@@ -73,6 +73,8 @@ def _report(lane: str, project: Project, verdict: Verdict) -> int:
     md.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(md, verdict.markdown())
     print(verdict.line())
+    if NOT_ISOLATED in verdict.notes:
+        print(f"  {NOT_ISOLATED}")
     for test_id in verdict.failing[:30]:
         print(f"  failing: {test_id}")
     for line in verdict.sentinel:

@@ -129,6 +129,13 @@ def every_case_skipped(report: Report | None) -> bool:
 
 
 ALL_SKIPPED = "every test case skipped: the run proves nothing"
+NOT_ISOLATED = ("not isolated: the run did not load canarchy.testing.isolation.plugin (no canarchy_isolation "
+                "property in its report), so nothing kept its tests from the operator's home, variables and bus")
+
+
+def isolated_run(report: Report | None) -> bool:
+    """Whether ``report`` comes from a run under canarchy's plugin (True where there is no report to tell)."""
+    return report is None or bool(report.properties_named(ISOLATION_PROPERTY))
 
 
 def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = False,
@@ -142,6 +149,9 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
     if report is None:
         return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
     summary = totals_text(report)
+    if not isolated_run(report):
+        notes = [*notes, NOT_ISOLATED]
+        summary = f"{summary} ({NOT_ISOLATED.split(':')[0]})"
     if run.returncode == 1:
         sentinel = sentinel_lines(run)
         detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else (
