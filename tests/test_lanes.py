@@ -591,6 +591,32 @@ def test_parity_cannot_decide_when_every_test_skips_in_both_twins(tmp_path):
     assert any("every test case skipped" in reason for reason in result.comparison.undecided)
 
 
+def test_a_run_s_log_keeps_its_first_and_last_part_whatever_it_prints(tmp_path, monkeypatch):
+    """A test that prints hundreds of megabytes fills no disk: the log keeps the start and pytest's end."""
+    monkeypatch.setattr(runner, "LOG_KEEPS", 1000)
+    code = "import sys; sys.stdout.write('START' + 'x' * 100000 + 'END'); sys.stdout.flush()"
+    done = runner.run([sys.executable, "-c", code], env=os.environ, cwd=tmp_path, log=tmp_path / "run.log")
+    text = (tmp_path / "run.log").read_text()
+    assert done.returncode == 0 and text.startswith("START") and text.endswith("END"), text[:80]
+    assert len(text) < 3000 and "bytes of the run's output left out here" in text
+    small = runner.run([sys.executable, "-c", "print('all of it')"], env=os.environ, cwd=tmp_path,
+                       log=tmp_path / "small.log")
+    assert small.returncode == 0 and (tmp_path / "small.log").read_text() == "all of it\n"
+
+
+def test_a_lane_removes_its_reports_of_an_earlier_run_as_it_starts(tmp_path, capsys):
+    """An earlier run's verdict (one that was interrupted, say) and re-run reports are not left beside this run's."""
+    project = _project(tmp_path / "p", "def test_a():\n    pass\n")
+    reports = project.root / "reports"
+    reports.mkdir()
+    for name in ("parity.md", "parity-operator-rerun1.xml", "order.md", "unit.md"):
+        (reports / name).write_text("# Parity: FAILED (an earlier run)\n")
+    assert lanes_cli.main(["--project", str(project.root), "parity"]) == 0, capsys.readouterr().out
+    assert not (reports / "parity-operator-rerun1.xml").exists()
+    assert "PASSED" in (reports / "parity.md").read_text()
+    assert (reports / "order.md").exists() and (reports / "unit.md").exists()  # another lane's: kept
+
+
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):
     """The default integration lane never transmits on the operator's bus: only
     `-- --operator-bus` uses it (and only then are transmitting tests allowed)."""

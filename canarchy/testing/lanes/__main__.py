@@ -27,6 +27,11 @@ LANES = {
     "netns-check": ("unit", "main_netns_check", None, None),
 }
 
+#: lane -> its files in the project's ``reports/``, removed as it starts (the mutation lane removes
+#: those of the mutations it runs, once it has read them)
+REPORTS = {"unit": ("unit.*",), "integration": ("integration.*",), "parity": ("parity.*", "parity-*"),
+           "order": ("order.*", "order-*"), "selftest": ("selftest.*",)}
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m canarchy.testing.lanes",
@@ -84,8 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.lane}: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE
     lane_main = getattr(importlib.import_module(f"canarchy.testing.lanes.{module}"), main_name)
+    from canarchy.testing.lanes.workspace import clear_reports
+
     try:
         with interrupts(), temporary_files_outside(project.root):
+            clear_reports(project.root / "reports", REPORTS.get(args.lane, ()))
             return lane_main(project, args, selection)
     except Interrupted as exc:
         print(f"{args.lane}: interrupted by {exc.name}; every process it started was stopped and its temporary "

@@ -31,7 +31,7 @@ from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
                                            cores, run_pytest, stopping)
-from canarchy.testing.lanes.workspace import CopyError, copy_tree, temporary_tree, tree_files
+from canarchy.testing.lanes.workspace import CopyError, clear_reports, copy_tree, temporary_tree, tree_files
 
 HOOK_DIR = Path(__file__).resolve().parents[1] / "isolation" / "_subprocess"
 
@@ -469,6 +469,7 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
         return EXIT_CANNOT_DECIDE
     started = time.monotonic()
     loaded, broken = load_definitions(paths)
+    clear_reports(project.root / "reports", ("mutations.md", *(f"mutation-{m.name}.md" for m in loaded)))
     results = run_mutations(project, loaded, timeout=args.timeout, jobs=args.jobs) + broken
     if not results:
         print(f"mutation: CANNOT DECIDE - no mutation definition in {', '.join(map(str, paths))}")

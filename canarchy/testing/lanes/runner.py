@@ -10,6 +10,7 @@ afterwards, so lane code run in-process leaves no handler behind.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -219,29 +220,66 @@ class Run:
             return ""
 
 
+#: What a log keeps of a run's output: its first and its last this many bytes (a test that prints
+#: hundreds of megabytes fills no disk; pytest's summary, at the end, stays).
+LOG_KEEPS = 16 * 2**20
+
+
+class _BoundedLog:
+    """Writes the first and the last :data:`LOG_KEEPS` bytes of what it is given to ``fh`` (the last ones
+    at :meth:`close`, after a line saying how much was left out); memory: at most the last ones."""
+
+    def __init__(self, fh, keeps: int | None = None) -> None:
+        self.fh, self.keeps, self.head = fh, keeps or LOG_KEEPS, 0
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_bytes = self.dropped = 0
+
+    def write(self, chunk: bytes) -> None:
+        if self.head < self.keeps:
+            kept = chunk[:self.keeps - self.head]
+            self.fh.write(kept)
+            self.head += len(kept)
+            chunk = chunk[len(kept):]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_bytes += len(chunk)
+            while self.tail_bytes > self.keeps:
+                excess = self.tail_bytes - self.keeps
+                first = self.tail.popleft()
+                if len(first) > excess:
+                    self.tail.appendleft(first[excess:])
+                cut = min(excess, len(first))
+                self.tail_bytes -= cut
+                self.dropped += cut
+
+    def close(self) -> None:
+        if self.dropped:
+            self.fh.write(f"\n[canarchy lanes: {self.dropped} bytes of the run's output left out here: the log "
+                          f"keeps its first and its last {self.keeps // 2**20} MiB]\n".encode())
+        self.fh.writelines(self.tail)
+        self.tail.clear()
+
+
 def run(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None, log: Path,
         echo: bool = False, timeout: float | None = None) -> Run:
-    """Run ``argv`` to completion with its output in ``log`` (and on our stdout when ``echo``).
+    """Run ``argv`` to completion with its output in ``log`` (its first and last :data:`LOG_KEEPS` bytes)
+    and, when ``echo``, all of it on our stdout.
 
     Raises :class:`RunTimeout` after ``timeout`` seconds (the child is stopped first).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log, "wb") as fh:
+        kept = _BoundedLog(fh)
         with _LIVE_LOCK:  # checked and registered under the lock that stop_all lists under
             if _CLOSED.is_set():
                 raise RunTimeout(f"{' '.join(map(str, argv[:4]))} ... not started: the lane is stopping")
             proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE if echo else fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             _LIVE.add(proc)
         try:
-            if echo:
-                assert proc.stdout is not None
-                for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
-                    fh.write(chunk)
-                    sys.stdout.buffer.write(chunk)
-                    sys.stdout.flush()
+            reader = threading.Thread(target=_copy_output, args=(proc, kept, echo), daemon=True)
+            reader.start()
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -250,7 +288,26 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[s
             _stop(proc)
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
+            reader.join(READER_GRACE_S)  # the output a stopped run wrote last; a pipe held open elsewhere: not
     return Run(list(argv), proc.returncode, log, time.monotonic() - started)
+
+
+READER_GRACE_S = 10.0
+
+
+def _copy_output(proc: subprocess.Popen, kept: _BoundedLog, echo: bool) -> None:
+    """Copy the run's output into its log (and our stdout when ``echo``) until the pipe ends; then the log's
+    last part. A log closed meanwhile (the run given up on) ends it."""
+    assert proc.stdout is not None
+    try:
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            kept.write(chunk)
+            if echo:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        kept.close()
+    except (OSError, ValueError):
+        pass
 
 
 def junit_path(pytest_args: Sequence[str]) -> Path:

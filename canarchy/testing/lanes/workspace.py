@@ -54,6 +54,16 @@ def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
     return copied
 
 
+def clear_reports(directory: Path, patterns: tuple[str, ...]) -> None:
+    """Remove the files of ``directory`` matching ``patterns`` (globs): a lane's reports of an earlier run,
+    which an interrupted run would otherwise leave beside its own, an old verdict among them."""
+    for pattern in patterns:
+        for path in directory.glob(pattern):
+            if path.is_file() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
 def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
     """Remove a lane's temporary tree, to the end even when an interrupt arrives meanwhile
     (:func:`~canarchy.testing.lanes.runner.shielded`); an entry still appearing while it goes
