@@ -579,6 +579,23 @@ def test_parity_cannot_decide_when_both_twins_break_the_same_way(tmp_path, jobs)
     assert any(expected in reason for reason in result.comparison.undecided), result.comparison.undecided
 
 
+@pytest.mark.parametrize("jobs", [0, 2], ids=["serial", "xdist"])
+def test_a_module_only_the_operator_twin_cannot_collect_fails_parity_and_is_named(tmp_path, jobs):
+    """The operator's locale decides whether the suite can even be collected: that is a dependence on the
+    operator, not a run with no answer (serial pytest stops at the error with exit code 2)."""
+    project = _project(tmp_path / "p", "def test_a():\n    pass\n")
+    (project.root / "tests" / "test_locale.py").write_text(
+        "import os\n\nif os.environ.get('LANG', '').startswith('de'):\n"
+        "    raise ImportError('no catalogue for this locale')\n\ndef test_b():\n    pass\n")
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(11, 22), jobs=jobs)
+    shown = parity.render(result)
+    assert result.exit_code == 1 and result.status == "FAILED", shown
+    [finding] = result.findings
+    assert (finding.id, finding.kind) == ("tests.test_locale", "operator"), finding
+    assert "operator twin alone could not collect it" in finding.detail and "no catalogue" in finding.detail
+    assert "the operator twin alone could not collect 1 module(s)" in shown
+
+
 def test_parity_cannot_decide_when_every_test_skips_in_both_twins(tmp_path):
     """A conftest that skips every test where ``TZ`` is set (the lanes set it in both twins): two identical
     reports of skipped tests compare equal and prove nothing."""

@@ -24,8 +24,8 @@ from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_
 from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
-from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, case_key, compare, load_allowlist,
-                                           totals_text)
+from canarchy.testing.lanes.results import (ABSENT, CannotDecide, Comparison, Report, Row, case_key, compare,
+                                           load_allowlist, load_report, totals_text)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest,
                                           workers, xdist_options)
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
@@ -52,6 +52,7 @@ class Twin:
     run: Run | None = None
     report: Report | None = None
     problem: str | None = None
+    uncollected: dict[str, str] = field(default_factory=dict)  # case key -> its collection error, first line
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,37 @@ def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isol
             f"--dtp-testids-output-file={ids}", *selection]
     twin.run = run_pytest(args, env=twin.env, cwd=twin.copy, python=python)
     twin.report, twin.problem = read_run(twin.run, isolated=isolated, complete=True)
+    if twin.problem is not None:
+        twin.uncollected = _collection_errors(junit)
+
+
+def _collection_errors(junit: Path) -> dict[str, str]:
+    """What a run could not collect (its report's collection errors: serial pytest stops there with exit
+    code 2, pytest-xdist goes on and exits 1), case key -> the error's first line; {} without a report."""
+    try:
+        report = load_report(junit)
+    except CannotDecide:
+        return {}
+    found = {}
+    for key, case in report.cases.items():
+        errors = [r for r in case.results if r.kind == "error" and r.phase == "collection"]
+        if errors:
+            found[key] = next((line for r in errors for line in (r.text or r.message).splitlines()
+                               if line.startswith("E ")), errors[0].message).removeprefix("E").strip()
+    return found
+
+
+def _collected_in_one_twin(twins: dict[str, Twin]) -> list[Finding]:
+    """One finding per module the operator twin alone, or the clean twin alone, could not collect (the other twin
+    ran without a problem): the configuration decides whether the suite can even be collected."""
+    broken = [t for t in twins.values() if t.uncollected]
+    if len(broken) != 1 or any(t.problem for t in twins.values() if t is not broken[0]):
+        return []
+    twin = broken[0]
+    mine, other = ("could not be collected",), ("collected",)
+    return [Finding(key, "operator", *((other, mine) if twin.name == "operator" else (mine, other)),
+                    f"the {twin.name} twin alone could not collect it: {error}")
+            for key, error in sorted(twin.uncollected.items())]
 
 
 def _collect(twin: Twin, env: Mapping[str, str], selection: Sequence[str], out: Path, name: str,
@@ -212,8 +244,14 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         per_twin = twin_workers(jobs)
         concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin, per_twin)
                       for t in twins.values()])
-        comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
-                             allowlist=load_allowlist(project.parity_allowlist))
+        apart = _collected_in_one_twin(twins)
+        if apart:  # that is the answer: a run that could not collect ran nothing to compare
+            for twin in twins.values():
+                twin.problem = None
+            comparison = Comparison("without config", "with config", None, None)
+        else:
+            comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
+                                 allowlist=load_allowlist(project.parity_allowlist))
         if any(t.problem for t in twins.values()):
             comparison.undecided.extend(f"{t.name} twin: {t.problem}" for t in twins.values() if t.problem)
         elif all(every_case_skipped(t.report) for t in twins.values()):
@@ -221,7 +259,9 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         result = ParityResult(comparison, twins, strict=strict)
         result.unexercised = [p for p in project.scrub_prefixes
                               if not any(k.startswith(p) for k in twins["operator"].env)]
-        if not comparison.undecided:
+        if apart:
+            result.findings = apart
+        elif not comparison.undecided:
             result.findings = _classify(twins, comparison, selection, out, reruns, python)
         for name, twin in twins.items():
             _check_twin(result, twin, copies_before[name])
@@ -292,6 +332,9 @@ _KIND_TEXT = {"operator": "depends on the operator", "flaky": "flaky", "hash see
 def _verdict_text(result: ParityResult) -> str:
     """The comparison's verdict, or "identical but for N flaky ..." when only flaky or seed-dependent tests differ."""
     c = result.comparison
+    apart = [t.name for t in result.twins.values() if t.uncollected and not t.problem]
+    if apart:
+        return f"different: the {apart[0]} twin alone could not collect {len(result.findings)} module(s)"
     if c.differences and not c.undecided and not result.of_kind("operator"):
         reported = [f"{len(result.of_kind(kind))} {kind}" for kind in ("flaky", "hash seed") if result.of_kind(kind)]
         return f"identical but for {' and '.join(reported)} test" + ("s" if len(result.findings) > 1 else "")
@@ -317,7 +360,7 @@ def render(result: ParityResult) -> str:
     """The terminal view: the verdict line, the twins, each finding and check."""
     c = result.comparison
     lines = [f"parity: {result.status} - results {_verdict_text(result)}"
-             + (f" ({len(c.report_a.cases)} tests)" if c.report_a else "")]
+             + (f" ({len(c.report_a.cases)} tests)" if c.report_a and c.report_a.cases else "")]
     for twin in result.twins.values():
         run = f"{twin.run.duration:.1f} s, exit code {twin.run.returncode}" if twin.run else "not run"
         lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({run}, PYTHONHASHSEED={twin.hashseed})")
