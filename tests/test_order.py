@@ -94,6 +94,40 @@ def test_a_test_that_fails_alone_is_traced_to_the_test_it_needs_first(tmp_path):
     assert "needs tests/test_setter.py::test_setter_warms_the_cache to run first" in order.render(result)
 
 
+ALTERNATING = """
+import os
+
+
+def test_one():
+    pass
+
+
+def test_two():
+    pass
+
+
+def test_three():
+    pass
+
+
+def test_alternates():  # fails at every other run, whatever ran before it: flaky, in no order's debt
+    path = os.environ["ORDER_FLIP"]
+    count = int(open(path).read() or 0) + 1 if os.path.exists(path) else 1
+    open(path, "w").write(str(count))
+    assert count % 2 == 0
+"""
+
+
+def test_a_flaky_test_is_not_blamed_on_a_test_that_ran_before_it(tmp_path):
+    """Its outcome changes from one run to the next: a bisection of what ran before it ends on some test
+    by chance. The lane runs the victim again after that test and alone before naming it, and says flaky."""
+    project = _project(tmp_path / "p", {"test_flip.py": ALTERNATING})
+    result = _lane(project, seeds=(), jobs=1, extra_env={"ORDER_FLIP": str(tmp_path / "flip")})
+    shown = order.render(result)
+    assert [b.culprit for b in result.bisections] == [None], shown
+    assert "flaky" in shown and "to run first" not in shown and "polluted by" not in shown, shown
+
+
 def test_order_lane_cannot_decide_without_results(tmp_path):
     result = _lane(_project(tmp_path / "p", {"test_a.py": "import no_such_module_anywhere\n"}), seeds=())
     assert result.exit_code == 2

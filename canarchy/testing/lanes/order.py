@@ -227,11 +227,39 @@ def _search(row: Row, normal: OrderRun, other: OrderRun, out: Path, python: str,
     echo(f"order: asking detect-test-pollution about {len(before)} tests before {victim} ({where.label})")
     bisection = bisect(where, victim, before, out, python)
     setting = _before(passed, row.id) if bisection.note == _FAILS_ALONE else None
-    if setting is None:
-        return bisection
-    echo(f"order: {victim} fails alone; looking for its state-setter among the {len(setting[1])} tests before it "
-         f"({passed.label})")
-    return find_state_setter(passed, setting[0], setting[1], out, python)
+    if setting is not None:
+        echo(f"order: {victim} fails alone; looking for its state-setter among the {len(setting[1])} tests before "
+             f"it ({passed.label})")
+        bisection = find_state_setter(passed, setting[0], setting[1], out, python)
+    return _confirmed(bisection, where if bisection.kind == "polluter" else passed, out, python)
+
+
+#: How many more runs of a victim, alone and right after the test a bisection named, must agree before
+#: the lane names that test: a flaky victim's outcome changes between runs, and a bisection of what ran
+#: before it then ends on some test by chance.
+CONFIRM_RUNS = 2
+
+
+def _confirmed(found: Bisection, entry: OrderRun, out: Path, python: str) -> Bisection:
+    """``found`` when its victim, run :data:`CONFIRM_RUNS` more times alone and as many right after its culprit
+    (or only alone, where it fails alone and none was found), gives the outcome it claims every time; else
+    the same victim with no culprit and a note that it is flaky."""
+    alone_fails = found.kind == "state-setter" or found.note == _FAILS_ALONE
+    if found.culprit is None and not alone_fails:
+        return found
+    stem = out / f"order-confirm-{abs(hash(found.victim))}"
+    steps = itertools.count(1)
+    seen_alone = [_passes_after(entry, found.victim, [], stem.with_name(f"{stem.name}-{next(steps)}"), python)
+                  for _ in range(CONFIRM_RUNS)]
+    seen_after = [_passes_after(entry, found.victim, [found.culprit], stem.with_name(f"{stem.name}-{next(steps)}"),
+                                python) for _ in range(CONFIRM_RUNS)] if found.culprit else []
+    if all(ok is (not alone_fails) for ok in seen_alone) and all(ok is alone_fails for ok in seen_after):
+        return found
+    words = {True: "passed", False: "failed", None: "no report"}
+    runs = f"alone: {', '.join(words[o] for o in seen_alone)}" + (
+        f"; right after {found.culprit}: {', '.join(words[o] for o in seen_after)}" if seen_after else "")
+    return Bisection(found.victim, found.run_label, None, f"flaky: its outcome changes from run to run with the "
+                     f"same tests before it ({runs}); no test is named", found.candidates, found.kind)
 
 
 def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequence[int], jobs: int = 2,
