@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from canarchy.testing.lanes import render, verdict
+from canarchy.testing.lanes import render, runner, verdict
+from canarchy.testing.lanes.env import SAFETY_FLAGS
 from canarchy.testing.lanes import results as jc
 from canarchy.testing.lanes.runner import Run
 from tests.helpers import PYTEST
@@ -269,6 +270,22 @@ def test_every_skipped_proves_nothing_and_a_clean_exit_with_failures_cannot_deci
     failing = _write(tmp_path, "f.xml", _xml('<testcase classname="m" name="t"><failure message="x"/></testcase>'))
     assert verdict.judge("unit", _run(failing, 0)).status == "CANNOT DECIDE"
     assert verdict.judge("unit", _run(tmp_path / "missing.xml", 0)).status == "CANNOT DECIDE"
+
+
+@pytest.mark.parametrize("pyproject, test, said", [
+    ("[tool.pytest.ini_options]\ncanarchy_nothing = 1\n", "def test_a():\n    pass\n",
+     "Unknown config option: canarchy_nothing"),
+    ("", "import pytest\n\ndef test_a():\n    pytest.exit('bye', returncode=3)\n", "_pytest.outcomes.Exit: bye"),
+    ("", "def test_a():\n    raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+], ids=["usage-error", "pytest-exit", "keyboard-interrupt"])
+def test_a_run_that_stopped_early_says_why_in_pytest_s_words(tmp_path, pyproject, test, said):
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    (tmp_path / "test_x.py").write_text(test)
+    junit = tmp_path / "report.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    done = runner.run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", "test_x.py"], env=env, cwd=tmp_path)
+    report, why = verdict.read_run(done)
+    assert report is None and f"pytest exit code {done.returncode}" in why and said in why, why
 
 
 def test_a_run_without_the_plugin_is_said_to_be_not_isolated(tmp_path):

@@ -32,6 +32,7 @@ from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_re
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
                                            cores, run_pytest, stopping)
 from canarchy.testing.lanes.workspace import CopyError, clear_reports, copy_tree, temporary_tree, tree_files
+from canarchy.testing.lanes.verdict import stopped_text
 
 HOOK_DIR = Path(__file__).resolve().parents[1] / "isolation" / "_subprocess"
 
@@ -154,7 +155,8 @@ class _Workspace:
                                f"{tail}") from None
         missing = [n for n in node_ids if case_key(n) not in report.cases]
         if missing:
-            raise CannotDecide(f"{label}: not run (no such test?): {', '.join(missing)}")
+            why = "no such test?" if done.returncode in (0, 1) else f"the run stopped first: {stopped_text(done)}"
+            raise CannotDecide(f"{label}: not run ({why}): {', '.join(missing)}")
         records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(proof.glob("*.json"))]
         return {n: report.cases[case_key(n)] for n in node_ids}, records
 

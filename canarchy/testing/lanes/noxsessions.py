@@ -102,9 +102,14 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(tags=["safety"])
 def parity(session: nox.Session) -> None:
-    """Run the suite with and without an operator's home and shell, each on a copy; fail on a difference."""
+    """Run the suite with and without an operator's home and shell, each on a copy; fail on a difference.
+
+    ``nox -s parity -- --strict``: fail on flaky and hash-seed dependent tests too; other posargs choose tests.
+    """
     install(session)
-    lane(session, "parity")
+    strict = "--strict" in session.posargs
+    session.posargs[:] = [a for a in session.posargs if a != "--strict"]
+    lane(session, "parity", *(["--strict"] if strict else []))
 
 
 @nox.session(tags=["harness"])

@@ -376,7 +376,8 @@ def render(result: ParityResult) -> str:
                         [[r.id, r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
     lines += _check_lines(result)
     if not result.strict and (result.of_kind("flaky") or result.of_kind("hash seed")):
-        lines.append("  (flaky and hash-seed dependent tests are reported, not failed: --strict fails them)")
+        lines.append("  (flaky and hash-seed dependent tests are reported, not failed: `nox -s parity -- --strict` "
+                     "fails them)")
     return "\n".join(lines)
 
 

@@ -49,13 +49,37 @@ class Verdict:
         return "\n".join(out) + "\n"
 
 
+_SAID = ("ERROR:", "pytest: error:", "INTERNALERROR>", "!!!!")
+
+
+def pytest_said(run: Run) -> str:
+    """pytest's own line on why a run ended early, from its log: the first ``ERROR:`` (an unknown ini option,
+    a missing file), ``pytest: error:`` (a bad argument), ``INTERNALERROR>`` or ``!!! ... !!!`` (an
+    interruption: a test's ``pytest.exit()`` or ``KeyboardInterrupt``) line; "" when there is none."""
+    try:
+        with open(run.log, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                if line.startswith(_SAID):
+                    return line.strip().strip("!").strip()[:300]
+    except OSError:
+        pass
+    return ""
+
+
+def stopped_text(run: Run) -> str:
+    """``pytest exit code N: what it means`` and, where its log says, pytest's own words."""
+    said = pytest_said(run)
+    return (f"pytest exit code {run.returncode}: {_EXIT_MEANING.get(run.returncode, 'an unknown exit code')}"
+            + (f" (pytest: {said})" if said else ""))
+
+
 def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tuple[Report | None, str | None]:
     """The run's report, or None and why it has no usable one. ``isolated``: the project's
     configuration loads the plugin, so a report without its suite property is no answer.
     ``complete``: nor is a run with a collection error, for a lane that compares runs (pytest
     stops such a run with exit code 2, but under pytest-xdist it exits 1)."""
     if run.returncode not in (0, 1):
-        return None, f"pytest exit code {run.returncode}: {_EXIT_MEANING.get(run.returncode, 'an unknown exit code')}"
+        return None, stopped_text(run)
     assert run.junit is not None
     try:
         report = load_report(run.junit)
