@@ -9,6 +9,7 @@ parsers set (``command``, ``handler``, ``takes_channel`` ...) are listed in ``do
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import signal
@@ -18,8 +19,9 @@ from contextlib import contextmanager
 from typing import TextIO
 from collections.abc import Callable, Iterator, Sequence
 
-from canarchy.errors import COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, UserInputError
-from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, Printer
+from canarchy.errors import (COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, TransportError,
+                             UserInputError)
+from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, OutputFailed, Printer
 
 #: The one command table: each top-level command and the module in
 #: ``canarchy/commands/`` that registers it, in help order. A command line naming
@@ -182,6 +184,48 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _file_size_limit_as_error() -> Iterator[None]:
+    """Within the block a write past the file size limit (``ulimit -f``) fails with EFBIG
+    instead of SIGXFSZ ending the process (main thread only; the previous handler comes back)."""
+    sigxfsz = getattr(signal, "SIGXFSZ", None)
+    if sigxfsz is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(sigxfsz, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(sigxfsz, previous)
+
+
+def output_failed(reason: OSError | None) -> TransportError:
+    """``OUTPUT_WRITE_FAILED`` (exit 2): standard output cannot be written (``reason`` None: it is closed)."""
+    code = None if reason is None else reason.errno
+    why = "it is closed" if reason is None else (reason.strerror or str(reason))
+    if code == errno.ENOSPC:
+        hint = "The disk that standard output is redirected to is full: free space or redirect elsewhere."
+    elif code == errno.EFBIG:
+        hint = "The output passed the file size limit (ulimit -f): raise it or redirect elsewhere."
+    elif code in (None, errno.EBADF):
+        hint = "Run the command with standard output open (not `>&-`), e.g. redirected to a file or /dev/null."
+    else:
+        hint = "Check where standard output is redirected to (a writable file, pipe or terminal)."
+    return TransportError("OUTPUT_WRITE_FAILED", f"Cannot write the output to standard output: {why}.", hint)
+
+
+def _report_on_stderr(error: CanarchyError) -> int:
+    """Write ``error`` as one line on stderr (when stderr can be written); return its exit code."""
+    stderr = sys.stderr
+    if stderr is not None:
+        try:
+            stderr.write(f"canarchy: error: {error.code}: {error.message} hint: {error.hint}\n")
+            stderr.flush()
+        except (OSError, ValueError):
+            pass
+    return error.exit_code
+
+
 def _silence(out: TextIO) -> None:
     """Point ``out``'s file descriptor at the null device, so that flushing it at
     interpreter exit does not fail again on the closed pipe."""
@@ -199,19 +243,22 @@ def _silence(out: TextIO) -> None:
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
     """Run one canarchy command; return its exit code (0, 1, 2, 3; 141 for a closed output).
 
-    The single error boundary: a ``CanarchyError`` becomes an envelope error;
+    The single error boundary: a ``CanarchyError`` becomes an envelope error; an output that
+    cannot be written (closed, a full disk) becomes ``OUTPUT_WRITE_FAILED`` on stderr;
     nothing else is caught, so a bug still shows its traceback. Ctrl+C or
     SIGTERM ends the command; what it streamed is closed with the envelope.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     out = stdout if stdout is not None else sys.stdout
+    if out is None:  # started with standard output closed (`>&-`): nothing could be reported
+        return _report_on_stderr(output_failed(None))
     printer = Printer(_requested_format(argv), out)
     result: CommandResult | None = None
     error: CanarchyError | None = None
     config_warnings: list[str] = []
     token = COMMAND_WARNINGS.set(config_warnings)  # unknown keys of the config file, as it is read
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), _file_size_limit_as_error():
             try:
                 args = build_parser(argv).parse_args(argv)
                 printer.fmt = getattr(args, "output", printer.fmt)
@@ -236,4 +283,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     except OutputClosed:
         _silence(out)
         return EXIT_OUTPUT_CLOSED
+    except OutputFailed as exc:  # a full disk, a file size limit: said on stderr, stdout is past use
+        _silence(out)
+        if error is not None:  # the command's own error, which the output could not carry
+            _report_on_stderr(error)
+        return _report_on_stderr(output_failed(exc.reason))
     return EXIT_OK if error is None else error.exit_code

@@ -10,7 +10,8 @@ closes with the envelope, so memory does not grow with the number of events:
 event then the envelope line, ``--json`` one envelope whose ``data.events``
 is streamed through a temporary spool file. Every JSON text has sorted keys.
 
-A reader that goes away (EPIPE) raises :class:`OutputClosed`; Ctrl+C or
+A reader that goes away (EPIPE) raises :class:`OutputClosed`, any other failed write
+(a full disk, a file size limit) :class:`OutputFailed`; Ctrl+C or
 SIGTERM inside :meth:`EventStream.stoppable` ends the stream cleanly.
 Shapes and API: ``docs/design/cli.md``.
 """
@@ -60,6 +61,16 @@ class OutputClosed(BaseException):
     A ``BaseException`` (like ``KeyboardInterrupt``), so that a handler's
     ``except Exception`` does not swallow it.
     """
+
+
+class OutputFailed(BaseException):
+    """Writing the output failed for another reason than a closed pipe (``reason``: the
+    ``OSError``, e.g. ENOSPC or EFBIG). A ``BaseException`` like :class:`OutputClosed`;
+    ``canarchy.cli.main`` reports it on stderr as ``OUTPUT_WRITE_FAILED``."""
+
+    def __init__(self, reason: OSError) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def make_event(event_type: str, payload: dict[str, Any], source: str, timestamp: float | None = None) -> dict[str, Any]:
@@ -297,7 +308,8 @@ class Printer:
         return self.events
 
     def write(self, text: str, flush: bool = False) -> None:
-        """Write ``text`` to ``out``, after the lines held; raises :class:`OutputClosed` on a closed pipe."""
+        """Write ``text`` to ``out``, after the lines held; raises :class:`OutputClosed` on a closed pipe,
+        :class:`OutputFailed` on any other failed write."""
         self.write_lines()
         try:
             self.out.write(text)
@@ -305,6 +317,8 @@ class Printer:
                 self.out.flush()
         except BrokenPipeError:
             raise OutputClosed from None
+        except OSError as exc:
+            raise OutputFailed(exc) from None
         except KeyboardInterrupt:
             self._torn = True  # Ctrl+C or SIGTERM inside a blocked write: part of ``text`` may be out
             raise
@@ -317,7 +331,8 @@ class Printer:
             self.write_lines()
 
     def write_lines(self) -> None:
-        """Write the lines held by :meth:`write_line`; raises :class:`OutputClosed` on a closed pipe."""
+        """Write the lines held by :meth:`write_line`; raises :class:`OutputClosed` on a closed pipe,
+        :class:`OutputFailed` on any other failed write."""
         lines = self.pending_lines
         if not lines:
             return
@@ -326,6 +341,8 @@ class Printer:
             self.out.write(text)
         except BrokenPipeError:
             raise OutputClosed from None
+        except OSError as exc:
+            raise OutputFailed(exc) from None
         except KeyboardInterrupt:
             self._torn = True
             raise

@@ -383,6 +383,70 @@ def test_a_closed_pipe_ends_a_capture_file_quietly(tmp_path):
     assert (err, code) == (b"", EXIT_OUTPUT_CLOSED)
 
 
+# -- an output that cannot be written: one line on stderr, never a traceback -------------------------
+
+_UNWRITABLE_RUNS = [
+    ("capture", "--file", str(TRUCK)),
+    ("capture", "--file", str(TRUCK), "--summary"),
+    ("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--json"),
+    ("j1939", "decode", "--file", str(TRUCK)),
+    ("isotp", "decode", "--file", str(LEAF), "--jsonl"),
+    ("capture", "--file", "no-such-capture.log"),  # the error envelope itself
+]
+
+
+def _assert_one_output_error(err: str, code: int, why: str) -> None:
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[-1].startswith("canarchy: error: OUTPUT_WRITE_FAILED: Cannot write the output to standard output: ")
+    assert why in lines[-1] and " hint: " in lines[-1]
+    assert code == 2
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", _UNWRITABLE_RUNS, ids=lambda argv: " ".join(argv[:2]) + " " + argv[-1])
+def test_a_full_disk_under_stdout_is_one_error_line(argv):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(_canarchy(*argv), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    _assert_one_output_error(proc.stderr, proc.returncode, "No space left on device")
+
+
+@pytest.mark.parametrize("argv", _UNWRITABLE_RUNS, ids=lambda argv: " ".join(argv[:2]) + " " + argv[-1])
+def test_a_closed_stdout_is_one_error_line(argv):
+    # `canarchy … >&-`: Python starts with sys.stdout None
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *_canarchy(*argv)], stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    _assert_one_output_error(proc.stderr, proc.returncode, "it is closed")
+
+
+def test_the_file_size_limit_is_an_error_not_sigxfsz(tmp_path):
+    # `(ulimit -f 64; canarchy capture --file LOG --jsonl > out.jsonl)`: SIGXFSZ would end the process
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    target = tmp_path / "out.jsonl"
+    with target.open("w") as out:
+        proc = subprocess.run(_canarchy("capture", "--file", str(TRUCK), "--jsonl"), stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=limit)
+    _assert_one_output_error(proc.stderr, proc.returncode, "File too large")
+
+
+def test_a_failed_write_in_process_reports_and_keeps_the_commands_own_error(capsys, tmp_path):
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    from canarchy.cli import main
+
+    code = main(["capture", "--file", str(tmp_path / "missing.log")], stdout=Full())
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 2
+    assert err[0].startswith("canarchy: error: CAPTURE_SOURCE_UNAVAILABLE: ")
+    assert err[1].startswith("canarchy: error: OUTPUT_WRITE_FAILED: ")
+
+
 # -- memory does not grow with the input ------------------------------------------------------------
 
 class _Sink:
