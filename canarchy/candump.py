@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from canarchy.frames import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame
+from canarchy.frames import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFrame, checked_timestamp
 from canarchy.output import TIMESTAMP_TEXT
 
 _CAN_ERR_FLAG = 0x20000000  # linux/can.h: the ID marks an error frame
@@ -69,6 +69,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
         timestamp = float(seconds)
     except ValueError:  # '', '.', '1.2.3'
         raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds") from None
+    checked_timestamp(timestamp)  # past the year 9999: UserInputError
     ident, sep, data = body.partition("#")
     if not sep:
         raise ValueError("no '#' between ID and data")

@@ -25,7 +25,7 @@ from canarchy.candump import (CLASSIC_HEX_LENGTHS, FD_HEX_LENGTHS, ErrorFrame, c
                               parse_candump_line)
 from canarchy.errors import DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
-from canarchy.frames import CAN_FD_DLCS, CanFrame
+from canarchy.frames import CAN_FD_DLCS, TIMESTAMP_LIMIT, CanFrame, checked_timestamp
 from canarchy.warning_log import WarningLog
 
 CANDUMP_SUFFIXES = (".log", ".candump")
@@ -148,7 +148,8 @@ class CaptureFile:
         """The frames of ``batch``, the next lines of the file.
 
         The lines of the common shape (:data:`~canarchy.candump.COMMON_LINE`) whose channel and ID ``known`` holds,
-        with a data length such a frame can carry, take the fast path: only their timestamp and data
+        with a data length such a frame can carry and a timestamp below
+        :data:`~canarchy.frames.TIMESTAMP_LIMIT`, take the fast path: only their timestamp and data
         are converted, the other fields are those :func:`parse_candump_line` gave for the first line
         with that channel and ID. Every other line goes to :func:`parse_candump_line`
         (:meth:`_parse_line`). The frames and warnings are the same either way.
@@ -168,10 +169,11 @@ class CaptureFile:
                     seconds, key, data, direction = parts
                     key += direction or ""  # the direction is a field the first line with the key fixes
                     entry = known.get(key)
-                    if entry is not None and len(data) in entry[1]:
+                    stamp = float(seconds)
+                    if entry is not None and len(data) in entry[1] and stamp < TIMESTAMP_LIMIT:
                         values = entry[0].copy()
                         values["data"] = fromhex(data)
-                        values["timestamp"] = float(seconds)
+                        values["timestamp"] = stamp
                         values[TIMESTAMP_TEXT] = seconds
                         frame = new(CanFrame)
                         set_(frame, "__dict__", values)
@@ -473,7 +475,7 @@ def _from_message(message: Any) -> CanFrame:
     longer than 8 bytes of a CAN FD length is a CAN FD frame: a python-can CSV file has no FD flag."""
     channel = message.channel
     channel = None if channel is None else str(channel)
-    timestamp = float(message.timestamp)
+    timestamp = checked_timestamp(float(message.timestamp))
     fd = bool(message.is_fd)
     if message.is_remote_frame and not fd:
         return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,

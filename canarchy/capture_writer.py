@@ -9,6 +9,7 @@ is said in :meth:`CaptureWriter.warnings`. Errors: ``CAPTURE_FORMAT_UNSUPPORTED`
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -35,9 +36,22 @@ def _writer_class(suffix: str) -> Any:
 
 
 def _failed(path: Path, exc: BaseException) -> TransportError:
-    return TransportError("CAPTURE_WRITE_FAILED",
-                          f"Cannot write {str(path)!r}: {getattr(exc, 'strerror', None) or exc}.",
-                          "Check that the directory exists and is writable and that the disk is not full.")
+    """``CAPTURE_WRITE_FAILED`` for ``exc``, with a hint for its cause: an ``OSError`` (by errno), or
+    anything else the writer raised (a value the format cannot hold)."""
+    if not isinstance(exc, OSError):
+        fmt = path.suffix.lower()
+        return TransportError("CAPTURE_WRITE_FAILED",
+                              f"Cannot write {str(path)!r}: the {fmt} writer refused a frame: "
+                              f"{exc.__class__.__name__}: {exc}.",
+                              f"A frame holds a value that a {fmt} file cannot (such as a timestamp past the year "
+                              "9999); write .log or --jsonl instead, or fix the recording.")
+    if exc.errno == errno.ENOSPC:
+        hint = "The disk is full: free space, or write the file elsewhere."
+    elif exc.errno == errno.EFBIG:
+        hint = "The file passed the file size limit (ulimit -f): raise it, or split the capture (--count)."
+    else:
+        hint = "Check that the directory exists and is writable and that the disk is not full."
+    return TransportError("CAPTURE_WRITE_FAILED", f"Cannot write {str(path)!r}: {exc.strerror or exc}.", hint)
 
 
 class CaptureWriter:
@@ -92,7 +106,7 @@ class CaptureWriter:
             self._direction_lost += 1
         try:
             self._writer.on_message_received(to_message(frame, stamped=True))
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # an OSError, or a value the format cannot hold (ValueError, OverflowError ...)
             self.close(keep=False)
             raise _failed(self.path, exc) from None
         self.frame_count += 1
@@ -113,19 +127,29 @@ class CaptureWriter:
         return notes
 
     def close(self, keep: bool = True) -> None:
-        """Finish the file and rename it to the target (``keep=False``: remove it). Idempotent."""
+        """Finish the file and rename it to the target (``keep=False``: remove it, whatever finishing it
+        raised). Idempotent. Raises ``CAPTURE_WRITE_FAILED`` when the file cannot be finished (python-can
+        writes some formats' headers only now); the temporary file is then removed too."""
         if self._closed:
             return
         self._closed = True
+        replaced = False
         try:
-            self._writer.stop()
+            try:
+                self._writer.stop()
+            finally:
+                handle = getattr(self._writer, "file", None)
+                if handle is not None and not handle.closed:  # stop() failed before closing it
+                    handle.close()
             if keep:
                 os.replace(self._temp, self.path)
-                return
-        except OSError as exc:
-            self._discard()
-            raise _failed(self.path, exc) from None
-        self._discard()
+                replaced = True
+        except Exception as exc:
+            if keep:
+                raise _failed(self.path, exc) from None
+        finally:
+            if not replaced:
+                self._discard()
 
     def _discard(self) -> None:
         temp = getattr(self, "_temp", None)

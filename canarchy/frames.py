@@ -17,6 +17,19 @@ from canarchy.errors import UserInputError
 MAX_STANDARD_ID = 0x7FF
 MAX_EXTENDED_ID = 0x1FFFFFFF
 CAN_FD_DLCS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 48, 64)
+#: The first second past the year 9999 (UTC), seconds since the Unix epoch: a frame read from a file has a
+#: timestamp in [0, this), which every format canarchy writes (and Python's ``datetime``) can hold.
+TIMESTAMP_LIMIT = 253402300800.0
+
+
+def checked_timestamp(stamp: float) -> float:
+    """``stamp`` when it is in [0, :data:`TIMESTAMP_LIMIT`) (finite, not before 1970, not past the year 9999);
+    else ``UserInputError`` ``INVALID_FRAME`` (the capture readers make it a malformed line's warning)."""
+    if 0.0 <= stamp < TIMESTAMP_LIMIT:  # false for NaN too
+        return stamp
+    raise UserInputError("INVALID_FRAME", f"timestamp {stamp!r} is outside 0 .. {TIMESTAMP_LIMIT:.0f} "
+                         "(1970 to the end of the year 9999)",
+                         "Fix the timestamp: seconds since the Unix epoch, at most the year 9999.")
 
 
 def can_id_text(arbitration_id: int, is_extended_id: bool | None = None) -> str:
@@ -108,8 +121,8 @@ class CanFrame:
     def from_payload(cls, payload: dict[str, Any]) -> CanFrame:
         """The frame of a :meth:`to_payload` dict (flags missing from older output read as false, ``is_rx`` as true).
 
-        Raises ``UserInputError`` ``INVALID_FRAME`` / ``ValueError`` / ``KeyError`` /
-        ``TypeError`` on a payload that is not a frame.
+        Raises ``UserInputError`` ``INVALID_FRAME`` (also for a timestamp :func:`checked_timestamp` refuses) /
+        ``ValueError`` / ``KeyError`` / ``TypeError`` on a payload that is not a frame.
         """
         remote = bool(payload.get("is_remote_frame", False))
         flag = lambda name: bool(payload.get(name, False))  # noqa: E731
@@ -120,7 +133,7 @@ class CanFrame:
             is_extended_id=flag("is_extended_id"),
             is_fd=flag("is_fd"),
             is_remote_frame=remote,
-            timestamp=float(timestamp) if timestamp is not None else 0.0,
+            timestamp=checked_timestamp(float(timestamp)) if timestamp is not None else 0.0,
             channel=payload.get("channel"),
             bitrate_switch=flag("bitrate_switch"),
             error_state_indicator=flag("error_state_indicator"),

@@ -579,3 +579,33 @@ def test_capture_file_summary_honours_filter_count_and_output(tmp_path):
     assert [(m.arbitration_id, bytes(m.data)) for m in can.BLFReader(str(target))] == [
         (m.arbitration_id, bytes(m.data)) for m in originals]
     assert result.data["output"]["frames_written"] == 20
+
+
+@pytest.mark.parametrize("suffix", ["blf", "asc", "trc"])
+def test_a_frame_the_format_cannot_hold_is_a_write_error_that_names_it_and_leaves_no_file(tmp_path, suffix):
+    from canarchy.capture_writer import CaptureWriter
+    from canarchy.errors import TransportError
+    from canarchy.frames import CanFrame
+
+    writer = CaptureWriter(tmp_path / f"y11k.{suffix}")
+    with pytest.raises(TransportError) as info:
+        writer.write(CanFrame(0x123, b"\x01", timestamp=3e11))  # the year 11476: the .blf header fails at close
+        writer.close()
+    assert info.value.code == "CAPTURE_WRITE_FAILED"
+    assert "year 11476 is out of range" in info.value.message
+    assert "year 9999" in info.value.hint and "disk" not in info.value.hint
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_conversion_whose_writer_fails_is_capture_write_failed_without_a_file(tmp_path, monkeypatch):
+    # a reader that let such a timestamp through: the writer's failure is still an error, not a traceback
+    from canarchy import candump, capture_file
+
+    monkeypatch.setattr(candump, "checked_timestamp", lambda stamp: stamp, raising=False)
+    monkeypatch.setattr(capture_file, "TIMESTAMP_LIMIT", float("inf"), raising=False)
+    source = tmp_path / "y11k.log"
+    source.write_text("(300000000000.000000) can0 123#01\n(300000000001.000000) can0 123#02\n")
+    result = run_cli("capture", "--file", str(source), "--output", str(tmp_path / "y11k.blf"), "--json")
+    assert (result.code, result.error_codes) == (2, ["CAPTURE_WRITE_FAILED"])
+    assert "year 9999" in result.envelope["errors"][0]["hint"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["y11k.log"]

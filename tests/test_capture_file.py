@@ -745,3 +745,39 @@ def test_the_direction_of_each_frame_survives_a_conversion(tmp_path, suffix):
         assert back == [True] * 5 and "3 frame(s) were sent (T)" in " ".join(result.envelope["warnings"])
     else:
         assert back == (directions[:4] if suffix == ".trc" else directions)  # .trc: no remote frames
+
+
+# -- timestamps a recording cannot hold ---------------------------------------------------------
+
+def test_candump_timestamps_past_the_year_9999_are_malformed_lines(tmp_path):
+    # the second line of an ID takes the reader's fast path, the first the full parser: both refuse it
+    log = tmp_path / "y11k.log"
+    log.write_text("(300000000000.000000) can0 123#01\n(1.000000) can0 123#02\n"
+                   "(300000000000.000000) can0 123#03\n(253402300799.000000) can0 123#04\n")
+    result = run_cli("capture", "--file", str(log), "--json")
+    assert result.code == 0 and result.data["frame_count"] == 2
+    assert [e["payload"]["data"] for e in result.data["events"]] == ["02", "04"]
+    assert result.data["warning_counts"] == {"CANDUMP_LINE_MALFORMED": 2}
+    assert [r["line"] for r in result.data["warning_records"]] == [1, 3]
+    assert "year 9999" in result.data["warning_records"][0]["message"]
+
+
+def test_json_timestamps_that_are_not_finite_or_out_of_range_are_invalid_events(tmp_path):
+    events = tmp_path / "t.jsonl"
+    events.write_text("".join('{"event_type": "frame", "payload": {"arbitration_id": 1, "data": "01", '
+                              f'"timestamp": {stamp}}}}}\n' for stamp in ("1e400", "NaN", "1e30", "-1", "5")))
+    result = run_cli("capture", "--file", str(events), "--json")
+    assert result.code == 0 and result.data["frame_count"] == 1
+    assert result.data["events"][0]["payload"]["timestamp"] == 5
+    assert result.data["warning_counts"] == {"CAPTURE_EVENT_INVALID": 4}
+    text = run_cli("capture", "--file", str(events), "--text").out
+    assert "(nan)" not in text and "(inf)" not in text
+
+
+def test_python_can_reader_timestamps_out_of_range_are_invalid_frames(tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp,arbitration_id,extended,remote,error,dlc,data\n"
+                   "300000000000.0,0x123,0,0,0,1,AQ==\n1.5,0x123,0,0,0,1,Ag==\n")
+    result = run_cli("capture", "--file", str(csv), "--json")
+    assert result.code == 0 and result.data["frame_count"] == 1
+    assert result.data["warning_counts"] == {"CAPTURE_FRAME_INVALID": 1}
