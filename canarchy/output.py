@@ -409,6 +409,14 @@ class Printer:
         return text
 
 
+def number_text(value: Any, none: str = "-") -> str:
+    """A value for ``--text``: a float exactly as JSON writes it (the shortest text that reads back as the
+    same float: ``536870911.875``, never rounded), None as ``none``, anything else ``str``."""
+    if isinstance(value, float):
+        return repr(value)
+    return none if value is None else str(value)
+
+
 def default_text(result: CommandResult) -> str:
     """``key: value`` lines of ``result.data``, keys sorted, nested values as JSON."""
     lines = []

@@ -15,6 +15,8 @@ import math
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from canarchy.output import number_text
+
 if TYPE_CHECKING:
     from canarchy.web import Dashboard, DashboardServer
 
@@ -232,9 +234,7 @@ def _e(value: Any) -> str:
 
 
 def _number(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return "" if value is None else str(value)
+    return number_text(value, none="")
 
 
 def _utc(stamp: float | None) -> str:

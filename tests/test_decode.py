@@ -642,3 +642,24 @@ def test_a_frame_shorter_than_its_message_decodes_what_it_holds_and_says_what_it
     events = [e["payload"] for e in data["events"]]
     assert [set(e["signals"]) for e in events] == [inside, {s.name for s in message.signals}]
     assert (data["decode_error_count"], data["warning_counts"]) == (1, {"DBC_DATA_SHORT": 1, "DBC_DECODE_FAILED": 1})
+
+
+def test_text_output_prints_decoded_numbers_exactly_as_json_does(tmp_path):
+    # 0xFFFFFFFF * 0.125 = 536870911.875 (cantools prints that); 6 significant digits gave 5.36871e+08
+    dbc = tmp_path / "odo.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\nBO_ 1025 ODO: 4 ECU\n'
+                   ' SG_ Odo : 0|32@1+ (0.125,0) [0|0] "km" ECU\n')
+    log = tmp_path / "odo.log"
+    log.write_text("(1.000000) can0 401#FFFFFFFF\n(2.000000) can0 401#07000000\n")
+    text = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--text").out
+    assert "Odo=536870911.875 km" in text and "Odo=0.875 km" in text
+    assert "Odo: 0.875..536870911.875 km" in text
+    assert "e+08" not in text
+    summary = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json").data["messages"]["ODO"]["signals"]
+    assert summary["Odo"]["max"] == 536870911.875
+
+
+def test_web_dashboard_numbers_are_exact():
+    from canarchy.web_render import _number
+
+    assert (_number(536870911.875), _number(0.1), _number(None), _number(3)) == ("536870911.875", "0.1", "", "3")

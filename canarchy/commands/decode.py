@@ -16,7 +16,7 @@ import argparse
 from typing import Any
 
 from canarchy.commands._common import parse_int
-from canarchy.output import CommandResult, EventStream, open_stream
+from canarchy.output import CommandResult, EventStream, number_text, open_stream
 
 
 def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
@@ -184,10 +184,7 @@ def _event_pgn(event_type: str, payload: dict[str, Any]) -> int | None:
 # --- text rendering ---------------------------------------------------------------------------
 
 
-def _number(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}" if abs(value) < 1e15 else repr(value)
-    return "-" if value is None else str(value)
+_number = number_text
 
 
 def _decode_line(event: dict[str, Any]) -> str:
