@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from canarchy import config
 from canarchy.errors import UserInputError
+from canarchy.output import terminal_safe
 
 NONINTERACTIVE_ACK_VARIABLE = "CANARCHY_MCP_NONINTERACTIVE_ACK"
 # Set only inside `caller_acknowledged()`: context-local, never process-wide.
@@ -64,7 +65,7 @@ def active_gate(command: str, channel: str, action: str, ack_active: bool,
     stdin = sys.stdin if stdin is None else stdin
     stderr = sys.stderr if stderr is None else stderr
     warning = preflight_warning(command, channel, action)
-    stderr.write(warning + "\n")
+    stderr.write(terminal_safe(warning) + "\n")
     stderr.flush()
     require_ack, _source = config.resolve("CANARCHY_REQUIRE_ACTIVE_ACK")
     if require_ack and not ack_active:

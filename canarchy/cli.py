@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from canarchy.errors import (COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, TransportError,
                              UserInputError)
-from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, OutputFailed, Printer
+from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, OutputFailed, Printer, terminal_safe
 
 #: The one command table: each top-level command and the module in
 #: ``canarchy/commands/`` that registers it, in help order. A command line naming
@@ -219,7 +219,7 @@ def _report_on_stderr(error: CanarchyError) -> int:
     stderr = sys.stderr
     if stderr is not None:
         try:
-            stderr.write(f"canarchy: error: {error.code}: {error.message} hint: {error.hint}\n")
+            stderr.write(terminal_safe(f"canarchy: error: {error.code}: {error.message} hint: {error.hint}") + "\n")
             stderr.flush()
         except (OSError, ValueError):
             pass

@@ -290,7 +290,9 @@ def _report(findings: list[str]) -> None:
     for finding in findings:
         if finding not in collected:
             collected.append(finding)
-            sys.stderr.write(f"canarchy: warning: {finding}\n")
+            from canarchy.output import terminal_safe
+
+            sys.stderr.write(terminal_safe(f"canarchy: warning: {finding}") + "\n")
             sys.stderr.flush()
 
 

@@ -308,9 +308,11 @@ class Printer:
         return self.events
 
     def write(self, text: str, flush: bool = False) -> None:
-        """Write ``text`` to ``out``, after the lines held; raises :class:`OutputClosed` on a closed pipe,
-        :class:`OutputFailed` on any other failed write."""
+        """Write ``text`` to ``out``, after the lines held (``--text``: through :func:`terminal_safe`); raises
+        :class:`OutputClosed` on a closed pipe, :class:`OutputFailed` on any other failed write."""
         self.write_lines()
+        if self.fmt == "text":
+            text = text.translate(_CONTROL_ESCAPES)
         try:
             self.out.write(text)
             if flush:
@@ -407,6 +409,16 @@ class Printer:
             text += "\nwarnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items())
         text += "".join(f"\nwarning: {w}" for w in warnings)
         return text
+
+
+#: Terminal control characters (C0 but tab and newline, DEL, C1) and the text that shows each instead.
+_CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every terminal control character (C0 but tab and newline, DEL, C1) written as its escape
+    (ESC as ``\\x1b``): what came from input (a channel name, a DBC's text) cannot steer the terminal."""
+    return text.translate(_CONTROL_ESCAPES)
 
 
 def number_text(value: Any, none: str = "-") -> str:

@@ -537,3 +537,46 @@ def test_warnings_merged_from_several_logs_keep_the_order_they_came_in():
     merged.merge(source)
     assert [record.message for record in merged.records] == ["A at t=0", "B at t=1", "A at t=2", "B at t=3"]
     assert merged.counts == {"A": 3, "B": 3}
+
+
+# -- terminal control characters from input are escaped in --text -------------------------------------
+
+_RAW_CONTROLS = [chr(c) for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))]
+
+
+def test_text_output_escapes_control_characters_from_a_capture(tmp_path):
+    log = tmp_path / "esc.log"
+    log.write_text("(1.000000) \x1b[31mcan0 123#01\n(2.000000) ca\x00n 123#02\n(3.000000) c\x9bn 123#03\n")
+    text = run_cli("capture", "--file", str(log), "--text").out
+    assert not any(char in text for char in _RAW_CONTROLS)
+    assert "\\x1b[31mcan0" in text and "ca\\x00n" in text and "c\\x9bn" in text
+    # JSON keeps the channel as it was read
+    events = run_cli("capture", "--file", str(log), "--json").data["events"]
+    assert [e["payload"]["channel"] for e in events] == ["\x1b[31mcan0", "ca\x00n", "c\x9bn"]
+
+
+def test_an_error_quoting_input_escapes_control_characters(tmp_path):
+    dbc = tmp_path / "esc.dbc"
+    dbc.write_text('VERSION ""\nBO_ \x1b]0;title\x07 this \x1b[2J\n', encoding="utf-8")
+    log = tmp_path / "x.log"
+    log.write_text("(1.000000) can0 123#01\n")
+    result = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--text")
+    assert result.code == 3 and "DBC_LOAD_FAILED" in result.out
+    assert not any(char in result.out for char in _RAW_CONTROLS)
+    assert "\\x1b]0;title\\x07" in result.out
+
+
+def test_an_error_on_stderr_escapes_control_characters(capsys, tmp_path):
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    from canarchy.cli import main
+
+    dbc = tmp_path / "esc.dbc"
+    dbc.write_text('VERSION ""\nBO_ \x1b[2J this\n', encoding="utf-8")
+    log = tmp_path / "x.log"
+    log.write_text("(1.000000) can0 123#01\n")
+    main(["decode", "--file", str(log), "--dbc", str(dbc)], stdout=Full())
+    err = capsys.readouterr().err
+    assert "DBC_LOAD_FAILED" in err and "\x1b" not in err and "\\x1b[2J" in err

@@ -19,7 +19,7 @@ from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import StopSignals, parse_arbitration_id, parse_int
 from canarchy.commands._simulate_profile import describe_profile, load_ecus
 from canarchy.errors import TransportError, UserInputError
-from canarchy.output import CommandResult, open_stream
+from canarchy.output import CommandResult, open_stream, terminal_safe
 from canarchy.frames import can_id_text
 
 DEFAULT_REQUEST_ID = 0x7E0
@@ -165,8 +165,9 @@ def _run(args: argparse.Namespace, ecus: list[tuple[Any, int, int]], bus_type: s
 
             raise bus_unavailable(args.interface, bus_type, exc) from None
         try:
-            sys.stderr.write(f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: "
-                             f"{'; '.join(_ready(ecu) for ecu in common['ecus'])} (Ctrl+C to stop)\n")
+            sys.stderr.write(terminal_safe(f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: "
+                                           f"{'; '.join(_ready(ecu) for ecu in common['ecus'])} (Ctrl+C to stop)")
+                             + "\n")
             sys.stderr.flush()
             emit("simulator_ready", {"interface": args.interface, "bus_type": bus_type,
                                      "request_id": common["request_id"], "response_id": common["response_id"],

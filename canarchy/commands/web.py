@@ -14,7 +14,7 @@ import time
 
 from canarchy.commands._common import StopSignals
 from canarchy.errors import UserInputError
-from canarchy.output import CommandResult, open_stream
+from canarchy.output import CommandResult, open_stream, terminal_safe
 
 
 #: Shown in --help; the values live in :mod:`canarchy.web` and :mod:`canarchy.web_bind` (not imported here:
@@ -72,7 +72,8 @@ def _serve(args: argparse.Namespace) -> CommandResult:
     with StopSignals() as stop:
         try:
             server.start()
-            sys.stderr.write(f"canarchy: web serve: {args.file} on {server.url} (read-only; Ctrl+C to stop)\n")
+            sys.stderr.write(terminal_safe(f"canarchy: web serve: {args.file} on {server.url} (read-only; Ctrl+C to "
+                                           "stop)") + "\n")
             sys.stderr.flush()
             open_stream(args, f"web:{server.url}", live=True, keep=getattr(args, "output", "text") == "jsonl").emit(
                 "web_listening", {"url": server.url, "file": args.file, "dbc": args.dbc})
