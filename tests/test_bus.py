@@ -609,3 +609,21 @@ def test_a_conversion_whose_writer_fails_is_capture_write_failed_without_a_file(
     assert (result.code, result.error_codes) == (2, ["CAPTURE_WRITE_FAILED"])
     assert "year 9999" in result.envelope["errors"][0]["hint"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["y11k.log"]
+
+
+def test_send_dry_run_names_its_channel_or_says_there_is_none():
+    text = run_cli("send", "123#DEADBEEF", "--dry-run", "--text").out
+    assert text.splitlines()[0] == "dry run: would send (no channel given or configured)"
+    assert "None" not in text
+    text = run_cli("send", "can0", "123#DEADBEEF", "--dry-run", "--text").out
+    assert text.splitlines()[0] == "dry run: would send on can0"
+
+
+@pytest.mark.parametrize("argv", [["123#DEADBEEF"], ["123", "DEADBEEF"], ["123##1DEADBEEF"]])
+def test_a_frame_we_send_or_plan_to_send_is_not_received(monkeypatch, argv):
+    assert run_cli("send", *argv, "--dry-run", "--json").data["frame"]["is_rx"] is False
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    sent = run_cli("send", "scaffold1", *argv, "--json")
+    assert sent.code == 0, sent.out
+    assert sent.data["frame"]["is_rx"] is False
+    assert [e["payload"]["is_rx"] for e in sent.data["events"]] == [False]

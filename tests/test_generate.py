@@ -245,3 +245,10 @@ def test_the_scaffold_backend_records_what_was_sent(monkeypatch):
     result = run_cli("generate", "scaffold0", "--id", "i", "--data", "AA", "--count", "3", "--gap", "0", "--json")
     assert result.code == 0, result.out
     assert [(f.arbitration_id, f.data) for f in backends[0].sent] == [(0, b"\xaa"), (1, b"\xaa"), (2, b"\xaa")]
+
+
+def test_generated_frames_sent_are_not_received(monkeypatch):
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    result = run_cli("generate", "scaffold1", "--count", "3", "--gap", "0", "--json")
+    assert result.code == 0, result.out
+    assert [e["payload"]["is_rx"] for e in result.data["events"]] == [False] * 3

@@ -189,3 +189,12 @@ def test_timestamps_that_step_back_do_not_delay_the_rest_of_the_recording():
         expected.append(latest - stamps[0])
     assert offsets == pytest.approx(expected, abs=1e-9)
     assert offsets[-1] == pytest.approx(max(stamps) - stamps[0], abs=1e-9)
+
+
+def test_replayed_frames_are_sent_not_received(monkeypatch, recording):
+    planned = run_cli("replay", str(recording), "--dry-run", "--json").data["events"]
+    assert planned and {e["payload"]["is_rx"] for e in planned} == {False}
+    monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
+    result = run_cli("replay", str(recording), "scaffold1", "--speed", "100", "--json")
+    assert result.code == 0, result.out
+    assert result.data["events"] and {e["payload"]["is_rx"] for e in result.data["events"]} == {False}

@@ -290,7 +290,10 @@ def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> Comma
 
 
 def _frame_to_send(args: argparse.Namespace):
-    """The frame ``send`` was given (cansend syntax, or ID and DATA) and warnings about its ID."""
+    """The frame ``send`` was given (cansend syntax, or ID and DATA), marked as sent (``is_rx`` false), and
+    warnings about its ID."""
+    from dataclasses import replace
+
     from canarchy.frame_syntax import id_notes, parse_frame
     from canarchy.frames import CanFrame
 
@@ -302,11 +305,11 @@ def _frame_to_send(args: argparse.Namespace):
         if args.fd and not frame.is_fd:
             raise UserInputError("INVALID_ARGUMENTS", f"send: --fd with the classic frame {args.frame_id!r}.",
                                  "Write a CAN FD frame with '##' and a flags digit (123##0DEADBEEF), or drop --fd.")
-        return frame, []
+        return replace(frame, is_rx=False), []
     arbitration_id, extended = parse_arbitration_id(args.frame_id)
     data = parse_hex_data(args.data)
-    return CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface), \
-        id_notes(args.frame_id)
+    return CanFrame(arbitration_id, data, is_extended_id=extended, is_fd=args.fd, channel=args.interface,
+                    is_rx=False), id_notes(args.frame_id)
 
 
 def _send(args: argparse.Namespace) -> CommandResult:
@@ -351,4 +354,9 @@ def _render_send(result: CommandResult) -> str:
     from canarchy.frame_syntax import frame_line
 
     data = result.data
-    return "\n".join([f"{data['mode']} on {data['interface']}", frame_line(data["frame"])])
+    if data["mode"] == "dry_run":
+        head = f"dry run: would send on {data['interface']}" if data["interface"] else \
+            "dry run: would send (no channel given or configured)"
+    else:
+        head = f"sent on {data['interface']}"
+    return "\n".join([head, frame_line(data["frame"])])

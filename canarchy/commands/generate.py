@@ -241,7 +241,7 @@ def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warni
                 if delay > 0:
                     time.sleep(delay)
             frame = CanFrame(can_id, data, is_extended_id=run.spec.extended, is_fd=run.spec.fd,
-                             timestamp=time.time(), channel=args.interface)
+                             timestamp=time.time(), channel=args.interface, is_rx=False)
             send(frame)
             stream.emit("frame_sent", dict(frame.to_payload(), index=index), frame.timestamp)
     data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=stream.count,

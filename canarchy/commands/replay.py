@@ -95,7 +95,9 @@ def _replay(args: argparse.Namespace) -> CommandResult:
 
 
 def _slot_payload(slot: Any) -> dict[str, Any]:
-    return dict(slot.frame.to_payload(), index=slot.index, loop=slot.loop, offset_s=round(slot.offset_s, 6))
+    """The event payload of a frame replay sends (or plans to): ``is_rx`` false, whatever the recording said."""
+    return dict(slot.frame.to_payload(), is_rx=False, index=slot.index, loop=slot.loop,
+                offset_s=round(slot.offset_s, 6))
 
 
 def _dry_run(args: argparse.Namespace, slots: Any, common: dict[str, Any], stats: dict[str, Any],
@@ -137,7 +139,7 @@ def _transmit(args: argparse.Namespace, slots: Any, common: dict[str, Any], stat
 def _on_channel(frame: Any, channel: str) -> Any:
     from dataclasses import replace
 
-    return replace(frame, channel=channel)
+    return replace(frame, channel=channel, is_rx=False)
 
 
 def _render_text(result: CommandResult) -> str:
