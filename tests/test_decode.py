@@ -663,3 +663,20 @@ def test_web_dashboard_numbers_are_exact():
     from canarchy.web_render import _number
 
     assert (_number(536870911.875), _number(0.1), _number(None), _number(3)) == ("536870911.875", "0.1", "", "3")
+
+
+def test_a_signal_with_a_value_table_has_one_numeric_range_and_decoded_first_and_last(tmp_path):
+    dbc = tmp_path / "enum.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\nBO_ 1026 ENUM: 2 ECU\n'
+                   ' SG_ SigEnum : 0|8@1+ (1,0) [0|0] "" ECU\n SG_ Scaled : 8|8@1+ (2,1) [0|0] "" ECU\n\n'
+                   'VAL_ 1026 SigEnum 0 "Off" 1 "On" 2 "Error" ;\nVAL_ 1026 Scaled 3 "Three" ;\n')
+    log = tmp_path / "enum.log"
+    log.write_text("(1.0) can0 402#0003\n(2.0) can0 402#0101\n(3.0) can0 402#0203\n(4.0) can0 402#0F03\n")
+    signals = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json").data["messages"]["ENUM"]["signals"]
+    got = signals["SigEnum"]
+    assert (got["min"], got["max"], got["first"], got["last"]) == (0, 15, "Off", 15)
+    # a named value counts as the scaled number it stands for: raw 3 -> 7, raw 1 -> 3
+    got = signals["Scaled"]
+    assert (got["min"], got["max"], got["first"], got["last"]) == (3, 7, "Three", "Three")
+    text = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--summary", "--text").out
+    assert "SigEnum: 0..15 (first Off, last 15)" in text and "Scaled: 3..7 (first Three, last Three)" in text

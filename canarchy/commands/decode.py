@@ -204,6 +204,8 @@ def _render_decode(result: CommandResult) -> str:
         lines.append(f"  {name} (0x{m['arbitration_id']:X}) x{m['count']}")
         for sig, s in m["signals"].items():
             span = (f"{_number(s['min'])}..{_number(s['max'])}" if s["min"] is not None else _number(s["last"]))
+            if isinstance(s["first"], str) or isinstance(s["last"], str):  # named values: as decoded
+                span += f" (first {_number(s['first'])}, last {_number(s['last'])})"
             lines.append(f"    {sig}: {span} {s['unit']}".rstrip())
     return "\n".join(lines)
 

@@ -19,7 +19,9 @@ def hex_id(can_id: int, extended: bool) -> str:
 
 
 class ValueRange:
-    """Count, min, max, first and last value of one series (bounded memory; min/max of numbers only)."""
+    """Count, min, max, first and last value of one series (bounded memory). ``first``/``last``: the values as
+    given; ``min``/``max``: over the numbers among them, or over the ``number`` given with a value (a signal's
+    named value: the number it stands for), so a series of names and numbers has one numeric range."""
 
     __slots__ = ("count", "first", "last", "max", "min")
 
@@ -30,12 +32,14 @@ class ValueRange:
         self.first: Any = None
         self.last: Any = None
 
-    def add(self, value: Any) -> None:
+    def add(self, value: Any, number: Any = None) -> None:
         self.count += 1
         self.last = value
         if self.count == 1:
             self.first = value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if number is not None:
+            value = number
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
             if self.min is None or value < self.min:
                 self.min = value
             if self.max is None or value > self.max:

@@ -93,6 +93,18 @@ def _load_failed(path: str, exc: BaseException) -> DecodeError:
                        "`python -m cantools dump FILE` shows the same parser's view.")
 
 
+def _choice_number(signal: Any, value: Any) -> Any:
+    """The number a named value (a VAL_ entry, keyed by raw value) stands for, scaled like the signal's
+    other values; None for a value that is not named."""
+    raw = getattr(value, "value", None)
+    if signal is None or getattr(value, "name", None) is None or not isinstance(raw, (int, float)):
+        return None
+    try:
+        return signal.conversion.raw_to_scaled(raw, decode_choices=False)
+    except Exception:  # a conversion cantools cannot apply: the name counts in first/last only
+        return None
+
+
 def _plain(value: Any) -> Any:
     """A cantools signal value as JSON: numbers stay numbers, named values become their name; an IEEE 754
     float signal's NaN or infinity, which JSON has no number for, is the string "NaN", "Infinity" or
@@ -238,15 +250,16 @@ class DbcDecoder:
         stats = self._message_stats(message)
         for name, value in values.items():
             try:
-                unit = message.get_signal_by_name(name).unit or ""
+                signal = message.get_signal_by_name(name)
             except KeyError:
-                unit = ""
+                signal = None
+            unit = (signal.unit if signal is not None else "") or ""
             plain = _plain(value)
             signals[name] = {"value": plain, "unit": unit}
             series = stats["signals"].get(name)
             if series is None:
                 series = stats["signals"][name] = (ValueRange(), unit)
-            series[0].add(plain)
+            series[0].add(plain, _choice_number(signal, value))
         stats["count"] += 1
         self.decoded_count += 1
         return signals
