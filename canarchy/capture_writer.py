@@ -9,13 +9,13 @@ is said in :meth:`CaptureWriter.warnings`. Errors: ``CAPTURE_FORMAT_UNSUPPORTED`
 
 from __future__ import annotations
 
-import errno
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from canarchy.errors import TransportError, UserInputError
+from canarchy.fileio import write_failure_hint
 from canarchy.frames import CanFrame, to_message
 
 WRITER_SUFFIXES = (".log", ".asc", ".blf", ".trc", ".csv")
@@ -45,13 +45,8 @@ def _failed(path: Path, exc: BaseException) -> TransportError:
                               f"{exc.__class__.__name__}: {exc}.",
                               f"A frame holds a value that a {fmt} file cannot (such as a timestamp past the year "
                               "9999); write .log or --jsonl instead, or fix the recording.")
-    if exc.errno == errno.ENOSPC:
-        hint = "The disk is full: free space, or write the file elsewhere."
-    elif exc.errno == errno.EFBIG:
-        hint = "The file passed the file size limit (ulimit -f): raise it, or split the capture (--count)."
-    else:
-        hint = "Check that the directory exists and is writable and that the disk is not full."
-    return TransportError("CAPTURE_WRITE_FAILED", f"Cannot write {str(path)!r}: {exc.strerror or exc}.", hint)
+    return TransportError("CAPTURE_WRITE_FAILED", f"Cannot write {str(path)!r}: {exc.strerror or exc}.",
+                          write_failure_hint(exc, f"the directory {str(path.parent)!r}"))
 
 
 class CaptureWriter:

@@ -9,7 +9,6 @@ parsers set (``command``, ``handler``, ``takes_channel`` ...) are listed in ``do
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import os
 import signal
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from canarchy.errors import (COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, TransportError,
                              UserInputError)
+from canarchy.fileio import write_failure_hint
 from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, OutputFailed, Printer, terminal_safe
 
 #: The one command table: each top-level command and the module in
@@ -201,17 +201,9 @@ def _file_size_limit_as_error() -> Iterator[None]:
 
 def output_failed(reason: OSError | None) -> TransportError:
     """``OUTPUT_WRITE_FAILED`` (exit 2): standard output cannot be written (``reason`` None: it is closed)."""
-    code = None if reason is None else reason.errno
     why = "it is closed" if reason is None else (reason.strerror or str(reason))
-    if code == errno.ENOSPC:
-        hint = "The disk that standard output is redirected to is full: free space or redirect elsewhere."
-    elif code == errno.EFBIG:
-        hint = "The output passed the file size limit (ulimit -f): raise it or redirect elsewhere."
-    elif code in (None, errno.EBADF):
-        hint = "Run the command with standard output open (not `>&-`), e.g. redirected to a file or /dev/null."
-    else:
-        hint = "Check where standard output is redirected to (a writable file, pipe or terminal)."
-    return TransportError("OUTPUT_WRITE_FAILED", f"Cannot write the output to standard output: {why}.", hint)
+    return TransportError("OUTPUT_WRITE_FAILED", f"Cannot write the output to standard output: {why}.",
+                          write_failure_hint(reason, "standard output (where it is redirected to)"))
 
 
 def _report_on_stderr(error: CanarchyError) -> int:

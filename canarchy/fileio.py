@@ -9,11 +9,25 @@ file is removed and the target is left as it was.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+
+def write_failure_hint(exc: OSError | None, where: str) -> str:
+    """What to do about a failed write to ``where`` (words: "the disk that standard output is redirected
+    to", "the directory"), by the ``OSError``'s errno (``None``: the stream is closed)."""
+    code = None if exc is None else exc.errno
+    if code == errno.ENOSPC:
+        return f"The disk of {where} is full: free space, or write elsewhere."
+    if code == errno.EFBIG:
+        return "The file passed the file size limit (ulimit -f): raise it, or write less (--count)."
+    if code in (None, errno.EBADF):
+        return f"{where[0].upper()}{where[1:]} is closed: run the command with it open (not `>&-`)."
+    return f"Check that {where} exists and is writable."
 
 
 def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
