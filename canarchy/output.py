@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -312,7 +313,7 @@ class Printer:
         :class:`OutputClosed` on a closed pipe, :class:`OutputFailed` on any other failed write."""
         self.write_lines()
         if self.fmt == "text":
-            text = text.translate(_CONTROL_ESCAPES)
+            text = terminal_safe(text)
         try:
             self.out.write(text)
             if flush:
@@ -418,7 +419,10 @@ _CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0
 def terminal_safe(text: str) -> str:
     """``text`` with every terminal control character (C0 but tab and newline, DEL, C1) written as its escape
     (ESC as ``\\x1b``): what came from input (a channel name, a DBC's text) cannot steer the terminal."""
-    return text.translate(_CONTROL_ESCAPES)
+    return text.translate(_CONTROL_ESCAPES) if _CONTROL.search(text) else text  # a search costs less than a copy
+
+
+_CONTROL = re.compile("[" + "".join(map(chr, _CONTROL_ESCAPES)) + "]")
 
 
 def number_text(value: Any, none: str = "-") -> str:
