@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import tempfile
 import time
@@ -419,10 +418,7 @@ _CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0
 def terminal_safe(text: str) -> str:
     """``text`` with every terminal control character (C0 but tab and newline, DEL, C1) written as its escape
     (ESC as ``\\x1b``): what came from input (a channel name, a DBC's text) cannot steer the terminal."""
-    return text.translate(_CONTROL_ESCAPES) if _CONTROL.search(text) else text  # a search costs less than a copy
-
-
-_CONTROL = re.compile("[" + "".join(map(chr, _CONTROL_ESCAPES)) + "]")
+    return text.translate(_CONTROL_ESCAPES)  # ASCII text: CPython's fast path, under 1 ns a character
 
 
 def number_text(value: Any, none: str = "-") -> str:
