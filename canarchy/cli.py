@@ -232,7 +232,7 @@ def _silence(out: TextIO) -> None:
         os.close(devnull)
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run one canarchy command; return its exit code (0, 1, 2, 3; 141 for a closed output).
 
     The single error boundary: a ``CanarchyError`` becomes an envelope error; an output that
@@ -244,7 +244,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     out = stdout if stdout is not None else sys.stdout
     if out is None:  # started with standard output closed (`>&-`): nothing could be reported
         return _report_on_stderr(output_failed(None))
-    printer = Printer(_requested_format(argv), out)
+    printer = Printer(_requested_format(argv), out, err=stderr)
     result: CommandResult | None = None
     error: CanarchyError | None = None
     config_warnings: list[str] = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -284,14 +285,16 @@ class Printer:
 
     ``fmt``: ``text``, ``json`` or ``jsonl``; ``render_event(event) -> str | None``:
     an event's ``--text`` line; ``render_text(result) -> str``: the ``--text``
-    summary (default: ``key: value`` lines). :meth:`finish` writes the end.
+    summary (default: ``key: value`` lines). :meth:`finish` writes the end; in ``--text``
+    the error or the warnings go to ``err`` (stderr), as can-utils and cantools say theirs.
     """
 
     def __init__(self, fmt: str, out: TextIO, command: str = "canarchy",
                  render_event: Callable[[dict[str, Any]], str | None] | None = None,
-                 render_text: Callable[[CommandResult], str] | None = None) -> None:
+                 render_text: Callable[[CommandResult], str] | None = None, err: TextIO | None = None) -> None:
         self.fmt = fmt
         self.out = out
+        self.err = err  # where --text says errors and warnings (None: sys.stderr at the time)
         self.command = command
         self.render_event = render_event
         self.render_text = render_text
@@ -376,9 +379,11 @@ class Printer:
             elif self.fmt == "json":
                 self._finish_json(env, error is None and self.events is not None and self.events._keep)
             else:
-                text = self._text(result, error, env["warnings"], cut)
+                text, said = self._text(result, error, env["warnings"], cut)
                 if text:
                     self.write(text + "\n")
+                self.write("", flush=True)
+                self.say(said)
             self.write("", flush=True)
         finally:
             if self.events is not None:
@@ -397,18 +402,29 @@ class Printer:
         self.write(tail + "\n")
 
     def _text(self, result: CommandResult | None, error: CanarchyError | None, warnings: list[str],
-              cut: str) -> str:
-        """The ``--text`` end: the summary, ``cut`` (what says the read was stopped), then ``warnings``
-        (the envelope's)."""
+              cut: str) -> tuple[str, str]:
+        """The ``--text`` end: ``(the summary and cut (what says the read was stopped), for stdout; the error,
+        or the warnings (the envelope's), for stderr)``."""
         if error is not None:
-            return f"error: {error.code}: {error.message}\nhint: {error.hint}"
+            return "", f"error: {error.code}: {error.message}\nhint: {error.hint}"
         assert result is not None
         text = (self.render_text or default_text)(result) + cut
         counts = result.data.get("warning_counts")
-        if counts:
-            text += "\nwarnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items())
-        text += "".join(f"\nwarning: {w}" for w in warnings)
-        return text
+        said = "warnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items()) if counts else ""
+        said += "".join(f"\nwarning: {w}" for w in warnings)
+        return text, said.lstrip("\n")
+
+    def say(self, text: str) -> None:
+        """Write ``text`` (lines, escaped as :func:`terminal_safe`) to ``err``; a stderr that cannot be
+        written loses them, and nothing else."""
+        err = self.err if self.err is not None else sys.stderr
+        if not text or err is None:
+            return
+        try:
+            err.write(terminal_safe(text) + "\n")
+            err.flush()
+        except (OSError, ValueError):
+            pass
 
 
 #: Terminal control characters (C0 but tab and newline, DEL, C1) and the text that shows each instead.

@@ -25,10 +25,11 @@ PYTEST = (sys.executable, "-m", "pytest", "--disable-plugin-autoload", "-p", "no
 
 @dataclass
 class CliRun:
-    """One in-process CLI run: exit code, stdout text, and (for --json) the envelope."""
+    """One in-process CLI run: exit code, stdout text, stderr text, and (for --json) the envelope."""
 
     code: int
     out: str
+    err: str = ""
 
     @property
     def envelope(self) -> dict[str, Any]:
@@ -132,9 +133,9 @@ def run_cli(*argv: str) -> CliRun:
     the working directory, so the isolation must be active (integration tests
     run it against the operator's environment on purpose)."""
     require_isolation()
-    out = io.StringIO()
-    code = main(list(argv), stdout=out)
-    return CliRun(code, out.getvalue())
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return CliRun(code, out.getvalue(), err.getvalue())
 
 
 def write_user_config(text: str) -> Path:

@@ -31,7 +31,7 @@ def test_argument_errors_honour_the_format(fmt):
     result = run_cli("send", fmt)
     assert result.code == 1
     if fmt == "--text":
-        assert result.out.startswith("error: INVALID_ARGUMENTS")
+        assert result.out == "" and result.err.startswith("error: INVALID_ARGUMENTS")  # on stderr, as candump
     else:
         envelope = json.loads(result.out)
         assert envelope["ok"] is False and envelope["errors"][0]["code"] == "INVALID_ARGUMENTS"
@@ -213,10 +213,10 @@ def test_send_ack_with_yes_and_noninteractive(scaffold, monkeypatch):
     assert run_cli("send", "scaffold0", "0x123", "01", "--ack-active", "--json").code == 0
 
 
-def test_text_output_shows_warnings():
-    out = io.StringIO()
-    output.Printer("text", out, "x").finish(output.CommandResult(data={"a": 1}, warnings=["careful"]), None)
-    assert out.getvalue() == "a: 1\nwarning: careful\n"
+def test_text_output_shows_warnings_on_stderr():
+    out, err = io.StringIO(), io.StringIO()
+    output.Printer("text", out, "x", err=err).finish(output.CommandResult(data={"a": 1}, warnings=["careful"]), None)
+    assert (out.getvalue(), err.getvalue()) == ("a: 1\n", "warning: careful\n")
 
 
 def test_receive_failure_is_a_transport_error(monkeypatch):

@@ -576,7 +576,7 @@ def test_no_warning_kind_hides_another(tmp_path):
     failed = [r for r in data["warning_records"] if r["code"] == "DBC_DECODE_FAILED"]
     assert len(failed) == 50 and {r["arbitration_id"] for r in failed} == {0x7BB}
     assert f"{answers - len(gaps) - 50} more DBC_DECODE_FAILED warning(s) not listed" in result.envelope["warnings"][-1]
-    text = run_cli("decode", "--file", str(path), "--dbc", str(LEAF_DBC), "--isotp-layout", "plain", "--summary").out
+    text = run_cli("decode", "--file", str(path), "--dbc", str(LEAF_DBC), "--isotp-layout", "plain", "--summary").err
     assert f"warnings by kind: DBC_DECODE_FAILED {answers - len(gaps)}, ISOTP_SEQUENCE_ERROR {len(gaps)}" in text
 
 

@@ -536,7 +536,7 @@ def test_serve_without_the_sdk(monkeypatch):
     monkeypatch.setitem(sys.modules, "mcp", None)
     result = run_cli("mcp", "serve")
     assert result.code == 1
-    assert result.out.startswith("error: MCP_SDK_MISSING")
+    assert result.err.startswith("error: MCP_SDK_MISSING")
 
 
 def test_the_cli_does_not_import_the_sdk_or_python_can():
@@ -697,6 +697,6 @@ def test_file_tools_argv_check(tmp_path):
 
 def test_serve_refuses_a_files_directory_that_does_not_exist(tmp_path):
     result = run_cli("mcp", "serve", "--files", str(tmp_path / "missing"))
-    assert result.code == 1 and result.out.startswith("error: MCP_FILES_INVALID")
+    assert result.code == 1 and result.err.startswith("error: MCP_FILES_INVALID")
     result = run_cli("mcp", "serve", "--allow-active", "-x")
     assert result.code == 1

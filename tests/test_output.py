@@ -36,7 +36,7 @@ def strict_json(text: str):
 
 def _printer(fmt: str, **kwargs) -> tuple[output.Printer, io.StringIO]:
     out = io.StringIO()
-    return output.Printer(fmt, out, "test", **kwargs), out
+    return output.Printer(fmt, out, "test", **kwargs, err=out), out  # --text's error and warnings in the same text
 
 
 # -- the printer ---------------------------------------------------------------------------------
@@ -561,9 +561,9 @@ def test_an_error_quoting_input_escapes_control_characters(tmp_path):
     log = tmp_path / "x.log"
     log.write_text("(1.000000) can0 123#01\n")
     result = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--text")
-    assert result.code == 3 and "DBC_LOAD_FAILED" in result.out
-    assert not any(char in result.out for char in _RAW_CONTROLS)
-    assert "\\x1b]0;title\\x07" in result.out
+    assert result.code == 3 and "DBC_LOAD_FAILED" in result.err
+    assert not any(char in result.err for char in _RAW_CONTROLS)
+    assert "\\x1b]0;title\\x07" in result.err
 
 
 def test_an_error_on_stderr_escapes_control_characters(capsys, tmp_path):

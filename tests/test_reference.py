@@ -447,9 +447,9 @@ def test_not_found_hint_names_the_override_file(argv, code, env_var, filename):
 
 
 def test_errors_honour_text_output():
-    code, text = run("j2497", "mid", "300", "--text")
-    assert code == 1
-    assert text.startswith("error: INVALID_MID:") and "\nhint: " in text
+    result = run_cli("j2497", "mid", "300", "--text")
+    assert result.code == 1 and result.out == ""
+    assert result.err.startswith("error: INVALID_MID:") and "\nhint: " in result.err
 
 
 # --- override files ---------------------------------------------------------------------------
@@ -575,9 +575,9 @@ def test_malformed_override_file_warns_and_answers_from_the_bundled_catalog(cont
 
 def test_malformed_home_override_warns_in_text_and_in_lists(write_home_override):
     path = write_home_override("j2497_mids.json", "{oops")
-    code, text = run("j2497", "mid", "137", "--text")
-    assert code == 0 and "Brakes, Trailer #1" in text
-    assert f"warning: J2497 MID override file {path} ignored" in text
+    result = run_cli("j2497", "mid", "137", "--text")
+    assert result.code == 0 and "Brakes, Trailer #1" in result.out
+    assert f"warning: J2497 MID override file {path} ignored" in result.err
     code, env = run_json("j2497", "mids")
     assert code == 0 and env["data"]["mid_count"] == 123 and str(path) in env["warnings"][0]
 

@@ -333,9 +333,9 @@ def test_text_output(project):
     out = io.StringIO()
     assert main(["session", "show"], stdout=out) == 0
     assert "saved sessions (1): lab" in out.getvalue()
-    out = io.StringIO()
-    assert main(["session", "load", "nope"], stdout=out) == 1
-    assert out.getvalue().startswith("error: SESSION_NOT_FOUND:")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["session", "load", "nope"], stdout=out, stderr=err) == 1
+    assert out.getvalue() == "" and err.getvalue().startswith("error: SESSION_NOT_FOUND:")
 
 
 def test_written_files_are_complete_json(project):
