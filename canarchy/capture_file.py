@@ -298,12 +298,16 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
     text = str(path)
     target = Path(text)
     if not target.is_file():
-        what = "is a directory" if target.is_dir() else "does not exist"
-        raise TransportError(
-            "CAPTURE_SOURCE_UNAVAILABLE",
-            f"Capture file {text!r} {what}.",
-            "Check the path (relative paths start at the current directory) and that the file was copied completely.",
-        )
+        if target.is_dir():
+            what, hint = "is a directory", "Give the recording's file, not its directory."
+        elif target.exists() or text == "-":
+            what = "is standard input" if text == "-" else "is not a regular file (a pipe, a device or a socket)"
+            hint = ("canarchy reads a recording from a file it can read twice (its format is checked first): save "
+                    "the stream first, e.g. `candump -L can0 > drive.log`, or capture live: `canarchy capture can0`.")
+        else:
+            what, hint = "does not exist", ("Check the path (relative paths start at the current directory) and that "
+                                            "the file was copied completely.")
+        raise TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} {what}.", hint)
     if not os.access(target, os.R_OK):
         raise TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} is not readable.",
                              "Check the file's permissions.")

@@ -6,6 +6,7 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import tracemalloc
@@ -291,8 +292,22 @@ def test_missing_file_is_source_unavailable(tmp_path):
     with pytest.raises(TransportError) as info:
         open_capture(tmp_path / "nope.log")
     assert info.value.code == "CAPTURE_SOURCE_UNAVAILABLE" and info.value.exit_code == 2
-    with pytest.raises(TransportError):
+    assert "does not exist" in info.value.message
+    with pytest.raises(TransportError) as info:
         open_capture(tmp_path)  # a directory
+    assert "is a directory" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["fifo.log", "-"])
+def test_a_pipe_or_standard_input_is_named_as_such_not_as_missing(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    if name != "-":
+        os.mkfifo(name)  # `candump -L can0 > fifo.log` in another shell: a stream, not a recording
+    with pytest.raises(TransportError) as info:
+        open_capture(name)
+    assert info.value.code == "CAPTURE_SOURCE_UNAVAILABLE" and "does not exist" not in info.value.message
+    assert ("standard input" if name == "-" else "not a regular file") in info.value.message
+    assert "candump -L can0 > drive.log" in info.value.hint
 
 
 def test_unknown_suffix_is_unsupported(tmp_path):
