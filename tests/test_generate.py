@@ -95,6 +95,12 @@ def test_fixed_id_is_hex_and_29_bit_above_0x7ff():
     assert plan("--id", "0x123", "--data", "01", "--count", "1")["frames"][0]["arbitration_id"] == 0x123
     small_extended = plan("--id", "123", "--extended", "--data", "01", "--count", "1")["frames"][0]
     assert (small_extended["arbitration_id"], small_extended["is_extended_id"]) == (0x123, True)
+    # the width says it, as for send: 8 digits a 29-bit ID, 3 digits an 11-bit one (0x800 does not fit)
+    eight = plan("--id", "00000123", "--data", "01", "--count", "1")["frames"][0]
+    assert (eight["arbitration_id"], eight["is_extended_id"]) == (0x123, True)
+    refused = run_cli("generate", "--dry-run", "--id", "800", "--data", "01", "--count", "1", "--json")
+    assert refused.code == 1 and refused.error_codes == ["INVALID_FRAME"], refused.out
+    assert run_cli("send", "800#01", "--dry-run", "--json").error_codes == ["INVALID_FRAME"]
 
 
 def test_random_extended_ids_use_the_29_bit_space():

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from canarchy.active import active_gate, add_active_arguments
 from canarchy.commands._common import parse_hex_data, parse_int
 from canarchy.errors import UserInputError
+from canarchy.frame_syntax import parse_arbitration_id
 from canarchy.output import CommandResult, open_stream
 
 DEFAULT_COUNT = 10
@@ -38,7 +39,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                               help="send generated frames (cangen-style: fixed, random or incrementing; active)")
     p.add_argument("channel", nargs="?", help="CAN channel (default: [transport].default_interface)")
     p.add_argument("--id", default="r", metavar="ID|r|i",
-                   help="arbitration ID: hex (0x optional), r random, i incrementing (default r)")
+                   help="arbitration ID: hex (0x optional; 3 digits 11-bit, 8 digits 29-bit, as send), "
+                        "r random, i incrementing (default r)")
     p.add_argument("--dlc", default=None, metavar="DLC|r|i",
                    help="DLC code: 0-8 (0-15 with --fd), r random, i incrementing "
                         "(default: the length of fixed --data, else r)")
@@ -121,17 +123,9 @@ def parse_spec(id_text: str, dlc_text: str | None, data_text: str, extended: boo
     """
     id_mode = _mode(id_text) or FIXED
     fixed_id = 0
-    if id_mode == FIXED:
-        raw = id_text.strip()
-        digits = raw[2:] if raw.lower().startswith("0x") else raw
-        hint = "Give --id in hex like cangen -I (0x optional): 123, 0x7E0, 18FEF100; or r, i."
-        try:
-            fixed_id = int(digits, 16)
-        except ValueError:
-            raise UserInputError("INVALID_FRAME", f"--id {id_text!r} is not hex, r or i.", hint) from None
-        if not 0 <= fixed_id <= 0x1FFFFFFF:
-            raise UserInputError("INVALID_FRAME", f"--id {id_text!r} exceeds 0x1FFFFFFF.", hint)
-        extended = extended or fixed_id > 0x7FF
+    if id_mode == FIXED:  # read as send reads an ID: 3 hex digits an 11-bit ID, 8 digits a 29-bit one
+        fixed_id, wide = parse_arbitration_id(id_text.strip())
+        extended = extended or wide
     max_dlc = 15 if fd else 8
     data_mode = _mode(data_text) or FIXED
     fixed_data = b""
