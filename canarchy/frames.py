@@ -124,11 +124,22 @@ class CanFrame:
         Raises ``UserInputError`` ``INVALID_FRAME`` (also for a timestamp :func:`checked_timestamp` refuses) /
         ``ValueError`` / ``KeyError`` / ``TypeError`` on a payload that is not a frame.
         """
-        remote = bool(payload.get("is_remote_frame", False))
-        flag = lambda name: bool(payload.get(name, False))  # noqa: E731
+        def flag(name: str, default: bool = False) -> bool:
+            value = payload.get(name, default)
+            if value.__class__ is not bool:  # "yes", 1: not what canarchy writes
+                raise TypeError(f"{name} is {value!r}, not true or false")
+            return value
+
+        def integer(name: str, default: Any = None) -> int:
+            value = payload.get(name, default)
+            if value.__class__ is not int:  # 291.5, true, "0x123"
+                raise TypeError(f"{name} is {value!r}, not a whole number")
+            return value
+
+        remote = flag("is_remote_frame")
         timestamp = payload.get("timestamp")
-        return cls(
-            arbitration_id=int(payload["arbitration_id"]),
+        frame = cls(
+            arbitration_id=integer("arbitration_id"),
             data=bytes.fromhex(payload.get("data") or ""),
             is_extended_id=flag("is_extended_id"),
             is_fd=flag("is_fd"),
@@ -138,9 +149,12 @@ class CanFrame:
             bitrate_switch=flag("bitrate_switch"),
             error_state_indicator=flag("error_state_indicator"),
             is_error_frame=flag("is_error_frame"),
-            requested_dlc=int(payload.get("dlc") or 0) if remote else 0,
-            is_rx=bool(payload.get("is_rx", True)),
+            requested_dlc=integer("dlc", 0) if remote else 0,
+            is_rx=flag("is_rx", True),
         )
+        if not remote and "dlc" in payload and integer("dlc") != frame.dlc:
+            raise ValueError(f"dlc {payload['dlc']} does not match the {len(frame.data)} data byte(s)")
+        return frame
 
 
 @dataclass(frozen=True)
