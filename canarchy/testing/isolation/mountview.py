@@ -60,6 +60,14 @@ def _tasks(pid: int) -> list[str]:
         return [""]
 
 
+def _hidden(processes: tuple[int, ...]) -> list[str]:
+    """What each of ``processes`` (the calling one first) shows any process of its start-up environment: its
+    ``environ`` and its ``mem``, and for those above the first its ``cmdline`` too (``env VAR=value pytest``,
+    ``sh -c 'VAR=value ...'`` name variables there), for the process and each of its threads now."""
+    return [f"/proc/{pid}/{where}{name}" for pid in processes for where in _tasks(pid)
+            for name in (("environ", "mem", "cmdline") if pid != processes[0] else ("environ", "mem"))]
+
+
 def _is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
@@ -92,7 +100,6 @@ class View:
     @classmethod
     def of(cls, plan: Plan) -> View:
         view = cls()
-        trees = {os.path.realpath(p) for p in plan.read_only if os.path.lexists(p)}
         parents = {}
         for path in plan.covered:
             target = os.path.realpath(path)  # a symlink: what it resolves to
@@ -100,18 +107,10 @@ class View:
                 view.covers.append(target)
             else:
                 parents[str(path)] = _nearest_existing(target)
-        trees |= set(parents.values())
-        writable = {os.path.realpath(p) for p in plan.writable if os.path.isdir(p)}
-        layers = sorted([(t, False) for t in trees] + [(w, True) for w in writable],
-                        key=lambda layer: (_depth(layer[0]), layer[1]))
-        for path, kind in layers:  # keep a layer only where it changes something
-            if view.decides(path)[1] is not kind and (not kind or view.decides(path)[0] is not None):
-                view.layers.append((path, kind))
-        # what each process above shows to any process: its environment and memory, and (for those above
-        # pytest) its command line, where `env VAR=value pytest` or `sh -c 'VAR=value ...'` names variables
+        trees = {os.path.realpath(p) for p in plan.read_only if os.path.lexists(p)} | set(parents.values())
+        view._add_layers(trees, {os.path.realpath(p) for p in plan.writable if os.path.isdir(p)})
         view.sockets = sorted({path for path in (os.path.realpath(p) for p in plan.sockets) if _is_socket(path)})
-        view.hidden = [f"/proc/{pid}/{where}{name}" for pid in plan.processes for where in _tasks(pid)
-                       for name in (("environ", "mem", "cmdline") if pid != plan.processes[0] else ("environ", "mem"))]
+        view.hidden = _hidden(plan.processes)
         view.pins = sorted({a for tree in view.read_only for a in _ancestors(tree)} - set(view.read_only), key=_depth)
         for path, parent in parents.items():
             tree, writable_there = view.decides(parent)
@@ -120,6 +119,14 @@ class View:
             else:
                 view.uncreatable.append(path)
         return view
+
+    def _add_layers(self, read_only: set[str], writable: set[str]) -> None:
+        """Shallowest first, and only where a layer changes what the ones above it decide."""
+        layers = sorted([(t, False) for t in read_only] + [(w, True) for w in writable],
+                        key=lambda layer: (_depth(layer[0]), layer[1]))
+        for path, kind in layers:
+            if self.decides(path)[1] is not kind and (not kind or self.decides(path)[0] is not None):
+                self.layers.append((path, kind))
 
     def decides(self, path: str) -> tuple[str | None, bool]:
         """The deepest layer holding ``path`` and whether it is writable (None, True: no layer)."""

@@ -245,17 +245,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin, per_twin)
                       for t in twins.values()])
         apart = _collected_in_one_twin(twins)
-        if apart:  # that is the answer: a run that could not collect ran nothing to compare
-            for twin in twins.values():
-                twin.problem = None
-            comparison = Comparison("without config", "with config", None, None)
-        else:
-            comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
-                                 allowlist=load_allowlist(project.parity_allowlist))
-        if any(t.problem for t in twins.values()):
-            comparison.undecided.extend(f"{t.name} twin: {t.problem}" for t in twins.values() if t.problem)
-        elif all(every_case_skipped(t.report) for t in twins.values()):
-            comparison.undecided.append(f"both twins: {ALL_SKIPPED}")
+        comparison = _compare_twins(twins, project, apart)
         result = ParityResult(comparison, twins, strict=strict)
         result.unexercised = [p for p in project.scrub_prefixes
                               if not any(k.startswith(p) for k in twins["operator"].env)]
@@ -269,6 +259,22 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         result.home_changes = content_differences(project.operator_home, op_home)
     result.checkout_changes = changes(checkout_before, checkout_state(project.root))
     return result
+
+
+def _compare_twins(twins: dict[str, Twin], project: Project, apart: list[Finding]) -> Comparison:
+    """The twins' reports compared test by test, with why they cannot decide; nothing compared when one twin
+    alone could not collect (``apart``: that is the answer, and that twin ran nothing)."""
+    if apart:
+        for twin in twins.values():
+            twin.problem = None
+        return Comparison("without config", "with config", None, None)
+    comparison = compare(*(t.report or Report("-", {}) for t in twins.values()),
+                         allowlist=load_allowlist(project.parity_allowlist))
+    if any(t.problem for t in twins.values()):
+        comparison.undecided.extend(f"{t.name} twin: {t.problem}" for t in twins.values() if t.problem)
+    elif all(every_case_skipped(t.report) for t in twins.values()):
+        comparison.undecided.append(f"both twins: {ALL_SKIPPED}")
+    return comparison
 
 
 def _classify(twins: dict[str, Twin], comparison: Comparison, selection: Sequence[str], out: Path, reruns: int,
