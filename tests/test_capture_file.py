@@ -780,7 +780,8 @@ def test_candump_timestamps_past_the_year_9999_are_malformed_lines(tmp_path):
 def test_json_frame_fields_of_the_wrong_type_are_invalid_events(tmp_path):
     # what canarchy writes: true/false flags, whole numbers, a dlc that matches the data
     events = tmp_path / "t.jsonl"
-    frames = ['"arbitration_id": 291, "data": "0102", "dlc": 2', '"arbitration_id": 291, "data": "0102", "is_fd": "yes"',
+    frames = ['"arbitration_id": 291, "data": "0102", "dlc": 2',
+              '"arbitration_id": 291, "data": "0102", "is_fd": "yes"',
               '"arbitration_id": 291.5, "data": "01"', '"arbitration_id": true, "data": "01"',
               '"arbitration_id": 291, "data": "0102", "dlc": 5', '"arbitration_id": 291, "is_remote_frame": 1']
     events.write_text("".join(f'{{"event_type": "frame", "payload": {{{f}}}}}\n' for f in frames))
