@@ -538,8 +538,9 @@ def test_default_protection_covers_both_homes(tmp_path, monkeypatch):
     assert str(tmp_path / "roaming" / "can.ini") in operator.refused
     assert str(tmp_path / "cwd" / "can.ini") in operator.refused
     assert str(tmp_path / "cwd" / ".canarchy") in operator.refused  # canarchy's sessions in the working directory
-    assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home))
-    assert operator.writable == (tempfile.gettempdir(),)
+    assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home),
+                                  *protection.KERNEL_SETTINGS)
+    assert operator.writable == (tempfile.gettempdir(), *protection.NAMESPACE_SETTINGS)
 
 
 def test_default_protection_resolves_and_merges_homes(tmp_path):
@@ -548,10 +549,23 @@ def test_default_protection_resolves_and_merges_homes(tmp_path):
     (tmp_path / "via-link").symlink_to(real)
     operator = protection.default_protection({"HOME": str(tmp_path / "via-link"), "USERPROFILE": str(real)},
                                              str(real))
-    assert operator.read_only == (str(real),)
+    assert operator.read_only == (str(real), *protection.KERNEL_SETTINGS)
     assert [p for p in operator.refused if p.endswith(".canarchy")] == [str(real / ".canarchy"),
                                                                          os.path.join(os.getcwd(), ".canarchy")]
-    assert protection.default_protection({"HOME": "/"}, None).read_only == ()  # a home at the root is not read-only
+    # a home at the root is not read-only; the kernel's settings are
+    assert protection.default_protection({"HOME": "/"}, None).read_only == protection.KERNEL_SETTINGS
+
+
+def test_the_kernel_s_settings_are_refused_to_a_write_but_the_run_s_own_namespaces_are_not(access_guard):
+    # a root run's write of kernel.core_pattern names a program the kernel runs outside every namespace
+    with pytest.raises(access.OperatorStateRefused) as refused:
+        open("/proc/sys/kernel/core_pattern", "w")
+    assert "/proc/sys" in str(refused.value)
+    access_guard.take_refusals()
+    zones = access.GUARD._zones
+    assert zones.verdict("/proc/sys/net/ipv4/ip_forward", True, False) is None  # the run's network namespace's
+    assert zones.verdict("/proc/sysrq-trigger", True, False) is not None and \
+        zones.verdict("/sys/kernel/uevent_helper", True, False) is not None
 
 
 def test_default_protection_follows_python_cans_config_files(tmp_path, monkeypatch):

@@ -401,6 +401,16 @@ import ctypes, os, socket, subprocess, sys
 
 REAL = os.environ["CHILD_REAL_CONFIG"]
 
+def test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_not():
+    # kernel.core_pattern names a program the kernel runs as root outside every namespace at the next crash;
+    # `test -w` asks access(2), so nothing is written either way
+    kernel = ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger", "/sys/kernel"]
+    writable = [p for p in kernel if os.path.exists(p)
+                and subprocess.run(["sh", "-c", f"test -w {p}"]).returncode == 0]
+    assert writable == [], writable
+    if os.geteuid() == 0:  # the run's network namespace's settings stay its own to change
+        assert subprocess.run(["sh", "-c", "test -w /proc/sys/net/ipv4/ip_forward"]).returncode == 0
+
 def test_a_daemon_outside_is_out_of_reach_through_its_socket(tmp_path):
     # a daemon started before pytest (an operator's tmux server, D-Bus, a container engine) listens on a
     # socket in the file system: its name is an empty file now, for this process and for a child it starts
@@ -1026,6 +1036,7 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
         with pytest.raises(BlockingIOError):
             daemon.accept()  # nothing reached it
     for test in ("test_a_daemon_outside_is_out_of_reach_through_its_socket",
+                 "test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_not",
                  "test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
                  "test_a_c_level_open_reads_nothing",
                  "test_a_shell_finds_the_working_directory_s_python_can_ini_and_canarchy_sessions_empty",

@@ -118,7 +118,8 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         held = [t for t in code if _mountview.inside(os.path.abspath(basetemp), t)]
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
-    read_only = [*homes, *_git_dirs(root), *code]
+    read_only = [*homes, *_git_dirs(root), *code, *_protection.KERNEL_SETTINGS]
+    writable.update(_protection.NAMESPACE_SETTINGS)
     # A CAN adapter's device node becomes an empty read-only file too: for the tests and every process they
     # start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
     covered = [*run.guarded, *run.refused_files, *run.adapter_devices]

@@ -29,6 +29,13 @@ PYTHON_CAN_SYSTEM_FILES = ("/etc/can.conf",)
 #: serial ports. Glob patterns.
 CAN_ADAPTER_DEVICES = ("/dev/ttyS*", "/dev/ttyUSB*", "/dev/ttyACM*", "/dev/ttyAMA*", "/dev/serial", "/dev/bus/usb",
                        "/dev/pcan*", "/dev/cu.*", "/dev/tty.*")
+#: The kernel's settings, read-only in the mount view: a root run that writes them acts outside every namespace
+#: (``kernel.core_pattern`` names a program the kernel runs as root in the initial namespaces at the next
+#: crash; ``kernel.modprobe``, sysfs's ``uevent_helper`` alike; ``/proc/sysrq-trigger`` reboots the machine).
+KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger", "/sys")
+#: Inside those, the settings of the run's own namespaces, which stay writable: the network namespace's
+#: (``/proc/sys/net`` shows the writer's) and the user namespace's limits (``/proc/sys/user``).
+NAMESPACE_SETTINGS = ("/proc/sys/net", "/proc/sys/user")
 PYTHON_CAN_INI = "can.ini"
 # canarchy's project state in a working directory: its sessions (``canarchy.session``: ./.canarchy/sessions).
 PROJECT_STATE = ".canarchy"
@@ -104,8 +111,9 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
         elif isinstance(name, str) and name:
             refused.append(name)
     refused += start_up_environments()
-    read_only = [home for home in homes if os.path.dirname(home) != home]
-    return Protection(refused=_unique(refused), read_only=tuple(read_only), writable=(tempfile.gettempdir(),))
+    read_only = [home for home in homes if os.path.dirname(home) != home] + list(KERNEL_SETTINGS)
+    return Protection(refused=_unique(refused), read_only=tuple(read_only),
+                      writable=(tempfile.gettempdir(), *NAMESPACE_SETTINGS))
 
 
 def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[str]:
