@@ -558,8 +558,8 @@ def test_default_protection_resolves_and_merges_homes(tmp_path):
 
 def test_the_kernel_s_settings_are_refused_to_a_write_but_the_run_s_own_namespaces_are_not(access_guard):
     # a root run's write of kernel.core_pattern names a program the kernel runs outside every namespace
-    with pytest.raises(access.OperatorStateRefused) as refused:
-        open("/proc/sys/kernel/core_pattern", "w")
+    with pytest.raises(access.OperatorStateRefused) as refused, open("/proc/sys/kernel/core_pattern", "w"):
+        pass
     assert "/proc/sys" in str(refused.value)
     access_guard.take_refusals()
     zones = access.GUARD._zones

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import ctypes
 import os
 import shlex
 import shutil
@@ -410,6 +411,11 @@ def test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_no
     assert writable == [], writable
     if os.geteuid() == 0:  # the run's network namespace's settings stay its own to change
         assert subprocess.run(["sh", "-c", "test -w /proc/sys/net/ipv4/ip_forward"]).returncode == 0
+
+def test_system_v_ipc_outside_is_out_of_reach():
+    # a shared memory segment an operator's process made before pytest started, by its key
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.shmget(int(os.environ["CHILD_SHM_KEY"]), 0, 0) == -1 and ctypes.get_errno() == 2  # ENOENT
 
 def test_a_daemon_outside_is_out_of_reach_through_its_socket(tmp_path):
     # a daemon started before pytest (an operator's tmux server, D-Bus, a container engine) listens on a
@@ -1025,6 +1031,10 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
              ".venv/lib/python3.11/site-packages/README": "",
              "can.ini": "[default]\nchannel = INI-SECRET\n", ".canarchy/sessions/lab.json": '{"SECRET": 1}\n',
              "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"}
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x43414E00 + os.getpid() % 256  # a System V shared memory segment of a process outside
+    segment = libc.shmget(key, 4096, 0o1000 | 0o600)  # IPC_CREAT
+    assert segment >= 0, os.strerror(ctypes.get_errno())
     daemon = socket.socket(socket.AF_UNIX)  # listening before the child pytest starts, as a daemon outside
     daemon.bind(str(base / "daemon.sock"))
     daemon.listen()
@@ -1032,10 +1042,13 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     with daemon:
         run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
                                                                             / "config.toml"),
-                                                  "CHILD_HOST_SOCKET": str(base / "daemon.sock")})
+                                                  "CHILD_HOST_SOCKET": str(base / "daemon.sock"),
+                                                  "CHILD_SHM_KEY": str(key)})
         with pytest.raises(BlockingIOError):
             daemon.accept()  # nothing reached it
+    libc.shmctl(segment, 0, None)  # IPC_RMID
     for test in ("test_a_daemon_outside_is_out_of_reach_through_its_socket",
+                 "test_system_v_ipc_outside_is_out_of_reach",
                  "test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_not",
                  "test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
                  "test_a_c_level_open_reads_nothing",

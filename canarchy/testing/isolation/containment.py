@@ -269,7 +269,9 @@ def enter(plan: Plan) -> Report:
     except OSError:  # a working directory removed already: nothing to re-resolve
         cwd = None
     try:
-        kernel.unshare((0 if many else kernel.CLONE_NEWUSER) | kernel.CLONE_NEWNS
+        # IPC: System V shared memory, semaphores and message queues (and POSIX message queues) of the
+        # operator's processes are out of reach, and none the run makes outlives it
+        kernel.unshare((0 if many else kernel.CLONE_NEWUSER) | kernel.CLONE_NEWNS | kernel.CLONE_NEWIPC
                        | (kernel.CLONE_NEWNET if plan.network else 0))
     except OSError as exc:
         return _not_possible(plan, _why_no_user_namespace(exc), started)

@@ -15,6 +15,7 @@ import struct
 
 # <linux/sched.h>
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 # <linux/mount.h>, <sys/mount.h>
