@@ -412,6 +412,36 @@ def test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_no
     if os.geteuid() == 0:  # the run's network namespace's settings stay its own to change
         assert subprocess.run(["sh", "-c", "test -w /proc/sys/net/ipv4/ip_forward"]).returncode == 0
 
+READ_MEMORY = '''
+import ctypes, sys
+class Span(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+buffer = ctypes.create_string_buffer(64)
+done = libc.process_vm_readv(int(sys.argv[1]), ctypes.byref(Span(ctypes.cast(buffer, ctypes.c_void_p), 64)), 1,
+                             ctypes.byref(Span(int(sys.argv[2]), 64)), 1, 0)
+sys.stdout.buffer.write(buffer.raw[:max(done, 0)])
+'''
+
+def test_pytest_s_memory_is_out_of_reach_of_what_a_test_starts():
+    # pytest keeps the operator's environment in its memory, to give it back to the tests that opt out
+    import threading
+    held = ctypes.create_string_buffer(b"CANARCHY_HELD_IN_MEMORY=1")
+    stop = threading.Event()
+    later = threading.Thread(target=stop.wait)  # a thread started after the mount view: no cover of its own
+    later.start()
+    try:
+        read = subprocess.run([sys.executable, "-I", "-c", READ_MEMORY, str(os.getpid()), str(ctypes.addressof(held))],
+                              capture_output=True)
+        assert b"CANARCHY_HELD" not in read.stdout, read
+        through = subprocess.run(["sh", "-c", f"dd if=/proc/{os.getpid()}/task/{later.native_id}/mem bs=64 count=1 "
+                                              f"iflag=skip_bytes skip={ctypes.addressof(held)}"], capture_output=True)
+        assert b"CANARCHY_HELD" not in through.stdout, through.stderr
+    finally:
+        stop.set()
+        later.join()
+
 def test_system_v_ipc_outside_is_out_of_reach():
     # a shared memory segment an operator's process made before pytest started, by its key
     libc = ctypes.CDLL(None, use_errno=True)
@@ -1049,6 +1079,7 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     libc.shmctl(segment, 0, None)  # IPC_RMID
     for test in ("test_a_daemon_outside_is_out_of_reach_through_its_socket",
                  "test_system_v_ipc_outside_is_out_of_reach",
+                 "test_pytest_s_memory_is_out_of_reach_of_what_a_test_starts",
                  "test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_not",
                  "test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",
                  "test_a_c_level_open_reads_nothing",

@@ -80,6 +80,24 @@ def give_up_the_terminal() -> str | None:
         os.close(fd)
 
 
+def keep_memory_private() -> str | None:
+    """Make this process not dumpable (``prctl(PR_SET_DUMPABLE, 0)``, prctl(2)): a process a test starts can then
+    read nothing of its memory (``process_vm_readv(2)``, ``/proc/PID/mem``, ``/proc/PID/task/TID/mem`` of a thread
+    started later), where the operator's environment is kept to give back to the tests that opt out; only a
+    process with ``CAP_SYS_PTRACE`` in the initial user namespace still can (root outside the containment).
+    After entering the containment: its user namespace's id maps are written through ``/proc/self``, which this
+    makes root's. Returns why it could not, None when done."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE (linux/prctl.h)
+            return f"pytest's memory stays readable to the processes tests start ({os.strerror(ctypes.get_errno())})"
+    except (OSError, AttributeError):  # pragma: no cover - no C library
+        return "pytest's memory stays readable to the processes tests start (no prctl)"
+    return None
+
+
 def erase_start_up_environment() -> bool:
     """Overwrite, in this process's memory, the environment it was started with: what
     ``/proc/PID/environ`` and every ``/proc/PID/task/TID/environ`` show to any process, Python

@@ -32,6 +32,7 @@ from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.procstate import erase_start_up_environment as _erase_start_up_environment
 from canarchy.testing.isolation.procstate import give_up_the_terminal as _give_up_the_terminal
+from canarchy.testing.isolation.procstate import keep_memory_private as _keep_memory_private
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import Sandbox
 from canarchy.testing.isolation.seal import Seal
@@ -175,6 +176,9 @@ def _start(config: pytest.Config, where: str) -> None:
     run.refused_files = tuple(p for p in protection.refused if p not in guarded and not p.startswith("/proc/")
                               and os.path.lexists(p))
     _enter_containment(config, run)
+    private = _keep_memory_private()
+    if private:
+        run.header.append(private)
     protection = _protection.Protection(
         # a CAN adapter's device node too: a serial port, which no network namespace stops
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded, *run.adapter_devices])),
