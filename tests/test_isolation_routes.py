@@ -442,6 +442,15 @@ def test_pytest_s_memory_is_out_of_reach_of_what_a_test_starts():
         stop.set()
         later.join()
 
+def test_the_operator_s_session_keyring_is_not_the_run_s():
+    # a key in the session keyring of the process that started pytest (a login session's tickets, tokens)
+    description, keyctl = os.environ["CHILD_KEY"], int(os.environ["CHILD_KEYCTL"] or 0)
+    if keyctl:
+        libc = ctypes.CDLL(None, use_errno=True)
+        found = libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(10), ctypes.c_long(-3), b"user",  # KEYCTL_SEARCH @s
+                             description.encode(), ctypes.c_long(0))
+        assert found == -1, f"the key {description} was found in the run's session keyring"
+
 def test_system_v_ipc_outside_is_out_of_reach():
     # a shared memory segment an operator's process made before pytest started, by its key
     libc = ctypes.CDLL(None, use_errno=True)
@@ -1065,6 +1074,17 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     key = 0x43414E00 + os.getpid() % 256  # a System V shared memory segment of a process outside
     segment = libc.shmget(key, 4096, 0o1000 | 0o600)  # IPC_CREAT
     assert segment >= 0, os.strerror(ctypes.get_errno())
+    import platform
+
+    from canarchy.testing.isolation import kernel
+    keyctl = kernel.KEYCTL.get(platform.machine(), 0)
+    add_key = {250: 248, 288: 286, 219: 217}.get(keyctl)  # add_key(2) beside keyctl(2) in each table
+    description = f"canarchy-operator-key-{os.getpid()}"
+    operator_key = 0
+    if add_key:  # in this run's own session keyring, which the child pytest starts with
+        operator_key = libc.syscall(ctypes.c_long(add_key), b"user", description.encode(), b"OPERATOR-KEY",
+                                    ctypes.c_size_t(12), ctypes.c_long(-3))
+        assert operator_key > 0, os.strerror(ctypes.get_errno())
     daemon = socket.socket(socket.AF_UNIX)  # listening before the child pytest starts, as a daemon outside
     daemon.bind(str(base / "daemon.sock"))
     daemon.listen()
@@ -1073,12 +1093,15 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
         run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
                                                                             / "config.toml"),
                                                   "CHILD_HOST_SOCKET": str(base / "daemon.sock"),
-                                                  "CHILD_SHM_KEY": str(key)})
+                                                  "CHILD_SHM_KEY": str(key), "CHILD_KEY": description,
+                                                  "CHILD_KEYCTL": str(keyctl if add_key else "")})
         with pytest.raises(BlockingIOError):
             daemon.accept()  # nothing reached it
     libc.shmctl(segment, 0, None)  # IPC_RMID
+    if operator_key > 0:
+        libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(9), ctypes.c_long(operator_key), ctypes.c_long(-3))  # UNLINK
     for test in ("test_a_daemon_outside_is_out_of_reach_through_its_socket",
-                 "test_system_v_ipc_outside_is_out_of_reach",
+                 "test_system_v_ipc_outside_is_out_of_reach", "test_the_operator_s_session_keyring_is_not_the_run_s",
                  "test_pytest_s_memory_is_out_of_reach_of_what_a_test_starts",
                  "test_the_kernel_s_settings_are_read_only_but_the_run_s_own_namespaces_are_not",
                  "test_a_shell_child_reads_nothing_and_cannot_write", "test_an_env_i_child_reads_nothing",

@@ -9,6 +9,7 @@ Python, loads this file beside it the same way.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 import struct
@@ -75,6 +76,25 @@ def _syscall(name: str, *args) -> int:
 
 def _path(path: str | os.PathLike | None) -> ctypes.c_char_p:
     return ctypes.c_char_p(None if path is None else os.fsencode(path))
+
+
+#: keyctl(2) by architecture (its number is not in the generic table for every one: x86's are their own).
+KEYCTL = {"x86_64": 250, "i386": 288, "i486": 288, "i586": 288, "i686": 288, "aarch64": 219, "arm64": 219,
+          "riscv64": 219, "loongarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def join_new_session_keyring() -> None:
+    """Make this process, and what it starts from now on, use a new anonymous session keyring
+    (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``, keyrings(7)). Raises ``OSError`` (``ENOSYS`` on an
+    architecture not in :data:`KEYCTL`)."""
+    import platform
+
+    number = KEYCTL.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"keyctl: no system call number known for {platform.machine()}")
+    _checked(_libc().syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None),
+             "keyctl(KEYCTL_JOIN_SESSION_KEYRING)")
 
 
 def unshare(flags: int) -> None:

@@ -26,6 +26,7 @@ from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import c_openers as _c_openers
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import kernel as _kernel
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tempbase as _tempbase
@@ -179,6 +180,11 @@ def _start(config: pytest.Config, where: str) -> None:
     private = _keep_memory_private()
     if private:
         run.header.append(private)
+    try:  # the operator's login session keyring (tickets, tokens) is not the run's: a key read or left there
+        _kernel.join_new_session_keyring()
+    except OSError as exc:
+        if sys.platform.startswith("linux"):
+            run.header.append(f"the operator's session keyring stays reachable from the tests ({exc.strerror})")
     protection = _protection.Protection(
         # a CAN adapter's device node too: a serial port, which no network namespace stops
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded, *run.adapter_devices])),
