@@ -391,8 +391,13 @@ _UNWRITABLE_RUNS = [
     ("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--json"),
     ("j1939", "decode", "--file", str(TRUCK)),
     ("isotp", "decode", "--file", str(LEAF), "--jsonl"),
-    ("capture", "--file", "no-such-capture.log"),  # the error envelope itself
+    ("capture", "--file", "no-such-capture.log", "--json"),  # the error envelope itself (--text: on stderr)
 ]
+
+
+def _run_id(argv: tuple[str, ...]) -> str:
+    """A test id the same in every copy of the tree (no absolute path: the parity twins run on two copies)."""
+    return " ".join([*argv[:2], *(Path(a).name if "/" in a else a for a in argv[2:])])
 
 
 def _assert_one_output_error(err: str, code: int, why: str) -> None:
@@ -404,14 +409,14 @@ def _assert_one_output_error(err: str, code: int, why: str) -> None:
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize("argv", _UNWRITABLE_RUNS, ids=lambda argv: " ".join(argv[:2]) + " " + argv[-1])
+@pytest.mark.parametrize("argv", _UNWRITABLE_RUNS, ids=_run_id)
 def test_a_full_disk_under_stdout_is_one_error_line(argv):
     with open("/dev/full", "w") as full:
         proc = subprocess.run(_canarchy(*argv), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     _assert_one_output_error(proc.stderr, proc.returncode, "No space left on device")
 
 
-@pytest.mark.parametrize("argv", _UNWRITABLE_RUNS, ids=lambda argv: " ".join(argv[:2]) + " " + argv[-1])
+@pytest.mark.parametrize("argv", _UNWRITABLE_RUNS, ids=_run_id)
 def test_a_closed_stdout_is_one_error_line(argv):
     # `canarchy … >&-`: Python starts with sys.stdout None
     proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *_canarchy(*argv)], stderr=subprocess.PIPE,
