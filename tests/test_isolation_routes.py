@@ -17,6 +17,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -457,7 +458,7 @@ def test_system_v_ipc_outside_is_out_of_reach():
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.shmget(int(os.environ["CHILD_SHM_KEY"]), 0, 0) == -1 and ctypes.get_errno() == 2  # ENOENT
 
-def test_a_daemon_outside_is_out_of_reach_through_its_socket(tmp_path):
+def test_a_daemon_outside_is_out_of_reach_through_its_socket():
     # a daemon started before pytest (an operator's tmux server, D-Bus, a container engine) listens on a
     # socket in the file system: its name is an empty file now, for this process and for a child it starts
     path = os.environ["CHILD_HOST_SOCKET"]
@@ -471,11 +472,16 @@ def test_a_daemon_outside_is_out_of_reach_through_its_socket(tmp_path):
     if subprocess.run([sys.executable, "-I", "-c", connect], capture_output=True).returncode == 0:
         reached += " from an unguarded child"
     assert not reached, reached
-    own = str(tmp_path / "own.sock")  # the run's own sockets work
-    with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as client:
-        server.bind(own)
-        server.listen()
-        client.connect(own)
+    import shutil, tempfile
+    where = tempfile.mkdtemp(dir="/tmp")  # the run's own sockets work (a short path: at most 107 bytes)
+    try:
+        own = os.path.join(where, "own.sock")
+        with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as client:
+            server.bind(own)
+            server.listen()
+            client.connect(own)
+    finally:
+        shutil.rmtree(where)
 
 def test_the_checkout_s_git_directory_and_the_interpreter_cannot_be_planted_in(request):
     # A C-level open: the audit hook does not see it (and refuses a Python open under a home first).
@@ -1086,18 +1092,24 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
         operator_key = libc.syscall(ctypes.c_long(add_key), b"user", description.encode(), b"OPERATOR-KEY",
                                     ctypes.c_size_t(12), ctypes.c_long(-3))
         assert operator_key > 0, os.strerror(ctypes.get_errno())
-    daemon = socket.socket(socket.AF_UNIX)  # listening before the child pytest starts, as a daemon outside
-    daemon.bind(str(base / "daemon.sock"))
-    daemon.listen()
-    daemon.setblocking(False)
-    with daemon:
-        run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
-                                                                            / "config.toml"),
-                                                  "CHILD_HOST_SOCKET": str(base / "daemon.sock"),
-                                                  "CHILD_SHM_KEY": str(key), "CHILD_KEY": description,
-                                                  "CHILD_KEYCTL": str(keyctl if add_key else "")})
-        with pytest.raises(BlockingIOError):
-            daemon.accept()  # nothing reached it
+    # listening before the child pytest starts, as a daemon outside; in a short directory of its own: a Unix
+    # socket's path holds at most 107 bytes, and a lane's temporary trees nest deep
+    where = tempfile.mkdtemp(prefix="canarchy-daemon-", dir="/tmp")
+    try:
+        daemon = socket.socket(socket.AF_UNIX)
+        daemon.bind(os.path.join(where, "d.sock"))
+        daemon.listen()
+        daemon.setblocking(False)
+        with daemon:
+            run = run_child(base, files, *EARLY, env={"CHILD_REAL_CONFIG": str(base / "operator-home" / ".canarchy"
+                                                                                / "config.toml"),
+                                                      "CHILD_HOST_SOCKET": os.path.join(where, "d.sock"),
+                                                      "CHILD_SHM_KEY": str(key), "CHILD_KEY": description,
+                                                      "CHILD_KEYCTL": str(keyctl if add_key else "")})
+            with pytest.raises(BlockingIOError):
+                daemon.accept()  # nothing reached it
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
     libc.shmctl(segment, 0, None)  # IPC_RMID
     if operator_key > 0:
         libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(9), ctypes.c_long(operator_key), ctypes.c_long(-3))  # UNLINK
