@@ -532,6 +532,9 @@ def test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty():
                                               f"/proc/{pid}/cmdline /proc/{pid}/task/*/cmdline"],
                                  capture_output=True).stdout for pid in above}
     assert above and all(out == b"" for out in shown.values()), {pid: len(out) for pid, out in shown.items()}
+    # and no thread one of them starts later shows its own: each one's task directory is empty
+    threads = {pid: subprocess.run(["ls", f"/proc/{pid}/task"], capture_output=True).stdout for pid in above}
+    assert all(out == b"" for out in threads.values()), threads
     # its own command line stays (what the operator typed for pytest, in sys.argv anyway)
     assert b"pytest" in open(f"/proc/{os.getpid()}/cmdline", "rb").read()
 """

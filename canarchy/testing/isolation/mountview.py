@@ -62,10 +62,12 @@ def _tasks(pid: int) -> list[str]:
 
 def _hidden(processes: tuple[int, ...]) -> list[str]:
     """What each of ``processes`` (the calling one first) shows any process of its start-up environment: its
-    ``environ`` and its ``mem``, and for those above the first its ``cmdline`` too (``env VAR=value pytest``,
-    ``sh -c 'VAR=value ...'`` name variables there), for the process and each of its threads now."""
-    return [f"/proc/{pid}/{where}{name}" for pid in processes for where in _tasks(pid)
-            for name in (("environ", "mem", "cmdline") if pid != processes[0] else ("environ", "mem"))]
+    ``environ`` and its ``mem``, for the first and each of its threads now; for those above it, their
+    ``cmdline`` too (``env VAR=value pytest``, ``sh -c 'VAR=value ...'`` name variables there), and their
+    whole ``task`` directory, so that a thread one of them starts later shows nothing either."""
+    first, above = processes[:1], processes[1:]
+    return ([f"/proc/{pid}/{where}{name}" for pid in first for where in _tasks(pid) for name in ("environ", "mem")]
+            + [f"/proc/{pid}/{name}" for pid in above for name in ("environ", "mem", "cmdline", "task")])
 
 
 def _is_socket(path: str) -> bool:
