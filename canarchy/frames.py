@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,18 +125,8 @@ class CanFrame:
         Raises ``UserInputError`` ``INVALID_FRAME`` (also for a timestamp :func:`checked_timestamp` refuses) /
         ``ValueError`` / ``KeyError`` / ``TypeError`` on a payload that is not a frame.
         """
-        def flag(name: str, default: bool = False) -> bool:
-            value = payload.get(name, default)
-            if value.__class__ is not bool:  # "yes", 1: not what canarchy writes
-                raise TypeError(f"{name} is {value!r}, not true or false")
-            return value
-
-        def integer(name: str, default: Any = None) -> int:
-            value = payload.get(name, default)
-            if value.__class__ is not int:  # 291.5, true, "0x123"
-                raise TypeError(f"{name} is {value!r}, not a whole number")
-            return value
-
+        flag = functools.partial(_flag, payload)
+        integer = functools.partial(_whole, payload)
         remote = flag("is_remote_frame")
         timestamp = payload.get("timestamp")
         frame = cls(
@@ -155,6 +146,20 @@ class CanFrame:
         if not remote and "dlc" in payload and integer("dlc") != frame.dlc:
             raise ValueError(f"dlc {payload['dlc']} does not match the {len(frame.data)} data byte(s)")
         return frame
+
+
+def _flag(payload: dict[str, Any], name: str, default: bool = False) -> bool:
+    value = payload.get(name, default)
+    if value.__class__ is not bool:  # "yes", 1: not what canarchy writes
+        raise TypeError(f"{name} is {value!r}, not true or false")
+    return value
+
+
+def _whole(payload: dict[str, Any], name: str, default: Any = None) -> int:
+    value = payload.get(name, default)
+    if value.__class__ is not int:  # 291.5, true, "0x123"
+        raise TypeError(f"{name} is {value!r}, not a whole number")
+    return value
 
 
 @dataclass(frozen=True)

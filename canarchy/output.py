@@ -382,9 +382,9 @@ class Printer:
                 text, said = self._text(result, error, env["warnings"], cut)
                 if text:
                     self.write(text + "\n")
-                self.write("", flush=True)
-                self.say(said)
             self.write("", flush=True)
+            if self.fmt == "text":
+                self.say(said)  # after stdout, so the two streams read in order on one terminal
         finally:
             if self.events is not None:
                 self.events._close()

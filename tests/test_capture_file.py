@@ -777,14 +777,19 @@ def test_candump_timestamps_past_the_year_9999_are_malformed_lines(tmp_path):
     assert "year 9999" in result.data["warning_records"][0]["message"]
 
 
+def _frame_events(tmp_path: Path, payloads: list[str]) -> Path:
+    """A ``.jsonl`` of one frame event per line, each payload given as the JSON text inside its braces."""
+    events = tmp_path / "t.jsonl"
+    events.write_text("".join(f'{{"event_type": "frame", "payload": {{{p}}}}}\n' for p in payloads))
+    return events
+
+
 def test_json_frame_fields_of_the_wrong_type_are_invalid_events(tmp_path):
     # what canarchy writes: true/false flags, whole numbers, a dlc that matches the data
-    events = tmp_path / "t.jsonl"
-    frames = ['"arbitration_id": 291, "data": "0102", "dlc": 2',
-              '"arbitration_id": 291, "data": "0102", "is_fd": "yes"',
-              '"arbitration_id": 291.5, "data": "01"', '"arbitration_id": true, "data": "01"',
-              '"arbitration_id": 291, "data": "0102", "dlc": 5', '"arbitration_id": 291, "is_remote_frame": 1']
-    events.write_text("".join(f'{{"event_type": "frame", "payload": {{{f}}}}}\n' for f in frames))
+    events = _frame_events(tmp_path, [
+        '"arbitration_id": 291, "data": "0102", "dlc": 2', '"arbitration_id": 291, "data": "0102", "is_fd": "yes"',
+        '"arbitration_id": 291.5, "data": "01"', '"arbitration_id": true, "data": "01"',
+        '"arbitration_id": 291, "data": "0102", "dlc": 5', '"arbitration_id": 291, "is_remote_frame": 1'])
     result = run_cli("capture", "--file", str(events), "--json")
     assert result.code == 0 and result.data["frame_count"] == 1, result.out
     assert [r["line"] for r in result.data["warning_records"]] == [2, 3, 4, 5, 6]
@@ -793,9 +798,8 @@ def test_json_frame_fields_of_the_wrong_type_are_invalid_events(tmp_path):
 
 
 def test_json_timestamps_that_are_not_finite_or_out_of_range_are_invalid_events(tmp_path):
-    events = tmp_path / "t.jsonl"
-    events.write_text("".join('{"event_type": "frame", "payload": {"arbitration_id": 1, "data": "01", '
-                              f'"timestamp": {stamp}}}}}\n' for stamp in ("1e400", "NaN", "1e30", "-1", "5")))
+    events = _frame_events(tmp_path, [f'"arbitration_id": 1, "data": "01", "timestamp": {stamp}'
+                                      for stamp in ("1e400", "NaN", "1e30", "-1", "5")])
     result = run_cli("capture", "--file", str(events), "--json")
     assert result.code == 0 and result.data["frame_count"] == 1
     assert result.data["events"][0]["payload"]["timestamp"] == 5

@@ -167,7 +167,7 @@ def _settle_bytecode(run: _Run, before: dict, now: dict, config: pytest.Config) 
         before.pop(rel, None)
         del now[rel]
         forged.append(f"  byte code at {rel}: {why}; {done} (the next import of its module would have run it)"
-                      + _writer(run, f"added: {rel}", config.rootpath))
+                      + _written_by(run, str(config.rootpath / rel)))
     return forged
 
 
@@ -395,7 +395,11 @@ def _covers_broken(report: _containment.Report) -> list[str]:
 
 
 def _writer(run: _Run, line: str, root: Path | None = None) -> str:
+    """`` (written by OWNER)`` for the path of a change ``line`` (relative to ``root`` when given), or ""."""
     path = line.split(":", 1)[1].strip().split(" (", 1)[0]
-    full = str(root / path) if root is not None else path
+    return _written_by(run, str(root / path) if root is not None else path)
+
+
+def _written_by(run: _Run, full: str) -> str:
     owner = run.writes.get(full) or next((o for p, o in run.writes.items() if p.startswith(full + os.sep)), None)
     return f" (written by {owner})" if owner else ""

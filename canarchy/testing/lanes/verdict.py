@@ -175,7 +175,7 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
     summary = totals_text(report)
     if not isolated_run(report):
         notes = [*notes, NOT_ISOLATED]
-        summary = f"{summary} ({NOT_ISOLATED.split(':')[0]})"
+        summary = f"{summary} (not isolated)"
     if run.returncode == 1:
         sentinel = sentinel_lines(run)
         detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else (
