@@ -764,17 +764,31 @@ def test_the_direction_of_each_frame_survives_a_conversion(tmp_path, suffix):
 
 # -- timestamps a recording cannot hold ---------------------------------------------------------
 
-def test_candump_timestamps_past_the_year_9999_are_malformed_lines(tmp_path):
-    # the second line of an ID takes the reader's fast path, the first the full parser: both refuse it
-    log = tmp_path / "y11k.log"
-    log.write_text("(300000000000.000000) can0 123#01\n(1.000000) can0 123#02\n"
-                   "(300000000000.000000) can0 123#03\n(253402300799.000000) can0 123#04\n")
-    result = run_cli("capture", "--file", str(log), "--json")
-    assert result.code == 0 and result.data["frame_count"] == 2
-    assert [e["payload"]["data"] for e in result.data["events"]] == ["02", "04"]
-    assert result.data["warning_counts"] == {"CANDUMP_LINE_MALFORMED": 2}
-    assert [r["line"] for r in result.data["warning_records"]] == [1, 3]
-    assert "year 9999" in result.data["warning_records"][0]["message"]
+_STAMPS = "\n".join(f'{{"event_type": "frame", "payload": {{"arbitration_id": 1, "data": "0{n}", "timestamp": {t}}}}}'
+                    for n, t in enumerate(("1e400", "NaN", "1e30", "-1", "5")))
+
+
+@pytest.mark.parametrize(("name", "content", "kept", "code", "lines"), [
+    # candump: the second line of an ID takes the reader's fast path, the first the full parser
+    ("y11k.log", "(300000000000.000000) can0 123#01\n(1.000000) can0 123#02\n"
+                 "(300000000000.000000) can0 123#03\n(253402300799.000000) can0 123#04\n",
+     ["02", "04"], "CANDUMP_LINE_MALFORMED", [1, 3]),
+    ("t.jsonl", _STAMPS + "\n", ["04"], "CAPTURE_EVENT_INVALID", [1, 2, 3, 4]),
+    ("t.csv", "timestamp,arbitration_id,extended,remote,error,dlc,data\n"
+              "300000000000.0,0x123,0,0,0,1,AQ==\n1.5,0x123,0,0,0,1,Ag==\n", ["02"], "CAPTURE_FRAME_INVALID", None),
+], ids=["candump", "json", "python-can-reader"])
+def test_timestamps_a_recording_cannot_hold_are_refused_line_by_line(tmp_path, name, content, kept, code, lines):
+    # not finite, negative, or past the year 9999 (what BLF and datetime can hold)
+    path = tmp_path / name
+    path.write_text(content)
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and [e["payload"]["data"] for e in result.data["events"]] == kept, result.out
+    assert result.data["warning_counts"] == {code: len(lines or [1])}
+    assert "year 9999" in result.data["warning_records"][-1]["message"]
+    if lines:
+        assert [r["line"] for r in result.data["warning_records"]] == lines
+    text = run_cli("capture", "--file", str(path), "--text").out
+    assert "(nan)" not in text and "(inf)" not in text
 
 
 def _frame_events(tmp_path: Path, payloads: list[str]) -> Path:
@@ -797,21 +811,3 @@ def test_json_frame_fields_of_the_wrong_type_are_invalid_events(tmp_path):
     assert "does not match the 2 data byte(s)" in result.data["warning_records"][3]["message"]
 
 
-def test_json_timestamps_that_are_not_finite_or_out_of_range_are_invalid_events(tmp_path):
-    events = _frame_events(tmp_path, [f'"arbitration_id": 1, "data": "01", "timestamp": {stamp}'
-                                      for stamp in ("1e400", "NaN", "1e30", "-1", "5")])
-    result = run_cli("capture", "--file", str(events), "--json")
-    assert result.code == 0 and result.data["frame_count"] == 1
-    assert result.data["events"][0]["payload"]["timestamp"] == 5
-    assert result.data["warning_counts"] == {"CAPTURE_EVENT_INVALID": 4}
-    text = run_cli("capture", "--file", str(events), "--text").out
-    assert "(nan)" not in text and "(inf)" not in text
-
-
-def test_python_can_reader_timestamps_out_of_range_are_invalid_frames(tmp_path):
-    csv = tmp_path / "t.csv"
-    csv.write_text("timestamp,arbitration_id,extended,remote,error,dlc,data\n"
-                   "300000000000.0,0x123,0,0,0,1,AQ==\n1.5,0x123,0,0,0,1,Ag==\n")
-    result = run_cli("capture", "--file", str(csv), "--json")
-    assert result.code == 0 and result.data["frame_count"] == 1
-    assert result.data["warning_counts"] == {"CAPTURE_FRAME_INVALID": 1}
