@@ -561,6 +561,41 @@ def test_parity_finds_python_can_s_log_record_during_a_test_and_at_exit_in_a_ser
     assert result.exit_code == 1, parity.render(result)
 
 
+SIX_TESTS = "import os\n\n" + "".join(
+    f"def test_{i}():\n    assert {'CAN_INTERFACE' if i == 3 else 'NOTHING'!r} not in os.environ\n\n"
+    for i in range(6))
+
+
+def test_a_shard_keeps_every_nth_test_and_a_bad_shard_is_a_usage_error(tmp_path):
+    root = _project(tmp_path / "p", SIX_TESTS, pyproject=UNISOLATED).root
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-p", parity.SHARD_PLUGIN, "--canarchy-shard=1/4", "-v",
+                          "-p", "no:randomly", "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True,
+                         text=True)
+    assert [line.split()[0] for line in ran.stdout.splitlines() if " PASSED" in line] == [
+        "tests/test_p.py::test_1", "tests/test_p.py::test_5"], ran.stdout
+    assert "2 passed, 4 deselected" in ran.stdout
+    bad = subprocess.run([sys.executable, "-m", "pytest", "-p", parity.SHARD_PLUGIN, "--canarchy-shard=4/4",
+                          "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 4 and "--canarchy-shard=4/4: give I/N, whole numbers with 0 <= I < N" in bad.stderr
+
+
+@pytest.mark.parametrize("shards", [3, 8])
+def test_a_twin_in_shards_runs_each_test_once_and_parity_finds_the_difference(tmp_path, shards):
+    """Each twin in several serial pytest processes, each started with the twin's whole environment: one
+    report of every test per twin, and a shard with no test (more shards than tests) is no problem."""
+    project = _project(tmp_path / "p", SIX_TESTS, pyproject=UNISOLATED)
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1, shards=shards)
+    assert [(f.id, f.kind) for f in result.findings] == [("tests.test_p::test_3", "operator")], parity.render(result)
+    for twin in result.twins.values():
+        assert sum(len(s.report.cases) for s in twin.shards if s.report) == 6  # each test in one shard
+        assert len(twin.shards) == shards and sorted(twin.report.cases) == [f"tests.test_p::test_{i}" for i in range(6)]
+        assert len({s.copy for s in twin.shards}) == shards and all(r.returncode in (0, 1, 5) for r in twin.runs)
+    ids = (project.root / "reports" / "parity-clean-ids.txt").read_text().split()
+    assert ids == [f"tests/test_p.py::test_{i}" for i in range(6)]
+    assert result.status == "FAILED" and f"{shards} shards" in parity.render(result)
+    assert "| operator 3/" in parity.render_markdown(result)
+
+
 def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(every_kind):
     project, result, seen = every_kind
     assert "tests.test_p::test_twins_meet" not in {f.id for f in result.findings}  # passed in both, at the same time

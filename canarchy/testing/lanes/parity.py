@@ -25,14 +25,17 @@ from canarchy.testing.isolation.tree import Entry, changes, checkout_state, cont
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import (ABSENT, CannotDecide, Comparison, Report, Row, case_key, compare,
-                                           load_allowlist, load_report, totals_text)
-from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run_pytest,
-                                          workers, xdist_options)
+                                           load_allowlist, load_report, merge_reports, totals_text)
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, cores,
+                                          run_pytest, workers, xdist_options)
+from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
                                             failed_beyond_its_tests, isolated_run, read_run)
 from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
+SHARD_PLUGIN = "canarchy.testing.lanes.shard"
+NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 _NOT_SHUT_DOWN = "was not properly shut down"
 _COLLECT = ("-p", "detect_test_pollution", "--collect-only", "-q")
 # python-can's "was not properly shut down" is a log record (BusABC.__del__): during a test it is in the
@@ -42,17 +45,57 @@ _LOG_RECORDS = ("-o", "junit_logging=log", "-o", "junit_log_passing_tests=true")
 
 
 @dataclass
-class Twin:
-    """One of the two runs: its configuration, copy of the tree, run and report."""
+class Shard:
+    """One pytest process of a twin: its own copy of the tree and environment, its run and report."""
 
-    name: str
     copy: Path
     env: dict[str, str]
-    hashseed: int
     run: Run | None = None
     report: Report | None = None
     problem: str | None = None
+
+
+@dataclass
+class Twin:
+    """One of the two runs: its configuration, its shards (one pytest process each, at once), and their
+    reports as one."""
+
+    name: str
+    shards: list[Shard]
+    hashseed: int
+    report: Report | None = None
+    problem: str | None = None
     uncollected: dict[str, str] = field(default_factory=dict)  # case key -> its collection error, first line
+
+    @property
+    def copy(self) -> Path:
+        return self.shards[0].copy
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.shards[0].env
+
+    @property
+    def runs(self) -> list[Run]:
+        return [s.run for s in self.shards if s.run is not None]
+
+    @property
+    def run(self) -> Run | None:
+        """The first shard's run (the only one of a twin run in one process)."""
+        return self.shards[0].run
+
+    @property
+    def failed_beyond(self) -> list[Run]:
+        """Its shards' runs that pytest failed although none of their tests failed."""
+        return [s.run for s in self.shards if failed_beyond_its_tests(s.run, s.report)]
+
+    @property
+    def summary(self) -> str:
+        """"N s, exit code C" (the longest shard; each shard's exit code)."""
+        if not self.runs:
+            return "not run"
+        codes = ", ".join(str(r.returncode) for r in self.runs)
+        return f"{max(r.duration for r in self.runs):.1f} s, exit code {codes}"
 
 
 @dataclass(frozen=True)
@@ -85,8 +128,8 @@ class ParityResult:
 
     @property
     def runs_failed(self) -> list[str]:
-        """The twins whose pytest failed the run although none of their tests failed."""
-        return [name for name, t in self.twins.items() if failed_beyond_its_tests(t.run, t.report)]
+        """The twins whose pytest failed a run although none of its tests failed."""
+        return [name for name, t in self.twins.items() if t.failed_beyond]
 
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
@@ -120,16 +163,46 @@ def twin_workers(requested: int | None = None) -> int:
     return 0 if requested is None else workers(requested)
 
 
-def _run_twin(twin: Twin, selection: Sequence[str], out: Path, python: str, isolated: bool, jobs: int) -> None:
-    junit = out / f"parity-{twin.name}.xml"
-    ids = out / f"parity-{twin.name}-ids.txt"
-    # detect-test-pollution writes the collected node ids; under pytest-xdist each worker writes the same list
-    args = [*SAFETY_FLAGS, f"--junitxml={junit}", *_LOG_RECORDS, *xdist_options(jobs), "-p", "detect_test_pollution",
-            f"--dtp-testids-output-file={ids}", *selection]
-    twin.run = run_pytest(args, env=twin.env, cwd=twin.copy, python=python)
-    twin.report, twin.problem = read_run(twin.run, isolated=isolated, complete=True)
-    if twin.problem is not None:
-        twin.uncollected = _collection_errors(junit)
+def twin_shards(requested: int | None = None, jobs: int = 0) -> int:
+    """Serial pytest processes of each twin: ``requested``, else one per core (one under ``jobs`` pytest-xdist
+    workers). Each starts with the twin's whole environment, as an operator's pytest does."""
+    if requested is not None:
+        return max(requested, 1)
+    return 1 if jobs else cores()
+
+
+def _stem(twin: Twin, index: int) -> str:
+    """The name of a shard's report and log: ``parity-clean``, else ``parity-clean-shard2``."""
+    return f"parity-{twin.name}" + (f"-shard{index + 1}" if len(twin.shards) > 1 else "")
+
+
+def _run_shard(twin: Twin, index: int, selection: Sequence[str], out: Path, python: str, isolated: bool,
+               jobs: int) -> None:
+    shard, count, stem = twin.shards[index], len(twin.shards), _stem(twin, index)
+    # detect-test-pollution writes the collected node ids (each pytest-xdist worker, and each shard, the same list)
+    args = [*SAFETY_FLAGS, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS, *xdist_options(jobs),
+            "-p", "detect_test_pollution", f"--dtp-testids-output-file={out / f'{stem}-ids.txt'}",
+            *(["-p", SHARD_PLUGIN, f"{SHARD_OPTION}={index}/{count}"] if count > 1 else []), *selection]
+    shard.run = run_pytest(args, env=shard.env, cwd=shard.copy, python=python)
+    if index and shard.run.returncode == NO_TESTS_COLLECTED:
+        return  # fewer tests than shards: this one had none
+    shard.report, shard.problem = read_run(shard.run, isolated=isolated, complete=True)
+
+
+def _join_shards(twin: Twin, out: Path) -> None:
+    """The twin's report (or problem and collection errors) and node ids file from its shards'."""
+    count = len(twin.shards)
+    problems = [(i, s.problem) for i, s in enumerate(twin.shards) if s.problem]
+    if problems:
+        i, problem = problems[0]
+        twin.problem = f"shard {i + 1} of {count}: {problem}" if count > 1 else problem
+        twin.uncollected = {key: error for s in twin.shards if s.problem and s.run and s.run.junit
+                            for key, error in _collection_errors(s.run.junit).items()}
+    else:
+        twin.report = merge_reports([s.report for s in twin.shards if s.report is not None])
+    if count > 1:
+        ids = dict.fromkeys(n for i in range(count) for n in _node_ids(out / f"{_stem(twin, i)}-ids.txt"))
+        write_text_atomic(out / f"parity-{twin.name}-ids.txt", "".join(f"{n}\n" for n in ids))
 
 
 def _collection_errors(junit: Path) -> dict[str, str]:
@@ -185,44 +258,51 @@ def _rerun(env: Mapping[str, str], copy: Path, name: str, node_ids: Sequence[str
 
 
 def _make_twin(name: str, seed: int, project: Project, files: list[str], base: Path, op_home: Path,
-               source_env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None) -> Twin:
-    """One twin: its own copy of the checkout and TMPDIR; the operator's home and shell, or a clean home."""
-    copy = base / f"{name}-tree"
-    copy.mkdir()
-    copy_tree(project.root, copy, files)
+               source_env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None, shards: int) -> Twin:
+    """One twin: the operator's home and shell, or a clean home; each shard its own copy of the checkout and
+    TMPDIR (a shard's sentinel sees no other's writes)."""
     home = op_home if name == "operator" else base / "clean-home"
     home.mkdir(exist_ok=True)
-    (base / f"{name}-tmp").mkdir()
-    extra = {**(extra_env or {}), "TMPDIR": str(base / f"{name}-tmp"),
-             "PYTHONPATH": pythonpath(copy, project, extra_env)}
-    if name == "operator":
-        extra.update(hostile_env(op_home))
-        extra.update({k: v.replace("{home}", str(op_home)) for k, v in project.operator_env})
-    return Twin(name, copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra), seed)
+    made = []
+    for i in range(shards):
+        stem = base / (name if i == 0 else f"{name}-shard{i + 1}")
+        copy, tmp = Path(f"{stem}-tree"), Path(f"{stem}-tmp")
+        copy.mkdir()
+        tmp.mkdir()
+        copy_tree(project.root, copy, files)
+        extra = {**(extra_env or {}), "TMPDIR": str(tmp), "PYTHONPATH": pythonpath(copy, project, extra_env)}
+        if name == "operator":
+            extra.update(hostile_env(op_home))
+            extra.update({k: v.replace("{home}", str(op_home)) for k, v in project.operator_env})
+        made.append(Shard(copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra)))
+    return Twin(name, made, seed)
 
 
-def _check_twin(result: ParityResult, twin: Twin, copy_before: dict[str, Entry]) -> None:
+def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, Entry]]) -> None:
     """Add what ``twin``'s run wrote into its copy of the checkout, and its not-shut-down log lines, to ``result``."""
     cases = twin.report.cases.items() if twin.report else ()
     result.checkout_writes += [f"{key}: {path}" for key, case in cases
                                for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
     result.refusals += [f"{twin.name} twin: {key}: {text}" for key, case in cases
                         for text in case.property_values(REFUSED_PROPERTY)]
-    changed = changes(copy_before, snapshot(twin.copy))
-    result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}" for line in changed]
-    logged = "\n".join([twin.run.output if twin.run else "", *(case.output for _, case in cases)])
+    for shard, before in zip(twin.shards, copies_before, strict=True):
+        result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}"
+                                   for line in changes(before, snapshot(shard.copy))]
+    logged = "\n".join([*(run.output for run in twin.runs), *(case.output for _, case in cases)])
     result.not_shut_down[twin.name] = [line.strip() for line in logged.splitlines() if _NOT_SHUT_DOWN in line]
 
 
 def run_parity(project: Project, selection: Sequence[str], *, source_env: Mapping[str, str] | None = None,
                reruns: int = 2, strict: bool = False, hashseeds: tuple[int, int] | None = None,
                reports: Path | None = None, python: str | None = None,
-               extra_env: Mapping[str, str] | None = None, jobs: int | None = None) -> ParityResult:
+               extra_env: Mapping[str, str] | None = None, jobs: int | None = None,
+               shards: int | None = None) -> ParityResult:
     """Run both twins, re-run what differs, and judge (see the module docstring).
 
     ``selection``: pytest's test selection (:func:`~canarchy.testing.lanes.env.choose_tests`);
     reports and logs go to ``reports`` (default ``<root>/reports``); ``extra_env``
-    is set in both twins; ``jobs``: pytest-xdist workers of each twin (:func:`twin_workers`).
+    is set in both twins; ``jobs``: pytest-xdist workers of each twin (:func:`twin_workers`); ``shards``:
+    its pytest processes (:func:`twin_shards`).
     """
     import sys
 
@@ -238,12 +318,16 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         base = Path(tmp)
         op_home = base / "operator-home"
         shutil.copytree(project.operator_home, op_home, symlinks=True)
-        twins = {name: _make_twin(name, seed, project, files, base, op_home, source_env, extra_env)
-                 for name, seed in zip(TWINS, seeds, strict=True)}
-        copies_before = {name: snapshot(t.copy) for name, t in twins.items()}
         per_twin = twin_workers(jobs)
-        concurrently([lambda t=t: _run_twin(t, selection, out, python, project.uses_plugin, per_twin)
-                      for t in twins.values()])
+        count = twin_shards(shards, per_twin)
+        twins = {name: _make_twin(name, seed, project, files, base, op_home, source_env, extra_env, count)
+                 for name, seed in zip(TWINS, seeds, strict=True)}
+        copies_before = {name: [snapshot(s.copy) for s in t.shards] for name, t in twins.items()}
+        jobs_ = [lambda t=t, i=i: _run_shard(t, i, selection, out, python, project.uses_plugin, per_twin)
+                 for t in twins.values() for i in range(count)]
+        concurrently(jobs_, workers=len(jobs_))
+        for twin in twins.values():
+            _join_shards(twin, out)
         apart = _collected_in_one_twin(twins)
         comparison = _compare_twins(twins, project, apart)
         result = ParityResult(comparison, twins, strict=strict)
@@ -350,8 +434,8 @@ def _verdict_text(result: ParityResult) -> str:
 def _check_lines(result: ParityResult) -> list[str]:
     """The terminal lines of the checks: stale allow-list entries, writes, log lines, home and checkout changes."""
     lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
-    lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {result.twins[name].run.log}"
-              for name in result.runs_failed]
+    lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {run.log}"
+              for name in result.runs_failed for run in result.twins[name].failed_beyond]
     lines += [f"  refused by the isolation: {line}" for line in result.refusals]
     lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
     lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
@@ -368,8 +452,9 @@ def render(result: ParityResult) -> str:
     lines = [f"parity: {result.status} - results {_verdict_text(result)}"
              + (f" ({len(c.report_a.cases)} tests)" if c.report_a and c.report_a.cases else "")]
     for twin in result.twins.values():
-        run = f"{twin.run.duration:.1f} s, exit code {twin.run.returncode}" if twin.run else "not run"
-        lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({run}, PYTHONHASHSEED={twin.hashseed})")
+        shards = f", {len(twin.shards)} shards" if len(twin.shards) > 1 else ""
+        lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({twin.summary}{shards}, "
+                     f"PYTHONHASHSEED={twin.hashseed})")
     if not all(isolated_run(t.report) for t in result.twins.values()):
         lines.append(f"  {NOT_ISOLATED}")
     lines += [f"  cannot decide: {reason}" for reason in c.undecided]
@@ -391,9 +476,9 @@ def render_markdown(result: ParityResult) -> str:
     """``reports/parity.md``."""
     out = [f"# Parity: {result.status}", "", markdown_table(
         ["twin", "PYTHONHASHSEED", "exit code", "outcomes", "seconds", "log"],
-        [[t.name, str(t.hashseed), str(t.run.returncode if t.run else "-"), totals_text(t.report),
-          f"{t.run.duration:.1f}" if t.run else "-", f"`{t.run.log}`" if t.run else "-"]
-         for t in result.twins.values()])]
+        [[t.name if len(t.shards) == 1 else f"{t.name} {i + 1}/{len(t.shards)}", str(t.hashseed),
+          str(r.returncode), totals_text(t.report if len(t.shards) == 1 else s.report), f"{r.duration:.1f}",
+          f"`{r.log}`"] for t in result.twins.values() for i, s in enumerate(t.shards) if (r := s.run)])]
     if result.comparison.undecided:
         out += ["", "## Cannot decide", "", *(f"- {r}" for r in result.comparison.undecided)]
     if result.findings:
@@ -402,8 +487,8 @@ def render_markdown(result: ParityResult) -> str:
             [[f"`{f.id}`", _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
              for f in result.findings])]
     out += ["", "## Checks", "",
-            *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{result.twins[name].run.log}`"
-              for name in result.runs_failed),
+            *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{run.log}`"
+              for name in result.runs_failed for run in result.twins[name].failed_beyond),
             *(f"- refused by the isolation: {line}" for line in result.refusals[:50]),
             f"- operator home unchanged: {'yes' if not result.home_changes else 'NO'}",
             *(f"  - {line}" for line in result.home_changes[:50]),
@@ -421,6 +506,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="also fail on flaky tests and unstable ids")
     parser.add_argument("--jobs", type=int, default=None,
                         help="pytest-xdist workers of each twin (default 0: serial, as an operator runs pytest)")
+    parser.add_argument("--shards", type=int, default=None,
+                        help="serial pytest processes of each twin, each with every N-th test (default: one per "
+                             "core; one with --jobs)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
@@ -434,7 +522,7 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
               "their home (docs/adopting.md)")
         return EXIT_CANNOT_DECIDE
     result = run_parity(project, selection, source_env=os.environ, reruns=args.reruns, strict=args.strict,
-                        jobs=args.jobs)
+                        jobs=args.jobs, shards=args.shards)
     print(render(result))
     md = project.root / "reports" / "parity.md"
     write_text_atomic(md, render_markdown(result))

@@ -218,6 +218,17 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     return Report(str(p), cases, tuple(suite_properties))
 
 
+def merge_reports(reports: Sequence[Report]) -> Report:
+    """The reports of one suite run in parts (a shard each, no test in two) as one report: their cases in
+    turn, their suite properties together; named after the first. Raises ``ValueError`` for no report."""
+    if not reports:
+        raise ValueError("no report to merge")
+    if len(reports) == 1:
+        return reports[0]
+    return Report(reports[0].path, {k: c for r in reports for k, c in r.cases.items()},
+                  tuple(p for r in reports for p in r.properties))
+
+
 def _add_case_parts(tc, parts: tuple[list[ResultElement], list[tuple[str, str]], list[str]]) -> None:  # type: ignore[no-untyped-def]
     """Add one ``<testcase>`` element's results, properties and captured output to ``parts``."""
     found, props, output = parts
