@@ -436,7 +436,7 @@ def _python_can_reader(path: str, fmt: str) -> Any:
         if fmt == "asc":
             from canarchy.asc import AscReader as reader_class
         elif fmt == "blf":
-            from can.io.blf import BLFReader as reader_class
+            from canarchy.blf import BlfReader as reader_class
         elif fmt == "trc":
             from can.io.trc import TRCReader as reader_class
         elif fmt == "csv":

@@ -278,6 +278,36 @@ def test_a_conversion_keeps_each_frame_s_time(tmp_path, suffix):
     assert max(abs(g.timestamp - f.timestamp) for g, f in zip(got, source, strict=True)) < 1e-6
 
 
+def _blf(path: Path, frames: list, **options) -> bytes:
+    import can
+
+    writer = can.BLFWriter(str(path), **options)
+    for frame in frames:
+        writer.on_message_received(can.Message(timestamp=frame.timestamp, arbitration_id=frame.arbitration_id,
+                                               is_extended_id=frame.is_extended_id, data=frame.data, channel=0))
+    writer.stop()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("where", ["inside an object", "inside an object's header", "at an object's end"])
+def test_a_cut_blf_keeps_its_frames_and_says_so(tmp_path, where):
+    """python-can's BLF reader stops quietly where a file is cut; canarchy warns (CAPTURE_READ_STOPPED)."""
+    source = list(open_capture(TRUCK))
+    whole = _blf(tmp_path / "whole.blf", source, max_container_size=4096)
+    second = whole.index(b"LOBJ", whole.index(b"LOBJ") + 1)  # the second container (python-can: 144-byte header)
+    cut = {"inside an object": len(whole) // 2, "inside an object's header": second + 7,
+           "at an object's end": second}[where]
+    path = tmp_path / "cut.blf"
+    path.write_bytes(whole[:cut])
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and result.data["warning_counts"] == {"CAPTURE_READ_STOPPED": 1}, result.out
+    got = [(e["payload"]["arbitration_id"], e["payload"]["data"]) for e in result.data["events"]]
+    assert 0 < len(got) < len(source)
+    assert got == [(f.arbitration_id, f.data.hex()) for f in source[:len(got)]]
+    assert "the file ends" in result.data["warning_records"][0]["message"]
+    assert run_cli("capture", "--file", str(tmp_path / "whole.blf"), "--json").data["warning_counts"] == {}
+
+
 def test_a_broken_binary_file_is_a_decode_error(tmp_path):
     path = tmp_path / "broken.blf"
     path.write_bytes(b"this is not a BLF file" * 10)
