@@ -253,6 +253,7 @@ class CaptureFile:
 
     def _iter_python_can(self) -> Iterator[CanFrame]:
         reader = _python_can_reader(self.path, self.format)
+        one_based = self.format == "trc"  # python-can's TRC reader gives the file's bus number (1, 2 ...)
         index = 0
         try:
             iterator = iter(reader)
@@ -271,7 +272,7 @@ class CaptureFile:
                     self.error_frame_count += 1
                     continue
                 try:
-                    frame = _from_message(message)
+                    frame = _from_message(message, one_based)
                 except UserInputError as exc:
                     self.malformed_count += 1
                     self.log.add("CAPTURE_FRAME_INVALID", f"{self.path}: message {index}: invalid frame: "
@@ -473,11 +474,15 @@ def _python_can_reader(path: str, fmt: str) -> Any:
                           "or convert it to candump -l (.log).") from None
 
 
-def _from_message(message: Any) -> CanFrame:
+def _from_message(message: Any, one_based: bool = False) -> CanFrame:
     """The frame of a python-can message. CAN FD has no remote frames: python-can's ASC reader reports a
     CAN FD frame without data as ``is_remote_frame`` (and ``is_fd``), which is that frame. A payload
-    longer than 8 bytes of a CAN FD length is a CAN FD frame: a python-can CSV file has no FD flag."""
+    longer than 8 bytes of a CAN FD length is a CAN FD frame: a python-can CSV file has no FD flag.
+    ``one_based``: the message's channel is the file's number (bus 1 = channel 0, as python-can's ASC and
+    BLF readers and writers count)."""
     channel = message.channel
+    if one_based and isinstance(channel, int) and channel > 0:
+        channel -= 1
     channel = None if channel is None else str(channel)
     timestamp = checked_timestamp(float(message.timestamp))
     fd = bool(message.is_fd)

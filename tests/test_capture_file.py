@@ -308,6 +308,22 @@ def test_a_cut_blf_keeps_its_frames_and_says_so(tmp_path, where):
     assert run_cli("capture", "--file", str(tmp_path / "whole.blf"), "--json").data["warning_counts"] == {}
 
 
+def test_a_trc_file_s_buses_are_the_channels_asc_and_blf_give(tmp_path):
+    """python-can's TRC reader gives bus 1 as channel 1, its ASC and BLF readers as 0, and its TRC writer
+    adds 1: without care each .trc conversion moves every frame to the next channel."""
+    source = tmp_path / "multi.log"
+    source.write_text("(1.0) can0 123#11\n(2.0) can1 124#22\n(3.0) can3 125#33\n", encoding="ascii")
+    channels = {}
+    for suffix in (".asc", ".blf", ".trc"):
+        out = tmp_path / f"multi{suffix}"
+        assert run_cli("capture", "--file", str(source), "--output", str(out), "--json").code == 0
+        channels[suffix] = [f.channel for f in open_capture(out)]
+    again = tmp_path / "again.trc"
+    assert run_cli("capture", "--file", str(tmp_path / "multi.trc"), "--output", str(again), "--json").code == 0
+    channels["again"] = [f.channel for f in open_capture(again)]
+    assert channels == {key: ["0", "1", "3"] for key in (".asc", ".blf", ".trc", "again")}
+
+
 def test_a_broken_binary_file_is_a_decode_error(tmp_path):
     path = tmp_path / "broken.blf"
     path.write_bytes(b"this is not a BLF file" * 10)
