@@ -75,6 +75,9 @@ class CaptureWriter:
         self._not_written = 0
         self._degraded = 0
         self._direction_lost = 0  # sent frames (is_rx false) written where the format has no direction
+        self._channels: dict[str, str | None] = {}  # each channel as the file writes it: the first channel seen
+        self._merged: dict[str, list[str | None]] = {}  # the same, for those written for two channels or more
+        self._merged_frames = 0
         writer_class = _writer_class(suffix)
         try:
             fd, self._temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=f".part{suffix}",
@@ -99,12 +102,39 @@ class CaptureWriter:
             self._degraded += 1
         if self.format == "csv" and not frame.is_rx:
             self._direction_lost += 1
+        self._note_channel(frame.channel)
         try:
             self._writer.on_message_received(to_message(frame, stamped=True))
         except Exception as exc:  # an OSError, or a value the format cannot hold (ValueError, OverflowError ...)
             self.close(keep=False)
             raise _failed(self.path, exc) from None
         self.frame_count += 1
+
+    def _note_channel(self, channel: str | None) -> None:
+        """Count a frame whose channel the file writes as another channel's (``can0`` and ``vcan0`` are
+        both channel 1 of an ``.asc`` file; a ``.csv`` file has no channel)."""
+        written = self._written_channel(channel)
+        first = self._channels.setdefault(written, channel)
+        if first != channel:
+            self._merged_frames += 1
+            names = self._merged.setdefault(written, [first])
+            if channel not in names and len(names) < 8:
+                names.append(channel)
+        elif len(self._channels) > 256:  # a bounded record: past it, merges of new channels go unseen
+            self._channels.pop(written)
+
+    def _written_channel(self, channel: str | None) -> str:
+        """``channel`` as python-can's writer of this format writes it."""
+        if self.format == "csv":
+            return ""
+        if self.format == "log":
+            if channel is None:
+                return "vcan0"
+            return f"can{channel}" if channel.isdigit() else channel
+        from can.util import channel2int
+
+        number = channel2int(channel)
+        return str(1 if number is None else number + 1)
 
     def warnings(self) -> list[str]:
         """What the format could not hold of the frames written so far (see the module docstring)."""
@@ -119,6 +149,15 @@ class CaptureWriter:
         if self._direction_lost:
             notes.append(f"{self.path}: {self._direction_lost} frame(s) were sent (T), which a .csv file cannot say: "
                          "they read back as received (use .log, .asc or .blf to keep it)")
+        if self._merged_frames:
+            groups = "; ".join(", ".join("none" if c is None else c for c in names)
+                               + ("" if self.format == "csv" else f" as {written}")
+                               for written, names in list(self._merged.items())[:8])
+            how = {"csv": "has no channel", "log": "writes a number N as canN and no channel as vcan0"}.get(
+                self.format, "numbers its channels by the digits of their names (1 without one)")
+            notes.append(f"{self.path}: channels {groups}: a .{self.format} file {how}, so which of them "
+                         f"{self._merged_frames} frame(s) were on is lost"
+                         + ("" if self.format == "log" else " (.log keeps channel names)"))
         return notes
 
     def close(self, keep: bool = True) -> None:

@@ -581,6 +581,25 @@ def test_capture_file_summary_honours_filter_count_and_output(tmp_path):
     assert result.data["output"]["frames_written"] == 20
 
 
+@pytest.mark.parametrize("suffix, merged, frames", [
+    ("log", [], 0), ("asc", ["can0", "vcan0", "any"], 2), ("blf", ["can0", "vcan0", "any"], 2),
+    ("trc", ["can0", "vcan0", "any"], 2), ("csv", ["can0", "vcan0", "can1", "any"], 4)])
+def test_a_conversion_that_merges_channels_says_which(tmp_path, suffix, merged, frames):
+    """.asc/.blf/.trc number channels by the digits of their names, .csv has none: frames of two channels
+    that the file writes as one can no longer be told apart, and the envelope says so."""
+    source = tmp_path / "multi.log"
+    source.write_text("(1.0) can0 123#11\n(2.0) vcan0 124#22\n(3.0) can1 125#33\n(4.0) any 126#44\n"
+                      "(5.0) can1 127#55\n", encoding="ascii")
+    result = run_cli("capture", "--file", str(source), "--output", str(tmp_path / f"out.{suffix}"), "--json")
+    assert result.code == 0, result.out
+    notes = [w for w in result.envelope["warnings"] if "channels" in w]
+    if not merged:
+        assert notes == []
+        return
+    assert len(notes) == 1 and f"{frames} frame(s)" in notes[0], notes
+    assert ", ".join(merged) in notes[0]
+
+
 @pytest.mark.parametrize("suffix", ["blf", "asc", "trc"])
 def test_a_frame_the_format_cannot_hold_is_a_write_error_that_names_it_and_leaves_no_file(tmp_path, suffix):
     from canarchy.capture_writer import CaptureWriter
