@@ -20,10 +20,23 @@ _SHORT_MILLISECONDS = re.compile(r"(:\d\d)\.(\d{1,2})(?=\s)")
 
 
 class AscReader(ASCReader):
-    """python-can's reader, timestamps in seconds since the epoch (from the trigger block's local date)."""
+    """python-can's reader, timestamps in seconds since the epoch (from the trigger block's local date), a DLC
+    above 8 of Classical CAN as the DLC field says (python-can 4.6 reads ``r a`` as 0 and ``d 9`` as 12)."""
 
     def __init__(self, file: Any, **kwargs: Any) -> None:
         super().__init__(file, relative_timestamp=False, **kwargs)
+
+    def _process_classic_can_frame(self, line: str, msg_kwargs: dict[str, Any]) -> Any:
+        message = super()._process_classic_can_frame(line, msg_kwargs)
+        fields = line.split(None, 4)
+        if len(fields) > 3 and fields[2].lower() in ("r", "d"):
+            try:
+                dlc = int(fields[3], self._converted_base)
+            except ValueError:
+                return message
+            if 8 < dlc <= 15:
+                message.dlc = dlc
+        return message
 
     @staticmethod
     def _datetime_to_timestamp(datetime_string: str) -> float:

@@ -2,7 +2,8 @@
 
 ``(seconds) channel ID#DATA``: a 3-digit (11-bit) or 8-digit (29-bit) ID, ``ID##F`` and the data for CAN FD
 (``F``: the flags digit), ``ID#R`` with an optional DLC for a remote frame (``R3``; ``R8_9`` .. ``R8_F``, a
-raw DLC above 8); ``CAN_ERR_FLAG`` in the ID marks an error frame. Flag values: ``linux/can.h``.
+raw DLC above 8); ``ID#<8 bytes>_9`` .. ``_F``: a data frame's raw DLC; ``CAN_ERR_FLAG`` in the ID marks an
+error frame. Flag values: ``linux/can.h``.
 :data:`COMMON_LINE` is the shape most lines have, which the capture reader batches (:mod:`canarchy.capture_file`).
 """
 
@@ -85,6 +86,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
     can_id = int(ident, 16)
     fd = False
     flags = 0
+    raw_dlc = 0
     if data:
         head = data[0]
         if head == "#":  # CAN FD: one hex flags digit, then the data
@@ -95,6 +97,11 @@ def parse_candump_line(line: str) -> CanFrame | None:
             data = data[2:]
         elif head == "R" or head == "r":
             return _remote_frame(can_id, extended, timestamp, channel, data[1:], is_rx)
+        elif data[-2:-1] == "_":  # can-utils' raw DLC 9..F of a data frame of 8 bytes: 1122334455667788_9
+            if len(data) != 18 or data[-1] not in _RAW_DLC_DIGITS:
+                raise ValueError(f"data {data!r}: a raw DLC (_9 .. _F) follows 8 data bytes")
+            raw_dlc = int(data[-1], 16)
+            data = data[:-2]
         try:
             # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
             payload = bytes.fromhex(data)
@@ -119,7 +126,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
     _set(frame, "__dict__", {"arbitration_id": can_id, "data": payload, "is_extended_id": extended, "is_fd": fd,
                              "is_remote_frame": False, "timestamp": timestamp, "channel": channel,
                              "bitrate_switch": brs, "error_state_indicator": esi, "is_error_frame": False,
-                             "requested_dlc": 0, "is_rx": is_rx,
+                             "requested_dlc": 0, "is_rx": is_rx, "len8_dlc": raw_dlc,
                              TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
     return frame
 
@@ -148,4 +155,5 @@ _new = object.__new__
 _set = object.__setattr__
 #: The fields :func:`parse_candump_line` sets, which must be all of CanFrame's (tests/test_capture_file.py checks).
 CHECKED_FRAME_FIELDS = ("arbitration_id", "data", "is_extended_id", "is_fd", "is_remote_frame", "timestamp", "channel",
-                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc", "is_rx")
+                        "bitrate_switch", "error_state_indicator", "is_error_frame", "requested_dlc", "is_rx",
+                        "len8_dlc")

@@ -492,6 +492,7 @@ def _from_message(message: Any, one_based: bool = False) -> CanFrame:
     data = b"" if message.is_remote_frame else bytes(message.data or b"")
     if not fd and len(data) > 8 and len(data) in CAN_FD_DLCS:
         fd = True
+    raw = message.dlc if not fd and len(data) == 8 and 8 < message.dlc <= 15 else 0  # a raw DLC (BLF, ASC)
     return CanFrame(message.arbitration_id, data, message.is_extended_id, fd, False, timestamp, channel,
                     bool(fd and message.bitrate_switch), bool(fd and message.error_state_indicator),
-                    is_rx=bool(message.is_rx))
+                    is_rx=bool(message.is_rx), len8_dlc=raw)

@@ -1,5 +1,7 @@
 """Writing captured frames to a log file through python-can's writers (chosen by suffix from a fixed
-table: ``.log`` candump, ``.asc``, ``.blf``, ``.trc``, ``.csv``), frame by frame.
+table: ``.log`` candump, ``.asc``, ``.blf``, ``.trc``, ``.csv``), frame by frame. A ``.log`` frame's line
+is canarchy's (:func:`_candump_line`; python-can's moves frames in time and drops raw DLCs), an error
+frame's python-can's.
 
 The file is written under a temporary name beside the target and renamed by
 :meth:`CaptureWriter.close`: the target appears complete or not at all. What a format cannot hold
@@ -16,6 +18,7 @@ from typing import Any
 
 from canarchy.errors import TransportError, UserInputError
 from canarchy.fileio import write_failure_hint
+from canarchy.frame_syntax import format_frame
 from canarchy.frames import CanFrame, to_message
 
 WRITER_SUFFIXES = (".log", ".asc", ".blf", ".trc", ".csv")
@@ -47,6 +50,15 @@ def _failed(path: Path, exc: BaseException) -> TransportError:
                               "9999); write .log or --jsonl instead, or fix the recording.")
     return TransportError("CAPTURE_WRITE_FAILED", f"Cannot write {str(path)!r}: {exc.strerror or exc}.",
                           write_failure_hint(exc, f"the directory {str(path.parent)!r}"))
+
+
+def _candump_line(frame: CanFrame) -> str:
+    """``frame`` as a candump ``-l`` line, its own timestamp and raw DLC kept (python-can 4.6's writer moves a
+    frame stamped before the previous one to that one's time and drops a DLC above 8)."""
+    channel = frame.channel
+    if channel is None or channel.isdigit():  # as python-can's writer: canN, or its default vcan0
+        channel = "vcan0" if channel is None else f"can{channel}"
+    return f"({frame.timestamp:f}) {channel} {format_frame(frame)} {'R' if frame.is_rx else 'T'}\n"
 
 
 class CaptureWriter:
@@ -97,14 +109,16 @@ class CaptureWriter:
         if self.format == "trc" and (frame.is_fd or frame.is_remote_frame):
             self._not_written += 1
             return
-        if (self.format == "csv" and frame.is_fd) or (self.format == "log" and frame.is_remote_frame
-                                                      and frame.requested_dlc):
+        if self.format == "csv" and frame.is_fd:
             self._degraded += 1
         if self.format == "csv" and not frame.is_rx:
             self._direction_lost += 1
         self._note_channel(frame.channel)
         try:
-            self._writer.on_message_received(to_message(frame, stamped=True))
+            if self.format == "log" and not frame.is_error_frame:
+                self._writer.file.write(_candump_line(frame))
+            else:
+                self._writer.on_message_received(to_message(frame, stamped=True))
         except Exception as exc:  # an OSError, or a value the format cannot hold (ValueError, OverflowError ...)
             self.close(keep=False)
             raise _failed(self.path, exc) from None
@@ -143,9 +157,8 @@ class CaptureWriter:
             notes.append(f"{self.path}: {self._not_written} CAN FD or remote frame(s) not written: python-can's "
                          "TRC writer cannot log them (use .log, .asc or .blf)")
         if self._degraded:
-            what = "CAN FD flags (FD, BRS, ESI)" if self.format == "csv" else "remote frames' DLC"
-            notes.append(f"{self.path}: the {what} of {self._degraded} frame(s) is not in a .{self.format} file "
-                         "(use .blf or .asc to keep it)")
+            notes.append(f"{self.path}: the CAN FD flags (FD, BRS, ESI) of {self._degraded} frame(s) are not in a "
+                         ".csv file (use .blf or .asc to keep them)")
         if self._direction_lost:
             notes.append(f"{self.path}: {self._direction_lost} frame(s) were sent (T), which a .csv file cannot say: "
                          "they read back as received (use .log, .asc or .blf to keep it)")

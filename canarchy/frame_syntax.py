@@ -110,6 +110,9 @@ def parse_frame(text: str, channel: str | None = None) -> CanFrame:
                                  _FRAME_HINT)
         return CanFrame(arbitration_id, b"", extended, is_remote_frame=True, channel=channel,
                         requested_dlc=int(dlc_digit or 0))
+    if rest[-2:-1] == "_":
+        raise UserInputError("INVALID_FRAME", f"Frame {text!r}: a raw DLC above 8 (1122334455667788_9 .. _F) is read "
+                             "from recordings, not sent: python-can carries a DLC of 0..8.", _FRAME_HINT)
     return CanFrame(arbitration_id, _payload(rest, whole, 8), extended, channel=channel)
 
 
@@ -122,7 +125,8 @@ def format_frame(frame: CanFrame) -> str:
     if frame.is_fd:
         flags = (_CANFD_BRS if frame.bitrate_switch else 0) | (_CANFD_ESI if frame.error_state_indicator else 0)
         return f"{ident}##{flags:X}{frame.data.hex().upper()}"
-    return f"{ident}#{frame.data.hex().upper()}"
+    raw = f"_{frame.len8_dlc:X}" if frame.len8_dlc else ""  # can-utils' raw DLC 9..F of 8 data bytes
+    return f"{ident}#{frame.data.hex().upper()}{raw}"
 
 
 def parse_filter(text: str) -> FrameFilter:
@@ -156,14 +160,17 @@ def parse_filter(text: str) -> FrameFilter:
 def frame_line(payload: dict) -> str:
     """One frame payload (:meth:`CanFrame.to_payload`) as candump prints it with ``-ta``:
     ``(1700000000.123456)  can0  123   [4]  DE AD BE EF``; a CAN FD length as ``[12]``
-    followed by ``FD`` and ``BRS``/``ESI``; ``remote request``; ``ERRORFRAME``."""
+    followed by ``FD`` and ``BRS``/``ESI``; ``remote request``; ``ERRORFRAME``; a raw DLC 9..F of
+    Classical CAN as ``{9}`` (candump ``-8``)."""
     ident = can_id_text(payload["arbitration_id"], payload["is_extended_id"])
     dlc = payload["dlc"]
     head = f"({payload['timestamp']:.6f})  {payload.get('channel') or '-'}  {ident}"
     if payload.get("is_remote_frame"):
-        return f"{head}   [{dlc}]  remote request"
+        return f"{head}   {{{dlc:X}}}  remote request" if dlc > 8 else f"{head}   [{dlc}]  remote request"
     data = bytes.fromhex(payload["data"])
     body = " ".join(f"{b:02X}" for b in data)
+    if dlc > 8 and not payload.get("is_fd"):  # a raw DLC 9..F: as candump -8 prints it
+        return f"{head}   {{{dlc:X}}}  {body}"
     if payload.get("is_fd"):
         marks = " ".join(["FD"] + [m for m, key in (("BRS", "bitrate_switch"), ("ESI", "error_state_indicator"))
                                    if payload.get(key)])

@@ -48,7 +48,8 @@ class CanFrame:
     bytes (<= 8 for classic CAN, <= 64 for CAN FD); ``is_extended_id``: 29-bit
     frame; ``timestamp``: seconds since the Unix epoch; ``channel``: where it was
     seen or sent; ``is_rx``: received (False: sent by the recorder, candump's ``T``,
-    python-can's ``is_rx``).
+    python-can's ``is_rx``); ``len8_dlc``: a Classical CAN data frame's raw DLC 9..15 (it carries 8
+    bytes; Linux's ``can_frame.len8_dlc``, candump's ``_9``), 0 when the DLC is the length.
     """
 
     arbitration_id: int
@@ -63,6 +64,7 @@ class CanFrame:
     is_error_frame: bool = False
     requested_dlc: int = 0
     is_rx: bool = True
+    len8_dlc: int = 0
 
     def __post_init__(self) -> None:
         limit = MAX_EXTENDED_ID if self.is_extended_id else MAX_STANDARD_ID
@@ -91,14 +93,19 @@ class CanFrame:
         if self.is_remote_frame and (self.is_fd or self.data):
             raise UserInputError("INVALID_FRAME", "A remote frame carries no data and CAN FD has no remote frames "
                                  "(ISO 11898-1).", "Send ID#R or ID#R<DLC> (classic CAN), without data.")
+        if self.len8_dlc and not (9 <= self.len8_dlc <= 15 and len(self.data) == 8 and not self.is_fd
+                                  and not self.is_remote_frame):
+            raise UserInputError("INVALID_FRAME", f"Raw DLC {self.len8_dlc} is not 9..15 of a Classical CAN data "
+                                 "frame of 8 bytes (ISO 11898-1).", "Give 8 data bytes and a DLC of 9..F: "
+                                 "123#1122334455667788_9.")
         if not 0 <= self.requested_dlc <= 15:
             raise UserInputError("INVALID_FRAME", f"Remote frame DLC {self.requested_dlc} is outside 0..15.",
                                  "Give the requested DLC as one hex digit, e.g. 123#R8.")
 
     @property
     def dlc(self) -> int:
-        """Data length in bytes; for a remote frame the DLC it requests."""
-        return self.requested_dlc if self.is_remote_frame else len(self.data)
+        """Data length in bytes; for a remote frame the DLC it requests; a raw DLC 9..15 (``len8_dlc``)."""
+        return self.requested_dlc if self.is_remote_frame else self.len8_dlc or len(self.data)
 
     def to_payload(self) -> dict[str, Any]:
         """JSON form: ``{arbitration_id, data (hex), dlc, is_extended_id, is_fd, is_remote_frame,
@@ -120,7 +127,8 @@ class CanFrame:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> CanFrame:
-        """The frame of a :meth:`to_payload` dict (flags missing from older output read as false, ``is_rx`` as true).
+        """The frame of a :meth:`to_payload` dict (flags missing from older output read as false, ``is_rx`` as true;
+        a ``dlc`` of 9..15 with 8 data bytes of Classical CAN is the raw DLC).
 
         Raises ``UserInputError`` ``INVALID_FRAME`` (also for a timestamp :func:`checked_timestamp` refuses) /
         ``ValueError`` / ``KeyError`` / ``TypeError`` on a payload that is not a frame.
@@ -129,6 +137,8 @@ class CanFrame:
         integer = functools.partial(_whole, payload)
         remote = flag("is_remote_frame")
         timestamp = payload.get("timestamp")
+        dlc = integer("dlc", 0)
+        raw = dlc if not remote and 9 <= dlc <= 15 and not flag("is_fd") else 0
         frame = cls(
             arbitration_id=integer("arbitration_id"),
             data=bytes.fromhex(payload.get("data") or ""),
@@ -142,6 +152,7 @@ class CanFrame:
             is_error_frame=flag("is_error_frame"),
             requested_dlc=integer("dlc", 0) if remote else 0,
             is_rx=flag("is_rx", True),
+            len8_dlc=raw if len(payload.get("data") or "") == 16 else 0,
         )
         if not remote and "dlc" in payload and integer("dlc") != frame.dlc:
             raise ValueError(f"dlc {payload['dlc']} does not match the {len(frame.data)} data byte(s)")
@@ -197,6 +208,8 @@ def to_message(frame: CanFrame, stamped: bool = False) -> Any:
     if stamped:
         extra = {"timestamp": frame.timestamp, "channel": frame.channel, "is_error_frame": frame.is_error_frame,
                  "is_rx": frame.is_rx}
+        if frame.len8_dlc:  # python-can's BLF and ASC writers write the DLC field from it
+            extra["dlc"] = frame.len8_dlc
     return can.Message(
         arbitration_id=frame.arbitration_id,
         data=frame.data,
@@ -205,8 +218,7 @@ def to_message(frame: CanFrame, stamped: bool = False) -> Any:
         is_remote_frame=frame.is_remote_frame,
         bitrate_switch=frame.bitrate_switch,
         error_state_indicator=frame.error_state_indicator,
-        dlc=frame.requested_dlc if frame.is_remote_frame else None,
-        **extra,
+        **({"dlc": frame.requested_dlc if frame.is_remote_frame else None} | extra),
     )
 
 

@@ -247,7 +247,7 @@ def frame_json_writer(encode: Callable[[Any], str], source: str) -> Callable[[st
         ts = frame.__dict__.get(TIMESTAMP_TEXT) or float_repr(stamp)
         data = frame.data
         return (f'{head}{frame.arbitration_id:d}{after_id}{data.hex()}", "dlc": '
-                f'{frame.requested_dlc if remote else len(data):d}{middle}{ts}}}{tail}{ts}}}')
+                f'{frame.requested_dlc if remote else frame.len8_dlc or len(data):d}{middle}{ts}}}{tail}{ts}}}')
     return write
 
 

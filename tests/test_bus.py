@@ -354,7 +354,9 @@ def test_output_files_read_back_with_python_can(peer, virtual_channel, tmp_path,
     offset = stamps[0] - back[0].timestamp
     assert [m.timestamp + offset for m in back] == pytest.approx(stamps, abs=1e-4)
     assert envelope["data"]["output"]["frames_written"] == len(kept)
-    assert bool(envelope["warnings"]) == (suffix in ("trc", "csv", "log"))
+    assert bool(envelope["warnings"]) == (suffix in ("trc", "csv"))
+    if suffix in ("log", "blf", "asc"):  # the remote frame's DLC
+        assert [m.dlc for m in back if m.is_remote_frame] == [4]
 
 
 def test_output_is_never_half_written_and_never_clobbered(peer, virtual_channel, tmp_path):

@@ -100,6 +100,50 @@ def test_every_remote_frame_dlc_reads_back_as_canarchy_writes_it():
             parse_candump_line(f"(1.000000) can0 123#{bad}")
 
 
+def test_a_data_frame_s_raw_dlc_reads_as_candump_writes_it():
+    """can-utils ``lib.c``: a Classical CAN data frame of 8 bytes with a DLC of 9..15 is ``ID#<8 bytes>_9`` .. ``_F``
+    in a candump ``-l`` log (Linux ``can_frame.len8_dlc``); ``candump -8`` prints its DLC as ``{9}``."""
+    from canarchy.frame_syntax import format_frame, frame_line
+
+    frame = parse_candump_line("(1.000000) can0 123#1122334455667788_9")
+    assert (frame.data, frame.len8_dlc, frame.dlc, frame.to_payload()["dlc"]) == (bytes.fromhex("1122334455667788"),
+                                                                                9, 9, 9)
+    assert format_frame(frame) == "123#1122334455667788_9"
+    assert frame_line(frame.to_payload()) == "(1.000000)  can0  123   {9}  11 22 33 44 55 66 77 88"
+    assert [parse_candump_line(f"(1.0) can0 18DAF110#0011223344556677_{d}").len8_dlc for d in "9ABCDEF"] == \
+        list(range(9, 16))
+    for bad in ("11223344_9", "1122334455667788_8", "1122334455667788_", "1122334455667788_9A"):
+        with pytest.raises(ValueError):
+            parse_candump_line(f"(1.000000) can0 123#{bad}")
+
+
+@pytest.mark.parametrize("suffix", [".log", ".asc", ".blf", ".csv", ".trc", ".jsonl"])
+def test_a_conversion_keeps_raw_dlcs(tmp_path, suffix):
+    """A DLC above 8 of a data frame (and of a remote frame, where the format has remote frames) survives every
+    format canarchy writes; python-can's .log writer and ASC reader lose it."""
+    source = tmp_path / "raw.log"
+    source.write_text("(1.000000) can0 123#1122334455667788_9\n(2.000000) can0 124#R8_A\n"
+                      "(3.000000) can0 125#1122334455667788\n", encoding="ascii")
+    out = tmp_path / f"out{suffix}"
+    if suffix == ".jsonl":
+        out.write_text(run_cli("capture", "--file", str(source), "--jsonl").out, encoding="utf-8")
+    else:
+        assert run_cli("capture", "--file", str(source), "--output", str(out), "--json").code == 0
+    got = {f.arbitration_id: f.dlc for f in open_capture(out)}
+    assert got == ({0x123: 9, 0x125: 8} if suffix == ".trc" else {0x123: 9, 0x124: 10, 0x125: 8})
+
+
+def test_a_log_conversion_keeps_a_frame_stamped_before_the_previous_one(tmp_path):
+    """candump -l logs of several interfaces need not be in time order; python-can's .log writer moved such a
+    frame to the previous one's time."""
+    source = tmp_path / "steps.log"
+    source.write_text("(1700000000.500000) can0 123#11 R\n(1700000000.100000) can1 124#22 T\n"
+                      "(1700000000.700000) can0 125#33 R\n", encoding="ascii")
+    out = tmp_path / "out.log"
+    assert run_cli("capture", "--file", str(source), "--output", str(out), "--json").code == 0
+    assert out.read_text(encoding="ascii") == source.read_text(encoding="ascii")
+
+
 def test_direction_suffix_and_empty_payload_and_blank_line():
     assert parse_candump_line("(1.000000) can0 123#0102 R").data == b"\x01\x02"
     assert parse_candump_line("(1.000000) can0 123#").data == b""
