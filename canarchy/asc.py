@@ -45,7 +45,8 @@ class AscReader(ASCReader):
 
 
 class AscWriter(ASCWriter):
-    """python-can's writer with the trigger block at the first frame's millisecond, written with 3 digits."""
+    """python-can's writer with the trigger block at the first frame's millisecond, written with 3 digits, and an
+    event stamped before that at offset 0 (python-can writes its absolute time as the offset: decades later)."""
 
     def _format_header_datetime(self, dt: datetime) -> str:
         return dt.strftime(self.FORMAT_DATE.format(f"{dt.microsecond // 1000:03d}"))
@@ -57,4 +58,6 @@ class AscWriter(ASCWriter):
             self.header_written = True
             self.started = self.last_timestamp = start
             super().log_event("Start of measurement", start)
+        if timestamp is not None and timestamp < self.started:
+            timestamp = self.started
         super().log_event(message, timestamp)

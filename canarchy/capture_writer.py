@@ -90,6 +90,8 @@ class CaptureWriter:
         self._channels: dict[str, str | None] = {}  # each channel as the file writes it: the first channel seen
         self._merged: dict[str, list[str | None]] = {}  # the same, for those written for two channels or more
         self._merged_frames = 0
+        self._start: float | None = None  # .asc/.blf: the file's start, the first frame's whole millisecond
+        self._before_start = 0  # frames stamped before it, which those files write at their start
         writer_class = _writer_class(suffix)
         try:
             fd, self._temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=f".part{suffix}",
@@ -114,6 +116,11 @@ class CaptureWriter:
         if self.format == "csv" and not frame.is_rx:
             self._direction_lost += 1
         self._note_channel(frame.channel)
+        if self.format in ("asc", "blf"):
+            if self._start is None:
+                self._start = int(frame.timestamp * 1000) / 1000  # as both writers count
+            elif frame.timestamp < self._start:
+                self._before_start += 1
         try:
             if self.format == "log" and not frame.is_error_frame:
                 self._writer.file.write(_candump_line(frame))
@@ -162,6 +169,10 @@ class CaptureWriter:
         if self._direction_lost:
             notes.append(f"{self.path}: {self._direction_lost} frame(s) were sent (T), which a .csv file cannot say: "
                          "they read back as received (use .log, .asc or .blf to keep it)")
+        if self._before_start:
+            notes.append(f"{self.path}: {self._before_start} frame(s) stamped before the first one are written at "
+                         f"the file's start, {self._start:.3f}: a .{self.format} file holds times after its start "
+                         "(use .log to keep them)")
         if self._merged_frames:
             groups = "; ".join(", ".join("none" if c is None else c for c in names)
                                + ("" if self.format == "csv" else f" as {written}")

@@ -144,6 +144,23 @@ def test_a_log_conversion_keeps_a_frame_stamped_before_the_previous_one(tmp_path
     assert out.read_text(encoding="ascii") == source.read_text(encoding="ascii")
 
 
+@pytest.mark.parametrize("suffix", [".asc", ".blf", ".log", ".trc", ".csv"])
+def test_a_frame_stamped_before_the_first_is_kept_or_said(tmp_path, suffix):
+    """.asc and .blf hold offsets from their start (the first frame): an earlier frame is written at the start,
+    with a warning (python-can's ASC writer wrote its absolute time as the offset: read back, 2077)."""
+    source = tmp_path / "steps.log"
+    source.write_text("(1700000000.500000) can0 123#11\n(1700000000.100000) can1 124#22\n"
+                      "(1700000000.700000) can0 125#33\n", encoding="ascii")
+    out = tmp_path / f"out{suffix}"
+    result = run_cli("capture", "--file", str(source), "--output", str(out), "--json")
+    stamps = [round(f.timestamp, 6) for f in open_capture(out)]
+    notes = [w for w in result.envelope["warnings"] if "before the first" in w]
+    if suffix in (".asc", ".blf"):
+        assert stamps == [1700000000.5, 1700000000.5, 1700000000.7] and len(notes) == 1 and "1 frame(s)" in notes[0]
+    else:
+        assert stamps == [1700000000.5, 1700000000.1, 1700000000.7] and notes == []
+
+
 def test_direction_suffix_and_empty_payload_and_blank_line():
     assert parse_candump_line("(1.000000) can0 123#0102 R").data == b"\x01\x02"
     assert parse_candump_line("(1.000000) can0 123#").data == b""
