@@ -12,6 +12,7 @@ Line formats, warnings and figures: docs/decoding.md.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 import io
@@ -42,6 +43,10 @@ _READ_ERRORS = (OSError, EOFError, zlib.error)  # reading a file stops (a trunca
 _MAX_SHOWN = 80  # characters of a bad line quoted in its warning
 #: Lines the candump reader takes at a time (:meth:`CaptureFile._candump_batch`).
 BATCH_LINES = 256
+#: Characters of a candump line the reader holds (a CAN FD line has about 200): past them the line is malformed
+#: and the rest of it is skipped in pieces of this size, so a file without line breaks is not held whole.
+MAX_LINE = 4096
+_LINE_ENDS = ("\n", "\r")
 #: Channel and ID pairs whose frame fields the candump reader keeps (a bounded cache).
 MAX_KNOWN_IDS = 4096
 #: What the candump reader keeps of a key of :data:`COMMON_LINE`: a frame's ``__dict__`` with that
@@ -192,6 +197,8 @@ class CaptureFile:
         """:func:`parse_candump_line` of ``line``: its frame, or None (a blank line, or one counted and
         warned about). The frame of a common line is remembered under its ``key`` in ``known``."""
         try:
+            if len(line) >= MAX_LINE and not line.endswith(_LINE_ENDS):  # cut by _line_batches
+                raise ValueError(f"line longer than {MAX_LINE} characters")
             frame = parse_candump_line(line)
         except ErrorFrame:
             self.error_frame_count += 1
@@ -360,11 +367,17 @@ def capture_format(path: str) -> str:
 
 
 def _line_batches(handle: io.TextIOBase, size: int) -> Iterator[list[str]]:
-    """The lines of ``handle`` in lists of ``size`` (the last one shorter). When reading fails, the
-    lines read before the failure come first, then the error."""
+    """The lines of ``handle`` in lists of ``size`` (the last one shorter); a line longer than
+    :data:`MAX_LINE` as its first ``MAX_LINE`` characters, without a line end (the rest is read and
+    dropped). When reading fails, the lines read before the failure come first, then the error."""
     batch: list[str] = []
+    readline = handle.readline
     try:
-        for line in handle:
+        for line in iter(functools.partial(readline, MAX_LINE), ""):
+            if len(line) == MAX_LINE and not line.endswith(_LINE_ENDS):
+                rest = line
+                while len(rest) == MAX_LINE and not rest.endswith(_LINE_ENDS):
+                    rest = readline(MAX_LINE)
             batch.append(line)
             if len(batch) == size:
                 yield batch

@@ -267,6 +267,26 @@ def test_warnings_are_bounded(tmp_path):
                                                             {"file": str(path), "line": 2}]
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", ""])
+def test_a_line_without_end_is_not_held_whole(tmp_path, end):
+    """A file with a huge line (no line breaks: binary data named .log) is read in pieces: the line is
+    malformed, the frames around it stand, and memory does not grow with the line."""
+    first, last = _lines(LEAF)[:2]
+    path = tmp_path / "long.log"
+    path.write_text(f"{first}{end or chr(10)}{'A' * 8_000_000}{end}{last if end else ''}\n", encoding="ascii")
+    capture = open_capture(path)
+    tracemalloc.start()
+    try:
+        frames = list(capture)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(frames) == (2 if end else 1) and peak < 1_000_000, peak
+    assert capture.log.counts == {"CANDUMP_LINE_MALFORMED": 1}
+    assert "line longer than 4096 characters" in capture.all_warnings()[0]
+    assert capture.log.records[0].details["line"] == 2
+
+
 def test_gzip_candump(tmp_path):
     path = tmp_path / "leaf.log.gz"
     path.write_bytes(gzip.compress(LEAF.read_bytes()))
