@@ -1885,3 +1885,28 @@ def test_a_basetemp_inside_a_virtual_environment_of_the_checkout_stays_usable_un
     assert run.returncode == 0 and run.outcomes("test_writes_tmp") == {"passed"}, run.output
     assert "containment: in force" in run.output, run.output
     assert ".tox/py311 stays writable to other processes: --basetemp is inside it" in run.output, run.output
+
+
+def test_the_programs_the_plugin_starts_carry_none_of_the_scrubbed_variables(tmp_path):
+    """The plugin's own git (the sentinel's looks, a test's write into the checkout) keeps the operator's home
+    and configuration, not their ``CANARCHY_*``/``CAN_*`` values: a process a test starts could read them from
+    its ``/proc/PID/environ``. A ``git`` on PATH notes the environment it is started with."""
+    real_git = shutil.which("git")
+    if real_git is None:
+        pytest.skip("no git")
+    project, seen, wrapper = tmp_path / "project", tmp_path / "git-env.txt", tmp_path / "bin" / "git"
+    project.mkdir()
+    (project / "README.md").write_text("tracked\n")
+    for argv in (["init", "-q"], ["add", "README.md"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t"]):
+        subprocess.run(["git", "-C", str(project), *argv], check=True, capture_output=True)
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nenv >> "$CHILD_GIT_SEEN"\nexec {shlex.quote(real_git)} "$@"\n')
+    wrapper.chmod(0o755)
+    test = "import os\n\ndef test_opens_a_tracked_file_to_append():\n    open('README.md', 'a').close()\n"
+    run = run_child(tmp_path, {"test_touch.py": test, "README.md": "tracked\n"},
+                    env={"PATH": f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}", "CHILD_GIT_SEEN": str(seen)})
+    assert run.outcomes("test_opens_a_tracked_file_to_append") == {"passed"}, run.output
+    lines = seen.read_text().splitlines()
+    assert any(line.startswith("HOME=") for line in lines), lines  # git ran, with the operator's home
+    assert [line for line in lines if line.startswith(("CANARCHY_", "CAN_"))] == []

@@ -381,7 +381,8 @@ def probe(network: bool = True, *, python: str | None = None, timeout: float = 3
         with open(os.path.join(root, "state.conf"), "w", encoding="ascii") as handle:
             handle.write("x = 1\n")
         argv = [python or sys.executable, "-I", "-S", "-c", _PROBE_CODE, __file__, root, "1" if network else "0"]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              env={"PATH": os.environ.get("PATH", os.defpath)})  # nothing of the operator's
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
             last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]

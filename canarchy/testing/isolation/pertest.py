@@ -292,7 +292,7 @@ def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[st
     if not left:
         return []
     with _access.GUARD.exempt():
-        found = _tree.unseen(root, left, run.sandbox.operator_env)
+        found = _tree.unseen(root, left, run.sandbox.tool_env)
     run.hidden_named.update(os.path.join(root, rel) for rel in found)
     return found
 

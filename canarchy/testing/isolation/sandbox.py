@@ -103,6 +103,9 @@ class Sandbox:
                  account_home: str | None = None) -> None:
         self.operator_env = dict(os.environ if operator_env is None else operator_env)
         self.scrub_prefixes = scrub_prefixes
+        #: The environment of the programs the plugin itself starts (git): the operator's, their home and
+        #: configuration kept, without the scrubbed variables, which a test's process could read from them.
+        self.tool_env = {k: v for k, v in self.operator_env.items() if not is_scrubbed(k, scrub_prefixes)}
         self.scan_packages = scan_packages
         self.real_home = Path(self.operator_env.get("HOME") or os.path.expanduser("~")).resolve()
         self.root = Path(tempfile.mkdtemp(prefix="canarchy-pytest-", dir=parent)).resolve()

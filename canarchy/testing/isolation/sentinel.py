@@ -40,7 +40,7 @@ def _list_ignored(run: _Run, config: pytest.Config) -> None:
     if run.ignored is None:
         with _access.GUARD.exempt():
             run.ignored = functools.cache(functools.partial(_git.read_ignored, _git.ignored_listing(
-                config.rootpath, run.sandbox.operator_env)))
+                config.rootpath, run.sandbox.tool_env)))
 
 
 def _own_outputs(run: _Run, config: pytest.Config) -> frozenset[str]:
@@ -55,10 +55,10 @@ def _own_outputs(run: _Run, config: pytest.Config) -> frozenset[str]:
 
 def _checkout_manifest(run: _Run, root: Path) -> dict:
     """The checkout as git sees it (what differs from its index, and the untracked files it does
-    not ignore), git run with the operator's environment (their global configuration:
+    not ignore), git run with the operator's environment but the scrubbed variables (their global configuration:
     ``safe.directory``, ``core.excludesFile``); and what a later run loads unasked at the top of
     the checkout and of ``run.search_dirs``, ignored or not."""
-    state = _tree.checkout_state(root, env=run.sandbox.operator_env, search_dirs=run.search_dirs)
+    state = _tree.checkout_state(root, env=run.sandbox.tool_env, search_dirs=run.search_dirs)
     for path in run.own_outputs:
         state.pop(path, None)
     return state
@@ -235,7 +235,7 @@ def _after_the_verdict(run: _Run, config: pytest.Config, access: Access) -> None
     extension module: git ignores ``*.so``, and one runs ahead of its ``.py``)."""
     root = os.path.realpath(config.rootpath)
     if access.zone == "watched" and os.path.dirname(access.resolved) == root and not access.resolved.endswith(
-            _loadable.IMPORTABLE_SUFFIXES) and _git.ignored(root, access.resolved, run.sandbox.operator_env):
+            _loadable.IMPORTABLE_SUFFIXES) and _git.ignored(root, access.resolved, run.sandbox.tool_env):
         return
     sys.stdout.flush()
     found = "".join(f"{line}\n" for line in run.last_lines)  # what the last look had found, if it was under way

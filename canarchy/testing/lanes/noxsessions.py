@@ -84,6 +84,22 @@ def temp_outside() -> str:
     return base
 
 
+def _lane_options(session: nox.Session, *, flags: tuple[str, ...] = (), valued: tuple[str, ...] = ()) -> list[str]:
+    """Take the lane's own options out of the session's posargs (``flags``; ``valued``, as ``--name V`` or
+    ``--name=V``) and return them; what stays chooses tests."""
+    own, rest, args = [], [], list(session.posargs)
+    while args:
+        token = args.pop(0)
+        if token in flags:
+            own.append(token)
+        elif token.split("=", 1)[0] in valued:
+            own += [token] if "=" in token else [token, args.pop(0) if args else ""]
+        else:
+            rest.append(token)
+    session.posargs[:] = rest
+    return own
+
+
 @nox.session(tags=["tests"])
 def unit(session: nox.Session) -> None:
     """Run the isolated suite (two pytest-xdist workers per core; reports/unit.xml)."""
@@ -104,12 +120,12 @@ def integration(session: nox.Session) -> None:
 def parity(session: nox.Session) -> None:
     """Run the suite with and without an operator's home and shell, each on a copy; fail on a difference.
 
-    ``nox -s parity -- --strict``: fail on flaky and hash-seed dependent tests too; other posargs choose tests.
+    ``nox -s parity -- --strict``: fail on flaky and hash-seed dependent tests too; ``-- --shards N``: N pytest
+    processes a twin (default one per core); ``-- --jobs N``: N pytest-xdist workers instead; other posargs
+    choose tests.
     """
     install(session)
-    strict = "--strict" in session.posargs
-    session.posargs[:] = [a for a in session.posargs if a != "--strict"]
-    lane(session, "parity", *(["--strict"] if strict else []))
+    lane(session, "parity", *_lane_options(session, flags=("--strict",), valued=("--shards", "--jobs")))
 
 
 @nox.session(tags=["harness"])
@@ -126,15 +142,7 @@ def order(session: nox.Session) -> None:
     ``nox -s order -- --seeds 5``: seeds 1..5; ``-- --seed 42``: one seed; other posargs choose tests.
     """
     install(session)
-    own, rest, args = [], [], list(session.posargs)
-    while args:
-        token = args.pop(0)
-        if token.split("=", 1)[0] in ("--seeds", "--seed"):
-            own += [token] if "=" in token else [token, args.pop(0) if args else ""]
-        else:
-            rest.append(token)
-    session.posargs[:] = rest
-    lane(session, "order", *own)
+    lane(session, "order", *_lane_options(session, valued=("--seeds", "--seed")))
 
 
 @nox.session(tags=["harness"])
