@@ -125,6 +125,16 @@ def test_choose_tests_accepts_selection_only(posargs, fixed, expected):
     assert lane_env.choose_tests(posargs, fixed_markexpr=fixed) == expected
 
 
+@pytest.mark.parametrize(("posargs", "own", "rest"), [
+    (["--strict", "tests/test_cli.py", "--shards", "3", "-k", "json"], ["--strict", "--shards", "3"],
+     ["tests/test_cli.py", "-k", "json"]),
+    (["--jobs=2", "--seeds"], ["--jobs=2", "--seeds", ""], []),  # a missing value: the lane's parser refuses ""
+    (["--strictly", "-x"], [], ["--strictly", "-x"]),
+])
+def test_a_nox_session_takes_its_lane_s_options_out_of_the_posargs(posargs, own, rest):
+    assert lane_env.lane_options(posargs, flags=("--strict",), valued=("--shards", "--jobs", "--seeds")) == (own, rest)
+
+
 @pytest.mark.parametrize(
     "posargs, fixed, message",
     [

@@ -121,6 +121,24 @@ def build_env(
 SELECTION_OPTIONS = ("-k", "-m", "--deselect")
 
 
+def lane_options(args: Sequence[str], *, flags: tuple[str, ...] = (),
+                 valued: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """``(the lane's own options, the rest)`` of a nox session's posargs: ``flags`` alone, ``valued`` as
+    ``--name V`` or ``--name=V`` (a missing value as "", for the lane's parser to refuse)."""
+    own: list[str] = []
+    rest: list[str] = []
+    args = list(args)
+    while args:
+        token = args.pop(0)
+        if token in flags:
+            own.append(token)
+        elif token.split("=", 1)[0] in valued:
+            own += [token] if "=" in token else [token, args.pop(0) if args else ""]
+        else:
+            rest.append(token)
+    return own, rest
+
+
 def choose_tests(
     posargs: Sequence[str],
     *,

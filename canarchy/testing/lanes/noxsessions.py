@@ -84,19 +84,9 @@ def temp_outside() -> str:
     return base
 
 
-def _lane_options(session: nox.Session, *, flags: tuple[str, ...] = (), valued: tuple[str, ...] = ()) -> list[str]:
-    """Take the lane's own options out of the session's posargs (``flags``; ``valued``, as ``--name V`` or
-    ``--name=V``) and return them; what stays chooses tests."""
-    own, rest, args = [], [], list(session.posargs)
-    while args:
-        token = args.pop(0)
-        if token in flags:
-            own.append(token)
-        elif token.split("=", 1)[0] in valued:
-            own += [token] if "=" in token else [token, args.pop(0) if args else ""]
-        else:
-            rest.append(token)
-    session.posargs[:] = rest
+def _lane_options(session: nox.Session, **kinds: tuple[str, ...]) -> list[str]:
+    """Take the lane's own options out of the session's posargs (:func:`~.env.lane_options`); the rest choose tests."""
+    own, session.posargs[:] = _env.lane_options(session.posargs, **kinds)
     return own
 
 
