@@ -588,6 +588,13 @@ BYTECODE = {
             subprocess.run([sys.executable, "-c", code, str(request.config.rootpath)], check=True)
             assert pyc(request, "childmod")[1].is_file()
 
+        import pytest
+
+        @pytest.mark.parametrize("name", ["pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "tox.ini",
+                                          "setup.cfg", "pyproject.toml"])
+        def test_writes_pytest_s_configuration(request, name):
+            (Path(request.config.rootpath) / "nsdir" / name).write_text("[pytest]\\naddopts = -p bcpkg.planted\\n")
+
         def test_plants_a_pytest_plugin_for_the_next_run(request):
             metadata = Path(request.config.rootpath) / "planted.egg-info"  # git ignores *.egg-info/
             metadata.mkdir()
@@ -1294,6 +1301,19 @@ def test_a_pytest_plugin_planted_in_an_ignored_directory_is_refused_at_the_momen
     assert f"test_bytecode.py::{test} tried to mkdir" in messages and "a later Python or pytest run loads" \
         in messages, messages
     assert not (run.home.parent / "project" / "planted.egg-info").exists()
+
+
+@pytest.mark.parametrize("name", ["pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
+                                  "pyproject.toml"])
+def test_pytest_s_configuration_written_into_the_checkout_is_refused_at_the_moment(bytecode, name):
+    """Every file name pytest takes its configuration from (pytest 9: ``_pytest.config.findpaths.locate_config``),
+    in any directory of the checkout: the next ``pytest tests/`` there reads its ``addopts`` before any isolation."""
+    run, _ = bytecode
+    test = f"test_writes_pytest_s_configuration[{name}]"
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert "tried to open for writing" in messages and "a later Python or pytest run loads" in messages, messages
+    assert not (run.home.parent / "project" / "nsdir" / name).exists()
 
 
 @pytest.mark.parametrize("test, path", [

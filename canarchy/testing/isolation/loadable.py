@@ -25,8 +25,10 @@ START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".p
 NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
 #: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
 IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
-START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", "pytest.ini", ".pytest.ini",
-                            "tox.ini", "setup.cfg", "pyproject.toml"})
+#: pytest's configuration files: every name pytest 9 looks for (``_pytest.config.findpaths.locate_config``).
+PYTEST_CONFIGURATION = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
+                        "setup.cfg")
+START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", *PYTEST_CONFIGURATION})
 
 
 def is_start_up_code(name: str) -> bool:

@@ -315,7 +315,7 @@ def _guarded_manifest(run: _Run) -> dict:
 
 
 def _check_configuration(config: pytest.Config) -> None:
-    """Name a pytest configuration that shadows the project's own (a stray pytest.ini, tox.ini or
+    """Name a pytest configuration that shadows the project's own (a stray pytest.toml, pytest.ini, tox.ini or
     setup.cfg section) in the header, and refuse it when it loses the plugin's settings."""
     run = config.stash[_RUN]
     inipath = config.inipath

@@ -88,7 +88,7 @@ def read_run(run: Run, *, isolated: bool = False, complete: bool = False) -> tup
     why_not = _unusable(report, run.returncode, complete)
     if why_not is None and isolated and not report.properties_named(ISOLATION_PROPERTY):
         return None, ("the run was not under canarchy's isolation, which the project's pyproject.toml loads "
-                      f"(no {ISOLATION_PROPERTY} property in the report): does a pytest.ini, tox.ini or "
+                      f"(no {ISOLATION_PROPERTY} property in the report): does a pytest.toml, pytest.ini, tox.ini or "
                       "setup.cfg shadow its [tool.pytest.ini_options]?")
     return (None, f"{why_not}; pytest exit code {run.returncode}") if why_not else (report, None)
 
