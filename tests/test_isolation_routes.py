@@ -19,6 +19,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ from canarchy.testing.isolation.refusal import OperatorStateRefused
 from canarchy.testing.isolation.session import _RUN
 from canarchy.testing.isolation.tree import content_differences
 from tests.helpers import PYTEST
-from tests.isolation_child import make_operator_home, operator_environment, run_batch, run_child
+from tests.isolation_child import REPO, make_operator_home, operator_environment, run_batch, run_child
 
 EARLY = ("-p", "canarchy.testing.isolation.plugin")
 
@@ -1930,3 +1931,41 @@ def test_the_programs_the_plugin_starts_carry_none_of_the_scrubbed_variables(tmp
     lines = seen.read_text().splitlines()
     assert any(line.startswith("HOME=") for line in lines), lines  # git ran, with the operator's home
     assert [line for line in lines if line.startswith(("CANARCHY_", "CAN_"))] == []
+
+
+OPERATOR_CODE_TREES = """
+import os, subprocess, sys
+
+def _plant(path):
+    subprocess.run(["sh", "-c", f"mkdir -p {os.path.dirname(path)} && echo 'import os' > {path}"])  # no guard
+    return os.path.exists(path)
+
+def test_plants_byte_code_in_the_operator_s_cache_prefix():
+    assert sys.pycache_prefix and not _plant(os.path.join(sys.pycache_prefix, "pkg", "mod.cpython-311.pyc"))
+
+def test_plants_a_sitecustomize_in_a_directory_of_the_operator_s_pythonpath():
+    assert not _plant(os.path.join(os.environ["CHILD_PYTHONPATH_DIR"], "sitecustomize.py"))
+"""
+
+
+def test_the_code_trees_the_operator_s_environment_names_are_read_only(tmp_path):
+    """``PYTHONPYCACHEPREFIX`` and the directories of ``PYTHONPATH``, outside the checkout: byte code planted in
+    the cache prefix runs in place of its source in the operator's next Python, before any isolation, and a
+    ``sitecustomize`` on their path at its start. Under the containment both are read-only (a shell child too)."""
+    _containment_or_skip()
+    # outside this run's temporary tree, which the child's temporary trees are in (those stay writable)
+    where = Path(tempfile.mkdtemp(prefix="canarchy-operator-code-", dir="/tmp"))
+    try:
+        prefix, path_dir = where / "pycache", where / "pythonpath"
+        prefix.mkdir()
+        path_dir.mkdir()
+        run = run_child(tmp_path, {"test_plant.py": OPERATOR_CODE_TREES,
+                                   "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"},
+                        *EARLY, env={"PYTHONPYCACHEPREFIX": str(prefix), "CHILD_PYTHONPATH_DIR": str(path_dir),
+                                     "PYTHONPATH": os.pathsep.join([str(REPO), str(path_dir)])})
+        for test in ("test_plants_byte_code_in_the_operator_s_cache_prefix",
+                     "test_plants_a_sitecustomize_in_a_directory_of_the_operator_s_pythonpath"):
+            assert run.outcomes(test) == {"passed"}, run.output
+        assert list(path_dir.iterdir()) == [] and not (prefix / "pkg").exists()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

@@ -62,6 +62,19 @@ def _interpreter_trees(root: str) -> list[str]:
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
+def _operator_code_trees(operator_env: dict, writable: list[str], own: list[str]) -> list[str]:
+    """Where the operator's environment tells every later Python to load code from: the byte-code cache
+    of ``PYTHONPYCACHEPREFIX`` (``sys.pycache_prefix``: byte code planted there runs in place of its source)
+    and the directories of ``PYTHONPATH`` (a ``sitecustomize`` there runs at start-up): each existing one that
+    holds none of ``writable`` (the run's trees) and lies inside none of ``own`` (the checkout, the sandbox)."""
+    found = [sys.pycache_prefix or "", *operator_env.get("PYTHONPATH", "").split(os.pathsep)]
+    trees = {os.path.realpath(t) for t in found if t and os.path.isabs(t) and os.path.isdir(t)}
+    holds = [os.path.realpath(t) for t in writable]
+    mine = [os.path.realpath(t) for t in own]
+    return sorted(t for t in trees if os.path.dirname(t) != t and not any(_mountview.inside(w, t) for w in holds)
+                  and not any(_mountview.inside(t, m) for m in mine))
+
+
 def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str) -> list[str]:
     """The checkout's virtual environments that hold neither the checkout nor a temporary directory of the run:
     those the guard makes read-only. The running interpreter's trees are not among them (a lane runs projects
@@ -118,6 +131,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         held = [t for t in code if _mountview.inside(os.path.abspath(basetemp), t)]
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
+    code += _operator_code_trees(run.sandbox.operator_env, sorted(writable), [root, str(run.sandbox.root)])
     read_only = [*homes, *_git_dirs(root), *code, *_protection.KERNEL_SETTINGS]
     writable.update(_protection.NAMESPACE_SETTINGS)
     # A CAN adapter's device node becomes an empty read-only file too: for the tests and every process they
