@@ -538,9 +538,8 @@ def test_default_protection_covers_both_homes(tmp_path, monkeypatch):
     assert str(tmp_path / "roaming" / "can.ini") in operator.refused
     assert str(tmp_path / "cwd" / "can.ini") in operator.refused
     assert str(tmp_path / "cwd" / ".canarchy") in operator.refused  # canarchy's sessions in the working directory
-    assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home),
-                                  *protection.KERNEL_SETTINGS)
-    assert operator.writable == (tempfile.gettempdir(), *protection.NAMESPACE_SETTINGS)
+    assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home), *_KERNEL)
+    assert operator.writable == (tempfile.gettempdir(), *protection.NAMESPACE_SETTINGS, f"/proc/{os.getpid()}")
 
 
 def test_default_protection_resolves_and_merges_homes(tmp_path):
@@ -549,11 +548,30 @@ def test_default_protection_resolves_and_merges_homes(tmp_path):
     (tmp_path / "via-link").symlink_to(real)
     operator = protection.default_protection({"HOME": str(tmp_path / "via-link"), "USERPROFILE": str(real)},
                                              str(real))
-    assert operator.read_only == (str(real), *protection.KERNEL_SETTINGS)
+    assert operator.read_only == (str(real), *_KERNEL)
     assert [p for p in operator.refused if p.endswith(".canarchy")] == [str(real / ".canarchy"),
                                                                          os.path.join(os.getcwd(), ".canarchy")]
     # a home at the root is not read-only; the kernel's settings are
-    assert protection.default_protection({"HOME": "/"}, None).read_only == protection.KERNEL_SETTINGS
+    assert protection.default_protection({"HOME": "/"}, None).read_only == _KERNEL
+
+
+#: What the access guard keeps read-only of the kernel's: /proc whole (each process's files), /sys, /dev/kmsg.
+_KERNEL = ("/proc", "/sys", "/dev/kmsg")
+
+
+def test_the_kernel_s_settings_are_every_entry_at_the_top_of_proc_that_is_no_process_s(tmp_path):
+    proc = tmp_path / "proc"
+    for name in ("1", "42", "irq", "bus", "sys"):
+        (proc / name).mkdir(parents=True)
+    (proc / "self").symlink_to("42")
+    (proc / "net").symlink_to("self/net")
+    (proc / "mtrr").write_text("")
+    (proc / "mtrr").chmod(0o644)
+    (proc / "cpuinfo").write_text("")
+    (proc / "cpuinfo").chmod(0o444)
+    assert protection.kernel_settings(str(proc)) == (*protection.KERNEL_SETTINGS, *(
+        f"{proc}/{name}" for name in ("bus", "irq", "mtrr", "sys")))
+    assert protection.kernel_settings(str(tmp_path / "none")) == protection.KERNEL_SETTINGS
 
 
 def test_the_kernel_s_settings_are_refused_to_a_write_but_the_run_s_own_namespaces_are_not(access_guard):
@@ -566,6 +584,11 @@ def test_the_kernel_s_settings_are_refused_to_a_write_but_the_run_s_own_namespac
     assert zones.verdict("/proc/sys/net/ipv4/ip_forward", True, False) is None  # the run's network namespace's
     assert zones.verdict("/proc/sysrq-trigger", True, False) is not None and \
         zones.verdict("/sys/kernel/uevent_helper", True, False) is not None
+    # any process's own settings (the shell that started pytest: its OOM score, core dump filter, nice level)
+    # and the rest of /proc, but for this process's
+    assert all(zones.verdict(path, True, False) is not None for path in (
+        f"/proc/{os.getppid()}/oom_score_adj", "/proc/1/coredump_filter", "/proc/irq/default_smp_affinity"))
+    assert zones.verdict(f"/proc/{os.getpid()}/oom_score_adj", True, False) is None
 
 
 def test_default_protection_follows_python_cans_config_files(tmp_path, monkeypatch):

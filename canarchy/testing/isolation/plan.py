@@ -132,11 +132,12 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
         code = [t for t in code if t not in held]
         run.header += [f"containment: {t} stays writable to other processes: --basetemp is inside it" for t in held]
     code += _operator_code_trees(run.sandbox.operator_env, sorted(writable), [root, str(run.sandbox.root)])
-    read_only = [*homes, *_git_dirs(root), *code, *_protection.KERNEL_SETTINGS]
+    read_only = [*homes, *_git_dirs(root), *code, *_protection.kernel_settings()]
     writable.update(_protection.NAMESPACE_SETTINGS)
     # A CAN adapter's device node becomes an empty read-only file too: for the tests and every process they
     # start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
     covered = [*run.guarded, *run.refused_files, *run.adapter_devices]
+    covered += [d for d in _protection.KERNEL_DEVICES if os.path.exists(d)]  # the kernel's log: covered alike
     return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()), sockets=tuple(_protection.unix_sockets()))
 

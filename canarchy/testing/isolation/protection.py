@@ -32,10 +32,36 @@ CAN_ADAPTER_DEVICES = ("/dev/ttyS*", "/dev/ttyUSB*", "/dev/ttyACM*", "/dev/ttyAM
 #: The kernel's settings, read-only in the mount view: a root run that writes them acts outside every namespace
 #: (``kernel.core_pattern`` names a program the kernel runs as root in the initial namespaces at the next
 #: crash; ``kernel.modprobe``, sysfs's ``uevent_helper`` alike; ``/proc/sysrq-trigger`` reboots the machine).
+#: :func:`kernel_settings` adds the rest of ``/proc``'s.
 KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger", "/sys")
+#: Device nodes of the kernel's that a write changes for every process (``/dev/kmsg``: a line in the kernel's
+#: log, which no one can take back): covered in the mount view, since a read-only mount does not stop a write
+#: to a device node; read-only to the access guard.
+KERNEL_DEVICES = ("/dev/kmsg",)
 #: Inside those, the settings of the run's own namespaces, which stay writable: the network namespace's
 #: (``/proc/sys/net`` shows the writer's) and the user namespace's limits (``/proc/sys/user``).
 NAMESPACE_SETTINGS = ("/proc/sys/net", "/proc/sys/user")
+#: The entries at the top of ``/proc`` that are no kernel setting: processes' (links to one, and ``net``, a
+#: link to the reader's network namespace's).
+_PROC_OWN = ("self", "thread-self", "net")
+
+
+def kernel_settings(proc: str = "/proc") -> tuple[str, ...]:
+    """:data:`KERNEL_SETTINGS` and every other entry at the top of ``proc`` that is not a process's: each
+    directory, and each file its owner may write (``/proc/irq``'s interrupt affinities, ``/proc/bus/pci``'s
+    configuration space, ``/proc/mtrr``); proc(5). One listing of ``proc``; empty of it where there is none."""
+    found = []
+    try:
+        with os.scandir(proc) as entries:
+            for entry in entries:
+                if entry.name.isdigit() or entry.name in _PROC_OWN or entry.is_symlink():
+                    continue
+                path = f"{proc}/{entry.name}"
+                if path not in KERNEL_SETTINGS and (entry.is_dir() or entry.stat().st_mode & 0o222):
+                    found.append(path)
+    except OSError:
+        pass
+    return (*KERNEL_SETTINGS, *sorted(found))
 PYTHON_CAN_INI = "can.ini"
 # canarchy's project state in a working directory: its sessions (``canarchy.session``: ./.canarchy/sessions).
 PROJECT_STATE = ".canarchy"
@@ -94,8 +120,9 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     sessions) in ``cwd`` (the operator's working directory, default the current one), and every file in
     python-can's ``CONFIG_FILES`` when it is imported, and the environments this process and those
     above it started with (:func:`start_up_environments`). Read-only: each home
-    but ``/``. Writable: the temporary directory. The caller adds the
-    sandbox (writable) and the checkout (watched).
+    but ``/``, the kernel's settings and ``/proc`` (each process's files: the run reaches none outside it).
+    Writable: the temporary directory, the run's own namespaces' settings, this process's ``/proc``
+    entry. The caller adds the sandbox (writable) and the checkout (watched).
     """
     homes = operator_homes(environ, account_home)
     refused = [os.path.join(home, name) for home in homes for name in OPERATOR_STATE]
@@ -111,9 +138,12 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
         elif isinstance(name, str) and name:
             refused.append(name)
     refused += start_up_environments()
-    read_only = [home for home in homes if os.path.dirname(home) != home] + list(KERNEL_SETTINGS)
+    # /proc whole: a process's own files too (``oom_score_adj``, ``coredump_filter``, ``autogroup`` of the shell
+    # that started pytest), but for this process's
+    read_only = [home for home in homes if os.path.dirname(home) != home] + ["/proc", *(
+        k for k in KERNEL_SETTINGS if not k.startswith("/proc/")), *KERNEL_DEVICES]
     return Protection(refused=_unique(refused), read_only=tuple(read_only),
-                      writable=(tempfile.gettempdir(), *NAMESPACE_SETTINGS))
+                      writable=(tempfile.gettempdir(), *NAMESPACE_SETTINGS, f"/proc/{os.getpid()}"))
 
 
 def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[str]:
