@@ -539,7 +539,7 @@ def test_default_protection_covers_both_homes(tmp_path, monkeypatch):
     assert str(tmp_path / "cwd" / "can.ini") in operator.refused
     assert str(tmp_path / "cwd" / ".canarchy") in operator.refused  # canarchy's sessions in the working directory
     assert operator.read_only == (os.path.realpath(shell_home), os.path.realpath(account_home), *_KERNEL)
-    assert operator.writable == (tempfile.gettempdir(), *protection.NAMESPACE_SETTINGS, f"/proc/{os.getpid()}")
+    assert operator.writable == (tempfile.gettempdir(), *protection.NAMESPACE_SETTINGS, protection.OWN_PROC)
 
 
 def test_default_protection_resolves_and_merges_homes(tmp_path):

@@ -1946,27 +1946,40 @@ def test_plants_byte_code_in_the_operator_s_cache_prefix():
 
 def test_plants_a_sitecustomize_in_a_directory_of_the_operator_s_pythonpath():
     assert not _plant(os.path.join(os.environ["CHILD_PYTHONPATH_DIR"], "sitecustomize.py"))
+
+def test_plants_a_program_in_a_directory_of_the_operator_s_path():
+    assert not _plant(os.path.join(os.environ["CHILD_PATH_DIR"], "git"))
+
+def test_the_system_s_code_trees_are_read_only_even_to_root():
+    # `test -w` asks access(2): nothing is written either way
+    trees = ["/usr/local/bin", "/usr/lib", "/opt", "/etc", "/var/spool", "/bin", "/lib"]
+    assert [t for t in trees if os.path.isdir(t) and subprocess.run(["test", "-w", t]).returncode == 0] == []
 """
 
 
 def test_the_code_trees_the_operator_s_environment_names_are_read_only(tmp_path):
-    """``PYTHONPYCACHEPREFIX`` and the directories of ``PYTHONPATH``, outside the checkout: byte code planted in
-    the cache prefix runs in place of its source in the operator's next Python, before any isolation, and a
-    ``sitecustomize`` on their path at its start. Under the containment both are read-only (a shell child too)."""
+    """``PYTHONPYCACHEPREFIX``, the directories of ``PYTHONPATH`` and ``PATH``, and the system's code trees,
+    outside the checkout: byte code planted in the cache prefix runs in place of its source in the operator's
+    next Python, before any isolation, a ``sitecustomize`` on their path at its start, a ``git`` on their PATH
+    at their next ``git``. Under the containment all are read-only (to a shell child too)."""
     _containment_or_skip()
     # outside this run's temporary tree, which the child's temporary trees are in (those stay writable)
     where = Path(tempfile.mkdtemp(prefix="canarchy-operator-code-", dir="/tmp"))
     try:
-        prefix, path_dir = where / "pycache", where / "pythonpath"
-        prefix.mkdir()
-        path_dir.mkdir()
+        prefix, path_dir, bin_dir = where / "pycache", where / "pythonpath", where / "bin"
+        for made in (prefix, path_dir, bin_dir):
+            made.mkdir()
         run = run_child(tmp_path, {"test_plant.py": OPERATOR_CODE_TREES,
                                    "pyproject.toml": "[tool.pytest.ini_options]\ncanarchy_containment = true\n"},
                         *EARLY, env={"PYTHONPYCACHEPREFIX": str(prefix), "CHILD_PYTHONPATH_DIR": str(path_dir),
-                                     "PYTHONPATH": os.pathsep.join([str(REPO), str(path_dir)])})
+                                     "PYTHONPATH": os.pathsep.join([str(REPO), str(path_dir)]),
+                                     "CHILD_PATH_DIR": str(bin_dir),
+                                     "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])})
         for test in ("test_plants_byte_code_in_the_operator_s_cache_prefix",
-                     "test_plants_a_sitecustomize_in_a_directory_of_the_operator_s_pythonpath"):
+                     "test_plants_a_sitecustomize_in_a_directory_of_the_operator_s_pythonpath",
+                     "test_plants_a_program_in_a_directory_of_the_operator_s_path",
+                     "test_the_system_s_code_trees_are_read_only_even_to_root"):
             assert run.outcomes(test) == {"passed"}, run.output
-        assert list(path_dir.iterdir()) == [] and not (prefix / "pkg").exists()
+        assert list(path_dir.iterdir()) == list(bin_dir.iterdir()) == [] and not (prefix / "pkg").exists()
     finally:
         shutil.rmtree(where, ignore_errors=True)

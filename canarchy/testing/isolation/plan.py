@@ -62,12 +62,21 @@ def _interpreter_trees(root: str) -> list[str]:
     return sorted(t for t in trees if t and os.path.dirname(t) != t)
 
 
+#: The system's trees of programs, libraries and their configuration (FHS 3.0), and the queues of ``cron``
+#: and ``at``: a root run's write there runs in a later program of the operator's, outside the run.
+SYSTEM_CODE_TREES = ("/usr", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/etc",
+                     "/var/spool")
+
+
 def _operator_code_trees(operator_env: dict, writable: list[str], own: list[str]) -> list[str]:
-    """Where the operator's environment tells every later Python to load code from: the byte-code cache
-    of ``PYTHONPYCACHEPREFIX`` (``sys.pycache_prefix``: byte code planted there runs in place of its source)
-    and the directories of ``PYTHONPATH`` (a ``sitecustomize`` there runs at start-up): each existing one that
-    holds none of ``writable`` (the run's trees) and lies inside none of ``own`` (the checkout, the sandbox)."""
-    found = [sys.pycache_prefix or "", *operator_env.get("PYTHONPATH", "").split(os.pathsep)]
+    """Where a later program of the operator's loads code from: the directories of their ``PATH`` and
+    :data:`SYSTEM_CODE_TREES` (a program planted there runs for the next command of that name), the
+    byte-code cache of ``PYTHONPYCACHEPREFIX`` (``sys.pycache_prefix``: byte code planted there runs in
+    place of its source) and the directories of ``PYTHONPATH`` (a ``sitecustomize`` there runs at
+    start-up): each existing one that holds none of ``writable`` (the run's trees) and lies inside none
+    of ``own`` (the checkout, the sandbox)."""
+    found = [sys.pycache_prefix or "", *operator_env.get("PYTHONPATH", "").split(os.pathsep),
+             *operator_env.get("PATH", "").split(os.pathsep), *SYSTEM_CODE_TREES]
     trees = {os.path.realpath(t) for t in found if t and os.path.isabs(t) and os.path.isdir(t)}
     holds = [os.path.realpath(t) for t in writable]
     mine = [os.path.realpath(t) for t in own]

@@ -44,6 +44,9 @@ NAMESPACE_SETTINGS = ("/proc/sys/net", "/proc/sys/user")
 #: The entries at the top of ``/proc`` that are no kernel setting: processes' (links to one, and ``net``, a
 #: link to the reader's network namespace's).
 _PROC_OWN = ("self", "thread-self", "net")
+#: A process's own ``/proc`` entry, as a protection names it: each process that compiles the protection
+#: (:class:`Zones`: pytest, a child the guard reaches) reads it as its own, never resolved to one pid.
+OWN_PROC = "/proc/self"
 
 
 def kernel_settings(proc: str = "/proc") -> tuple[str, ...]:
@@ -143,7 +146,7 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     read_only = [home for home in homes if os.path.dirname(home) != home] + ["/proc", *(
         k for k in KERNEL_SETTINGS if not k.startswith("/proc/")), *KERNEL_DEVICES]
     return Protection(refused=_unique(refused), read_only=tuple(read_only),
-                      writable=(tempfile.gettempdir(), *NAMESPACE_SETTINGS, f"/proc/{os.getpid()}"))
+                      writable=(tempfile.gettempdir(), *NAMESPACE_SETTINGS, OWN_PROC))
 
 
 def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[str]:
@@ -292,7 +295,7 @@ class Zones:
         # the directories above a refused path: a descriptor of one reaches it by a relative path
         self.holding = {a: r for r in reversed(protection.refused) for a in _parents(r)}
         trees = [(root, "watched") for root in protection.watched]
-        trees += [(root, "writable") for root in protection.writable]
+        trees += [(f"/proc/{os.getpid()}" if root == OWN_PROC else root, "writable") for root in protection.writable]
         trees += [(root, "read-only") for root in protection.read_only]
         trees.sort(key=lambda tree: len(tree[0]), reverse=True)  # stable: for one root, watched, writable, read-only
         trees = [tree for tree in trees if not _in_version_control(tree, trees)]
