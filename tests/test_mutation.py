@@ -335,6 +335,59 @@ def test_a_child_that_imports_a_stale_copy_makes_the_mutation_undecidable(projec
     assert "-c from tinypkg.guard import decide" in result.reason  # the process is named by its argv
 
 
+BLIND_TESTS = """
+import os, subprocess, sys
+from tinypkg.guard import decide
+
+CHECKOUT = {checkout!r}  # stands for an editable install's .pth file: the unmutated checkout on sys.path
+BLIND = f"import sys; sys.path.insert(0, {{CHECKOUT!r}}); from tinypkg.guard import decide; print(decide(None, 'v'))"
+
+def says(argv, **kwargs):
+    return subprocess.run(argv, capture_output=True, text=True, **kwargs).stdout.strip()
+
+def test_isolated_child():
+    assert says([sys.executable, "-I", "-c", BLIND]) == "reference"
+
+def test_empty_environment_child():
+    assert says([sys.executable, "-c", BLIND], env={{}}) == "reference"
+
+def test_shell_child():
+    assert says(f"{{sys.executable}} -I -c \\"{{BLIND}}\\"", shell=True) == "reference"
+
+def test_normal_child():
+    assert says([sys.executable, "-c", "from tinypkg.guard import decide; print(decide(None, 'v'))"]) == "reference"
+"""
+
+
+def test_a_survivor_whose_killer_started_a_python_the_proof_cannot_see_cannot_decide(project, temp_root, tmp_path):
+    """A killer's child started with -I, with env={} or through a shell skips the import-proof hook and here
+    imports the unmutated checkout: its mutant is not SURVIVED but CANNOT DECIDE, naming the child and why.
+    A child that inherits the run's environment reports itself, and its kill stands."""
+    (project / "tests" / "test_blind.py").write_text(BLIND_TESTS.format(checkout=str(project)))
+    names = {"isolated": "-I (isolated mode) ignores PYTHONPATH", "empty-environment": "the environment it was given "
+             "lacks PYTEST_CANARCHY_IMPORT_PROOF/_PACKAGES and PYTHONPATH with", "shell": "a shell", "normal": None}
+    definitions = []
+    for name in names:
+        path = _mutation_file(tmp_path / f"{name}.toml", controls=(),
+                              killers=(f"tests/test_blind.py::test_{name.replace('-', '_')}_child",))
+        path.write_text(path.read_text().replace('name = "tiny-guard"', f'name = "{name}"'))
+        definitions.append(load_mutation(path))
+    results = {r.mutation.name: r for r in mutation.run_mutations(load_project(project), definitions,
+                                                                   echo=lambda line: None, timeout=120)}
+    for name, why in names.items():
+        result = results[name]
+        if why is None:
+            assert result.status == "killed" and not result.unseen, mutation.render(result)
+            assert any("-c from tinypkg.guard import decide" in i for i in result.importers), result.importers
+            continue
+        assert result.status == "cannot decide", mutation.render(result)
+        assert [r.verdict for r in result.rows] == ["SURVIVED"]  # the killer's child did test the checkout
+        assert "could not see these processes" in result.reason and why in result.reason, result.reason
+        assert f"{sys.executable} " in result.reason and "sys.path.insert" in result.reason  # the command line
+        assert "not seen by the import proof: 1 process(es)" in mutation.render(result)
+    assert list(temp_root.iterdir()) == []
+
+
 def test_untracked_files_are_copied_and_ignored_ones_are_not(project):
     from canarchy.testing.lanes.workspace import tree_files
 

@@ -29,6 +29,7 @@ from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.project import Project, ProjectError
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
+from canarchy.testing.lanes.starts import load_starts, unseen
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
                                            cores, run_pytest, stopping)
 from canarchy.testing.lanes.workspace import CopyError, clear_reports, copy_tree, temporary_tree, tree_files
@@ -53,7 +54,8 @@ class TestRow:
 @dataclass
 class MutationResult:
     """``status``: ``killed``, ``survived`` or ``cannot decide``; ``imported``: the mutated modules' files;
-    ``importers``: each Python process of the mutant's run that imported the copy (``pid: command line``)."""
+    ``importers``: each Python process of the mutant's run that imported the copy (``pid: command line``);
+    ``unseen``: each process of that run the import proof could not follow (``command line: why``)."""
 
     mutation: Mutation
     status: str = "cannot decide"
@@ -61,6 +63,7 @@ class MutationResult:
     rows: list[TestRow] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)
     importers: list[str] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -135,8 +138,9 @@ class _Workspace:
             "PYTEST_CANARCHY_IMPORT_PROOF": str(proof), "PYTEST_CANARCHY_IMPORT_PACKAGES": ",".join(packages)})
 
     def pytest(self, label: str, node_ids: Sequence[str],
-               packages: Sequence[str]) -> tuple[dict[str, Case], list[dict]]:
-        """Run ``node_ids`` on the copy; their cases and the import-proof records of every process."""
+               packages: Sequence[str]) -> tuple[dict[str, Case], list[dict], list[str]]:
+        """Run ``node_ids`` on the copy: their cases, the import-proof records of every process that reported,
+        and the processes it started that could not report (:func:`starts.unseen`)."""
         self.runs += 1
         proof = self.root / f"proof-{self.runs}"
         proof.mkdir()
@@ -158,7 +162,8 @@ class _Workspace:
             why = "no such test?" if done.returncode in (0, 1) else f"the run stopped first: {stopped_text(done)}"
             raise CannotDecide(f"{label}: not run ({why}): {', '.join(missing)}")
         records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(proof.glob("*.json"))]
-        return {n: report.cases[case_key(n)] for n in node_ids}, records
+        blind = unseen(load_starts(proof), proof=proof, packages=packages, hook_dir=HOOK_DIR)
+        return {n: report.cases[case_key(n)] for n in node_ids}, records, blind
 
     def prove_imports(self, label: str, records: list[dict], packages: Sequence[str]) -> list[str]:
         """Each process that reported (``pid: command line``); CannotDecide unless some process
@@ -336,7 +341,7 @@ def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str],
     ``(why it cannot decide, seconds)``."""
     started = time.monotonic()
     try:
-        cases, records = work.pytest(label, node_ids, packages)
+        cases, records, _unseen = work.pytest(label, node_ids, packages)  # unmutated: any import is the same code
         work.prove_imports(label, records, packages)
     except CannotDecide as exc:
         return str(exc), time.monotonic() - started
@@ -369,9 +374,14 @@ def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str
         for file, (_original, mutated) in texts.items():
             (work.tree / file).write_text(mutated, encoding="utf-8")
         result.imported = work.probe(m, texts)
-        cases, records = work.pytest(f"{m.name}-mutant", m.node_ids, packages)
+        cases, records, result.unseen = work.pytest(f"{m.name}-mutant", m.node_ids, packages)
         result.importers = work.prove_imports(f"{m.name} on the mutant", records, packages)
         _judge(result, cases)
+        if result.status == "survived" and result.unseen:  # a killer's unseen child may have tested other code
+            result.status = "cannot decide"
+            result.reason = ("the mutant survived, but the import proof could not see these processes of its run, "
+                             "which may have imported the project from elsewhere than the copy: "
+                             + "; ".join(result.unseen))
     except (CannotDecide, ProjectError) as exc:
         result.status, result.reason = "cannot decide", str(exc)
     finally:
@@ -400,8 +410,11 @@ def render(result: MutationResult) -> str:
     lines += [f"imported mutant: {f} (in the temporary copy, now removed)" for f in result.imported]
     if result.importers:
         lines.append(f"import proof: {len(result.importers)} Python process(es) of the run imported the copy, "
-                     "none elsewhere:")
+                     "none elsewhere" + (" among those that reported:" if result.unseen else ":"))
         lines += [f"  {importer}" for importer in result.importers]
+    if result.unseen:
+        lines.append(f"not seen by the import proof: {len(result.unseen)} process(es) of the run:")
+        lines += [f"  {process}" for process in result.unseen]
     if result.rows:
         lines += ["", table(["test", "role", "unmutated", "mutant", "verdict"],
                             [[r.node_id, r.role, r.baseline, r.mutant, r.verdict] for r in result.rows])]
@@ -436,6 +449,8 @@ def render_markdown(result: MutationResult) -> str:
            f"- killed by {len(result.killed)}/{len(m.killers)}", f"- reason: {result.reason}",
            f"- processes that imported the copy: {len(result.importers)}",
            *(f"  - `{importer}`" for importer in result.importers),
+           f"- processes the import proof could not see: {len(result.unseen)}",
+           *(f"  - `{process}`" for process in result.unseen),
            "- durations (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.durations.items()), "",
            markdown_table(["test", "role", "unmutated", "mutant", "verdict"],
                           [[f"`{r.node_id}`", r.role, r.baseline, r.mutant, r.verdict] for r in result.rows])]

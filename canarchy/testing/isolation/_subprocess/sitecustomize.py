@@ -5,7 +5,11 @@
 - ``PYTEST_CANARCHY_IMPORT_PROOF=DIR`` with ``PYTEST_CANARCHY_IMPORT_PACKAGES=a,b``
   (set by the mutation lane): the process writes ``DIR/<pid>-<package>.json``
   saying where it imports each package from, so the lane can prove every
-  process tested the mutant. Standard library only, and before anything else.
+  process tested the mutant; and ``DIR/starts-<pid>.jsonl``, one line per
+  process it starts (the audit events of ``_STARTS``: command line and the
+  environment's hook variables), so the lane can name a process that would
+  not report (``python -I``, ``env={}``, a shell). Standard library only, and
+  before anything else.
 
 Runs once per process; the ``sitecustomize`` it shadows runs afterwards.
 """
@@ -59,6 +63,57 @@ class _ImportProof:
         return None
 
 
+#: audit event -> positions of (program, argv, env) in its arguments; ``os.system`` has the command only.
+_STARTS = {"subprocess.Popen": (0, 1, 3), "os.posix_spawn": (0, 1, 2), "os.spawn": (1, 2, 3),
+           "os.exec": (0, 1, 2), "os.system": None}
+_HOOK_VARIABLES = ("PYTHONPATH", "PYTEST_CANARCHY_IMPORT_PROOF", "PYTEST_CANARCHY_IMPORT_PACKAGES", "PATH")
+
+
+def _text(value):
+    return os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else None
+
+
+def _get(env, name):
+    """``env[name]`` for str or bytes keys (``subprocess`` takes either); None if absent."""
+    for key in (name, name.encode()):
+        try:
+            return env[key]
+        except (KeyError, TypeError):
+            continue
+    return None
+
+
+def _watch_starts(directory: str) -> None:
+    """Note each process this one starts in ``DIR/starts-<pid>.jsonl`` (opened now: an audit hook must not open)."""
+    try:
+        fd = os.open(os.path.join(directory, f"starts-{os.getpid()}.jsonl"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return  # the lane finds no file and judges this process as one that did not report
+
+    def hook(event, args):
+        if event not in _STARTS:
+            return
+        try:
+            where = _STARTS[event]
+            if where is None:
+                program, argv, env = "/bin/sh", ["/bin/sh", "-c", _text(args[0]) or "?"], None
+            else:
+                program, argv, env = (args[i] for i in where)
+                argv = [_text(a) or "?" for a in ([argv] if isinstance(argv, (str, bytes)) else argv or ())]
+            given = env is not None
+            env = os.environ if env is None else env
+            seen = {name: _text(_get(env, name)) for name in _HOOK_VARIABLES}
+            line = json.dumps({"pid": os.getpid(), "event": event, "program": _text(program), "argv": argv,
+                               "cwd": _text(args[2]) if event == "subprocess.Popen" and args[2] is not None
+                               else os.getcwd(), "env_given": given, "env": seen})
+            os.write(fd, (line + "\n").encode())
+        except Exception:  # a hook must never break the start of a test's process
+            pass
+
+    sys.addaudithook(hook)
+
+
 def _import_proof() -> None:
     directory = os.environ.get("PYTEST_CANARCHY_IMPORT_PROOF")
     packages = {p for p in os.environ.get("PYTEST_CANARCHY_IMPORT_PACKAGES", "").split(",") if p}
@@ -69,6 +124,7 @@ def _import_proof() -> None:
         if module is not None:  # imported before this hook ran (a .pth file)
             _record(directory, name, getattr(module, "__file__", None) or "?")
     sys.meta_path.insert(0, _ImportProof(directory, {p for p in packages if p not in sys.modules}))
+    _watch_starts(directory)
 
 
 def _activate() -> None:
