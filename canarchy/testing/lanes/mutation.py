@@ -2,7 +2,8 @@
 
 A mutation is a TOML file (format: ``fixtures/mutations/README.md``). :func:`run_mutations` runs every
 listed test once unmutated and each mutant's tests, ``jobs`` runs at a time on copies of the tree; a run counts
-only if every Python process it started imported the project's packages from the copy (the import proof).
+only if every Python process it started imported the project's packages from the copy (the import proof), and
+a survivor only if the run started no process the proof cannot follow (:mod:`canarchy.testing.lanes.starts`).
 Anything that prevents an answer is CANNOT DECIDE, never "killed". Design: ``docs/design/verification-harness.md``.
 """
 
