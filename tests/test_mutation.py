@@ -26,6 +26,7 @@ from canarchy.testing.isolation.tree import WHOLE, changes, snapshot
 from canarchy.testing.lanes import mutation
 from canarchy.testing.lanes.mutation_file import load_mutation
 from canarchy.testing.lanes import netns as lane_netns
+from canarchy.testing.lanes import starts
 from canarchy.testing.lanes.netns import NetnsSupport
 from canarchy.testing.lanes.project import load_project
 
@@ -386,6 +387,42 @@ def test_a_survivor_whose_killer_started_a_python_the_proof_cannot_see_cannot_de
         assert f"{sys.executable} " in result.reason and "sys.path.insert" in result.reason  # the command line
         assert "not seen by the import proof: 1 process(es)" in mutation.render(result)
     assert list(temp_root.iterdir()) == []
+
+
+@pytest.mark.parametrize(("argv", "env", "why"), [
+    (["python3", "-c", "x"], None, None),
+    (["python3", "-X", "dev", "-W", "error", "-m", "S"], None, None),  # option values and module names are not flags
+    (["/venv/bin/python3.11", "-Ic", "x"], None, "-I (isolated mode)"),
+    (["python", "-sE", "t.py"], None, "-E ignores PYTHONPATH"),
+    (["python", "-S", "t.py"], None, "-S skips the site module"),
+    (["python", "t.py"], {}, "lacks PYTEST_CANARCHY_IMPORT_PROOF/_PACKAGES and PYTHONPATH with"),
+    (["python", "t.py"], {"PYTHONPATH": "/elsewhere"}, "PYTHONPATH with"),
+    (["/bin/sh", "-c", "python -c x"], None, "a shell"),
+    (["env", "-i", "python", "x.py"], None, "`env -i python x.py` may start a Python in another environment"),
+    (["env", "python", "-I", "x.py"], None, "-I (isolated mode)"),
+    (["timeout", "5", "python3", "-E", "x.py"], None, "-E ignores PYTHONPATH"),
+    (["git", "status"], {}, None),  # a compiled program: not followed (a documented limit)
+])
+def test_which_started_processes_the_import_proof_cannot_follow(tmp_path, argv, env, why):
+    hook = mutation.HOOK_DIR
+    hooked = {"PYTHONPATH": f"{hook}:/copy", "PYTEST_CANARCHY_IMPORT_PROOF": str(tmp_path),
+              "PYTEST_CANARCHY_IMPORT_PACKAGES": "pkg", "PATH": "/usr/bin:/bin"}
+    start = {"event": "subprocess.Popen", "program": argv[0], "argv": argv, "cwd": str(tmp_path),
+             "env_given": env is not None, "env": hooked if env is None else env}
+    found = starts.unseen([start], proof=tmp_path, packages=["pkg"], hook_dir=hook)
+    if why is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(" ".join(argv)) and why in found[0], found
+
+
+def test_a_script_s_interpreter_line_is_judged_as_its_command(tmp_path):
+    script = tmp_path / "tool"
+    script.write_text("#!/usr/bin/env -S python3 -I\nprint(1)\n")
+    start = {"event": "subprocess.Popen", "program": "tool", "argv": ["tool"], "cwd": str(tmp_path),
+             "env_given": False, "env": {"PATH": str(tmp_path)}}
+    [found] = starts.unseen([start], proof=tmp_path, packages=["pkg"], hook_dir=mutation.HOOK_DIR)
+    assert "a script run by `#!/usr/bin/env -S python3 -I`: -I (isolated mode)" in found
 
 
 def test_untracked_files_are_copied_and_ignored_ones_are_not(project):
