@@ -397,6 +397,8 @@ def test_a_survivor_whose_killer_started_a_python_the_proof_cannot_see_cannot_de
     (["python", "-S", "t.py"], None, "-S skips the site module"),
     (["python", "t.py"], {}, "lacks PYTEST_CANARCHY_IMPORT_PROOF/_PACKAGES and PYTHONPATH with"),
     (["python", "t.py"], {"PYTHONPATH": "/elsewhere"}, "PYTHONPATH with"),
+    (["python", "t.py"], {"PYTHONPATH": "{copy_hook}:{hook}"}, None),  # the plugin puts the copy's hook first
+    (["python", "t.py"], {"PYTHONPATH": "{other}:{hook}"}, "before any other sitecustomize"),
     (["/bin/sh", "-c", "python -c x"], None, "a shell"),
     (["env", "-i", "python", "x.py"], None, "`env -i python x.py` may start a Python in another environment"),
     (["env", "python", "-I", "x.py"], None, "-I (isolated mode)"),
@@ -407,6 +409,12 @@ def test_which_started_processes_the_import_proof_cannot_follow(tmp_path, argv, 
     hook = mutation.HOOK_DIR
     hooked = {"PYTHONPATH": f"{hook}:/copy", "PYTEST_CANARCHY_IMPORT_PROOF": str(tmp_path),
               "PYTEST_CANARCHY_IMPORT_PACKAGES": "pkg", "PATH": "/usr/bin:/bin"}
+    for name, text in (("copy_hook", (hook / "sitecustomize.py").read_text()), ("other", "print('other')\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sitecustomize.py").write_text(text)
+    if env and "PYTHONPATH" in env:
+        env = dict(hooked, PYTHONPATH=env["PYTHONPATH"].format(hook=hook, copy_hook=tmp_path / "copy_hook",
+                                                                other=tmp_path / "other"))
     start = {"event": "subprocess.Popen", "program": argv[0], "argv": argv, "cwd": str(tmp_path),
              "env_given": env is not None, "env": hooked if env is None else env}
     found = starts.unseen([start], proof=tmp_path, packages=["pkg"], hook_dir=hook)

@@ -134,7 +134,16 @@ def _absolute(path: str, start: dict) -> str:
 
 
 def _same(entry: str, hook_dir: Path, start: dict) -> bool:
-    return os.path.realpath(_absolute(entry, start)) == os.path.realpath(hook_dir)
+    """``entry`` is the hook's directory, or holds the same hook (the plugin puts the copy's own first)."""
+    where = os.path.realpath(_absolute(entry, start))
+    if where == os.path.realpath(hook_dir):
+        return True
+    try:
+        with open(os.path.join(where, "sitecustomize.py"), "rb") as theirs, \
+                open(hook_dir / "sitecustomize.py", "rb") as ours:
+            return theirs.read() == ours.read()
+    except OSError:
+        return False
 
 
 def _has_sitecustomize(entry: str, start: dict) -> bool:
