@@ -153,14 +153,15 @@ def test_docs_adopting_holds_the_adopter_s_ten_lines():
 
 
 def test_a_stray_pytest_ini_that_loses_the_plugin_cannot_decide(tmp_path):
-    """A pytest.ini beside pyproject.toml shadows its [tool.pytest.ini_options]: the plugin, loaded
-    by addopts only, never starts, so it cannot refuse the run (where a conftest loads it, it does);
-    the lane sees the report lacks the plugin's suite property."""
+    """A pytest.ini beside pyproject.toml shadows its [tool.pytest.ini_options], addopts and all: the lane
+    loads the plugin itself (its project's configuration does), which names the stray file and refuses the
+    run before any test."""
     root = tmp_path / "busprobe"
     shutil.copytree(ADOPTER, root, ignore=shutil.ignore_patterns("reports", ".nox", "__pycache__"))
     (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n", encoding="utf-8")
     code, out = lane_cli(load_project(root), "unit", "--jobs", "0", "--", "tests/test_frames.py")
-    assert code == 2 and "unit: CANNOT DECIDE - the run was not under canarchy's isolation" in out, out
+    assert code == 2 and "unit: CANNOT DECIDE - pytest exit code 4" in out, out
+    assert "pytest.ini shadows the project's configuration" in out and "collected" not in out, out
 
 
 def test_parity_fails_a_refusal_made_alike_in_both_twins(tmp_path):

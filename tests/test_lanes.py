@@ -361,6 +361,34 @@ def test_a_copy_holds_what_git_would_commit(tmp_path):
     assert workspace.tree_files(plain) == ["a.py", "src/pkg/m.py"]
 
 
+@pytest.mark.parametrize("stray", [("pytest.ini", "[pytest]\n"), ("pytest.toml", "[pytest]\n"),
+                                   ("tests/tox.ini", "[pytest]\n"), ("tests/setup.cfg", "[tool:pytest]\n")])
+@pytest.mark.parametrize("lane", [["unit", "--jobs", "0"], ["parity"], ["order", "--seeds", "0"]])
+def test_a_stray_configuration_that_drops_the_plugin_runs_no_test_in_any_lane(tmp_path, capsys, lane, stray):
+    """A pytest.ini or pytest.toml beside pyproject.toml (a tox.ini or setup.cfg nearer the tests) shadowing its
+    addopts would run the suite without the plugin:
+    each lane loads the plugin itself, which names the stray file and refuses the run before any test."""
+    ran = tmp_path / "ran"
+    project = _project(tmp_path / "p", f"def test_runs():\n    open({str(ran)!r}, 'a').write('ran')\n")
+    (project.root / stray[0]).write_text(stray[1])
+    code = lanes_cli.main(["--project", str(project.root), *lane])
+    out = capsys.readouterr().out
+    assert not ran.exists(), f"a test ran unisolated under the stray {stray[0]}:\n{out}"
+    assert code == 2 and "CANNOT DECIDE" in out and f"{stray[0]} shadows the project's configuration" in out, out
+
+
+def test_the_plugin_named_twice_is_loaded_once(tmp_path):
+    """The lanes' ``-p`` beside the project's own: one plugin, one isolated run."""
+    project = _project(tmp_path / "p", "def test_ok():\n    pass\n")
+    junit = tmp_path / "r.xml"
+    env = lane_env.build_env(home=tmp_path / "home", extra={"PYTHONPATH": str(REPO)})
+    done = runner.run_pytest([*runner.pytest_flags(project), "-p", "canarchy.testing.isolation.plugin",
+                              f"--junitxml={junit}", "tests"], env=env, cwd=project.root)
+    assert runner.pytest_flags(project).count("canarchy.testing.isolation.plugin") == 1
+    assert done.returncode == 0 and "1 passed" in done.output, done.output
+    assert done.output.count("session layer started") == 1, done.output
+
+
 # --------------------------------------------------------------------------- the unit lane
 
 

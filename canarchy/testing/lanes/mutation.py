@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
+from canarchy.testing.lanes.env import build_env
 from canarchy.testing.lanes.mutation_file import Mutation, load_mutation
 from canarchy.testing.isolation.tree import SKIP_LIST, changes, snapshot
 from canarchy.testing.lanes.netns import netns_support
@@ -32,7 +32,7 @@ from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
 from canarchy.testing.lanes.starts import load_starts, unseen
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
-                                           cores, run_pytest, stopping)
+                                           cores, pytest_flags, run_pytest, stopping)
 from canarchy.testing.lanes.workspace import CopyError, clear_reports, copy_tree, temporary_tree, tree_files
 from canarchy.testing.lanes.verdict import stopped_text
 
@@ -147,9 +147,9 @@ class _Workspace:
         proof.mkdir()
         junit = self.out / f"{label}.xml"
         try:
-            done = run_pytest([*SAFETY_FLAGS, "-c", str(self.tree / "pyproject.toml"), f"--junitxml={junit}",
-                               *node_ids], env=self.env(proof, packages), cwd=self.tree, python=self.python,
-                              timeout=self.timeout)
+            done = run_pytest([*pytest_flags(self.project), "-c", str(self.tree / "pyproject.toml"),
+                               f"--junitxml={junit}", *node_ids], env=self.env(proof, packages), cwd=self.tree,
+                              python=self.python, timeout=self.timeout)
         except RunTimeout as exc:
             raise CannotDecide(f"{label}: {exc}") from None
         try:

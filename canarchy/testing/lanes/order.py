@@ -23,13 +23,13 @@ from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env
+from canarchy.testing.lanes.env import build_env
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import comparison_table, markdown_table
 from canarchy.testing.lanes.results import (CannotDecide, Comparison, Report, Row, case_key, compare, load_report,
                                              totals_text)
 from canarchy.testing.lanes.runner import (
-    EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, run, run_pytest,
+    EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, pytest_flags, run, run_pytest,
 )
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
                                             failed_beyond_its_tests, isolated_run, read_run)
@@ -48,6 +48,7 @@ class OrderRun:
     options: tuple[str, ...]
     copy: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()  # what each of its pytest runs starts with (:func:`~.runner.pytest_flags`)
     run: Run | None = None
     report: Report | None = None
     problem: str | None = None
@@ -122,7 +123,7 @@ def _one_run(entry: OrderRun, selection: Sequence[str], out: Path, python: str, 
     name = entry.label.replace(" ", "-")
     ids = out / f"order-{name}-ids.txt"
     echo(f"order: running {entry.label}")
-    entry.run = run_pytest([*SAFETY_FLAGS, f"--junitxml={out / f'order-{name}.xml'}", *entry.options,
+    entry.run = run_pytest([*entry.flags, f"--junitxml={out / f'order-{name}.xml'}", *entry.options,
                             "-p", "detect_test_pollution", f"--dtp-testids-output-file={ids}", *selection],
                            env=entry.env, cwd=entry.copy, python=python)
     entry.report, entry.problem = read_run(entry.run, isolated=isolated, complete=True)
@@ -160,7 +161,7 @@ def _passes_after(entry: OrderRun, victim: str, first: Sequence[str], stem: Path
     listing = stem.with_suffix(".txt")
     listing.write_text("".join(f"{n}\n" for n in [*first, victim]), encoding="utf-8")
     files = list(dict.fromkeys(n.split("::")[0] for n in [*first, victim]))
-    done = run_pytest([*SAFETY_FLAGS, f"--junitxml={stem.with_suffix('.xml')}", "-p", "detect_test_pollution",
+    done = run_pytest([*entry.flags, f"--junitxml={stem.with_suffix('.xml')}", "-p", "detect_test_pollution",
                        f"--dtp-testids-input-file={listing}", *files], env=entry.env, cwd=entry.copy, python=python)
     try:
         case = load_report(done.junit).cases.get(case_key(victim))
@@ -201,6 +202,7 @@ def _prepare(entry: OrderRun, base: Path, project: Project, files: list[str], so
     for d in (entry.copy, home, tmpdir):
         d.mkdir(parents=True)
     copy_tree(project.root, entry.copy, files)
+    entry.flags = tuple(pytest_flags(project))
     entry.env = build_env(home=home, source=source_env, extra={
         **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from collections.abc import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import SAFETY_FLAGS, build_env, hostile_env
+from canarchy.testing.lanes.env import build_env, hostile_env
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
@@ -27,7 +27,7 @@ from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import (ABSENT, CannotDecide, Comparison, Report, Row, case_key, compare,
                                            load_allowlist, load_report, merge_reports, totals_text)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, cores,
-                                          run_pytest, workers, xdist_options)
+                                          pytest_flags, run_pytest, workers, xdist_options)
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
                                             failed_beyond_its_tests, isolated_run, read_run)
@@ -63,6 +63,7 @@ class Twin:
     name: str
     shards: list[Shard]
     hashseed: int
+    flags: tuple[str, ...] = ()  # what each of its pytest runs starts with (:func:`~.runner.pytest_flags`)
     report: Report | None = None
     problem: str | None = None
     uncollected: dict[str, str] = field(default_factory=dict)  # case key -> its collection error, first line
@@ -180,7 +181,7 @@ def _run_shard(twin: Twin, index: int, selection: Sequence[str], out: Path, pyth
                jobs: int) -> None:
     shard, count, stem = twin.shards[index], len(twin.shards), _stem(twin, index)
     # detect-test-pollution writes the collected node ids (each pytest-xdist worker, and each shard, the same list)
-    args = [*SAFETY_FLAGS, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS, *xdist_options(jobs),
+    args = [*twin.flags, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS, *xdist_options(jobs),
             "-p", "detect_test_pollution", f"--dtp-testids-output-file={out / f'{stem}-ids.txt'}",
             *(["-p", SHARD_PLUGIN, f"{SHARD_OPTION}={index}/{count}"] if count > 1 else []), *selection]
     shard.run = run_pytest(args, env=shard.env, cwd=shard.copy, python=python)
@@ -238,19 +239,19 @@ def _collect(twin: Twin, env: Mapping[str, str], selection: Sequence[str], out: 
              python: str) -> set[str]:
     """Node ids of a collection of ``twin``'s copy with ``env`` (detect-test-pollution writes them)."""
     ids = out / f"parity-{name}-ids.txt"
-    args = [*SAFETY_FLAGS, *_COLLECT, f"--dtp-testids-output-file={ids}", f"--junitxml={out / f'parity-{name}.xml'}",
+    args = [*twin.flags, *_COLLECT, f"--dtp-testids-output-file={ids}", f"--junitxml={out / f'parity-{name}.xml'}",
             *selection]
     run_pytest(args, env=env, cwd=twin.copy, python=python)
     return set(_node_ids(ids))
 
 
-def _rerun(env: Mapping[str, str], copy: Path, name: str, node_ids: Sequence[str], times: int, out: Path,
+def _rerun(twin: Twin, env: Mapping[str, str], name: str, node_ids: Sequence[str], times: int, out: Path,
            python: str) -> dict[str, list[str]]:
-    """Run ``node_ids`` ``times`` more times with ``env`` on ``copy``; their outcomes by case key."""
+    """Run ``node_ids`` ``times`` more times with ``env`` on ``twin``'s copy; their outcomes by case key."""
     seen: dict[str, list[str]] = {case_key(n): [] for n in node_ids}
     for i in range(1, times + 1):
         junit = out / f"parity-{name}-rerun{i}.xml"
-        rerun = run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", *node_ids], env=env, cwd=copy, python=python)
+        rerun = run_pytest([*twin.flags, f"--junitxml={junit}", *node_ids], env=env, cwd=twin.copy, python=python)
         report, _ = read_run(rerun)
         for key in seen:
             seen[key].append(report.cases[key].outcome if report and key in report.cases else ABSENT)
@@ -275,7 +276,7 @@ def _make_twin(name: str, seed: int, project: Project, files: list[str], base: P
             extra.update(hostile_env(op_home))
             extra.update({k: v.replace("{home}", str(op_home)) for k, v in project.operator_env})
         made.append(Shard(copy, build_env(home=home, hashseed=seed, source=source_env, extra=extra)))
-    return Twin(name, made, seed)
+    return Twin(name, made, seed, tuple(pytest_flags(project)))
 
 
 def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, Entry]]) -> None:
@@ -394,8 +395,8 @@ def _classify_present(clean: Twin, operator: Twin, reseeded_env: dict[str, str],
     """Tests with different outcomes: re-run each in both twins and in the clean one under the operator's seed."""
     ids = {case_key(n): n for n in _node_ids(out / "parity-clean-ids.txt")}
     node_ids = [ids[r.id] for r in present if r.id in ids]
-    jobs = [lambda t=t: _rerun(t.env, t.copy, t.name, node_ids, reruns, out, python) for t in (clean, operator)]
-    jobs.append(lambda: _rerun(reseeded_env, clean.copy, "clean-reseeded", node_ids, 1, out, python))
+    jobs = [lambda t=t: _rerun(t, t.env, t.name, node_ids, reruns, out, python) for t in (clean, operator)]
+    jobs.append(lambda: _rerun(clean, reseeded_env, "clean-reseeded", node_ids, 1, out, python))
     seen_clean, seen_operator, reseeded = concurrently(jobs) if node_ids else ({}, {}, {})
     findings = []
     for row in present:

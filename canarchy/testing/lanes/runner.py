@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from canarchy.testing.isolation import reaper, tempbase
 from canarchy.testing.isolation.tree import OWN_OUTPUT_VARIABLE
+from canarchy.testing.lanes.env import SAFETY_FLAGS
+from canarchy.testing.lanes.project import PLUGIN, Project
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -316,6 +318,14 @@ def junit_path(pytest_args: Sequence[str]) -> Path:
     if len(found) != 1 or any(a == "--junitxml" for a in pytest_args):
         raise ValueError("pytest arguments must contain exactly one --junitxml=PATH")
     return Path(found[0])
+
+
+def pytest_flags(project: Project) -> list[str]:
+    """What every lane's pytest starts with: :data:`~canarchy.testing.lanes.env.SAFETY_FLAGS`, and ``-p`` the
+    isolation plugin for a project whose configuration loads it (:attr:`Project.uses_plugin`; a second ``-p``
+    of a loaded plugin is a no-op). A stray pytest.ini, pytest.toml, tox.ini or setup.cfg that shadows that
+    configuration then cannot run a test unisolated: the plugin names it and refuses the run first."""
+    return [*SAFETY_FLAGS, *(["-p", PLUGIN] if project.uses_plugin else [])]
 
 
 def run_pytest(pytest_args: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None,

@@ -10,11 +10,11 @@ from pathlib import Path
 from collections.abc import Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, SAFETY_FLAGS, build_env
+from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, build_env
 from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_roundtrip, netns_support
 from canarchy.testing.lanes.project import Project
-from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, run_pytest, workers,
-                                          xdist_options)
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, pytest_flags, run_pytest,
+                                          workers, xdist_options)
 from canarchy.testing.lanes.verdict import NOT_ISOLATED, Verdict, judge
 from canarchy.testing.lanes.workspace import pythonpath, temporary_tree
 
@@ -98,8 +98,8 @@ def run_suite(project: Project, lane: str, selection: Sequence[str], *, options:
         env = build_env(home=home, source=os.environ if source_env is None else source_env, passthrough=passthrough,
                         extra={"TMPDIR": str(child_tmp), **(env_extra or {}),
                                "PYTHONPATH": pythonpath(project.root, project, env_extra)})
-        run = run_pytest([*SAFETY_FLAGS, f"--junitxml={junit}", *options, *selection], env=env, cwd=project.root,
-                         echo=True, prefix=prefix)
+        run = run_pytest([*pytest_flags(project), f"--junitxml={junit}", *options, *selection], env=env,
+                         cwd=project.root, echo=True, prefix=prefix)
     return judge(lane, run, notes=notes, isolated=project.uses_plugin, skipped_proves=skipped_proves)
 
 
