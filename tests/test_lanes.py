@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -705,6 +706,57 @@ def test_a_lane_removes_its_reports_of_an_earlier_run_as_it_starts(tmp_path, cap
     assert not (reports / "parity-operator-rerun1.xml").exists()
     assert "PASSED" in (reports / "parity.md").read_text()
     assert (reports / "order.md").exists() and (reports / "unit.md").exists()  # another lane's: kept
+
+
+HELD_TEST = """
+import os, time
+from pathlib import Path
+
+def test_waits():
+    first = not any(p.name.isdigit() for p in Path({started!r}).iterdir())
+    Path({started!r}, str(os.getpid())).write_text("")
+    while first and not Path({started!r}, "go").exists():  # the first run holds on; any other passes
+        time.sleep(0.05)
+"""
+
+
+def test_a_second_run_of_a_lane_refuses_to_start_while_the_first_holds_the_reports(tmp_path, capsys):
+    """Lane B would remove lane A's open ``reports/unit.log``: it cannot decide, naming A's pid and how to wait,
+    and leaves A's reports alone; once A ends, or dies by SIGKILL (the kernel drops its lock), a run starts."""
+    started, _tmp, project, env = _lane_to_interrupt(tmp_path, HELD_TEST)
+    argv = [sys.executable, "-m", "canarchy.testing.lanes", "--project", str(project.root), "unit", "--jobs", "0"]
+    log = project.root / "reports" / "unit.log"
+
+    def start() -> subprocess.Popen:
+        lane = subprocess.Popen(argv, cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not any(p.name.isdigit() for p in started.iterdir()):
+            assert lane.poll() is None and time.monotonic() < deadline, "the first run never started its test"
+            time.sleep(0.05)
+        return lane
+
+    first = start()
+    try:
+        code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"])
+        out = capsys.readouterr().out
+        assert code == 2 and "unit: CANNOT DECIDE - another unit run" in out and f"(pid {first.pid})" in out, out
+        assert "flock " in out and log.exists(), out
+        (started / "go").write_text("")
+        first_out, _ = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert first.returncode == 0 and f"log: {log}" in first_out and "unit: PASSED" in first_out, first_out
+    (started / "go").unlink()
+    for p in started.iterdir():
+        p.unlink()
+    crashed = start()
+    os.killpg(crashed.pid, signal.SIGKILL)
+    crashed.wait(30)
+    for p in started.iterdir():  # its pytest, in a session of its own, outlives it: ended too
+        os.kill(int(p.name), signal.SIGKILL)
+    assert lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "0"]) == 0, capsys.readouterr().out
 
 
 def test_integration_lane_ignores_an_exported_operator_bus_unless_asked(monkeypatch):

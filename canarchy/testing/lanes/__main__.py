@@ -9,6 +9,7 @@ pyproject.toml (:mod:`canarchy.testing.lanes.project`). Exit codes: 0 passed, 1 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -28,7 +29,8 @@ LANES = {
 }
 
 #: lane -> its files in the project's ``reports/``, removed as it starts (the mutation lane removes
-#: those of the mutations it runs, once it has read them)
+#: those of the mutations it runs, once it has read them); each of these lanes and the mutation lane holds
+#: ``reports/.LANE.lock`` while it runs (:func:`~canarchy.testing.lanes.workspace.reports_lock`)
 REPORTS = {"unit": ("unit.*",), "integration": ("integration.*",), "parity": ("parity.*", "parity-*"),
            "order": ("order.*", "order-*"), "selftest": ("selftest.*",)}
 
@@ -89,12 +91,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.lane}: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE
     lane_main = getattr(importlib.import_module(f"canarchy.testing.lanes.{module}"), main_name)
-    from canarchy.testing.lanes.workspace import clear_reports
+    from canarchy.testing.lanes.workspace import LaneBusy, clear_reports, reports_lock
 
     try:
-        with interrupts(), temporary_files_outside(project.root):
+        lock = reports_lock(project.root / "reports", args.lane) if args.lane in REPORTS or args.lane == "mutation" \
+            else contextlib.nullcontext()  # netns-check writes no report
+        with lock, interrupts(), temporary_files_outside(project.root):
             clear_reports(project.root / "reports", REPORTS.get(args.lane, ()))
             return lane_main(project, args, selection)
+    except LaneBusy as exc:
+        print(f"{args.lane}: CANNOT DECIDE - {exc}")
+        return EXIT_CANNOT_DECIDE
     except Interrupted as exc:
         print(f"{args.lane}: interrupted by {exc.name}; every process it started was stopped and its temporary "
               "directories removed", file=sys.stderr)

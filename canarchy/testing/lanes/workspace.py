@@ -64,6 +64,53 @@ def clear_reports(directory: Path, patterns: tuple[str, ...]) -> None:
                     path.unlink()
 
 
+class LaneBusy(Exception):
+    """Another run of the same lane holds the checkout's reports; the message names its pid and how to wait."""
+
+
+@contextlib.contextmanager
+def reports_lock(directory: Path, lane: str) -> Iterator[None]:
+    """Hold ``directory/.LANE.lock`` (``fcntl.flock``, exclusive) for the block, so no other run of ``lane`` in
+    this checkout clears or writes its reports meanwhile; raises :class:`LaneBusy` at once if one holds it.
+    The kernel releases the lock when its holder exits, however it ends; the block's end removes the file (and
+    ``directory``, when it made it and it is empty). Without ``fcntl``: no lock."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = directory / f".{lane}.lock"
+    made = not directory.exists()
+    while True:
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the directory went meanwhile
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LaneBusy(f"another {lane} run (pid {holder}) holds this checkout's reports ({path}); wait for it "
+                           f"to end (`flock {path} true` returns then) and start this one again") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break  # still the file at ``path``, not one its last holder removed as we opened it
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # while still held: a run that opened it meanwhile sees it gone and tries again
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
 def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
     """Remove a lane's temporary tree, to the end even when an interrupt arrives meanwhile
     (:func:`~canarchy.testing.lanes.runner.shielded`); an entry still appearing while it goes
