@@ -390,6 +390,48 @@ def test_the_plugin_named_twice_is_loaded_once(tmp_path):
     assert done.output.count("session layer started") == 1, done.output
 
 
+GENERATED_PYPROJECT = PYPROJECT + """
+[project]
+name = "genpkg"
+"""
+
+
+def _generated_project(root: Path) -> Project:
+    """A src-layout project whose package imports a git-ignored generated ``_version.py`` (as hatch-vcs makes)
+    and reads an ignored data file beside it; byte code, a tool cache, a virtualenv and a build output lie
+    under the import root or beside it, ignored too."""
+    _project(root, "import genpkg\n\ndef test_version():\n    assert genpkg.__version__ == '1.2.3'\n"
+               "    assert genpkg.data() == 'table'\n", pyproject=GENERATED_PYPROJECT)
+    pkg = root / "src" / "genpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from importlib.resources import files\n\nfrom genpkg._version import "
+                                     "__version__\n\ndef data():\n    return files(__name__).joinpath("
+                                     "'table.dat').read_text()\n")
+    for name, text in (("src/genpkg/_version.py", "__version__ = '1.2.3'\n"), ("src/genpkg/table.dat", "table"),
+                       ("src/genpkg/__pycache__/x.cpython-311.pyc", ""), ("src/.mypy_cache/x.json", ""),
+                       ("src/.venv/pyvenv.cfg", ""), ("src/.venv/lib/site.py", ""), ("build/lib/genpkg/a.py", "")):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / ".gitignore").write_text("reports/\n_version.py\n*.dat\n__pycache__/\n.mypy_cache/\n.venv/\nbuild/\n")
+    return load_project(root)
+
+
+def test_a_copy_holds_what_git_ignores_under_the_import_root_that_an_import_loads(tmp_path):
+    project = _generated_project(tmp_path / "p")
+    files = workspace.tree_files(project.root, project)
+    assert "src/genpkg/_version.py" in files and "src/genpkg/table.dat" in files, files
+    assert [f for f in files if "__pycache__" in f or "mypy" in f or ".venv" in f or f.startswith("build/")] == []
+    assert "src/genpkg/_version.py" not in workspace.tree_files(project.root)  # what git would commit alone
+
+
+def test_parity_runs_a_package_that_imports_a_generated_ignored_module(tmp_path):
+    """hatch-vcs's ``_version.py`` is git-ignored: without it in the copies the test failed in both twins alike."""
+    project = _generated_project(tmp_path / "p")
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, reruns=1, reports=tmp_path / "reports")
+    outcomes = {name: [c.outcome for c in twin.report.cases.values()] for name, twin in result.twins.items()}
+    assert outcomes == {"clean": ["passed"], "operator": ["passed"]}, parity.render(result)
+
+
 # --------------------------------------------------------------------------- the unit lane
 
 

@@ -109,7 +109,7 @@ class _Workspace:
         self.tree, self.home, self.tmp, self.out = root / "tree", root / "home", root / "tmp", root / "out"
         for d in (self.home, self.tmp, self.out):
             d.mkdir(parents=True)
-        self.files = tree_files(project.root)
+        self.files = tree_files(project.root, project)
         self.pristine: dict = {}
         self.runs = 0
 

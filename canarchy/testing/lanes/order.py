@@ -274,7 +274,7 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     result = OrderResult(orders(seeds))
-    files = tree_files(project.root)
+    files = tree_files(project.root, project)
     with temporary_tree("canarchy-order-") as tmp:
         for index, entry in enumerate(result.runs):
             _prepare(entry, Path(tmp) / str(index), project, files, source_env, extra_env)

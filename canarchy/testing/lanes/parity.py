@@ -314,7 +314,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
     out.mkdir(parents=True, exist_ok=True)
     seeds = hashseeds or tuple(random.sample(range(1, 2**31), 2))
     checkout_before = checkout_state(project.root)
-    files = tree_files(project.root)
+    files = tree_files(project.root, project)
     with temporary_tree("canarchy-parity-") as tmp:
         base = Path(tmp)
         op_home = base / "operator-home"

@@ -2,8 +2,10 @@
 
 A copy holds what the one tree manifest sees of a checkout
 (:func:`canarchy.testing.isolation.tree.snapshot`): in a git work tree what git
-would commit (tracked plus untracked-but-not-ignored files), elsewhere every
-file but tool environments, caches and outputs. Symlinks are copied as links.
+would commit (tracked plus untracked-but-not-ignored files) and what it ignores
+under the import root that an import loads (:func:`ignored_importable`),
+elsewhere every file but tool environments, caches and outputs. Symlinks are
+copied as links.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from collections.abc import Iterator, Mapping
 
-from canarchy.testing.isolation.tree import snapshot
+from canarchy.testing.isolation.gitlisting import GitListing
+from canarchy.testing.isolation.loadable import VENV_MARKER
+from canarchy.testing.isolation.tree import SKIPPED_DIRS, SKIPPED_SUFFIXES, snapshot
 from canarchy.testing.lanes.runner import shielded
 
 if TYPE_CHECKING:
@@ -27,10 +31,35 @@ class CopyError(OSError):
     """The tree could not be listed or copied."""
 
 
-def tree_files(root: Path) -> list[str]:
-    """The relative POSIX paths a copy of ``root`` holds (sorted): files and links."""
+def tree_files(root: Path, project: Project | None = None) -> list[str]:
+    """The relative POSIX paths a copy of ``root`` holds (sorted): files and links; with ``project``, also
+    what git ignores under its import root that an import loads (:func:`ignored_importable`)."""
     entries = snapshot(root)  # git's view of a work tree, else the skip-list walk
-    return sorted(path for path, entry in entries.items() if entry.kind in ("file", "link"))
+    files = {path for path, entry in entries.items() if entry.kind in ("file", "link")}
+    if project is not None:
+        files.update(ignored_importable(project))
+    return sorted(files)
+
+
+def ignored_importable(project: Project) -> list[str]:
+    """What git ignores under ``project``'s import root (:attr:`Project.source`; in a flat layout, under its
+    packages where it names them) that an import can load: generated sources (hatch-vcs's ``_version.py``),
+    extension modules, data files. Not byte code (``__pycache__``, ``.pyc``), tool caches, build outputs or
+    virtualenvs (:data:`~canarchy.testing.isolation.tree.SKIPPED_DIRS`). [] outside a git work tree, whose
+    copy holds these already. One ``git ls-files --others --ignored`` run."""
+    root = project.root
+    if project.source != root:
+        under: list[str] | None = [project.source.relative_to(root).as_posix()]
+    else:
+        under = [name for p in project.packages for name in (p, f"{p}.py")] or None
+    listing = GitListing.files(str(root), under, None, "--others", "--ignored", empty_ok=True)
+    names = [name for batch in listing.batches() for name in batch if name]
+    if not listing.ok:
+        return []
+    venvs = tuple(name[: -len(VENV_MARKER)] for name in names if name.endswith(f"/{VENV_MARKER}"))
+    return [name for name in names
+            if not name.endswith((".pyc", ".pyo")) and not (venvs and name.startswith(venvs))
+            and not any(part in SKIPPED_DIRS or part.endswith(SKIPPED_SUFFIXES) for part in name.split("/")[:-1])]
 
 
 def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
