@@ -17,7 +17,7 @@ import pytest
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
 from canarchy.testing.isolation.tree import changes, snapshot
-from canarchy.testing.lanes import parity, runner, unit, workspace
+from canarchy.testing.lanes import parity, runner, unit, verdict, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
 from tests.helpers import WAITING_TEST, interrupt_once_started
@@ -430,6 +430,31 @@ def test_parity_runs_a_package_that_imports_a_generated_ignored_module(tmp_path)
     result = parity.run_parity(project, ["tests"], source_env=os.environ, reruns=1, reports=tmp_path / "reports")
     outcomes = {name: [c.outcome for c in twin.report.cases.values()] for name, twin in result.twins.items()}
     assert outcomes == {"clean": ["passed"], "operator": ["passed"]}, parity.render(result)
+
+
+XDIST_PYPROJECT = PYPROJECT.replace('addopts = ["-p", "canarchy.testing.isolation.plugin"]',
+                                   'addopts = ["-p", "canarchy.testing.isolation.plugin", "-n", "2"]')
+
+
+@pytest.mark.parametrize("lane", [["unit", "--jobs", "0"], ["parity"], ["order", "--seeds", "0"]])
+def test_a_project_s_own_n_in_addopts_runs_serially_where_the_lane_does(tmp_path, capsys, lane):
+    """``-n 2`` in addopts, pytest-xdist not named (an everyday run has it autoloaded): a lane loads it and
+    gives its own ``-n``, so it is neither an unrecognized argument nor workers where the lane runs serially."""
+    assert 'addopts = ["-p", "canarchy.testing.isolation.plugin", "-n", "2"]' in XDIST_PYPROJECT
+    project = _project(tmp_path / "p", "import os\n\ndef test_serial():\n"
+                       "    assert 'PYTEST_XDIST_WORKER' not in os.environ\n", pyproject=XDIST_PYPROJECT)
+    code = lanes_cli.main(["--project", str(project.root), *lane])
+    out = capsys.readouterr().out
+    assert code == 0 and "unrecognized arguments" not in out, out
+
+
+def test_an_unrecognized_argument_is_named_with_pytest_s_own_line_and_a_hint(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("ERROR: usage: __main__.py [options] [file_or_dir] [file_or_dir] [...]\n"
+                   "__main__.py: error: unrecognized arguments: --reruns\n  inifile: pyproject.toml\n")
+    said = verdict.stopped_text(runner.Run(["pytest"], 4, log, 0.0))
+    assert "pytest exit code 4: a usage error (pytest: __main__.py: error: unrecognized arguments: --reruns;" in said
+    assert "name it in addopts with -p" in said, said
 
 
 # --------------------------------------------------------------------------- the unit lane

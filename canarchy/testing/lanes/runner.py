@@ -324,8 +324,10 @@ def pytest_flags(project: Project) -> list[str]:
     """What every lane's pytest starts with: :data:`~canarchy.testing.lanes.env.SAFETY_FLAGS`, and ``-p`` the
     isolation plugin for a project whose configuration loads it (:attr:`Project.uses_plugin`; a second ``-p``
     of a loaded plugin is a no-op). A stray pytest.ini, pytest.toml, tox.ini or setup.cfg that shadows that
-    configuration then cannot run a test unisolated: the plugin names it and refuses the run first."""
-    return [*SAFETY_FLAGS, *(["-p", PLUGIN] if project.uses_plugin else [])]
+    configuration then cannot run a test unisolated: the plugin names it and refuses the run first. Then
+    ``-p xdist -n 0``: a run is serial whatever ``-n`` the project's addopts give (a lane that wants workers
+    gives its own ``-n`` later, :func:`xdist_options`), and such an ``-n`` is no unrecognized argument."""
+    return [*SAFETY_FLAGS, *(["-p", PLUGIN] if project.uses_plugin else []), *xdist_options(0)]
 
 
 def run_pytest(pytest_args: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None,
@@ -377,8 +379,8 @@ def workers(requested: int | None = None) -> int:
 
 
 def xdist_options(count: int) -> list[str]:
-    """pytest's arguments for ``count`` pytest-xdist workers (none for 0)."""
-    return ["-p", "xdist", "-n", str(count)] if count else []
+    """pytest's arguments for ``count`` pytest-xdist workers (0: the tests run in the pytest process)."""
+    return ["-p", "xdist", "-n", str(count)]
 
 
 def stopping() -> bool:

@@ -54,16 +54,30 @@ _SAID = ("ERROR:", "pytest: error:", "INTERNALERROR>", "!!!!")
 
 def pytest_said(run: Run) -> str:
     """pytest's own line on why a run ended early, from its log: the first ``ERROR:`` (an unknown ini option,
-    a missing file), ``pytest: error:`` (a bad argument), ``INTERNALERROR>`` or ``!!! ... !!!`` (an
+    a missing file), ``pytest: error:`` or, after ``ERROR: usage:``, argparse's ``...: error:`` line (a bad
+    argument, with a hint when it is unrecognized), ``INTERNALERROR>`` or ``!!! ... !!!`` (an
     interruption: a test's ``pytest.exit()`` or ``KeyboardInterrupt``) line; "" when there is none."""
+    usage = ""
     try:
         with open(run.log, encoding="utf-8", errors="replace") as log:
             for line in log:
-                if line.startswith(_SAID):
+                if usage and ": error: " in line:  # the line after argparse's usage says what was wrong
+                    return _hinted(line.strip())[:300]
+                if line.startswith("ERROR: usage:"):
+                    usage = line.strip()
+                elif line.startswith(_SAID):
                     return line.strip().strip("!").strip()[:300]
     except OSError:
         pass
-    return ""
+    return usage[:300]
+
+
+def _hinted(said: str) -> str:
+    """pytest's error line, with a hint where an option of a plugin the lanes do not load is unrecognized."""
+    if "unrecognized arguments" in said:
+        return (f"{said}; is it an option of a pytest plugin? the lanes load none that is merely installed: name "
+                "it in addopts with -p (docs/adopting.md, 'Your pytest plugins')")
+    return said
 
 
 def stopped_text(run: Run) -> str:
