@@ -101,6 +101,8 @@ class CaptureWriter:
             os.umask(umask)
             os.chmod(self._temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
             self._writer = writer_class(self._temp)
+            if hasattr(self._writer, "filepath"):  # python-can's TRC writer names its file in the header
+                self._writer.filepath = str(self.path.resolve())
         except OSError as exc:
             self._discard()
             raise _failed(self.path, exc) from None

@@ -403,6 +403,8 @@ def test_a_trc_file_s_buses_are_the_channels_asc_and_blf_give(tmp_path):
     assert run_cli("capture", "--file", str(tmp_path / "multi.trc"), "--output", str(again), "--json").code == 0
     channels["again"] = [f.channel for f in open_capture(again)]
     assert channels == {key: ["0", "1", "3"] for key in (".asc", ".blf", ".trc", "again")}
+    header = [line for line in again.read_text().splitlines() if line.startswith(";   /")]
+    assert header == [f";   {again.resolve()}"]  # the file's own name, not its temporary one's
 
 
 def test_a_broken_binary_file_is_a_decode_error(tmp_path):
