@@ -19,12 +19,45 @@ from can.io.asc import ASCReader, ASCWriter
 _SHORT_MILLISECONDS = re.compile(r"(:\d\d)\.(\d{1,2})(?=\s)")
 
 
+#: The lines of an ASC file's header (python-can 4.6's ``ASCReader._extract_header``): what its loop reads on.
+_HEADER_LINE = re.compile(r"(date\s|base\s+(hex|dec)|//|(no)?\s*internal\s+events\s+logged)", re.IGNORECASE)
+
+
+class _Lines:
+    """A text file's lines, of which the last one read can be put back (:attr:`back`)."""
+
+    def __init__(self, file: Any) -> None:
+        self.file, self.back, self.last = file, None, None
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        if self.back is not None:
+            line, self.back = self.back, None
+            return line
+        self.last = next(self.file)
+        return self.last
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+
 class AscReader(ASCReader):
     """python-can's reader, timestamps in seconds since the epoch (from the trigger block's local date), a DLC
-    above 8 of Classical CAN as the DLC field says (python-can 4.6 reads ``r a`` as 0 and ``d 9`` as 12)."""
+    above 8 of Classical CAN as the DLC field says (python-can 4.6 reads ``r a`` as 0 and ``d 9`` as 12), and
+    the line that ends the header read as a line of the file (python-can 4.6 drops it: the first frame of a
+    file without ``Begin Triggerblock`` or ``internal events logged``, or the trigger block's own line)."""
 
     def __init__(self, file: Any, **kwargs: Any) -> None:
         super().__init__(file, relative_timestamp=False, **kwargs)
+        self.file = _Lines(self.file)
+
+    def _extract_header(self) -> None:
+        super()._extract_header()
+        last = self.file.last
+        if last is not None and not _HEADER_LINE.match(last.strip()):
+            self.file.back = last
 
     def _process_classic_can_frame(self, line: str, msg_kwargs: dict[str, Any]) -> Any:
         message = super()._process_classic_can_frame(line, msg_kwargs)

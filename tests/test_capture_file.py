@@ -348,6 +348,27 @@ def test_an_asc_trigger_block_s_milliseconds_written_without_leading_zeros_are_m
     assert unpadded == padded and AscReader._datetime_to_timestamp("Oct 25 19:00:55.200 2021") - padded > 0.17
 
 
+_ASC_HEAD = "date Mon Oct 25 19:00:55.020 2021\nbase hex  timestamps absolute\n"
+
+
+@pytest.mark.parametrize(("lines", "start"), [
+    ("", "19:00:55.020"),  # no trigger block, no "internal events logged": the first frame ends the header
+    ("Begin Triggerblock Mon Oct 25 19:01:00.500 2021\n", "19:01:00.500"),  # the trigger block's own line does
+], ids=["frame", "trigger-block"])
+def test_the_line_that_ends_an_asc_header_is_read(tmp_path, lines, start):
+    """python-can 4.6's header loop reads the line after the header and drops it: a frame lost without a word,
+    or the trigger block's date (the offsets then count from the header's)."""
+    path = tmp_path / "short.asc"
+    path.write_text(_ASC_HEAD + lines + "0.100000 1  123             Rx   d 1 11\n"
+                    "0.200000 1  124             Rx   d 1 22\n", encoding="ascii")
+    frames = list(open_capture(path))
+    assert [(f.arbitration_id, f.data) for f in frames] == [(0x123, b"\x11"), (0x124, b"\x22")]
+    from canarchy.asc import AscReader
+
+    first = AscReader._datetime_to_timestamp(f"Oct 25 {start} 2021") + 0.1
+    assert abs(frames[0].timestamp - first) < 1e-6
+
+
 @pytest.mark.parametrize("suffix", [".log", ".asc", ".blf", ".csv", ".trc"])
 def test_a_conversion_keeps_each_frame_s_time(tmp_path, suffix):
     """``capture --file X --output Y``, then Y read back: every timestamp as it was (seconds since the epoch)."""
