@@ -492,7 +492,8 @@ def _from_message(message: Any, one_based: bool = False) -> CanFrame:
     CAN FD frame without data as ``is_remote_frame`` (and ``is_fd``), which is that frame. A payload
     longer than 8 bytes of a CAN FD length is a CAN FD frame: a python-can CSV file has no FD flag.
     ``one_based``: the message's channel is the file's number (bus 1 = channel 0, as python-can's ASC and
-    BLF readers and writers count)."""
+    BLF readers and writers count). A message holding fewer data bytes than its DLC says (an ``.asc`` line
+    ``d 2 33``) raises ``UserInputError`` ``INVALID_FRAME``."""
     channel = message.channel
     if one_based and isinstance(channel, int) and channel > 0:
         channel -= 1
@@ -503,6 +504,10 @@ def _from_message(message: Any, one_based: bool = False) -> CanFrame:
         return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
                         requested_dlc=message.dlc, is_rx=bool(message.is_rx))
     data = b"" if message.is_remote_frame else bytes(message.data or b"")
+    if not message.is_remote_frame and isinstance(message.dlc, int) and len(data) < min(message.dlc, 8 if not fd
+                                                                                          else message.dlc):
+        raise UserInputError("INVALID_FRAME", f"its DLC says {message.dlc} data byte(s), it holds {len(data)}",
+                             "Check the line in the file: data bytes are missing.")
     if not fd and len(data) > 8 and len(data) in CAN_FD_DLCS:
         fd = True
     raw = message.dlc if not fd and len(data) == 8 and 8 < message.dlc <= 15 else 0  # a raw DLC (BLF, ASC)

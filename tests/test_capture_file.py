@@ -369,6 +369,17 @@ def test_the_line_that_ends_an_asc_header_is_read(tmp_path, lines, start):
     assert abs(frames[0].timestamp - first) < 1e-6
 
 
+def test_an_asc_frame_with_fewer_data_bytes_than_its_dlc_is_an_invalid_frame(tmp_path):
+    """python-can 4.6 reads ``d 2 33`` as a frame of one byte, without a word."""
+    path = tmp_path / "short.asc"
+    path.write_text(_ASC_HEAD + "0.100000 1  123             Rx   d 2 33\n"
+                    "0.200000 1  124             Rx   d 1 22\n", encoding="ascii")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and [e["payload"]["data"] for e in result.data["events"]] == ["22"], result.out
+    assert result.data["warning_counts"] == {"CAPTURE_FRAME_INVALID": 1}
+    assert "DLC says 2 data byte(s), it holds 1" in result.data["warning_records"][0]["message"]
+
+
 @pytest.mark.parametrize("suffix", [".log", ".asc", ".blf", ".csv", ".trc"])
 def test_a_conversion_keeps_each_frame_s_time(tmp_path, suffix):
     """``capture --file X --output Y``, then Y read back: every timestamp as it was (seconds since the epoch)."""
