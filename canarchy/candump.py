@@ -61,16 +61,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
         is_rx = fields[3] in ("R", "r")
     else:
         is_rx = True
-    if stamp[0] != "(" or stamp[-1] != ")":
-        raise ValueError("timestamp is not in parentheses")
-    seconds = stamp[1:-1]
-    if seconds.strip(_TIMESTAMP_CHARS):  # anything but digits and '.' is left; float() alone takes 'nan', '1e3'
-        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds")
-    try:
-        timestamp = float(seconds)
-    except ValueError:  # '', '.', '1.2.3'
-        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds") from None
-    checked_timestamp(timestamp)  # past the year 9999: UserInputError
+    seconds, timestamp = _stamp(stamp)
     ident, sep, data = body.partition("#")
     if not sep:
         raise ValueError("no '#' between ID and data")
@@ -98,10 +89,7 @@ def parse_candump_line(line: str) -> CanFrame | None:
         elif head == "R" or head == "r":
             return _remote_frame(can_id, extended, timestamp, channel, data[1:], is_rx)
         elif data[-2:-1] == "_":  # can-utils' raw DLC 9..F of a data frame of 8 bytes: 1122334455667788_9
-            if len(data) != 18 or data[-1] not in _RAW_DLC_DIGITS:
-                raise ValueError(f"data {data!r}: a raw DLC (_9 .. _F) follows 8 data bytes")
-            raw_dlc = int(data[-1], 16)
-            data = data[:-2]
+            data, raw_dlc = _raw_dlc(data)
         try:
             # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
             payload = bytes.fromhex(data)
@@ -129,6 +117,28 @@ def parse_candump_line(line: str) -> CanFrame | None:
                              "requested_dlc": 0, "is_rx": is_rx, "len8_dlc": raw_dlc,
                              TIMESTAMP_TEXT: seconds if _json_number(seconds) else None})
     return frame
+
+
+def _stamp(stamp: str) -> tuple[str, float]:
+    """``(its text, seconds)`` of ``(1700000000.123456)``; ``ValueError`` if malformed, ``UserInputError`` past
+    the year 9999 (:func:`checked_timestamp`)."""
+    if stamp[0] != "(" or stamp[-1] != ")":
+        raise ValueError("timestamp is not in parentheses")
+    seconds = stamp[1:-1]
+    if seconds.strip(_TIMESTAMP_CHARS):  # anything but digits and '.' is left; float() alone takes 'nan', '1e3'
+        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds")
+    try:
+        timestamp = float(seconds)
+    except ValueError:  # '', '.', '1.2.3'
+        raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds") from None
+    return seconds, checked_timestamp(timestamp)
+
+
+def _raw_dlc(data: str) -> tuple[str, int]:
+    """``(the data digits, the raw DLC)`` of ``1122334455667788_9``; ``ValueError`` unless 8 bytes and 9..F."""
+    if len(data) != 18 or data[-1] not in _RAW_DLC_DIGITS:
+        raise ValueError(f"data {data!r}: a raw DLC (_9 .. _F) follows 8 data bytes")
+    return data[:-2], int(data[-1], 16)
 
 
 def _json_number(seconds: str) -> bool:

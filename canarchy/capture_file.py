@@ -487,6 +487,16 @@ def _python_can_reader(path: str, fmt: str) -> Any:
                           "or convert it to candump -l (.log).") from None
 
 
+def _data_of(message: Any, fd: bool) -> bytes:
+    """The data bytes of a python-can data frame; ``UserInputError`` when it holds fewer than its DLC says."""
+    data = bytes(message.data or b"")
+    dlc = message.dlc
+    if isinstance(dlc, int) and len(data) < (dlc if fd else min(dlc, 8)):
+        raise UserInputError("INVALID_FRAME", f"its DLC says {dlc} data byte(s), it holds {len(data)}",
+                             "Check the line in the file: data bytes are missing.")
+    return data
+
+
 def _from_message(message: Any, one_based: bool = False) -> CanFrame:
     """The frame of a python-can message. CAN FD has no remote frames: python-can's ASC reader reports a
     CAN FD frame without data as ``is_remote_frame`` (and ``is_fd``), which is that frame. A payload
@@ -503,11 +513,7 @@ def _from_message(message: Any, one_based: bool = False) -> CanFrame:
     if message.is_remote_frame and not fd:
         return CanFrame(message.arbitration_id, b"", message.is_extended_id, False, True, timestamp, channel,
                         requested_dlc=message.dlc, is_rx=bool(message.is_rx))
-    data = b"" if message.is_remote_frame else bytes(message.data or b"")
-    if not message.is_remote_frame and isinstance(message.dlc, int) and len(data) < min(message.dlc, 8 if not fd
-                                                                                          else message.dlc):
-        raise UserInputError("INVALID_FRAME", f"its DLC says {message.dlc} data byte(s), it holds {len(data)}",
-                             "Check the line in the file: data bytes are missing.")
+    data = b"" if message.is_remote_frame else _data_of(message, fd)
     if not fd and len(data) > 8 and len(data) in CAN_FD_DLCS:
         fd = True
     raw = message.dlc if not fd and len(data) == 8 and 8 < message.dlc <= 15 else 0  # a raw DLC (BLF, ASC)

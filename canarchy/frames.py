@@ -87,6 +87,10 @@ class CanFrame:
                 f"{len(self.data)} data bytes is not a CAN FD payload length (ISO 11898-1: {CAN_FD_DLCS}).",
                 "Pad the payload to the next CAN FD length.",
             )
+        self._check_flags_and_dlc()
+
+    def _check_flags_and_dlc(self) -> None:
+        """The flags and DLC fields against the frame's kind (ISO 11898-1); ``UserInputError`` ``INVALID_FRAME``."""
         if (self.bitrate_switch or self.error_state_indicator) and not self.is_fd:
             raise UserInputError("INVALID_FRAME", "Bit rate switch (BRS) and ESI are flags of CAN FD frames only.",
                                  "Send a CAN FD frame (ID##<flags><data>, or --fd) to set BRS or ESI.")
