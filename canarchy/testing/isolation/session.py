@@ -133,6 +133,19 @@ def active_sandbox() -> Sandbox | None:
 _inside = _tempbase.inside
 
 
+def _leave_the_operator_s_process_state(run: _Run) -> None:
+    """After the containment: this process's memory (where the operator's environment is kept) unreadable to
+    what tests start, and a session keyring of the run's own; what could not be done goes into the header."""
+    private = _keep_memory_private()
+    if private:
+        run.header.append(private)
+    try:  # the operator's login session keyring (tickets, tokens) is not the run's: a key read or left there
+        _kernel.join_new_session_keyring()
+    except OSError as exc:
+        if sys.platform.startswith("linux"):
+            run.header.append(f"the operator's session keyring stays reachable from the tests ({exc.strerror})")
+
+
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
@@ -177,14 +190,7 @@ def _start(config: pytest.Config, where: str) -> None:
     run.refused_files = tuple(p for p in protection.refused if p not in guarded and not p.startswith("/proc/")
                               and os.path.lexists(p))
     _enter_containment(config, run)
-    private = _keep_memory_private()
-    if private:
-        run.header.append(private)
-    try:  # the operator's login session keyring (tickets, tokens) is not the run's: a key read or left there
-        _kernel.join_new_session_keyring()
-    except OSError as exc:
-        if sys.platform.startswith("linux"):
-            run.header.append(f"the operator's session keyring stays reachable from the tests ({exc.strerror})")
+    _leave_the_operator_s_process_state(run)
     protection = _protection.Protection(
         # a CAN adapter's device node too: a serial port, which no network namespace stops
         refused=tuple(dict.fromkeys([*protection.refused, *run.guarded, *run.adapter_devices])),
