@@ -20,7 +20,7 @@ from canarchy.testing.isolation.tree import changes, snapshot
 from canarchy.testing.lanes import parity, runner, unit, verdict, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
-from tests.helpers import WAITING_TEST, interrupt_once_started
+from tests.helpers import PYTEST, WAITING_TEST, interrupt_once_started
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -362,13 +362,14 @@ def test_a_copy_holds_what_git_would_commit(tmp_path):
     assert workspace.tree_files(plain) == ["a.py", "src/pkg/m.py"]
 
 
-@pytest.mark.parametrize("stray", [("pytest.ini", "[pytest]\n"), ("pytest.toml", "[pytest]\n"),
-                                   ("tests/tox.ini", "[pytest]\n"), ("tests/setup.cfg", "[tool:pytest]\n")])
-@pytest.mark.parametrize("lane", [["unit", "--jobs", "0"], ["parity"], ["order", "--seeds", "0"]])
+@pytest.mark.parametrize(("lane", "stray"), [  # each lane and each kind of file once: one place gives the flags
+    (["unit", "--jobs", "0"], ("pytest.ini", "[pytest]\n")), (["parity"], ("pytest.toml", "[pytest]\n")),
+    (["order", "--seeds", "0"], ("tests/tox.ini", "[pytest]\n")), (["unit"], ("tests/setup.cfg", "[tool:pytest]\n")),
+], ids=["unit-pytest.ini", "parity-pytest.toml", "order-tox.ini", "unit-xdist-setup.cfg"])
 def test_a_stray_configuration_that_drops_the_plugin_runs_no_test_in_any_lane(tmp_path, capsys, lane, stray):
     """A pytest.ini or pytest.toml beside pyproject.toml (a tox.ini or setup.cfg nearer the tests) shadowing its
-    addopts would run the suite without the plugin:
-    each lane loads the plugin itself, which names the stray file and refuses the run before any test."""
+    addopts would run the suite without the plugin: each lane loads the plugin itself
+    (:func:`~canarchy.testing.lanes.runner.pytest_flags`), which names the stray file and refuses the run first."""
     ran = tmp_path / "ran"
     project = _project(tmp_path / "p", f"def test_runs():\n    open({str(ran)!r}, 'a').write('ran')\n")
     (project.root / stray[0]).write_text(stray[1])
@@ -667,38 +668,40 @@ def test_parity_finds_python_can_s_log_record_during_a_test_and_at_exit_in_a_ser
     assert result.exit_code == 1, parity.render(result)
 
 
-SIX_TESTS = "import os\n\n" + "".join(
-    f"def test_{i}():\n    assert {'CAN_INTERFACE' if i == 3 else 'NOTHING'!r} not in os.environ\n\n"
-    for i in range(6))
+def _tests(count: int) -> str:
+    """``count`` tests; the last one fails where ``CAN_INTERFACE`` is set (the operator twin's shell)."""
+    return "import os\n\n" + "".join(
+        f"def test_{i}():\n    assert {'CAN_INTERFACE' if i == count - 1 else 'NOTHING'!r} not in os.environ\n\n"
+        for i in range(count))
 
 
 def test_a_shard_keeps_every_nth_test_and_a_bad_shard_is_a_usage_error(tmp_path):
-    root = _project(tmp_path / "p", SIX_TESTS, pyproject=UNISOLATED).root
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-p", parity.SHARD_PLUGIN, "--canarchy-shard=1/4", "-v",
-                          "-p", "no:randomly", "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True,
-                         text=True)
+    root = _project(tmp_path / "p", _tests(6), pyproject=UNISOLATED).root
+    ran = subprocess.run([*PYTEST, "-p", parity.SHARD_PLUGIN, "--canarchy-shard=1/4", "-v", "tests"], cwd=root,
+                         capture_output=True, text=True)
     assert [line.split()[0] for line in ran.stdout.splitlines() if " PASSED" in line] == [
         "tests/test_p.py::test_1", "tests/test_p.py::test_5"], ran.stdout
     assert "2 passed, 4 deselected" in ran.stdout
-    bad = subprocess.run([sys.executable, "-m", "pytest", "-p", parity.SHARD_PLUGIN, "--canarchy-shard=4/4",
-                          "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True)
+    bad = subprocess.run([*PYTEST, "-p", parity.SHARD_PLUGIN, "--canarchy-shard=4/4", "tests"], cwd=root,
+                         capture_output=True, text=True)
     assert bad.returncode == 4 and "--canarchy-shard=4/4: give I/N, whole numbers with 0 <= I < N" in bad.stderr
 
 
-@pytest.mark.parametrize("shards", [3, 8])
-def test_a_twin_in_shards_runs_each_test_once_and_parity_finds_the_difference(tmp_path, shards):
-    """Each twin in several serial pytest processes, each started with the twin's whole environment: one
+@pytest.mark.parametrize("count", [5, 2], ids=["two-a-shard", "an-empty-shard"])
+def test_a_twin_in_shards_runs_each_test_once_and_parity_finds_the_difference(tmp_path, count):
+    """Each twin in three serial pytest processes, each started with the twin's whole environment: one
     report of every test per twin, and a shard with no test (more shards than tests) is no problem."""
-    project = _project(tmp_path / "p", SIX_TESTS, pyproject=UNISOLATED)
-    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1, shards=shards)
-    assert [(f.id, f.kind) for f in result.findings] == [("tests.test_p::test_3", "operator")], parity.render(result)
+    project = _project(tmp_path / "p", _tests(count), pyproject=UNISOLATED)
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1, shards=3)
+    every = [f"tests.test_p::test_{i}" for i in range(count)]
+    assert [(f.id, f.kind) for f in result.findings] == [(every[-1], "operator")], parity.render(result)
     for twin in result.twins.values():
-        assert sum(len(s.report.cases) for s in twin.shards if s.report) == 6  # each test in one shard
-        assert len(twin.shards) == shards and sorted(twin.report.cases) == [f"tests.test_p::test_{i}" for i in range(6)]
-        assert len({s.copy for s in twin.shards}) == shards and all(r.returncode in (0, 1, 5) for r in twin.runs)
+        assert sum(len(s.report.cases) for s in twin.shards if s.report) == count  # each test in one shard
+        assert len(twin.shards) == 3 and sorted(twin.report.cases) == every
+        assert len({s.copy for s in twin.shards}) == 3 and all(r.returncode in (0, 1, 5) for r in twin.runs)
     ids = (project.root / "reports" / "parity-clean-ids.txt").read_text().split()
-    assert ids == [f"tests/test_p.py::test_{i}" for i in range(6)]
-    assert result.status == "FAILED" and f"{shards} shards" in parity.render(result)
+    assert ids == [f"tests/test_p.py::test_{i}" for i in range(count)]
+    assert result.status == "FAILED" and "3 shards" in parity.render(result)
     assert "| operator 3/" in parity.render_markdown(result)
 
 
