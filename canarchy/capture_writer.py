@@ -11,6 +11,7 @@ is said in :meth:`CaptureWriter.warnings`. Errors: ``CAPTURE_FORMAT_UNSUPPORTED`
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -52,13 +53,31 @@ def _failed(path: Path, exc: BaseException) -> TransportError:
                           write_failure_hint(exc, f"the directory {str(path.parent)!r}"))
 
 
+#: Channels whose merges :meth:`CaptureWriter.write` keeps track of (past them, a new channel's go unseen).
+MAX_CHANNELS = 256
+
+
+@functools.lru_cache(maxsize=MAX_CHANNELS)
+def _written_channel(fmt: str, channel: str | None) -> str:
+    """``channel`` as python-can's writer of format ``fmt`` writes it: ``.log`` ``canN`` for a number N and
+    ``vcan0`` for none, ``.csv`` nothing, the others its number + 1 (1 without one)."""
+    if fmt == "csv":
+        return ""
+    if fmt == "log":
+        if channel is None:
+            return "vcan0"
+        return f"can{channel}" if channel.isdigit() else channel
+    from can.util import channel2int
+
+    number = channel2int(channel)
+    return str(1 if number is None else number + 1)
+
+
 def _candump_line(frame: CanFrame) -> str:
     """``frame`` as a candump ``-l`` line, its own timestamp and raw DLC kept (python-can 4.6's writer moves a
     frame stamped before the previous one to that one's time and drops a DLC above 8)."""
-    channel = frame.channel
-    if channel is None or channel.isdigit():  # as python-can's writer: canN, or its default vcan0
-        channel = "vcan0" if channel is None else f"can{channel}"
-    return f"({frame.timestamp:f}) {channel} {format_frame(frame)} {'R' if frame.is_rx else 'T'}\n"
+    return (f"({frame.timestamp:f}) {_written_channel('log', frame.channel)} {format_frame(frame)} "
+            f"{'R' if frame.is_rx else 'T'}\n")
 
 
 class CaptureWriter:
@@ -136,28 +155,17 @@ class CaptureWriter:
     def _note_channel(self, channel: str | None) -> None:
         """Count a frame whose channel the file writes as another channel's (``can0`` and ``vcan0`` are
         both channel 1 of an ``.asc`` file; a ``.csv`` file has no channel)."""
-        written = self._written_channel(channel)
-        first = self._channels.setdefault(written, channel)
+        written = _written_channel(self.format, channel)
+        if written not in self._channels:
+            if len(self._channels) < MAX_CHANNELS:
+                self._channels[written] = channel
+            return
+        first = self._channels[written]
         if first != channel:
             self._merged_frames += 1
             names = self._merged.setdefault(written, [first])
             if channel not in names and len(names) < 8:
                 names.append(channel)
-        elif len(self._channels) > 256:  # a bounded record: past it, merges of new channels go unseen
-            self._channels.pop(written)
-
-    def _written_channel(self, channel: str | None) -> str:
-        """``channel`` as python-can's writer of this format writes it."""
-        if self.format == "csv":
-            return ""
-        if self.format == "log":
-            if channel is None:
-                return "vcan0"
-            return f"can{channel}" if channel.isdigit() else channel
-        from can.util import channel2int
-
-        number = channel2int(channel)
-        return str(1 if number is None else number + 1)
 
     def warnings(self) -> list[str]:
         """What the format could not hold of the frames written so far (see the module docstring)."""

@@ -141,24 +141,23 @@ class CanFrame:
         integer = functools.partial(_whole, payload)
         remote = flag("is_remote_frame")
         timestamp = payload.get("timestamp")
-        dlc = integer("dlc", 0)
-        raw = dlc if not remote and 9 <= dlc <= 15 and not flag("is_fd") else 0
+        dlc, fd, data = integer("dlc", 0), flag("is_fd"), bytes.fromhex(payload.get("data") or "")
         frame = cls(
             arbitration_id=integer("arbitration_id"),
-            data=bytes.fromhex(payload.get("data") or ""),
+            data=data,
             is_extended_id=flag("is_extended_id"),
-            is_fd=flag("is_fd"),
+            is_fd=fd,
             is_remote_frame=remote,
             timestamp=checked_timestamp(float(timestamp)) if timestamp is not None else 0.0,
             channel=payload.get("channel"),
             bitrate_switch=flag("bitrate_switch"),
             error_state_indicator=flag("error_state_indicator"),
             is_error_frame=flag("is_error_frame"),
-            requested_dlc=integer("dlc", 0) if remote else 0,
+            requested_dlc=dlc if remote else 0,
             is_rx=flag("is_rx", True),
-            len8_dlc=raw if len(payload.get("data") or "") == 16 else 0,
+            len8_dlc=dlc if not remote and not fd and len(data) == 8 and 9 <= dlc <= 15 else 0,
         )
-        if not remote and "dlc" in payload and integer("dlc") != frame.dlc:
+        if not remote and "dlc" in payload and dlc != frame.dlc:
             raise ValueError(f"dlc {payload['dlc']} does not match the {len(frame.data)} data byte(s)")
         return frame
 

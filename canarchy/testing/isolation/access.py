@@ -27,7 +27,7 @@ from canarchy.testing.isolation.events import (
     PROCESS_STARTS, READ, RELINKING, SPECIAL, SPECS, TREE, WRITE, path_text,
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
-from canarchy.testing.isolation.protection import OWN_PROC, Protection, Zones, normcase, resolved_paths
+from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
 try:
@@ -89,8 +89,7 @@ class AccessGuard:
         """Protect ``protection`` from now on (its paths resolved now); returns the resolved one."""
         resolved = Protection(
             refused=resolved_paths(protection.refused), read_only=resolved_paths(protection.read_only),
-            writable=(*resolved_paths(w for w in protection.writable if w != OWN_PROC),
-                      *(w for w in protection.writable if w == OWN_PROC)), watched=resolved_paths(protection.watched),
+            writable=resolved_paths(protection.writable), watched=resolved_paths(protection.watched),
             unwatched_names=tuple(protection.unwatched_names), staging=tuple(protection.staging),
         )  # fmt: skip
         self._zones = Zones(resolved)  # one assignment: the hook sees the old zones or the new ones

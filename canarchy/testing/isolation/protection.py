@@ -217,7 +217,8 @@ def _unique(paths: Iterable[str]) -> tuple[str, ...]:
 
 
 def resolved_paths(paths: Iterable[str]) -> tuple[str, ...]:
-    return _unique(normcase(os.path.realpath(os.fspath(p))) for p in paths if p)
+    """Each of ``paths`` resolved, once; :data:`OWN_PROC` stays as it is (each process reads it as its own)."""
+    return _unique(p if p == OWN_PROC else normcase(os.path.realpath(os.fspath(p))) for p in paths if p)
 
 
 def import_writers() -> frozenset:

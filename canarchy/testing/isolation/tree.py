@@ -313,8 +313,12 @@ def unseen(root: str | os.PathLike[str], paths: Iterable[str], env: Mapping[str,
     listed = {name.rstrip("/") for batch in listing.batches() for name in batch}
     if listing.ok:
         return [p for p in paths if p not in listed and not any(n.startswith(p + "/") for n in listed)]
-    return [p for p in paths if any(part in SKIPPED_DIRS or part.endswith(SKIPPED_SUFFIXES)
-                                    for part in p.split(os.sep)[:-1])]
+    return [p for p in paths if under_skipped_dir(p, os.sep)]
+
+
+def under_skipped_dir(path: str, sep: str = "/") -> bool:
+    """Whether a directory of the relative ``path`` is one the walk skips (:data:`SKIPPED_DIRS`, ``*.egg-info``)."""
+    return any(part in SKIPPED_DIRS or part.endswith(SKIPPED_SUFFIXES) for part in path.split(sep)[:-1])
 
 
 def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:

@@ -181,7 +181,7 @@ def _run_shard(twin: Twin, index: int, selection: Sequence[str], out: Path, pyth
                jobs: int) -> None:
     shard, count, stem = twin.shards[index], len(twin.shards), _stem(twin, index)
     # detect-test-pollution writes the collected node ids (each pytest-xdist worker, and each shard, the same list)
-    args = [*twin.flags, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS, *xdist_options(jobs),
+    args = [*twin.flags, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS, *(xdist_options(jobs) if jobs else ()),
             "-p", "detect_test_pollution", f"--dtp-testids-output-file={out / f'{stem}-ids.txt'}",
             *(["-p", SHARD_PLUGIN, f"{SHARD_OPTION}={index}/{count}"] if count > 1 else []), *selection]
     shard.run = run_pytest(args, env=shard.env, cwd=shard.copy, python=python)

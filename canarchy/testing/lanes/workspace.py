@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 
 from canarchy.testing.isolation.gitlisting import GitListing
 from canarchy.testing.isolation.loadable import VENV_MARKER
-from canarchy.testing.isolation.tree import SKIPPED_DIRS, SKIPPED_SUFFIXES, snapshot
+from canarchy.testing.isolation.tree import snapshot, under_skipped_dir
 from canarchy.testing.lanes.runner import shielded
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def ignored_importable(project: Project) -> list[str]:
     venvs = tuple(name[: -len(VENV_MARKER)] for name in names if name.endswith(f"/{VENV_MARKER}"))
     return [name for name in names
             if not name.endswith((".pyc", ".pyo")) and not (venvs and name.startswith(venvs))
-            and not any(part in SKIPPED_DIRS or part.endswith(SKIPPED_SUFFIXES) for part in name.split("/")[:-1])]
+            and not under_skipped_dir(name)]
 
 
 def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
