@@ -6,7 +6,7 @@ into private user, mount and (optionally) network namespaces: covered paths beco
 the :class:`Report` says what is in force and why not; :func:`probe` asks a child process. Design:
 ``docs/design/test-isolation.md`` ("Layer 0: containment"). The system calls and their constants: :mod:`.kernel`.
 Standard library only, on purpose: a fresh child Python loads this file by path (:func:`probe`; the tests'
-ordinary user), and it then loads ``kernel.py`` beside it the same way.
+ordinary user), and it then loads ``kernel.py``, ``tempbase.py`` and ``mountview.py`` beside it the same way.
 """
 
 from __future__ import annotations
@@ -26,17 +26,18 @@ from pathlib import Path
 
 if __package__:  # imported as a module of the package
     from canarchy.testing.isolation import kernel, mountview
-else:  # loaded by path (the module docstring): kernel.py and mountview.py beside it, the same way
+else:  # loaded by path (the module docstring): the modules it needs beside it, the same way
     import importlib.util
 
     def _beside(name: str):
         spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # mountview.py loads kernel.py as this module
+        sys.modules[name] = module  # mountview.py takes kernel.py and tempbase.py as these modules
         spec.loader.exec_module(module)
         return module
 
     kernel = _beside("kernel")
+    _beside("tempbase")
     mountview = _beside("mountview")
 
 PROTECTIONS = ("user namespace", "mount view", "network", "lock")

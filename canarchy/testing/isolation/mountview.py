@@ -20,13 +20,10 @@ if TYPE_CHECKING:
 
 if __package__:  # imported as a module of the package
     from canarchy.testing.isolation import kernel
-else:  # loaded by path by containment.py, which put kernel.py in sys.modules first
+    from canarchy.testing.isolation.tempbase import inside
+else:  # loaded by path by containment.py, which put kernel.py and tempbase.py in sys.modules first
     kernel = sys.modules["kernel"]
-
-
-def inside(path: str, tree: str) -> bool:
-    """Whether ``path`` is ``tree`` or below it (both resolved)."""
-    return path == tree or path.startswith(tree.rstrip("/") + "/")
+    inside = sys.modules["tempbase"].inside
 
 
 def _depth(path: str) -> tuple[int, str]:

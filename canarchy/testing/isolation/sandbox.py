@@ -18,6 +18,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
+from canarchy.testing.isolation.tempbase import inside
 
 # Variables that decide where "home" is, on POSIX and Windows.
 HOME_VARIABLES: Mapping[str, str] = {
@@ -218,7 +219,7 @@ class Sandbox:
             return None
         kind = type(value)
         root = str(self.root)
-        if text == root or text.startswith(root + os.sep):
+        if inside(text, root):
             parts = PurePath(text).relative_to(self.root).parts
             if parts[:1] == ("home",):
                 return PurePath(*parts[1:]), kind
@@ -226,7 +227,7 @@ class Sandbox:
                 return PurePath(*parts[3:]), kind
             return None
         for real in self.real_homes:
-            if text == real or text.startswith(real + os.sep):
+            if text == real or text.startswith(real + os.sep):  # a home of / holds only /
                 return PurePath(text).relative_to(real), kind
         return None
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import build_env
 from canarchy.testing.lanes.mutation_file import Mutation, load_mutation
+from canarchy.testing.isolation.tempbase import inside
 from canarchy.testing.isolation.tree import SKIP_LIST, changes, snapshot
 from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.project import Project, ProjectError
@@ -174,7 +175,7 @@ class _Workspace:
         tree = str(self.tree.resolve())
         for r in records:
             origin = str(Path(r["origin"]).resolve()) if r.get("origin") not in (None, "?") else "?"
-            if not (origin + "/").startswith(tree + "/"):
+            if not inside(origin, tree):
                 raise CannotDecide(
                     f"{label}: process {r['pid']} ({' '.join(map(str, r['argv']))[:120]}, cwd {r['cwd']}) imported "
                     f"{r['package']} from {r['origin']}, not from the copy {tree}: an installed or stale copy would "
