@@ -172,9 +172,14 @@ def twin_shards(requested: int | None = None, jobs: int = 0) -> int:
     return 1 if jobs else cores()
 
 
+def _shard_name(twin: str, index: int, count: int) -> str:
+    """A shard's name, for its report, log and copy: ``clean`` for a twin in one process, else ``clean-shard2``."""
+    return twin + (f"-shard{index + 1}" if count > 1 else "")
+
+
 def _stem(twin: Twin, index: int) -> str:
     """The name of a shard's report and log: ``parity-clean``, else ``parity-clean-shard2``."""
-    return f"parity-{twin.name}" + (f"-shard{index + 1}" if len(twin.shards) > 1 else "")
+    return f"parity-{_shard_name(twin.name, index, len(twin.shards))}"
 
 
 def _run_shard(twin: Twin, index: int, selection: Sequence[str], out: Path, python: str, isolated: bool,
@@ -266,7 +271,7 @@ def _make_twin(name: str, seed: int, project: Project, files: list[str], base: P
     home.mkdir(exist_ok=True)
     made = []
     for i in range(shards):
-        stem = base / (name if i == 0 else f"{name}-shard{i + 1}")
+        stem = base / _shard_name(name, i, shards)
         copy, tmp = Path(f"{stem}-tree"), Path(f"{stem}-tmp")
         copy.mkdir()
         tmp.mkdir()
