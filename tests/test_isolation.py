@@ -638,6 +638,40 @@ def test_no_canarchy_module_holds_the_real_home(canarchy_sandbox):
 
 # -- child processes ------------------------------------------------------
 
+def test_a_test_takes_its_own_refusals_and_they_stay_in_its_report(request, bus_guard):
+    """Taken, a refusal no longer fails the test, but its JUnit case keeps it; another test's are not
+    a test's to take."""
+    import can
+
+    from canarchy.testing.isolation.refusal import EXPECTED_REFUSAL_PROPERTY
+
+    with pytest.raises(RealCanBusRefused):
+        can.Bus(channel="can0", interface="socketcan")
+    with pytest.raises(ValueError, match="may take its own refusals only"):
+        bus_guard.take_refusals("tests/test_other.py::test_other")
+    assert [r.channel for r in bus_guard.take_refusals(request.node.nodeid)] == ["can0"]
+    [(_, text)] = [p for p in request.node.user_properties if p[0] == EXPECTED_REFUSAL_PROPERTY]
+    assert request.node.nodeid in text and "tried to open a real CAN bus" in text
+
+
+def test_the_plugin_s_programs_get_no_variable_that_moves_git_elsewhere(tmp_path):
+    """The sentinel's git reads the checkout's repository with the operator's ignore rules: of git's
+    variables only those choosing configuration files pass, and a test cannot add one."""
+    from canarchy.testing.isolation.sandbox import Sandbox
+
+    operator = {"HOME": str(tmp_path), "PATH": os.environ["PATH"], "GIT_DIR": "/elsewhere/.git",
+                "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.excludesFile", "GIT_CONFIG_VALUE_0": "/dev/null",
+                "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"), "CAN_INTERFACE": "socketcan"}
+    sandbox = Sandbox(operator, parent=str(tmp_path))
+    try:
+        assert dict(sandbox.tool_env) == {"HOME": str(tmp_path), "PATH": os.environ["PATH"],
+                                          "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig")}
+        with pytest.raises(TypeError):
+            sandbox.tool_env["GIT_DIR"] = "/elsewhere/.git"  # type: ignore[index]
+    finally:
+        sandbox.cleanup()
+
+
 def test_child_process_inherits_the_home():
     out = subprocess.run([sys.executable, "-c", "import pathlib, os; print(pathlib.Path.home()); "
                           "print(sorted(k for k in os.environ if k.startswith(('CANARCHY_', 'CAN_'))))"],

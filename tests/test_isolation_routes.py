@@ -293,11 +293,30 @@ def test_after_the_zones(canarchy_sandbox):
 def test_after_the_hiding(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
 
-def test_plants_code_in_what_the_plugin_calls_at_teardown(canarchy_sandbox):
+def test_plants_code_in_what_the_plugin_calls_at_teardown(request):
+    from canarchy.testing.isolation.session import _RUN
+    sandbox = request.config.stash[_RUN].sandbox  # dug out: the fixtures hand a test a read-only view
     def release(home, cwd):
-        del canarchy_sandbox.release_test_dirs  # once
-        read_real_config(canarchy_sandbox)
-    canarchy_sandbox.release_test_dirs = release
+        del sandbox.release_test_dirs  # once
+        read_real_config(sandbox)
+    sandbox.release_test_dirs = release
+
+def test_replaces_the_environment_of_the_plugin_s_programs(request):
+    from canarchy.testing.isolation.session import _RUN
+    sandbox = request.config.stash[_RUN].sandbox
+    sandbox.tool_env = {**sandbox.tool_env, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.excludesFile",
+                        "GIT_CONFIG_VALUE_0": "/dev/null"}
+
+def test_after_the_environment_of_the_programs(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
+def test_what_the_fixtures_hand_a_test(canarchy_sandbox, access_guard, bus_guard):
+    from canarchy.testing.isolation.plugin import active_sandbox
+    given = [getattr(o, n, None) for o in (canarchy_sandbox, active_sandbox()) for n in dir(o) if not n.startswith("_")]
+    assert "CANARCHY_" not in repr(given) and "CAN_" not in repr(given)  # the operator's variables
+    assert [n for n in (*dir(access_guard), *dir(bus_guard)) if not n.startswith("_")] == ["take_refusals"] * 2
+    with pytest.raises(AttributeError):
+        canarchy_sandbox.real_home = canarchy_sandbox.session_home
 
 def test_opts_every_later_test_out():
     pertest._opts_out = lambda request, *markers: True
@@ -863,6 +882,8 @@ TAMPERING = [
     ("test_empties_the_zones", "Zones.refused replaced", "test_after_the_zones"),
     ("test_blinds_the_seal_then_replaces_a_method", "access.AccessGuard._judge replaced",
      "test_after_the_blinding"),
+    ("test_replaces_the_environment_of_the_plugin_s_programs", "Sandbox.tool_env replaced",
+     "test_after_the_environment_of_the_programs"),
 ]
 
 
@@ -873,6 +894,14 @@ def test_a_test_that_disables_the_guard_is_named_and_the_next_one_is_guarded(rou
     messages = run.messages(tamperer)
     assert f"test_tamper.py::{tamperer} changed the isolation's own code or state" in messages and words in messages
     assert_refused(run, "test_tamper.py", victim, "open for reading")
+
+
+def test_the_fixtures_hand_a_test_neither_the_operator_s_variables_nor_the_guards(routes):
+    """``canarchy_sandbox`` and ``active_sandbox()`` are read-only views without the operator's environment;
+    ``access_guard``/``bus_guard`` only take the test's own refusals (not its records of checkout writes)."""
+    run, _ = routes
+    assert run.outcomes("test_what_the_fixtures_hand_a_test") == {"passed"}, run.messages(
+        "test_what_the_fixtures_hand_a_test")
 
 
 def test_a_test_that_makes_every_bus_virtual_is_named_and_the_next_bus_refused(routes):
@@ -901,8 +930,9 @@ def test_a_test_that_replaces_the_plugin_s_decisions_is_named_and_the_next_one_i
 
 
 def test_code_a_test_plants_in_the_plugin_s_teardown_is_judged_too(routes):
-    """The plugin's own teardown calls what a test can replace (here a method of the sandbox object
-    it was handed): that call is judged like the test's code, so the read is refused at once."""
+    """The plugin's own teardown calls what a test can replace (here a method of the sandbox object,
+    dug out of pytest's configuration): that call is judged like the test's code, so the read is refused
+    at once."""
     run, _ = routes
     test = "test_plants_code_in_what_the_plugin_calls_at_teardown"
     messages = run.messages(test)

@@ -960,8 +960,9 @@ def test_the_operator_twin_exports_the_project_s_own_operator_variables(tmp_path
     """An adopter's variables (its scrub prefixes) reach the operator twin through
     ``operator_env``; without it, the lane says that prefix was never exercised."""
     # the operator's environment as the plugin keeps it (to give it back): a test that digs it out
-    tests = ("def test_depends_on_the_shell(canarchy_sandbox):\n"
-             "    assert 'ADOPT_MODE' not in canarchy_sandbox.operator_env\n")
+    tests = ("from canarchy.testing.isolation.session import _RUN\n\n"
+             "def test_depends_on_the_shell(request):\n"
+             "    assert 'ADOPT_MODE' not in request.config.stash[_RUN].sandbox.operator_env\n")
     prefixes = 'canarchy_scrub_prefixes = ["ADOPT_"]\n'
     pyproject = PYPROJECT.replace("xfail_strict = true\n", "xfail_strict = true\n" + prefixes)
     without = parity.run_parity(_project(tmp_path / "without", tests, pyproject=pyproject), ["tests"],

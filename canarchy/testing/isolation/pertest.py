@@ -20,8 +20,8 @@ from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.procstate import STATE as _STATE
-from canarchy.testing.isolation.sandbox import HOME_VARIABLES, Sandbox
-from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
+from canarchy.testing.isolation.sandbox import HOME_VARIABLES, SandboxView
+from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, EXPECTED_REFUSAL_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.session import _BETWEEN_TESTS, _RUN, _SHUTDOWN_RECORDS, _Run, _opt_outs_of, _set_owners
 
 
@@ -319,17 +319,35 @@ def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str]
     return "\n".join(parts)
 
 
-@pytest.fixture
-def bus_guard():
-    """The bus guard. ``bus_guard.take_refusals()`` returns (and clears) the refusals recorded
-    so far, for tests that expect one."""
-    return _guard.GUARD
+class ExpectedRefusals:
+    """What a test that expects a refusal is given of a guard: :meth:`take_refusals`, nothing else (the
+    records of writes into the checkout, the switch and the configuration stay the plugin's)."""
+
+    __slots__ = ("_node", "_take")
+
+    def __init__(self, take, node: pytest.Item) -> None:
+        self._take, self._node = take, node
+
+    def take_refusals(self, nodeid: str | None = None) -> list:
+        """This test's refusals so far, which then no longer fail it (``nodeid``: this test's id, or
+        None); each stays in its JUnit report as an ``EXPECTED_REFUSAL_PROPERTY`` property."""
+        if nodeid not in (None, self._node.nodeid):
+            raise ValueError(f"{self._node.nodeid} may take its own refusals only, not those of {nodeid}")
+        taken = self._take(self._node.nodeid)
+        self._node.user_properties += [(EXPECTED_REFUSAL_PROPERTY, r.message().splitlines()[0]) for r in taken]
+        return taken
 
 
 @pytest.fixture
-def access_guard():
-    """The access guard. ``access_guard.take_refusals()`` returns (and clears) its refusals."""
-    return _access.GUARD
+def bus_guard(request: pytest.FixtureRequest) -> ExpectedRefusals:
+    """The bus guard's refusals of this test: ``bus_guard.take_refusals()``, for a test that expects one."""
+    return ExpectedRefusals(_guard.GUARD.take_refusals, request.node)
+
+
+@pytest.fixture
+def access_guard(request: pytest.FixtureRequest) -> ExpectedRefusals:
+    """The access guard's refusals of this test: ``access_guard.take_refusals()``, for a test that expects one."""
+    return ExpectedRefusals(_access.GUARD.take_refusals, request.node)
 
 
 _virtual_channels = itertools.count(1)
@@ -348,6 +366,6 @@ def virtual_channel() -> str:
 
 
 @pytest.fixture(scope="session")
-def canarchy_sandbox(request: pytest.FixtureRequest) -> Sandbox:
-    """The session's :class:`~canarchy.testing.isolation.sandbox.Sandbox` (root, homes, operator env)."""
-    return request.config.stash[_RUN].sandbox
+def canarchy_sandbox(request: pytest.FixtureRequest) -> SandboxView:
+    """The session's :class:`~canarchy.testing.isolation.sandbox.SandboxView` (its root, the homes)."""
+    return SandboxView(request.config.stash[_RUN].sandbox)

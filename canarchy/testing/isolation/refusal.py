@@ -15,6 +15,8 @@ from dataclasses import dataclass
 #: refused alike, e.g. through a route to the home that only a serial run has, such as ``site.USER_BASE``).
 CHECKOUT_WRITE_PROPERTY = "canarchy_checkout_write"
 REFUSED_PROPERTY = "canarchy_refused"
+#: A refusal the test expected and took (the ``bus_guard``/``access_guard`` fixtures): kept in its report.
+EXPECTED_REFUSAL_PROPERTY = "canarchy_refused_expected"
 
 BUS_FIXES = (
     'use interface="virtual" with a channel of its own (the `virtual_channel` fixture)',

@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path, PurePath
+from types import MappingProxyType
 from typing import Any
 from collections.abc import Mapping
 
@@ -48,6 +49,11 @@ KNOWN_IMPORT_TIME_PATHS: tuple[tuple[str, str], ...] = (
 )
 # Modules that are never re-pointed: the sandbox itself must remember the real home.
 _EXEMPT_PREFIX = "canarchy.testing"
+
+#: git's own variables kept for the programs the plugin starts: which configuration files it reads (the
+#: operator's ignore rules). The others (``GIT_DIR``, ``GIT_INDEX_FILE``, ``GIT_CONFIG_COUNT``/``_KEY_n``...)
+#: would point its git at another repository, index or configuration than the checkout's own.
+GIT_CONFIG_SELECTORS = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 
 # python-can's user config files live under "~"; the absolute one does not.
 PYTHON_CAN_ABSOLUTE_CONFIG_FILES = ("/etc/can.conf",)
@@ -104,9 +110,12 @@ class Sandbox:
                  account_home: str | None = None) -> None:
         self.operator_env = dict(os.environ if operator_env is None else operator_env)
         self.scrub_prefixes = scrub_prefixes
-        #: The environment of the programs the plugin itself starts (git): the operator's, their home and
-        #: configuration kept, without the scrubbed variables, which a test's process could read from them.
-        self.tool_env = {k: v for k, v in self.operator_env.items() if not is_scrubbed(k, scrub_prefixes)}
+        #: The environment of the programs the plugin itself starts (git), read-only: the operator's, their home
+        #: and configuration kept, without the scrubbed variables (a test's process could read them from those
+        #: programs) and git's variables but :data:`GIT_CONFIG_SELECTORS`.
+        self.tool_env: Mapping[str, str] = MappingProxyType({
+            k: v for k, v in self.operator_env.items()
+            if not is_scrubbed(k, scrub_prefixes) and (not k.startswith("GIT_") or k in GIT_CONFIG_SELECTORS)})
         self.scan_packages = scan_packages
         self.real_home = Path(self.operator_env.get("HOME") or os.path.expanduser("~")).resolve()
         self.root = Path(tempfile.mkdtemp(prefix="canarchy-pytest-", dir=parent)).resolve()
@@ -291,3 +300,29 @@ class Sandbox:
             return None
         text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
         return found if any(text == r or text.startswith(r + os.sep) for r in self.real_homes) else None
+
+
+class SandboxView:
+    """What a test is given of the session's :class:`Sandbox` (the ``canarchy_sandbox`` fixture,
+    ``active_sandbox()``): its directories, the operator's home path (every access there is refused)
+    and the audit of import-time home paths; never the operator's environment. Read-only."""
+
+    __slots__ = ("_sandbox", "real_home", "root", "session_home")
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        for name, value in (("root", sandbox.root), ("session_home", sandbox.session_home),
+                            ("real_home", sandbox.real_home), ("_sandbox", sandbox)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the session's sandbox is read-only to a test ({name})")
+
+    __delattr__ = __setattr__
+
+    def paths_under_real_home(self) -> list[str]:
+        """:meth:`Sandbox.paths_under_real_home`."""
+        return self._sandbox.paths_under_real_home()
+
+    def rebase(self, home: Path) -> None:
+        """:meth:`Sandbox.rebase`."""
+        self._sandbox.rebase(home)

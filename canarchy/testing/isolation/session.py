@@ -35,7 +35,7 @@ from canarchy.testing.isolation.procstate import erase_start_up_environment as _
 from canarchy.testing.isolation.procstate import give_up_the_terminal as _give_up_the_terminal
 from canarchy.testing.isolation.procstate import keep_memory_private as _keep_memory_private
 from canarchy.testing.isolation import tree as _tree
-from canarchy.testing.isolation.sandbox import Sandbox
+from canarchy.testing.isolation.sandbox import Sandbox, SandboxView
 from canarchy.testing.isolation.seal import Seal
 from canarchy.testing.isolation.exits import _guard_the_exit, _name_exit_handlers, _the_process_ends_with
 from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_own_trees,
@@ -124,10 +124,10 @@ _RUN = pytest.StashKey[_Run]()
 _ACTIVE: list[Sandbox] = []
 
 
-def active_sandbox() -> Sandbox | None:
-    """The :class:`Sandbox` of the pytest run configured in this process, or None when the
+def active_sandbox() -> SandboxView | None:
+    """A view of the :class:`Sandbox` of the pytest run configured in this process, or None when the
     plugin is not active here. For helpers that must refuse to write anywhere but a disposable home."""
-    return _ACTIVE[0] if _ACTIVE else None
+    return SandboxView(_ACTIVE[0]) if _ACTIVE else None
 
 
 _inside = _tempbase.inside
@@ -227,7 +227,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _guard.after_import("can.interface", sandbox.scrub_python_can)
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
     _protection.import_writers()  # taken now, before any test could replace them
-    run.seal = _seal()
+    run.seal = _seal(sandbox)
 
 
 _UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.kernel",
@@ -235,13 +235,15 @@ _UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolati
              "canarchy.testing.isolation._child"}
 
 
-def _seal() -> Seal:
+def _seal(sandbox: Sandbox) -> Seal:
     """Every module of the isolation but those used only at entry, the guards' configuration,
-    and the guards themselves (an attribute of their own would hide a method)."""
+    the guards themselves (an attribute of their own would hide a method), and the environment
+    of the programs the plugin starts."""
     modules = [m for name, m in sorted(sys.modules.items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
-                  (_guard.GUARD, "report_dir"), (os, "_exit"), (posix, "_exit"), (atexit, "register"),
+                  (_guard.GUARD, "report_dir"), (sandbox, "tool_env"), (os, "_exit"), (posix, "_exit"),
+                  (atexit, "register"),
                   *_import_machinery(),
                   *_c_openers.audited_c_openers()]
     seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
