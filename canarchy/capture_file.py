@@ -6,7 +6,8 @@ layout of can-utils ``lib.c``; ``.asc``, ``.blf``, ``.trc``, ``.csv``, ``.mf4``,
 readers; ``.jsonl``/``.json``: canarchy's own output); a trailing ``.gz`` is decompressed on the fly.
 :class:`CaptureFile` yields frames; malformed lines are warnings (:mod:`canarchy.warning_log`), never
 the end of the read. Errors: ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2), ``CAPTURE_FORMAT_UNSUPPORTED``
-(1), ``CAPTURE_EMPTY``, ``CAPTURE_COMPRESSION_INVALID``, ``CAPTURE_FORMAT_INVALID`` (3).
+(1; also a ``.blf`` whose first container is compressed with a method python-can cannot read),
+``CAPTURE_EMPTY``, ``CAPTURE_COMPRESSION_INVALID``, ``CAPTURE_FORMAT_INVALID`` (3).
 Line formats, warnings and figures: docs/decoding.md.
 """
 
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 
 from canarchy.candump import (CLASSIC_HEX_LENGTHS, FD_HEX_LENGTHS, ErrorFrame, common_line, common_lines,
                               parse_candump_line)
-from canarchy.errors import DecodeError, TransportError, UserInputError
+from canarchy.errors import CanarchyError, DecodeError, TransportError, UserInputError
 from canarchy.output import TIMESTAMP_TEXT
 from canarchy.frames import CAN_FD_DLCS, TIMESTAMP_LIMIT, CanFrame, checked_timestamp
 from canarchy.warning_log import WarningLog
@@ -107,11 +108,19 @@ class CaptureFile:
         if self.frame_count == 0 and self.error_frame_count == 0:
             raise self._no_frame()
 
-    def _no_frame(self) -> DecodeError:
+    def _no_frame(self) -> CanarchyError:
         """The error for a read that gave no frame: why, from what the read saw."""
         first = self.log.records[0].message if self.log.records else None
         if isinstance(self._stopped, _COMPRESSION_ERRORS) and self.path.lower().endswith(".gz"):
             return compression_invalid(self.path, f"{self._stopped.__class__.__name__}: {self._stopped}")
+        if self.format == "blf" and self._stopped is not None:
+            from canarchy.blf import BlfCompressionUnsupported
+
+            if isinstance(self._stopped, BlfCompressionUnsupported):
+                return UserInputError("CAPTURE_FORMAT_UNSUPPORTED",
+                                      f"{self.path!r} cannot be read: its {self._stopped}.",
+                                      "Save the recording again uncompressed or zlib-compressed (what CANoe, CANalyzer "
+                                      "and python-can write), or export it as .asc or candump -l (.log).")
         if self.malformed_count or self._stopped is not None or _has_content(self.path):
             reader = {"candump": "candump -l", "json": "canarchy --json", "jsonl": "canarchy --jsonl"}.get(
                 self.format, f"python-can's .{self.format}")
@@ -259,14 +268,25 @@ class CaptureFile:
         self._end()
 
     def _iter_python_can(self) -> Iterator[CanFrame]:
+        """The frames of python-can's reader; what it logs while it reads a message (:mod:`canarchy.reader_log`)
+        is a ``CAPTURE_READER_WARNING`` of that message, not a line on stderr."""
+        from canarchy.reader_log import ReaderRecords
+
         reader = _python_can_reader(self.path, self.format)
         one_based = self.format == "trc"  # python-can's TRC reader gives the file's bus number (1, 2 ...)
         index = 0
+
+        def logged(text: str) -> None:
+            self.log.add("CAPTURE_READER_WARNING", f"{self.path}: message {index + 1}: python-can's .{self.format} "
+                         f"reader: {text}", file=self.path, message_index=index + 1)
+
+        records = ReaderRecords(logged)
         try:
             iterator = iter(reader)
             while True:
                 try:
-                    message = next(iterator)
+                    with records:
+                        message = next(iterator)
                 except StopIteration:
                     break
                 except Exception as exc:  # python-can's readers raise many types mid-file

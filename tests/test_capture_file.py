@@ -439,6 +439,69 @@ def test_a_trc_file_s_buses_are_the_channels_asc_and_blf_give(tmp_path):
     assert header == [f";   {again.resolve()}"]  # the file's own name, not its temporary one's
 
 
+def _blf_objects(data: bytes) -> list[int]:
+    """The offsets of a BLF file's top-level objects (after its header), as python-can writes them."""
+    import struct
+
+    offsets, offset = [], struct.unpack_from("<I", data, 4)[0]
+    while offset < len(data):
+        offsets.append(offset)
+        size = struct.unpack_from("<I", data, offset + 8)[0]
+        offset += size + size % 4
+    return offsets
+
+
+@pytest.mark.parametrize("container", [0, 1])
+def test_a_blf_container_compressed_with_an_unknown_method_is_said(tmp_path, container):
+    """python-can logs "Unknown compression method" and skips the container (its frames lost, the next
+    container's read as garbage); canarchy stops there: an error when no frame came before, else a warning."""
+    import struct
+
+    source = list(open_capture(TRUCK))[:200]
+    whole = bytearray(_blf(tmp_path / "whole.blf", source, max_container_size=1024))
+    objects = _blf_objects(bytes(whole))
+    assert len(objects) > 2
+    struct.pack_into("<H", whole, objects[container] + 16, 7)  # the container's compression method
+    path = tmp_path / "odd.blf"
+    path.write_bytes(bytes(whole))
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.err == ""
+    if container == 0:
+        assert (result.code, result.error_codes) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"])
+        error = result.envelope["errors"][0]
+        assert f"byte {objects[0]}) is a container compressed with method 7" in error["message"]
+        assert "zlib" in error["hint"] and ".asc" in error["hint"]
+    else:
+        assert result.code == 0 and result.data["warning_counts"] == {"CAPTURE_READ_STOPPED": 1}, result.out
+        assert 0 < result.data["frame_count"] < len(source)
+        assert "compressed with method 7" in result.data["warning_records"][0]["message"]
+
+
+def test_what_python_can_s_readers_log_is_a_warning_not_a_stray_line(tmp_path):
+    """python-can logs what its readers skip or doubt (via ``logging``; with no handler, bare on stderr):
+    a BLF object header version it does not know, an .asc CAN FD line whose DLC and length differ."""
+    import struct
+
+    whole = bytearray(_blf(tmp_path / "whole.blf", list(open_capture(LEAF))[:5], compression_level=0))
+    inner = whole.index(b"LOBJ", _blf_objects(bytes(whole))[0] + 4)  # the container's first object
+    struct.pack_into("<H", whole, inner + 6, 9)  # its header version
+    (tmp_path / "version.blf").write_bytes(bytes(whole))
+    (tmp_path / "dlc.asc").write_text(
+        "date Mon Oct 25 19:00:55.020 2021\nbase hex  timestamps absolute\ninternal events logged\n"
+        "Begin Triggerblock Mon Oct 25 19:00:55.020 2021\n"
+        "   0.001000 CANFD   1 Rx 123  1 0 9 8 11 22 33 44 55 66 77 88 0 0 1000 0 0 0 0 0\n"
+        "   0.002000 1  124             Rx   d 2 33 44\n", encoding="ascii")
+    expected = {"version.blf": "python-can's .blf reader: Unknown object header version (9)",
+                "dlc.asc": "python-can's .asc reader: DLC vs Data Length mismatch 9[12] != 8"}
+    for name, text in expected.items():
+        proc = subprocess.run([sys.executable, "-m", "canarchy", "capture", "--file", name, "--json"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+        data = json.loads(proc.stdout)["data"]
+        assert data["warning_counts"] == {"CAPTURE_READER_WARNING": 1}
+        assert data["warning_records"][0]["message"] == f"{name}: message 1: {text}"
+
+
 def test_a_broken_binary_file_is_a_decode_error(tmp_path):
     path = tmp_path / "broken.blf"
     path.write_bytes(b"this is not a BLF file" * 10)
