@@ -5,29 +5,37 @@ writes: ``Mon Oct 25 19:00:55.020 2021``, local time). python-can 4.6 reads offs
 the milliseconds without leading zeros (``55.20`` for 20 ms) and starts the offsets at the first frame's
 full timestamp, so its own files read back up to a second off. Here the writer puts the start at the first
 frame's whole millisecond, zero-padded (the offsets keep the microseconds), and the reader reads absolute
-times, taking a millisecond field of one or two digits as python-can's unpadded one.
+times, taking a millisecond field of one or two digits as python-can's unpadded one, and the times of a
+file whose header says ``timestamps relative`` as deltas to the previous event (python-can reads them as
+offsets from the start).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from can.io.asc import ASCReader, ASCWriter
+from can import Message
+
+from can.io.asc import ASC_MESSAGE_REGEX, ASC_TRIGGER_REGEX, ASCReader, ASCWriter
 
 _SHORT_MILLISECONDS = re.compile(r"(:\d\d)\.(\d{1,2})(?=\s)")
 
 
 #: The lines of an ASC file's header (python-can 4.6's ``ASCReader._extract_header``): what its loop reads on.
 _HEADER_LINE = re.compile(r"(date\s|base\s+(hex|dec)|//|(no)?\s*internal\s+events\s+logged)", re.IGNORECASE)
+#: An event line: its time in seconds, then the event.
+_EVENT = re.compile(r"(\d+\.\d+)\s+(.*)")
 
 
 class _Lines:
-    """A text file's lines, of which the last one read can be put back (:attr:`back`)."""
+    """A text file's lines, of which the last one read can be put back (:attr:`back`); :attr:`number`:
+    the number of the line last read (from 1)."""
 
     def __init__(self, file: Any) -> None:
-        self.file, self.back, self.last = file, None, None
+        self.file, self.back, self.last, self.number = file, None, None, 0
 
     def __iter__(self) -> _Lines:
         return self
@@ -37,6 +45,7 @@ class _Lines:
             line, self.back = self.back, None
             return line
         self.last = next(self.file)
+        self.number += 1
         return self.last
 
     def __getattr__(self, name: str) -> Any:
@@ -47,11 +56,47 @@ class AscReader(ASCReader):
     """python-can's reader, timestamps in seconds since the epoch (from the trigger block's local date), a DLC
     above 8 of Classical CAN as the DLC field says (python-can 4.6 reads ``r a`` as 0 and ``d 9`` as 12), and
     the line that ends the header read as a line of the file (python-can 4.6 drops it: the first frame of a
-    file without ``Begin Triggerblock`` or ``internal events logged``, or the trigger block's own line)."""
+    file without ``Begin Triggerblock`` or ``internal events logged``, or the trigger block's own line), and
+    the times of ``timestamps relative`` added up (:meth:`__iter__`)."""
 
     def __init__(self, file: Any, **kwargs: Any) -> None:
         super().__init__(file, relative_timestamp=False, **kwargs)
         self.file = _Lines(self.file)
+
+    def __iter__(self) -> Iterator[Message]:
+        """python-can 4.6's loop, with each event's time as the header says: ``timestamps relative`` (each
+        time the delta to the previous event, whatever its kind) summed up from the trigger block's start;
+        python-can takes every time as an offset from that start."""
+        self._extract_header()
+        relative = self.timestamps_format == "relative"
+        clock = 0.0
+        for raw in self.file:
+            line = raw.strip()
+            trigger = ASC_TRIGGER_REGEX.match(line)
+            if trigger:
+                self.start_time = self._datetime_to_timestamp(trigger["datetime_string"])
+                clock = 0.0
+                continue
+            event = _EVENT.match(line)
+            if event is None:
+                continue
+            offset = float(event[1])
+            if relative:
+                clock += offset
+                offset = clock
+            if ASC_MESSAGE_REGEX.match(line):
+                yield self._frame(event[2], offset)
+        self.stop()
+
+    def _frame(self, event: str, offset: float) -> Message:
+        """The message of a frame event (``1  123  Rx  d 2 11 22``, ``CANFD  1 Rx ...``) at ``offset``."""
+        channel, rest = event.split(None, 1)
+        fields: dict[str, Any] = {"timestamp": offset + self.start_time}
+        if channel == "CANFD":
+            fields["is_fd"] = True
+            return self._process_fd_can_frame(rest, fields)
+        fields["channel"] = int(channel) - 1  # as python-can: bus 1 is channel 0
+        return self._process_classic_can_frame(rest, fields)
 
     def _extract_header(self) -> None:
         super()._extract_header()

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -475,6 +476,27 @@ def test_a_blf_container_compressed_with_an_unknown_method_is_said(tmp_path, con
         assert result.code == 0 and result.data["warning_counts"] == {"CAPTURE_READ_STOPPED": 1}, result.out
         assert 0 < result.data["frame_count"] < len(source)
         assert "compressed with method 7" in result.data["warning_records"][0]["message"]
+
+
+@pytest.mark.parametrize(("mode", "offsets"), [("relative", [1.0, 1.8, 2.05]), ("absolute", [1.0, 0.5, 0.25])])
+def test_an_asc_file_s_relative_timestamps_are_deltas_to_the_previous_event(tmp_path, mode, offsets):
+    """``base hex  timestamps relative``: each time is the delta to the previous event, a frame or not (the
+    statistics line's 0.3 s count).
+    python-can 4.6 reads the mode and then takes every time as an offset from the start (time running back)."""
+    path = tmp_path / f"{mode}.asc"
+    path.write_text(f"date Mon Oct 25 19:00:55.020 2021\nbase hex  timestamps {mode}\ninternal events logged\n"
+                    "Begin Triggerblock Mon Oct 25 19:00:55.020 2021\n"
+                    "   0.000000 Start of measurement\n"
+                    "   1.000000 1  123             Rx   d 1 11\n"
+                    "   0.300000 1  Statistic: D 1 R 0 XD 0 XR 0 E 0 O 0 B 0.01%\n"
+                    "   0.500000 1  124             Rx   d 1 22\n"
+                    "   0.250000 1  125             Rx   d 1 33\n"
+                    "End TriggerBlock\n", encoding="ascii")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert (result.code, result.data["warning_counts"]) == (0, {}), result.out
+    start = datetime(2021, 10, 25, 19, 0, 55, 20000).timestamp()  # the trigger block's date: local time
+    got = [event["payload"]["timestamp"] - start for event in result.data["events"]]
+    assert got == pytest.approx(offsets, abs=1e-6)
 
 
 def test_what_python_can_s_readers_log_is_a_warning_not_a_stray_line(tmp_path):
