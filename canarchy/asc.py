@@ -13,7 +13,7 @@ offsets from the start).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,12 @@ _SHORT_MILLISECONDS = re.compile(r"(:\d\d)\.(\d{1,2})(?=\s)")
 _HEADER_LINE = re.compile(r"(date\s|base\s+(hex|dec)|//|(no)?\s*internal\s+events\s+logged)", re.IGNORECASE)
 #: An event line: its time in seconds, then the event.
 _EVENT = re.compile(r"(\d+\.\d+)\s+(.*)")
+#: The other lines an ASC file holds: a trigger block's start (without a date) or end, the header's lines.
+_OTHER_LINE = re.compile(rf"(begin|end)\s+triggerblock\b|{_HEADER_LINE.pattern}", re.IGNORECASE)
+#: An event that is a CAN frame however damaged: a bus number, then an ID (hex or decimal digits, ``x``
+#: for 29 bits). Other events (``Start of measurement``, ``1  Statistic:``, ``CAN 1 Status:``, ``SV:``, other
+#: buses' frames ...) are skipped, as python-can does.
+_FRAME_EVENT = re.compile(r"\d+\s+[0-9a-f]+x?(\s|$)", re.IGNORECASE)
 
 
 class _Lines:
@@ -62,15 +68,22 @@ class AscReader(ASCReader):
     def __init__(self, file: Any, **kwargs: Any) -> None:
         super().__init__(file, relative_timestamp=False, **kwargs)
         self.file = _Lines(self.file)
+        #: The number of the line last read (from 1): a message's line while it is handed out.
+        self.line = 0
+        #: Called with the number, the text and the error of each malformed line (skipped either way).
+        self.on_malformed: Callable[[int, str, Exception], None] | None = None
 
     def __iter__(self) -> Iterator[Message]:
         """python-can 4.6's loop, with each event's time as the header says: ``timestamps relative`` (each
         time the delta to the previous event, whatever its kind) summed up from the trigger block's start;
-        python-can takes every time as an offset from that start."""
+        python-can takes every time as an offset from that start. A line that is no header, comment, trigger
+        block or event line, and a frame event python-can's parsers reject, go to :attr:`on_malformed`
+        (python-can skips both without a word, and a frame it cannot parse ends its read)."""
         self._extract_header()
         relative = self.timestamps_format == "relative"
         clock = 0.0
         for raw in self.file:
+            self.line = self.file.number
             line = raw.strip()
             trigger = ASC_TRIGGER_REGEX.match(line)
             if trigger:
@@ -79,14 +92,25 @@ class AscReader(ASCReader):
                 continue
             event = _EVENT.match(line)
             if event is None:
+                if line and not _OTHER_LINE.match(line):
+                    self._malformed(raw, ValueError("not a header, comment, frame or event line"))
                 continue
             offset = float(event[1])
             if relative:
                 clock += offset
                 offset = clock
-            if ASC_MESSAGE_REGEX.match(line):
-                yield self._frame(event[2], offset)
+            if ASC_MESSAGE_REGEX.match(line) or _FRAME_EVENT.match(event[2]):
+                try:
+                    message = self._frame(event[2], offset)
+                except (ValueError, IndexError) as exc:  # python-can's frame parsers
+                    self._malformed(raw, exc)
+                    continue
+                yield message
         self.stop()
+
+    def _malformed(self, line: str, exc: Exception) -> None:
+        if self.on_malformed is not None:
+            self.on_malformed(self.line, line, exc)
 
     def _frame(self, event: str, offset: float) -> Message:
         """The message of a frame event (``1  123  Rx  d 2 11 22``, ``CANFD  1 Rx ...``) at ``offset``."""

@@ -276,10 +276,24 @@ class CaptureFile:
         one_based = self.format == "trc"  # python-can's TRC reader gives the file's bus number (1, 2 ...)
         index = 0
 
-        def logged(text: str) -> None:
-            self.log.add("CAPTURE_READER_WARNING", f"{self.path}: message {index + 1}: python-can's .{self.format} "
-                         f"reader: {text}", file=self.path, message_index=index + 1)
+        def place(number: int) -> tuple[str, dict[str, Any]]:
+            """Where message ``number`` is: its line in an .asc file (the reader's last), else its number."""
+            line = getattr(reader, "line", 0)
+            if line:
+                return f"{self.path}:{line}", {"file": self.path, "line": line}
+            return f"{self.path}: message {number}", {"file": self.path, "message_index": number}
 
+        def logged(text: str) -> None:
+            where, details = place(index + 1)
+            self.log.add("CAPTURE_READER_WARNING", f"{where}: python-can's .{self.format} reader: {text}", **details)
+
+        def malformed(number: int, line: str, exc: Exception) -> None:
+            self.malformed_count += 1
+            self.log.add("ASC_LINE_MALFORMED", f"{self.path}:{number}: malformed .asc line: {_why(exc)}: "
+                         f"{_shown(line)}", file=self.path, line=number)
+
+        if self.format == "asc":
+            reader.on_malformed = malformed
         records = ReaderRecords(logged)
         try:
             iterator = iter(reader)
@@ -291,8 +305,9 @@ class CaptureFile:
                     break
                 except Exception as exc:  # python-can's readers raise many types mid-file
                     self._stopped = exc
-                    self.log.add("CAPTURE_READ_STOPPED", f"{self.path}: message {index + 1}: reading stopped: "
-                                 f"{exc.__class__.__name__}: {exc}", file=self.path, message_index=index + 1)
+                    where, details = place(index + 1)
+                    self.log.add("CAPTURE_READ_STOPPED", f"{where}: reading stopped: {exc.__class__.__name__}: {exc}",
+                                 **details)
                     break
                 index += 1
                 if message.is_error_frame:
@@ -302,8 +317,8 @@ class CaptureFile:
                     frame = _from_message(message, one_based)
                 except UserInputError as exc:
                     self.malformed_count += 1
-                    self.log.add("CAPTURE_FRAME_INVALID", f"{self.path}: message {index}: invalid frame: "
-                                 f"{exc.message}", file=self.path, message_index=index)
+                    where, details = place(index)
+                    self.log.add("CAPTURE_FRAME_INVALID", f"{where}: invalid frame: {exc.message}", **details)
                     continue
                 self.frame_count += 1
                 yield frame
@@ -417,7 +432,9 @@ def _why(exc: Exception) -> str:
     if text.startswith("could not convert string to float"):
         return "timestamp is not a number"
     if text.startswith("invalid literal for int()"):
-        return "not a hex number"
+        return "not a hex number" if "base 16" in text or "base" not in text else "not a number"
+    if text.startswith(("not enough values to unpack", "string index out of range")):
+        return "fields missing"
     return text
 
 

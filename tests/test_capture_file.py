@@ -499,6 +499,67 @@ def test_an_asc_file_s_relative_timestamps_are_deltas_to_the_previous_event(tmp_
     assert got == pytest.approx(offsets, abs=1e-6)
 
 
+_ASC_EVENTS = """date Mon Oct 25 19:00:55.020 2021
+base hex  timestamps absolute
+internal events logged
+// version 9.0.0
+Begin Triggerblock Mon Oct 25 19:00:55.020 2021
+   0.000000 Start of measurement
+   0.001000 1  123             Rx   d 2 11 22
+   0.002000 1  Statistic: D 0 R 0 XD 0 XR 0 E 0 O 0 B 0.00%
+   0.002500 CAN 1 Status:chip status error active
+   0.002600 1  J1939TP FEE3p 6 0 0 - Rx d 23 00 01 02 03 04 05 06 07
+   0.002700 SV: 1 0 1 ::Engine::Speed = 0
+   0.003000 1  ErrorFrame
+// a comment in the trigger block
+   0.004000 1  1CFFFFFFx       Tx   r 8
+End TriggerBlock
+"""
+
+
+def test_an_asc_file_s_events_and_comments_are_no_warnings(tmp_path):
+    """The events the format defines besides frames (measurement start, statistics, chip status, J1939 transport,
+    system variables, error frames) and comments are read without a warning."""
+    path = tmp_path / "events.asc"
+    path.write_text(_ASC_EVENTS, encoding="ascii")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0 and result.data["warning_counts"] == {"CAPTURE_ERROR_FRAMES": 1}, result.out
+    assert [event["payload"]["arbitration_id"] for event in result.data["events"]] == [0x123, 0x1CFFFFFF]
+
+
+def test_a_malformed_asc_line_is_a_warning_with_its_line_and_the_read_goes_on(tmp_path):
+    """python-can skips a line that is no header, frame or event without a word, and a frame line it cannot
+    parse (an ID ``12G``) ends its read: canarchy warns about each, naming the line, and reads on."""
+    lines = _ASC_EVENTS.splitlines(keepends=True)
+    lines[7:7] = ["this line is garbage\n", "   0.001500 1  12G             Rx   d 2 11 22\n"]
+    lines.insert(-1, "   0.005000 1  124             Rx   d 2 33 44\n")
+    path = tmp_path / "damaged.asc"
+    path.write_text("".join(lines), encoding="ascii")
+    result = run_cli("capture", "--file", str(path), "--json")
+    assert result.code == 0, result.out
+    assert [event["payload"]["arbitration_id"] for event in result.data["events"]] == [0x123, 0x1CFFFFFF, 0x124]
+    assert result.data["warning_counts"] == {"ASC_LINE_MALFORMED": 2, "CAPTURE_ERROR_FRAMES": 1}
+    assert result.data["warning_records"][:2] == [
+        {"code": "ASC_LINE_MALFORMED", "file": str(path), "line": 8,
+         "message": f"{path}:8: malformed .asc line: not a header, comment, frame or event line: "
+                    "'this line is garbage'"},
+        {"code": "ASC_LINE_MALFORMED", "file": str(path), "line": 9,
+         "message": f"{path}:9: malformed .asc line: not a hex number: {lines[8].rstrip()!r}"},
+    ]
+    text = run_cli("capture", "--file", str(path), "--text")
+    assert f"warning: {path}:8: malformed .asc line" in text.err and "ASC_LINE_MALFORMED 2" in text.err
+
+
+def test_the_malformed_lines_of_an_asc_file_are_counted_and_the_first_ones_kept(tmp_path):
+    path = tmp_path / "garbage.asc"
+    path.write_text(_ASC_EVENTS + "garbage\n" * (MAX_PER_KIND * 20), encoding="ascii")
+    capture = open_capture(path)
+    assert len(list(capture)) == 2
+    assert capture.log.counts["ASC_LINE_MALFORMED"] == capture.malformed_count == MAX_PER_KIND * 20
+    assert len(capture.log.records) == MAX_PER_KIND + 1  # and the error frames' record
+    assert capture.all_warnings()[-1].startswith(f"{MAX_PER_KIND * 19} more ASC_LINE_MALFORMED warning(s)")
+
+
 def test_what_python_can_s_readers_log_is_a_warning_not_a_stray_line(tmp_path):
     """python-can logs what its readers skip or doubt (via ``logging``; with no handler, bare on stderr):
     a BLF object header version it does not know, an .asc CAN FD line whose DLC and length differ."""
@@ -513,15 +574,15 @@ def test_what_python_can_s_readers_log_is_a_warning_not_a_stray_line(tmp_path):
         "Begin Triggerblock Mon Oct 25 19:00:55.020 2021\n"
         "   0.001000 CANFD   1 Rx 123  1 0 9 8 11 22 33 44 55 66 77 88 0 0 1000 0 0 0 0 0\n"
         "   0.002000 1  124             Rx   d 2 33 44\n", encoding="ascii")
-    expected = {"version.blf": "python-can's .blf reader: Unknown object header version (9)",
-                "dlc.asc": "python-can's .asc reader: DLC vs Data Length mismatch 9[12] != 8"}
+    expected = {"version.blf": "version.blf: message 1: python-can's .blf reader: Unknown object header version (9)",
+                "dlc.asc": "dlc.asc:5: python-can's .asc reader: DLC vs Data Length mismatch 9[12] != 8"}
     for name, text in expected.items():
         proc = subprocess.run([sys.executable, "-m", "canarchy", "capture", "--file", name, "--json"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
         data = json.loads(proc.stdout)["data"]
         assert data["warning_counts"] == {"CAPTURE_READER_WARNING": 1}
-        assert data["warning_records"][0]["message"] == f"{name}: message 1: {text}"
+        assert data["warning_records"][0]["message"] == text
 
 
 def test_a_broken_binary_file_is_a_decode_error(tmp_path):
