@@ -18,6 +18,7 @@ import gzip
 import importlib.util
 import io
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,8 @@ class CaptureFile:
     Attributes (complete once iteration has finished):
 
     - ``path`` (str, as given), ``format`` (``"candump"`` or the python-can
-      reader's name, e.g. ``"asc"``);
+      reader's name, e.g. ``"asc"``); ``stream``: read once as it comes (``-``, a pipe:
+      see :func:`open_capture`), its lines handed out one at a time;
     - ``frame_count``: frames yielded; ``line_count``: lines read (candump only);
     - ``malformed_count``: lines (or messages) that gave no frame because they
       are damaged; ``error_frame_count``: error frames skipped;
@@ -74,9 +76,10 @@ class CaptureFile:
     resets the counters.
     """
 
-    def __init__(self, path: str | os.PathLike[str], fmt: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], fmt: str, stream: bool = False) -> None:
         self.path = str(path)
         self.format = fmt
+        self.stream = stream
         self.frame_count = 0
         self.line_count = 0
         self.malformed_count = 0
@@ -121,14 +124,16 @@ class CaptureFile:
                                       f"{self.path!r} cannot be read: its {self._stopped}.",
                                       "Save the recording again uncompressed or zlib-compressed (what CANoe, CANalyzer "
                                       "and python-can write), or export it as .asc or candump -l (.log).")
-        if self.malformed_count or self._stopped is not None or _has_content(self.path):
+        if self.malformed_count or self._stopped is not None or (not self.stream and _has_content(self.path)):
             reader = {"candump": "candump -l", "json": "canarchy --json", "jsonl": "canarchy --jsonl"}.get(
                 self.format, f"python-can's .{self.format}")
             return DecodeError("CAPTURE_FORMAT_INVALID",
                                f"{self.path!r} holds no CAN frame the {reader} reader can read"
                                + (f" (first problem: {first})." if first else "."),
-                               f"Check that the file really is .{_suffix(self.path)} (and complete), "
-                               "or convert it to candump -l (.log).")
+                               "A stream is read as candump -l text: pipe `candump -L` (not plain `candump`) "
+                               "into canarchy, or save another format to a file and give that file."
+                               if self.stream else f"Check that the file really is .{_suffix(self.path)} "
+                               "(and complete), or convert it to candump -l (.log).")
         return capture_empty(self.path)
 
     def _open_text(self) -> io.TextIOBase:
@@ -138,6 +143,8 @@ class CaptureFile:
         # utf-8-sig: a byte order mark that an editor put before the first line is not part of that line.
         if self.path.lower().endswith(".gz"):
             return gzip.open(self.path, "rt", encoding="utf-8-sig", errors="replace", newline="")  # type: ignore[return-value]
+        if self.path == "-":  # standard input, left open for the process
+            return open(sys.stdin.fileno(), encoding="utf-8-sig", errors="replace", newline="", closefd=False)
         return open(self.path, encoding="utf-8-sig", errors="replace", newline="")
 
     def _iter_candump(self) -> Iterator[CanFrame]:
@@ -147,7 +154,7 @@ class CaptureFile:
             raise _unavailable(self.path, exc) from None
         known: _Known = {}
         with handle:
-            batches = _line_batches(handle, BATCH_LINES)
+            batches = _line_batches(handle, 1 if self.stream else BATCH_LINES)  # a stream's frame as it comes
             try:
                 for batch in batches:
                     yield from self._candump_batch(batch, known)
@@ -327,8 +334,13 @@ class CaptureFile:
         self._end()
 
 
-def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
+def open_capture(path: str | os.PathLike[str], *, stream: bool = False) -> CaptureFile:
     """Check ``path`` and return a :class:`CaptureFile` ready to iterate.
+
+    ``stream=True`` (a command that reads the recording once): ``-`` (standard input), a path under
+    ``/dev/`` (``/dev/stdin``, ``/dev/fd/N``) or a pipe is read as it comes, as candump ``-l`` text
+    (``.jsonl`` when a pipe's name ends so); any other suffix on a stream is ``CAPTURE_FORMAT_UNSUPPORTED``.
+    Without it such a source is ``CAPTURE_SOURCE_UNAVAILABLE`` with how to save it first.
 
     The format comes from the suffix (see the module docstring). Raises
     ``TransportError`` ``CAPTURE_SOURCE_UNAVAILABLE`` (exit 2) when the file
@@ -340,13 +352,17 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
     """
     text = str(path)
     target = Path(text)
+    if stream and (text == "-" or text.startswith("/dev/") or (target.exists() and not target.is_file()
+                                                                and not target.is_dir())):
+        return CaptureFile(text, _stream_format(text), stream=True)
     if not target.is_file():
         if target.is_dir():
             what, hint = "is a directory", "Give the recording's file, not its directory."
         elif target.exists() or text == "-":
             what = "is standard input" if text == "-" else "is not a regular file (a pipe, a device or a socket)"
-            hint = ("canarchy reads a recording from a file it can read twice (its format is checked first): save "
-                    "the stream first, e.g. `candump -L can0 > drive.log`, or capture live: `canarchy capture can0`.")
+            hint = ("This command reads a recording more than once: save the stream first, e.g. "
+                    "`candump -L can0 > drive.log`, and give that file (`capture --file -` and the decode commands "
+                    "read candump -l text from a pipe as it comes).")
         else:
             what, hint = "does not exist", ("Check the path (relative paths start at the current directory) and that "
                                             "the file was copied completely.")
@@ -375,6 +391,22 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureFile:
         except _COMPRESSION_ERRORS as exc:
             raise compression_invalid(text, f"{exc.__class__.__name__}: {exc}") from None
     return CaptureFile(text, fmt)
+
+
+def _stream_format(path: str) -> str:
+    """The reader of a stream: ``"candump"`` (a name without a capture suffix too: ``-``, ``/dev/stdin``)
+    or ``"jsonl"``; ``CAPTURE_FORMAT_UNSUPPORTED`` for a suffix that needs a file (or a ``.gz``)."""
+    name = Path(path).name.lower()
+    if path == "-" or not (name.endswith(".gz") or Path(name).suffix in SUPPORTED_SUFFIXES):
+        return "candump"
+    fmt = capture_format(path)
+    if fmt in ("candump", "jsonl") and not name.endswith(".gz"):
+        return fmt
+    raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED",
+                         f"{path!r} is a stream, and canarchy reads a stream only as candump -l text or "
+                         f"canarchy --jsonl, not .{_suffix(path)}{'.gz' if name.endswith('.gz') else ''}.",
+                         "Save it to a file and give that file, or pipe the text in: e.g. "
+                         "`zcat drive.log.gz | canarchy capture --file -`.")
 
 
 def capture_format(path: str) -> str:

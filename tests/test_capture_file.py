@@ -617,6 +617,65 @@ def test_a_pipe_or_standard_input_is_named_as_such_not_as_missing(tmp_path, monk
     assert "candump -L can0 > drive.log" in info.value.hint
 
 
+def _canarchy(*argv: str, **options) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "canarchy", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **options)
+
+
+def test_a_candump_stream_on_standard_input_is_read_as_it_comes():
+    """``candump -L can0 | canarchy capture --file - --jsonl``: each frame printed when its line arrives (not
+    when the pipe ends), a bad line a warning naming its line, no traceback."""
+    import select
+
+    proc = _canarchy("capture", "--file", "-", "--jsonl", stdin=subprocess.PIPE)
+    try:
+        proc.stdin.write("(1.000000) can0 123#1122\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "no frame printed while the stream is open"
+        first = json.loads(proc.stdout.readline())
+        assert (first["event_type"], first["payload"]["data"], first["source"]) == ("frame", "1122", "file:-")
+        out, err = proc.communicate("garbage here\n(2.000000) can0 124#3344\n", timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (proc.returncode, err) == (0, "")
+    envelope = json.loads(out.splitlines()[-1])
+    assert envelope["data"]["frame_count"] == 2 and envelope["data"]["format"] == "candump"
+    assert envelope["warnings"] == ["-:2: malformed candump line: expected '(timestamp) channel ID#DATA', "
+                                    "got 2 field(s): 'garbage here'"]
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_the_decode_commands_read_standard_input(name):
+    """``canarchy j1939 decode --file - < drive.log`` (or a pipe into ``/dev/stdin``) gives what the file gives."""
+    with open(TRUCK, "rb") as source:
+        proc = _canarchy("j1939", "decode", "--file", name, "--summary", "--json", stdin=source)
+        out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (0, "")
+    expected = run_cli("j1939", "decode", "--file", str(TRUCK), "--summary", "--json").data
+    assert dict(json.loads(out)["data"], file=None) == dict(expected, file=None)
+
+
+def test_a_named_pipe_is_read_as_candump_text_and_other_formats_on_a_pipe_are_refused(tmp_path, monkeypatch):
+    """``mkfifo live.log; candump -L can0 > live.log`` in another shell: ``capture --file live.log`` reads it.
+    A pipe named ``.asc`` is refused with what to do (python-can's readers need a file)."""
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("live.log")
+    writer = threading.Thread(target=Path("live.log").write_text, args=("(1.0) can0 123#11\n(2.0) can0 124#22\n",),
+                              daemon=True)  # (blocked for good if nothing opens the pipe)
+    writer.start()
+    result = run_cli("capture", "--file", "live.log", "--json")
+    writer.join(timeout=30)
+    assert result.code == 0 and [e["payload"]["data"] for e in result.data["events"]] == ["11", "22"], result.out
+    os.mkfifo("live.asc")
+    result = run_cli("capture", "--file", "live.asc", "--json")
+    assert (result.code, result.error_codes) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"])
+    assert "candump -l text" in result.envelope["errors"][0]["message"]
+
+
 def test_unknown_suffix_is_unsupported(tmp_path):
     path = tmp_path / "capture.pcap"
     path.write_bytes(b"\x00")

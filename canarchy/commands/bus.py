@@ -80,7 +80,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="let --output replace an existing file")
     p.add_argument("--file", metavar="PATH",
                    help="read frames from a capture file instead of a channel (candump -l .log, .asc, .blf, .trc, "
-                        ".csv, canarchy's .jsonl/.json ...); --count defaults to every frame")
+                        ".csv, canarchy's .jsonl/.json ...; '-' or a pipe: candump -l text as it comes); --count "
+                        "defaults to every frame")
     p.add_argument("--summary", action="store_true",
                    help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     add_bus_arguments(p)
@@ -236,7 +237,7 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         limit = parse_int(args.count, "INVALID_COUNT", "--count", 0, 10**9, "Give --count as a whole number >= 0.")
         limit = None if limit == 0 else limit
     filters = parse_filters(args.filter)
-    capture = open_capture(args.file)
+    capture = open_capture(args.file, stream=True)
     from canarchy.capture_writer import CaptureWriter
     from canarchy.frames import frame_passes
 
@@ -246,7 +247,7 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         frames = itertools.islice(frames, limit)
     if args.summary:  # the same frames (--filter, --count, --output), summarised instead of printed
         return _capture_summary(args, capture, frames, writer)
-    stream = open_stream(args, f"file:{args.file}")
+    stream = open_stream(args, f"file:{args.file}", live=capture.stream)
     emit = stream.emit_frame
     _convert(frames, writer, lambda frame: emit("frame", frame), stream)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,

@@ -58,15 +58,17 @@ def add_j1939_decode_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def _add_file_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", required=True, metavar="CAPTURE",
-                   help="capture file: candump -l .log/.candump, or .asc .blf .trc .csv .mf4 .db (optionally .gz)")
+                   help="capture file: candump -l .log/.candump, or .asc .blf .trc .csv .mf4 .db (optionally .gz); "
+                        "'-' or a pipe: candump -l text as it comes")
 
 
 def _add_summary_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", action="store_true", help="counts and value ranges only, no per-frame events")
 
 
-def _stream(args: argparse.Namespace) -> EventStream:
-    return open_stream(args, f"file:{args.file}", keep=not args.summary)
+def _stream(args: argparse.Namespace, capture: Any) -> EventStream:
+    """The command's event stream; each event flushed as it comes when ``capture`` is a stream (a pipe)."""
+    return open_stream(args, f"file:{args.file}", live=capture.stream, keep=not args.summary)
 
 
 def _result(data: dict[str, Any], stream: EventStream, *logs: Any) -> CommandResult:
@@ -81,9 +83,10 @@ def _result(data: dict[str, Any], stream: EventStream, *logs: Any) -> CommandRes
 
 
 def _open(path: str):
+    """The capture to decode: a file, or ``-`` / a pipe read once as it comes (:func:`open_capture`)."""
     from canarchy.capture_file import open_capture
 
-    return open_capture(path)
+    return open_capture(path, stream=True)
 
 
 # --- handlers ---------------------------------------------------------------------------------
@@ -95,7 +98,7 @@ def _decode(args: argparse.Namespace) -> CommandResult:
     capture = _open(args.file)
     database, dbc_warnings = load_dbc(args.dbc)
     decoder = DbcDecoder(database, j1939=args.j1939, isotp_layout=args.isotp_layout)
-    stream = _stream(args)
+    stream = _stream(args, capture)
     with stream.stoppable():
         for frame in capture:
             for payload in decoder.feed(frame):
@@ -126,7 +129,7 @@ def _isotp_decode(args: argparse.Namespace) -> CommandResult:
                 (response_id, response_ext): (IsoTpReassembler(response_id), "response")}
     warnings = WarningLog()
     summary = DiagnosticSummary()
-    stream = _stream(args)
+    stream = _stream(args, capture)
     with stream.stoppable():
         for frame in capture:
             slot = machines.get((frame.arbitration_id, frame.is_extended_id))
@@ -163,7 +166,7 @@ def _j1939_decode(args: argparse.Namespace) -> CommandResult:
     capture = _open(args.file)
     catalog = J1939Catalog()
     decoder = J1939Decoder(catalog)
-    stream = _stream(args)
+    stream = _stream(args, capture)
     with stream.stoppable():
         for frame in capture:
             for event_type, payload in decoder.feed(frame):
