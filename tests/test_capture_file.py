@@ -664,7 +664,8 @@ def test_a_named_pipe_is_read_as_candump_text_and_other_formats_on_a_pipe_are_re
 
     monkeypatch.chdir(tmp_path)
     os.mkfifo("live.log")
-    writer = threading.Thread(target=Path("live.log").write_text, args=("(1.0) can0 123#11\n(2.0) can0 124#22\n",),
+    lines = "(1.0) can0 123#11\n(2.0) can0 124#22\n"
+    writer = threading.Thread(target=(tmp_path / "live.log").write_text, args=(lines,),
                               daemon=True)  # (blocked for good if nothing opens the pipe)
     writer.start()
     result = run_cli("capture", "--file", "live.log", "--json")
