@@ -356,8 +356,8 @@ def test_ctrl_c_in_a_jsonl_capture_writes_every_frame_it_counted(monkeypatch):
     class Interrupted:
         """The capture, with Ctrl+C at its 600th frame."""
 
-        def __init__(self, path):
-            self.capture = real(path)
+        def __init__(self, path, **options):
+            self.capture = real(path, **options)
 
         def __getattr__(self, name):
             return getattr(self.capture, name)
