@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import containment, protection
+from canarchy.testing.isolation.loadable import TOOL_START_UP
 from canarchy.testing.isolation.refusal import OperatorStateRefused
 from canarchy.testing.isolation.session import _RUN
 from canarchy.testing.isolation.tree import content_differences
@@ -573,6 +574,7 @@ BYTECODE = {
     "nsdir/nsmod.py": "X = 'source'\n",  # no __init__.py: a namespace package's module, or a PYTHONPATH entry's
     "test_bytecode.py": """
         import builtins, importlib.util, marshal, py_compile
+        from canarchy.testing.isolation.loadable import TOOL_START_UP
         from pathlib import Path
 
         def pyc(request, module):
@@ -615,6 +617,14 @@ BYTECODE = {
                                           "setup.cfg", "pyproject.toml"])
         def test_writes_pytest_s_configuration(request, name):
             (Path(request.config.rootpath) / "nsdir" / name).write_text("[pytest]\\naddopts = -p bcpkg.planted\\n")
+
+        @pytest.mark.parametrize("name", TOOL_START_UP)
+        def test_writes_a_tool_s_start_up_file(request, name):
+            target = Path(request.config.rootpath) / "nsdir" / name
+            if name == ".vscode":
+                target = target / "tasks.json"  # a task that runs when the folder is opened
+            target.parent.mkdir(exist_ok=True)
+            target.write_text("# planted\\n")
 
         def test_plants_a_pytest_plugin_for_the_next_run(request):
             metadata = Path(request.config.rootpath) / "planted.egg-info"  # git ignores *.egg-info/
@@ -1345,6 +1355,19 @@ def test_pytest_s_configuration_written_into_the_checkout_is_refused_at_the_mome
     messages = run.messages(test)
     assert run.outcomes(test) & {"failed", "error"}, run.output
     assert "tried to open for writing" in messages and "a later Python or pytest run loads" in messages, messages
+    assert not (run.home.parent / "project" / "nsdir" / name).exists()
+
+
+@pytest.mark.parametrize("name", TOOL_START_UP)
+def test_what_the_project_s_tools_run_from_the_checkout_is_refused_at_the_moment(bytecode, name):
+    """uv's index, pyenv's interpreter, pdb's commands, nox's sessions, a build script, pre-commit's hooks,
+    direnv's shell code, an editor's tasks: written into the checkout, the operator's next use of that tool
+    runs them, outside any isolation."""
+    run, _ = bytecode
+    test = f"test_writes_a_tool_s_start_up_file[{name}]"
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert "tried to" in messages and "a tool of the project's runs from it" in messages, messages
     assert not (run.home.parent / "project" / "nsdir" / name).exists()
 
 

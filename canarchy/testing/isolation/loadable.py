@@ -19,7 +19,7 @@ VENV_HOLDERS = ("envs", "venvs")
 #: Code and configuration a later Python or pytest run loads without being asked: a distribution's
 #: metadata found on ``sys.path`` (its entry points: pytest plugins, console scripts), ``.pth`` files,
 #: sourceless byte code (``pprint.pyc`` shadows the standard library's ``pprint``), the ``site``
-#: hooks, pytest's configuration files and conftests (:func:`is_start_up_code`).
+#: hooks, pytest's configuration files and conftests, the project's tools' (:func:`is_start_up_code`).
 START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
 #: Directories that hold no code of the checkout's to import: version control's own, byte-code caches, node's.
 NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
@@ -28,7 +28,13 @@ IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
 #: pytest's configuration files: every name pytest 9 looks for (``_pytest.config.findpaths.locate_config``).
 PYTEST_CONFIGURATION = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
                         "setup.cfg")
-START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", *PYTEST_CONFIGURATION})
+#: What the project's own tools read or run from its directory, unasked, when the operator next uses them: uv's
+#: configuration (its package index), the interpreter pyenv and uv choose, pdb's start-up commands, nox's
+#: sessions, ``pip install .``'s build script, pre-commit's hooks, direnv's shell code, an editor's tasks.
+TOOL_START_UP = ("uv.toml", ".python-version", ".pdbrc", "noxfile.py", "setup.py", ".pre-commit-config.yaml",
+                 ".envrc", ".vscode")
+START_UP_NAMES = frozenset({"sitecustomize.py", "usercustomize.py", "conftest.py", *PYTEST_CONFIGURATION,
+                            *TOOL_START_UP})
 
 
 def is_start_up_code(name: str) -> bool:

@@ -116,7 +116,9 @@ class Access:
                             "(outside any isolation)",
                 "start-up code": "code or configuration a later Python or pytest run loads without being asked "
                                  "(a distribution's metadata and entry points, a .pth file, sitecustomize, "
-                                 "a conftest or pytest configuration), outside any isolation",
+                                 "a conftest or pytest configuration), or a tool of the project's runs from "
+                                 "it (uv, pyenv, pdb, nox, pip, pre-commit, direnv, an editor), outside any "
+                                 "isolation",
                 "version control": "version control's own files (hooks and configuration the operator's next git "
                                    "command runs, a nested repository, or rules that hide a path from git "
                                    "and from the sentinel)",
