@@ -65,7 +65,7 @@ def _interpreter_trees(root: str) -> list[str]:
 #: The system's trees of programs, libraries and their configuration (FHS 3.0), and the queues of ``cron``
 #: and ``at``: a root run's write there runs in a later program of the operator's, outside the run.
 SYSTEM_CODE_TREES = ("/usr", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/etc",
-                     "/var/spool")
+                     "/var/spool", "/var/lib", "/run/systemd")
 
 
 def _operator_code_trees(operator_env: dict, writable: list[str], own: list[str]) -> list[str]:
