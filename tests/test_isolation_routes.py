@@ -695,6 +695,24 @@ BYTECODE = {
                 builtins.compile = real
             assert bcpkg.tampered.X == "planted" and pyc(request, "tampered")[1].is_file()
     """,
+    "tests/conftest.py": "",  # an initial conftest: tests/, no package, is on sys.path from the session's start
+    "tests/test_shell_hiding.py": """
+        import subprocess
+        from pathlib import Path
+
+        def test_a_shell_hides_code_from_git_where_an_import_finds_it(request):
+            root = Path(request.config.rootpath)  # each .gitignore hides itself too, and nothing git showed
+            subprocess.run(["sh", "-c", "cd tests "
+                                        "&& printf '.gitignore\\\\nmsgpack.py\\\\nns/\\\\nplanted/\\\\n' > .gitignore "
+                                        "&& printf 'import os\\\\n' > msgpack.py && mkdir ns planted "
+                                        "&& echo x > ns/m.py && touch planted/__init__.py "
+                                        "&& cd ../nsdir && printf '.git*\\\\n' > .gitignore "
+                                        "&& echo '* -diff' > .gitattributes"], cwd=root, check=True)
+            hidden = ["tests/.gitignore", "tests/msgpack.py", "tests/ns", "tests/planted", "nsdir/.gitignore",
+                      "nsdir/.gitattributes"]
+            assert subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", *hidden], cwd=root,
+                                  capture_output=True, text=True, check=True).stdout == ""
+    """,
     "tools-venv/pyvenv.cfg": "home = /usr/bin\n",
     "tools-venv/lib/python3.11/site-packages/installed.py": "X = 'installed'\n",
     ".hatch/dev/pyvenv.cfg": "home = /usr/bin\n",
@@ -1433,6 +1451,18 @@ def test_byte_code_a_shell_planted_beside_a_module_outside_any_package_is_remove
         run.output
     assert "removed (the next import of its module would have run it)" in run.output, run.output
     assert not list((run.home.parent / "project").glob("nsdir/__pycache__/nsmod.*"))
+
+
+def test_what_a_shell_hides_from_git_where_an_import_finds_it_fails_the_run(bytecode):
+    """No guard judges a shell: a module it plants at a top of ``sys.path`` that is no package (``tests/``, there
+    for its conftest), a namespace package and a package beside it, hidden by a ``.gitignore``, and git's rules in
+    a directory of its view: git shows none, the sentinel each (the next ``import msgpack`` would run the module)."""
+    run, _ = bytecode
+    assert run.outcomes("test_a_shell_hides_code_from_git_where_an_import_finds_it") == {"passed"}, run.output
+    shown = run.output.splitlines()
+    for line in ("added: tests/.gitignore", "added: tests/msgpack.py", "added: tests/ns", "added: tests/planted",
+                 "added: tests/planted/__init__.py", "added: nsdir/.gitattributes", "added: nsdir/.gitignore"):
+        assert f"  {line}" in shown, (line, run.output)
 
 
 @pytest.mark.parametrize("test, operation, words, planted", [

@@ -174,7 +174,8 @@ def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout:
     metadata with the index), so a change to it shows up as a new entry against the index."""
     before = tree.checkout_state(checkout)
     if (checkout / ".git").exists():
-        assert work_tree(before) == {}, before  # a clean checkout: nothing of the work tree to record
+        # a clean checkout: nothing of the work tree to record but what an import finds at its top, by metadata
+        assert sorted(work_tree(before)) == ["pkg"], before
         assert before[".git:HEAD"].target and ".git/config" in before and ".git/hooks" in before, before
     (checkout / "dirty.txt").write_text("untracked before the run\n")
     before = tree.checkout_state(checkout)
@@ -210,15 +211,18 @@ def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(t
         real_open = builtins.open
         m.setattr(builtins, "open", lambda f, *a, **k: opened.append(os.fsdecode(f)) or real_open(f, *a, **k))
         state = tree.checkout_state(repo)
-    assert sorted(work_tree(state)) == ["src/m7.py"] and state["src/m7.py"].note == tree.TRACKED
-    # one file stat'ed; a listing of the top (start-up code is looked for there, ignored or not); whether each
-    # directory there is a package (where an import would find byte code) or a virtual environment: nothing
-    # listed below; the byte-code cache beside the sources (one directory of them); and what of .git a later
-    # git runs
+    assert sorted(work_tree(state)) == ["src", "src/m7.py", "venv"] and state["src/m7.py"].note == tree.TRACKED
+    # one file stat'ed; a listing of the top (start-up code is looked for there, ignored or not), each directory
+    # there stat'ed (an import finds a package in it) and probed: is it a package (where an import would find
+    # byte code) or a virtual environment; nothing listed below; git's rules in each directory of its view; the
+    # byte-code cache beside the sources (one directory of them); and what of .git a later git runs
     probes = sorted(path for path in seen if path.endswith(("/__init__.py", "/pyvenv.cfg")))
+    rules = sorted(path for path in seen if path.endswith(tree.GIT_RULES))
     git_dir = str(repo / ".git")
-    assert sorted({p for p in seen if p not in probes and not p.startswith(git_dir)}) == [
-        str(repo), str(repo / "src" / "__pycache__"), str(repo / "src" / "m7.py")], seen
+    assert sorted({p for p in seen if p not in probes + rules and not p.startswith(git_dir)}) == [
+        str(repo), str(repo / "src"), str(repo / "src" / "__pycache__"), str(repo / "src" / "m7.py"),
+        str(repo / "venv")], seen
+    assert rules == [str(repo / d / n) for d in ("", "src") for n in sorted(tree.GIT_RULES)], seen
     assert probes == [str(repo / d / n) for d in ("src", "venv") for n in ("__init__.py", "pyvenv.cfg")]
     assert opened == []
 
@@ -229,7 +233,7 @@ def test_the_checkout_state_of_an_ignored_directory_or_without_git_is_the_skip_l
     (repo / "data" / "sub").mkdir(parents=True)
     (repo / "data" / "sub" / "f.txt").write_text("x\n")
     assert sorted(tree.checkout_state(repo / "data")) == ["sub", "sub/f.txt"]  # git sees nothing here
-    assert work_tree(tree.checkout_state(repo)) == {}
+    assert sorted(work_tree(tree.checkout_state(repo))) == ["a.py", "data"]  # at the top, by metadata only
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
     assert sorted(tree.checkout_state(repo)) == [".gitignore", "a.py", "data", "data/sub", "data/sub/f.txt"]
 
@@ -615,9 +619,10 @@ def test_the_benchmark_measures_a_real_run_with_and_without_the_plugin(tmp_path:
         for variant in sentinel.VARIANTS:
             assert runs.pytest_wall[variant][0] > 0 and runs.pytest_peak_kib[variant][0] > 0
     # a clean checkout: nothing differs from git's index, so the sentinel records of it only what a
-    # later run loads unasked (its pytest.ini and conftest.py), clean or not, and git's own
+    # later run loads unasked (its pytest.ini and conftest.py) or imports (the tests directory at its top),
+    # its .gitignore (what git leaves out), clean or not, and git's own
     own = len(tree.checkout_state(make_repo(tmp_path / "r", {"a": "a\n"})))
-    assert result.figures()["empty"]["entries"] == 2 + own and result.figures()["home"]["entries"] == 4 + own
+    assert result.figures()["empty"]["entries"] == 4 + own and result.figures()["home"]["entries"] == 6 + own
     assert sentinel.main(["bad"]) == 2
 
 
@@ -655,7 +660,8 @@ def test_git_s_own_state_is_part_of_the_checkout_s(tmp_path: Path):
     (repo / "new.py").write_text("planted = True\n")
     git(repo, "add", "-A")
     staged = tree.checkout_state(repo)
-    assert tree.changes(before, staged) == ["added: .git:staged/new.py", "added: .git:staged/notes.txt"]
+    assert tree.changes(before, staged) == ["added: .git:staged/new.py", "added: .git:staged/notes.txt",
+                                            "added: new.py"]
     git(repo, "commit", "-q", "-m", "hidden")
     assert tree.changes(before, tree.checkout_state(repo))[0].startswith("changed: .git:HEAD (link target ")
     settle()
@@ -695,6 +701,34 @@ def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Pa
     assert "added: .git/commondir" in tree.changes(before, tree.checkout_state(repo))
 
 
+def test_what_a_shell_hides_from_git_where_an_import_finds_it_is_part_of_the_checkout_s_state(tmp_path: Path):
+    """A shell child plants a module at a top of ``sys.path`` that is no package (``tests/``, rootdir-inserted)
+    behind a ``.gitignore`` that hides itself too, a namespace package and a package behind their own, and git's
+    rules in a directory deeper down: git shows nothing, the state shows each (what is already ignored at the
+    start, a directory's content included, is not looked into)."""
+    repo = make_repo(tmp_path / "repo", {"tests/conftest.py": "", "tests/test_a.py": "", "docs/guide/a.md": "",
+                                         "pkg/__init__.py": ""}, gitignore="/data/\n")
+    (repo / "data" / "sub").mkdir(parents=True)
+    (repo / "data" / "sub" / "f.txt").write_text("x\n")
+    before = tree.checkout_state(repo, search_dirs=["tests"])
+    subprocess.run(["sh", "-c", "cd tests && printf '*\\n' > .gitignore && echo 'import os' > msgpack.py "
+                                "&& mkdir ns planted && echo x > ns/m.py && printf '*\\n' > ns/.gitignore "
+                                "&& touch planted/__init__.py && printf '*\\n' > planted/.gitignore "
+                                "&& cd ../docs/guide && printf '.git*\\n' > .gitignore "
+                                "&& echo '*.md -diff' > .gitattributes "
+                                "&& echo x > ../../data/sub/g.py"], cwd=repo, check=True)
+    assert git(repo, "status", "--porcelain") == ""  # git shows nothing
+    assert tree.changes(before, tree.checkout_state(repo, search_dirs=["tests"])) == [
+        "added: docs/guide/.gitattributes", "added: docs/guide/.gitignore", "added: tests/.gitignore",
+        "added: tests/msgpack.py", "added: tests/ns", "added: tests/planted", "added: tests/planted/.gitignore",
+        "added: tests/planted/__init__.py"]
+    with open(repo / ".git" / "info" / "exclude", "a") as exclude:  # git's own rules: in its state already
+        exclude.write("tests/hidden.py\n")
+    (repo / "tests" / "hidden.py").write_text("X = 1\n")
+    found = tree.changes(before, tree.checkout_state(repo, search_dirs=["tests"]))
+    assert "added: tests/hidden.py" in found and any(line.startswith("changed: .git/info/exclude") for line in found)
+
+
 def test_a_package_s_entries_are_part_of_the_checkout_s_state(tmp_path: Path):
     """A subpackage that shadows a module (``pkg/helper/__init__.py`` runs ahead of ``pkg/helper.py``),
     hidden from git by a ``.gitignore`` of its own: the entries of a package are recorded, ignored or not."""
@@ -713,4 +747,5 @@ def test_a_package_s_entries_are_part_of_the_checkout_s_state(tmp_path: Path):
     (repo / "build").mkdir()
     (repo / "build" / "__init__.py").write_text("")
     (repo / "build" / "__main__.py").write_text("print('planted')\n")  # python -m build runs it
-    assert tree.changes(before, tree.checkout_state(repo)) == ["added: build/__init__.py", "added: build/__main__.py"]
+    assert tree.changes(before, tree.checkout_state(repo)) == [
+        "added: build", "added: build/__init__.py", "added: build/__main__.py"]

@@ -1,8 +1,8 @@
 """Where a later Python loads code from in a tree without being asked, or on import: the names of start-up
 code (distribution metadata, ``.pth`` files, the ``site`` hooks, pytest's configuration and conftests), what an
-import runs besides source, and the virtual environments (PEP 405) with their ``site-packages``. Names and places
-only: :func:`~canarchy.testing.isolation.tree.checkout_state` records what is there, the access guard protects
-it (:mod:`~canarchy.testing.isolation.protection`). Standard library only.
+import runs besides source, what it finds a module in, and the virtual environments (PEP 405) with their
+``site-packages``. Names and places only: :func:`~canarchy.testing.isolation.tree.checkout_state` records what is
+there, the access guard protects it (:mod:`~canarchy.testing.isolation.protection`). Standard library only.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".p
 NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
 #: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
 IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
+#: Every file an import finds a module in: source, byte code, extension modules.
+MODULE_SUFFIXES = tuple(dict.fromkeys((*importlib.machinery.SOURCE_SUFFIXES, *IMPORTABLE_SUFFIXES)))
 #: pytest's configuration files: every name pytest 9 looks for (``_pytest.config.findpaths.locate_config``).
 PYTEST_CONFIGURATION = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
                         "setup.cfg")
@@ -41,6 +43,13 @@ def is_start_up_code(name: str) -> bool:
     """Whether a file or directory called ``name`` is code or configuration a later run loads
     unasked (:data:`START_UP_NAMES`, :data:`START_UP_SUFFIXES`)."""
     return name in START_UP_NAMES or name.endswith(START_UP_SUFFIXES)
+
+
+def is_module(name: str, directory: bool) -> bool:
+    """Whether an import may find a module or package in an entry called ``name``: a suffix of
+    :data:`MODULE_SUFFIXES`, or (``directory``: a directory or a link to one, a namespace package at least) a
+    name an ``import`` statement can spell, not in :data:`NEVER_CODE`."""
+    return name.endswith(MODULE_SUFFIXES) or (directory and name.isidentifier() and name not in NEVER_CODE)
 
 
 def virtual_environments(root: str | os.PathLike[str]) -> list[str]:

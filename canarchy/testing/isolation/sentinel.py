@@ -56,8 +56,8 @@ def _own_outputs(run: _Run, config: pytest.Config) -> frozenset[str]:
 def _checkout_manifest(run: _Run, root: Path) -> dict:
     """The checkout as git sees it (what differs from its index, and the untracked files it does
     not ignore), git run with the operator's environment but the scrubbed variables (their global configuration:
-    ``safe.directory``, ``core.excludesFile``); and what a later run loads unasked at the top of
-    the checkout and of ``run.search_dirs``, ignored or not."""
+    ``safe.directory``, ``core.excludesFile``); and, ignored or not, what a later run loads unasked or imports
+    at the top of the checkout and of ``run.search_dirs`` and git's rules in each directory of its view."""
     state = _tree.checkout_state(root, env=run.sandbox.tool_env, search_dirs=run.search_dirs)
     for path in run.own_outputs:
         state.pop(path, None)

@@ -18,8 +18,8 @@ from typing import NamedTuple
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.gitlisting import GitListing, tracks_anything
-from canarchy.testing.isolation.loadable import (IMPORTABLE_SUFFIXES, NEVER_CODE, VENV_MARKER, is_start_up_code,
-                                                 site_packages, virtual_environments)
+from canarchy.testing.isolation.loadable import (IMPORTABLE_SUFFIXES, NEVER_CODE, VENV_MARKER, is_module,
+                                                 is_start_up_code, site_packages, virtual_environments)
 
 #: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
 OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
@@ -42,6 +42,8 @@ SKIPPED_SUFFIXES = (".egg-info",)
 #: ``.git`` directory or file nested anywhere makes a repository of its own) and what hides a path from it
 #: (the access guard's zone ``version control``).
 VERSION_CONTROL_NAMES = frozenset({".git", ".gitignore", ".gitattributes", ".gitmodules", ".hg", ".hgignore"})
+#: What, in any directory of a work tree, tells git what to leave out of its view (and how to filter what it shows).
+GIT_RULES = (".gitignore", ".gitattributes")
 
 #: Set by whoever runs pytest (the lanes): files of the run's own that it writes into the checkout while
 #: pytest runs (its log), absolute, separated by ``os.pathsep``; the sentinel leaves them out.
@@ -228,7 +230,9 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     Elsewhere (no git, ``root`` not in a work tree or wholly ignored) :func:`snapshot`'s
     skip-list walk. In both, what a later run loads unasked or imports (:func:`_loadable_code`) at the top
     of ``root`` and of ``search_dirs`` (directories under it where a later run looks for code: ``sys.path``'s)
-    and in their packages, ignored by git or not. Two states compare with :func:`changes`; git runs with ``env``."""
+    and in their packages, ignored by git or not; in a work tree also what tells git to leave a path out
+    (:func:`_git_rules`) in every directory of its view. Two states compare with :func:`changes`; git runs with
+    ``env``."""
     base = os.fspath(root)
     out: dict[str, Entry] = {}
     changed = GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
@@ -247,6 +251,7 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
         _scan(out, base, "", True)
         listed = None
     elif state[0]:
+        _git_rules(out, base, [*out, *(entry[2:] for entry in (state[2] or "").split("\0") if entry)])
         _git_state(out, base, *state)
     _loadable_code(out, base, search_dirs)
     names = listed.split("\0") if listed is not None else [rel for rel in list(out) if rel.endswith((".py", ".pyw"))]
@@ -276,6 +281,23 @@ def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[s
 GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
             "info/sparse-checkout", "info/grafts", "refs/replace", "packed-refs")
 _FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
+
+
+def _git_rules(out: dict[str, Entry], root: str, listed: Iterable[str]) -> None:
+    """Add to ``out`` each :data:`GIT_RULES` file, ignored by git or not, in the directories of git's view: each
+    directory holding one of ``listed`` (paths relative to ``root``: tracked, untracked and shown), those above
+    it, ``root`` itself. A rule planted there (``*``, in a ``.gitignore`` that so hides itself too) takes what
+    it names out of git's view and so out of the rest of the state. One ``lstat`` per name and directory."""
+    dirs = {""}
+    for parent in {name.rstrip("/").rpartition("/")[0] for name in listed}:
+        while parent not in dirs:
+            dirs.add(parent)
+            parent = parent.rpartition("/")[0]
+    for rel in dirs:
+        for name in GIT_RULES:
+            path = f"{rel}/{name}" if rel else name
+            if path not in out:
+                _record(out, path, os.path.join(root, path))
 
 
 def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | None, flagged: str | None) -> None:
@@ -324,13 +346,16 @@ def under_skipped_dir(path: str, sep: str = "/") -> bool:
 def _loadable_code(out: dict[str, Entry], root: str, search_dirs: Iterable[str]) -> None:
     """Add to ``out`` what a later run loads unasked or imports, ignored by git or not: at the top of ``root``
     and of each of ``search_dirs`` (relative to it), what
-    :func:`~canarchy.testing.isolation.loadable.is_start_up_code` names, a directory with all under it; there
-    and in every regular package below, what an import runs besides source
+    :func:`~canarchy.testing.isolation.loadable.is_start_up_code` names, a directory with all under it, and
+    every entry an import finds a module in (:func:`~canarchy.testing.isolation.loadable.is_module`: a module,
+    a directory, which may be a namespace package, by its own metadata only); there and in every regular
+    package below, what an import runs besides source
     (:data:`~canarchy.testing.isolation.loadable.IMPORTABLE_SUFFIXES`: git ignores ``*.py[cod]`` and ``*.so``)
     and the ``__pycache__``'s byte code; and in every package, every entry (a ``.gitignore`` of its own hides a
     shadowing subpackage from git). At the top of the ``site-packages`` of each virtual environment in the
     checkout that is not among ``search_dirs`` (one a later ``nox -R`` or ``.venv/bin/python`` starts), the same
-    but its packages. One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package."""
+    but its packages. One ``scandir`` per top, package and ``__pycache__``, one ``lstat`` per entry of a package
+    and per module at a top."""
     tops = list(dict.fromkeys(["", *search_dirs]))
     sites = [site for venv in virtual_environments(root) for site in site_packages(root, venv) if site not in tops]
     pending = [(site, None) for site in sites] + [(top, True) for top in reversed(tops)]
@@ -361,7 +386,8 @@ def _loadable_entry(out: dict[str, Entry], root: str, child: os.DirEntry[str], p
     # a package by whatever name (``build``, ``dist``, ``reports`` too: ``python -m build`` runs one)
     package = name not in NEVER_CODE and child.is_dir(follow_symlinks=False) and os.path.isfile(
         os.path.join(child.path, "__init__.py"))
-    if top is False and path not in out:  # in a package, everything: git may be told to hide a part
+    # in a package, everything: git may be told to hide a part; at a top, what an import finds there
+    if path not in out and (top is False or is_module(name, child.is_dir())):
         _record(out, path, child.path)
     return package and top is not None
 
