@@ -771,7 +771,8 @@ BYTECODE = {
             (database / "entry").write_bytes(b"x")
 
         def test_writes_the_run_s_own_log(request):
-            (Path(request.config.rootpath) / "own.log").write_text("what the lane's runner writes")
+            (Path(request.config.rootpath) / "own").mkdir()  # a directory at a top: the log's, so left out too
+            (Path(request.config.rootpath) / "own" / "own.log").write_text("what the lane's runner writes")
 
         def test_walks_and_removes_a_tree_of_its_own(tmp_path):
             (tmp_path / "tree" / "a" / "b").mkdir(parents=True)
@@ -1331,8 +1332,9 @@ def bytecode(tmp_path_factory):
     (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n.hypothesis/\n"
                                                  "/tools-venv/\n.hatch/\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
+    log = base / "project" / "own" / "own.log"
     return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": "",
-                                                 "PYTEST_CANARCHY_OWN_OUTPUT": str(base / "project" / "own.log")})
+                                                 "PYTEST_CANARCHY_OWN_OUTPUT": str(log)})
 
 
 @pytest.mark.parametrize("test, operation", [("test_writes_byte_code_into_the_checkout", "mkdir"),
@@ -1508,7 +1510,7 @@ def test_the_run_s_own_outputs_are_left_out_of_the_sentinel_s_look(bytecode):
     """What whoever runs pytest names in PYTEST_CANARCHY_OWN_OUTPUT (a lane's log) is not the checkout's change."""
     run, _ = bytecode
     assert "the test run changed the checkout" in run.output, run.output  # the sentinel did look (pprint.pyc)
-    assert "own.log" not in run.output, run.output
+    assert "own.log" not in run.output and "  added: own" not in run.output, run.output  # nor its new directory
 
 
 def test_an_import_still_caches_its_byte_code_in_the_checkout(bytecode):

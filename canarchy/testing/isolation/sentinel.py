@@ -26,6 +26,7 @@ from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.exits import _REAL_EXIT
 from canarchy.testing.isolation.refusal import Access
 from canarchy.testing.isolation.pertest import _remember_writes, unseen_writes
+from canarchy.testing.isolation.plan import _pytest_s_own_trees
 from canarchy.testing.isolation.session import _SESSION_END, _START_UP, _guarded_manifest, _Run
 
 
@@ -45,12 +46,19 @@ def _list_ignored(run: _Run, config: pytest.Config) -> None:
 
 def _own_outputs(run: _Run, config: pytest.Config) -> frozenset[str]:
     """The run's own reports, relative to the rootdir: pytest's ``--junitxml`` and what
-    :data:`~canarchy.testing.isolation.tree.OWN_OUTPUT_VARIABLE` names. The sentinel leaves them out."""
+    :data:`~canarchy.testing.isolation.tree.OWN_OUTPUT_VARIABLE` names, and pytest's own trees (its cache,
+    ``--basetemp``), each with the directories it is in (made for it during the run, and one at a top of
+    ``sys.path`` is recorded). The sentinel leaves them out."""
     root = os.path.realpath(config.rootpath)
     named = [getattr(config.option, "xmlpath", None),
              *run.sandbox.operator_env.get(_tree.OWN_OUTPUT_VARIABLE, "").split(os.pathsep)]
-    full = (os.path.realpath(os.path.join(config.invocation_params.dir, p)) for p in named if p)
-    return frozenset(os.path.relpath(p, root) for p in full if p.startswith(root + os.sep))
+    full = [os.path.realpath(os.path.join(config.invocation_params.dir, p)) for p in named if p]
+    own = set()
+    for path in [*full, *map(os.path.realpath, _pytest_s_own_trees(config))]:
+        while path.startswith(root + os.sep):
+            own.add(os.path.relpath(path, root))
+            path = os.path.dirname(path)
+    return frozenset(own)
 
 
 def _checkout_manifest(run: _Run, root: Path) -> dict:
