@@ -251,7 +251,7 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
         _scan(out, base, "", True)
         listed = None
     elif state[0]:
-        _git_rules(out, base, [*out, *(entry[2:] for entry in (state[2] or "").split("\0") if entry)])
+        _git_rules(out, base, state[2] or "")
         _git_state(out, base, *state)
     _loadable_code(out, base, search_dirs)
     names = listed.split("\0") if listed is not None else [rel for rel in list(out) if rel.endswith((".py", ".pyw"))]
@@ -281,15 +281,19 @@ def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[s
 GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
             "info/sparse-checkout", "info/grafts", "refs/replace", "packed-refs")
 _FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
+_LISTED_DIRECTORY = re.compile(r"(?:^|\0). ([^\0]*)/[^\0/]*")  # ls-files -v: the directory of a path in one
 
 
-def _git_rules(out: dict[str, Entry], root: str, listed: Iterable[str]) -> None:
+def _git_rules(out: dict[str, Entry], root: str, flagged: str) -> None:
     """Add to ``out`` each :data:`GIT_RULES` file, ignored by git or not, in the directories of git's view: each
-    directory holding one of ``listed`` (paths relative to ``root``: tracked, untracked and shown), those above
-    it, ``root`` itself. A rule planted there (``*``, in a ``.gitignore`` that so hides itself too) takes what
-    it names out of git's view and so out of the rest of the state. One ``lstat`` per name and directory."""
+    directory holding a tracked path (``flagged``: ``git ls-files -z -v``) or a path already in ``out`` (listed
+    by git), those above it, ``root`` itself. A rule planted there (``*``, in a ``.gitignore`` that so hides
+    itself too) takes what it names out of git's view and so out of the rest of the state. One ``lstat`` per
+    name and directory; the listing is scanned, not split."""
+    parents = {name.rstrip("/").rpartition("/")[0] for name in out}
+    parents.update(match[1] for match in _LISTED_DIRECTORY.finditer(flagged))
     dirs = {""}
-    for parent in {name.rstrip("/").rpartition("/")[0] for name in listed}:
+    for parent in parents:
         while parent not in dirs:
             dirs.add(parent)
             parent = parent.rpartition("/")[0]
