@@ -322,6 +322,31 @@ def test_a_flat_and_a_src_layout_are_read_from_pyproject(tmp_path):
         project.module_of("tools/x.py")
 
 
+@pytest.mark.parametrize("files, config", [
+    ({"tox.ini": "[tox]\nenvlist = py\n[pytest]\n{options}"}, "tox.ini"),
+    ({"setup.cfg": "[metadata]\nname = x\n[tool:pytest]\n{options}", "tox.ini": "[tox]\nenvlist = py\n"}, "setup.cfg"),
+    ({"pytest.ini": "[pytest]\n{options}", "tox.ini": "[pytest]\naddopts = -q\n"}, "pytest.ini"),
+    ({"pyproject.toml": '[project]\nname = "x"\n[tool.pytest.ini_options]\ntestpaths = ["testing", "more"]\n'
+                        'addopts = ["-p", "canarchy.testing.isolation.plugin"]\n'
+                        'canarchy_scrub_prefixes = ["X_", "CAN_"]\n',
+      "tox.ini": "[pytest]\naddopts = -q\n"}, "pyproject.toml"),
+], ids=["tox.ini", "setup.cfg", "pytest.ini-first", "pyproject-before-tox.ini"])
+def test_the_pytest_configuration_is_read_from_the_file_pytest_reads(tmp_path, files, config):
+    """The lanes take the project's tests, plugin and scrubbed prefixes from the file pytest takes its
+    configuration from (pytest 9's order), not from pyproject.toml alone; the mutation lane passes that file."""
+    from _pytest.config.findpaths import locate_config
+
+    options = ("addopts = -p canarchy.testing.isolation.plugin\ntestpaths = testing\n    more\n"
+               "canarchy_scrub_prefixes = X_ CAN_\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    for name, text in files.items():
+        (tmp_path / name).write_text(text.format(options=options))
+    project = load_project(tmp_path)
+    found = locate_config(tmp_path, [tmp_path])[1]  # pytest's own choice
+    assert project.pytest_config == config == found.name
+    assert (project.tests, project.uses_plugin, project.scrub_prefixes) == (("testing", "more"), True, ("X_", "CAN_"))
+
+
 @pytest.mark.parametrize("table, message", [
     ('packages = "x"\nunknown = 1', "unknown keys"),
     ('operator_home = "../elsewhere"', "outside the project root"),

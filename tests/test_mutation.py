@@ -300,6 +300,18 @@ def _project(base: Path) -> Path:
     return repo
 
 
+def test_the_copy_runs_with_the_pytest_configuration_wherever_the_project_keeps_it(project, temp_root, tmp_path):
+    """A project whose pytest configuration is in tox.ini (``filterwarnings = error``): the mutant's warning
+    fails the killer as in the project's own runs; read from pyproject.toml alone it would survive."""
+    (project / "pyproject.toml").write_text('[project]\nname = "tinypkg"\n')
+    (project / "tox.ini").write_text("[tox]\nenvlist = py\n\n[pytest]\nxfail_strict = true\nfilterwarnings =\n"
+                                     "    error\n")
+    replace = ('    import warnings\n    warnings.warn("reference mode is going away", DeprecationWarning)\n'
+               '    if channel is None:\n        return "reference"\n')
+    result = _run(project, _mutation_file(tmp_path / "m.toml", replace=replace, controls=()))
+    assert result.status == "killed", result.reason
+
+
 def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, tmp_path):
     result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_no_such_test",),
                                           controls=()))

@@ -148,7 +148,7 @@ class _Workspace:
         proof.mkdir()
         junit = self.out / f"{label}.xml"
         try:
-            done = run_pytest([*pytest_flags(self.project), "-c", str(self.tree / "pyproject.toml"),
+            done = run_pytest([*pytest_flags(self.project), "-c", str(self.tree / self.project.pytest_config),
                                f"--junitxml={junit}", *node_ids], env=self.env(proof, packages), cwd=self.tree,
                               python=self.python, timeout=self.timeout)
         except RunTimeout as exc:

@@ -1,17 +1,33 @@
-"""Where a project keeps its code, tests and harness data: read from its ``pyproject.toml``.
+"""Where a project keeps its code, tests and harness data: read from its ``pyproject.toml``, and from the
+file its pytest configuration is in (which may be another: ``pytest.ini``, ``tox.ini``, ``setup.cfg`` ...).
 
 The ``[tool.canarchy.lanes]`` table (keys and defaults: ``docs/design/verification-harness.md`` §1,
-``docs/adopting.md``) overrides what is otherwise derived. Standard library only (nox's interpreter loads it).
-Raises :class:`ProjectError` naming the key for anything it cannot use.
+``docs/adopting.md``) overrides what is otherwise derived. Standard library only (nox's interpreter loads it,
+and ``loadable.py`` beside the plugin by path). Raises :class:`ProjectError` naming the key for anything it
+cannot use.
 """
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+if __package__:
+    from canarchy.testing.isolation.loadable import PYTEST_CONFIGURATION
+else:  # loaded by path (nox): the plugin's list of pytest's configuration files, the same way
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_canarchy_loadable",
+                                                   Path(__file__).parent.parent / "isolation" / "loadable.py")
+    _loadable = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+    sys.modules.setdefault("_canarchy_loadable", _loadable)
+    _spec.loader.exec_module(_loadable)  # type: ignore[union-attr]
+    PYTEST_CONFIGURATION = _loadable.PYTEST_CONFIGURATION
 
 PLUGIN = "canarchy.testing.isolation.plugin"
 _KEYS = {"packages", "source", "tests", "install", "operator_home", "operator_env", "parity_allowlist", "mutations",
@@ -39,6 +55,7 @@ class Project:
     operator_env: tuple[tuple[str, str], ...] = ()  # the operator's shell for parity, beside canarchy's own
     scrub_prefixes: tuple[str, ...] = ()  # canarchy_scrub_prefixes of its pytest configuration
     plugin_ini: tuple[tuple[str, str], ...] = ()  # its canarchy_* pytest settings, as pytest.ini lines would give them
+    pytest_config: str = "pyproject.toml"  # the file pytest takes its configuration from, relative to root
 
     def module_of(self, file: str) -> str:
         """The dotted module of a project-relative ``file`` (``src/pkg/a.py`` -> ``pkg.a``).
@@ -107,10 +124,43 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
     unknown = set(table) - _KEYS
     if unknown:
         raise ProjectError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(_KEYS)}")
-    ini = doc.get("tool", {}).get("pytest", {}).get("ini_options", {})
+    config, ini = pytest_configuration(base)
     paths = {key: _inside(base, table[key], f"{where} {key}") if key in table else None
              for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
-    return Project(base, *_layout(base, doc, table, where, ini), **paths, **_pytest_settings(table, where, ini))
+    return Project(base, *_layout(base, doc, table, where, ini), **paths, **_pytest_settings(table, where, ini),
+                   pytest_config=config or "pyproject.toml")
+
+
+def pytest_configuration(base: Path) -> tuple[str | None, dict]:
+    """``(name, options)``: the file in ``base`` pytest 9 takes its configuration from, found as it finds it
+    (``_pytest.config.findpaths``: the first of :data:`PYTEST_CONFIGURATION` that is one; ``pytest.ini`` and
+    ``pytest.toml`` always are, the others with their section), and its options (an ini file's values are
+    strings); ``(None, {})`` when there is none. Its parents are not searched: a lane runs a copy of
+    ``base``. Raises :class:`ProjectError` for a file it cannot read."""
+    for name in PYTEST_CONFIGURATION:
+        path = base / name
+        if not path.is_file():
+            continue
+        try:
+            if path.suffix == ".toml":
+                doc = tomllib.loads(path.read_text(encoding="utf-8"))
+                if name in ("pytest.toml", ".pytest.toml"):
+                    return name, doc.get("pytest", {})
+                tool = doc.get("tool", {}).get("pytest", {})
+                native = {k: v for k, v in tool.items() if k != "ini_options"}
+                if native or "ini_options" in tool:
+                    return name, native or tool["ini_options"]
+                continue
+            parser = configparser.ConfigParser(interpolation=None, strict=False)
+            parser.read_string(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error) as exc:
+            raise ProjectError(f"{path}: cannot read it ({exc})") from None
+        section = "tool:pytest" if path.suffix == ".cfg" else "pytest"
+        if parser.has_section(section):
+            return name, dict(parser[section])
+        if name in ("pytest.ini", ".pytest.ini"):
+            return name, {}
+    return None, {}
 
 
 def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
@@ -126,6 +176,7 @@ def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
         tests = _strings(table["tests"], f"{where} tests")
     else:
         testpaths = ini.get("testpaths")
+        testpaths = testpaths.split() if isinstance(testpaths, str) else testpaths  # an ini file's: one string
         tests = tuple(testpaths) if isinstance(testpaths, list) and testpaths else ("tests",)
     if "install" in table:
         install = _strings(table["install"], f"{where} install")
