@@ -53,6 +53,10 @@ def test_control():
 def test_unrelated():
     assert 1 + 1 == 2
 
+@pytest.mark.parametrize("default", ["vcan7", "vcan8"])
+def test_each_default(default):
+    assert decide(None, default) == "reference"
+
 @pytest.fixture
 def reference_mode():
     assert decide(None, "vcan7") == "reference", "setup needs reference mode"
@@ -310,6 +314,27 @@ def test_the_copy_runs_with_the_pytest_configuration_wherever_the_project_keeps_
                '    if channel is None:\n        return "reference"\n')
     result = _run(project, _mutation_file(tmp_path / "m.toml", replace=replace, controls=()))
     assert result.status == "killed", result.reason
+
+
+def test_a_parametrized_killer_named_without_its_case_cannot_decide_naming_the_cases(project, temp_root, tmp_path):
+    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_each_default",),
+                                          controls=()))
+    assert result.status == "cannot decide"
+    assert "named without its case" in result.reason and "test_each_default[vcan7], test_each_default[vcan8]" in \
+        result.reason, result.reason
+
+
+def test_the_mutant_run_s_output_is_kept_and_the_verdict_said_after_the_baseline(project, temp_root, tmp_path,
+                                                                                   capsys):
+    """``reports/mutation-<name>-mutant.log``: the killers' failures on the mutant, for a reader to check that
+    they fail for the right reason; the progress lines give the verdict only once the baseline is in."""
+    code = lanes_cli.main(["--project", str(project), "mutation", str(_mutation_file(tmp_path / "m.toml")),
+                           "--timeout", "120"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    log = (project / "reports" / "mutation-tiny-guard-mutant.log").read_text()
+    assert "test_killer" in log and "AssertionError" in log and "1 failed, 1 passed" in log, log
+    assert out.index("the verdict waits for its baseline") < out.index("mutation tiny-guard: KILLED\n"), out
 
 
 def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, tmp_path):

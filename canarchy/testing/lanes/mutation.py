@@ -57,7 +57,8 @@ class TestRow:
 class MutationResult:
     """``status``: ``killed``, ``survived`` or ``cannot decide``; ``imported``: the mutated modules' files;
     ``importers``: each Python process of the mutant's run that imported the copy (``pid: command line``);
-    ``unseen``: each process of that run the import proof could not follow (``command line: why``)."""
+    ``unseen``: each process of that run the import proof could not follow (``command line: why``); ``log``: the
+    mutant run's pytest output (``reports/mutation-<name>-mutant.log``)."""
 
     mutation: Mutation
     status: str = "cannot decide"
@@ -67,6 +68,7 @@ class MutationResult:
     importers: list[str] = field(default_factory=list)
     unseen: list[str] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
+    log: str = ""
 
     @property
     def killed(self) -> list[TestRow]:
@@ -113,6 +115,7 @@ class _Workspace:
         self.files = tree_files(project.root, project)
         self.pristine: dict = {}
         self.runs = 0
+        self.output = ""  # the last pytest run's output
 
     def make_copy(self) -> None:
         if self.tree.exists():
@@ -144,6 +147,7 @@ class _Workspace:
         """Run ``node_ids`` on the copy: their cases, the import-proof records of every process that reported,
         and the processes it started that could not report (:func:`starts.unseen`)."""
         self.runs += 1
+        self.output = ""
         proof = self.root / f"proof-{self.runs}"
         proof.mkdir()
         junit = self.out / f"{label}.xml"
@@ -153,6 +157,7 @@ class _Workspace:
                               python=self.python, timeout=self.timeout)
         except RunTimeout as exc:
             raise CannotDecide(f"{label}: {exc}") from None
+        self.output = done.output
         try:
             report = load_report(junit)
         except CannotDecide as exc:
@@ -160,6 +165,11 @@ class _Workspace:
             raise CannotDecide(f"{label}: no usable JUnit report ({exc}); pytest exit code {done.returncode}\n"
                                f"{tail}") from None
         missing = [n for n in node_ids if case_key(n) not in report.cases]
+        cases = {n: [k for k in report.cases if k.startswith(case_key(n) + "[")] for n in missing if "[" not in n}
+        if any(cases.values()):
+            raise CannotDecide(f"{label}: a parametrized test is named without its case: name each case it means ("
+                               + "; ".join(f"{n}: {', '.join(k.rpartition('::')[2] for k in found)}"
+                                           for n, found in cases.items() if found) + ")")
         if missing:
             why = "no such test?" if done.returncode in (0, 1) else f"the run stopped first: {stopped_text(done)}"
             raise CannotDecide(f"{label}: not run ({why}): {', '.join(missing)}")
@@ -335,6 +345,7 @@ def _run_concurrently(first: _Workspace, pending: list, packages: Sequence[str],
     outcome = concurrently([functools.partial(holding_a_copy, job) for job in (*baselines, *mutants)], workers=jobs)
     for (result, _texts), baseline in zip(pending, outcome[:len(pending)], strict=True):
         _apply_baseline(baseline, result)
+        echo(f"mutation {result.mutation.name}: {result.status.upper()}")
 
 
 def _baseline(work: _Workspace, node_ids: list[str], packages: Sequence[str],
@@ -376,7 +387,10 @@ def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str
         for file, (_original, mutated) in texts.items():
             (work.tree / file).write_text(mutated, encoding="utf-8")
         result.imported = work.probe(m, texts)
-        cases, records, result.unseen = work.pytest(f"{m.name}-mutant", m.node_ids, packages)
+        try:
+            cases, records, result.unseen = work.pytest(f"{m.name}-mutant", m.node_ids, packages)
+        finally:
+            result.log = work.output
         result.importers = work.prove_imports(f"{m.name} on the mutant", records, packages)
         _judge(result, cases)
         if result.status == "survived" and result.unseen:  # a killer's unseen child may have tested other code
@@ -392,8 +406,8 @@ def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str
             echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
             work.make_copy()
     result.durations["mutant"] = time.monotonic() - started
-    echo(f"mutation {m.name}: {result.status.upper()} ({len(result.killed)}/{len(m.killers)} killers failed; "
-         f"{len(result.importers)} process(es) imported the copy)")
+    echo(f"mutation {m.name}: mutant run done ({len(result.killed)}/{len(m.killers)} killers failed; "
+         f"{len(result.importers)} process(es) imported the copy); the verdict waits for its baseline")
 
 
 # -- reports -----------------------------------------------------------------------------
@@ -488,7 +502,8 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
         return EXIT_CANNOT_DECIDE
     started = time.monotonic()
     loaded, broken = load_definitions(paths)
-    clear_reports(project.root / "reports", ("mutations.md", *(f"mutation-{m.name}.md" for m in loaded)))
+    clear_reports(project.root / "reports", ("mutations.md", *(f"mutation-{m.name}{end}" for m in loaded
+                                                               for end in (".md", "-mutant.log"))))
     results = run_mutations(project, loaded, timeout=args.timeout, jobs=args.jobs) + broken
     if not results:
         print(f"mutation: CANNOT DECIDE - no mutation definition in {', '.join(map(str, paths))}")
@@ -499,6 +514,8 @@ def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -
     for result in results:
         print(render(result) + "\n")
         write_text_atomic(reports / f"mutation-{result.mutation.name}.md", render_markdown(result))
+        if result.log:
+            write_text_atomic(reports / f"mutation-{result.mutation.name}-mutant.log", result.log)
     if len(results) > 1:
         print(render_summary(results, seconds))
         write_text_atomic(reports / "mutations.md", render_summary_markdown(results, seconds))

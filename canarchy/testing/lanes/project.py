@@ -127,7 +127,13 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
     config, ini = pytest_configuration(base)
     paths = {key: _inside(base, table[key], f"{where} {key}") if key in table else None
              for key in ("operator_home", "parity_allowlist", "mutations", "leaks")}
-    return Project(base, *_layout(base, doc, table, where, ini), **paths, **_pytest_settings(table, where, ini),
+    settings = _pytest_settings(table, where, ini)
+    # pyproject.toml's own table names the plugin, a file before it does not: the lanes load it all the same,
+    # and it refuses the run, naming the file that shadows the project's configuration
+    tool = doc.get("tool", {}).get("pytest", {})
+    settings["uses_plugin"] |= _loads_plugin({k: v for k, v in tool.items() if k != "ini_options"}
+                                             or tool.get("ini_options", {}))
+    return Project(base, *_layout(base, doc, table, where, ini), **paths, **settings,
                    pytest_config=config or "pyproject.toml")
 
 
@@ -188,8 +194,7 @@ def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
 
 def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
     """Whether the project's addopts load the plugin, its ``operator_env`` and ``canarchy_scrub_prefixes``."""
-    addopts = ini.get("addopts", "")
-    uses_plugin = PLUGIN in (" ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts))
+    uses_plugin = _loads_plugin(ini)
     operator_env = table.get("operator_env", {})
     if not isinstance(operator_env, dict) or not all(
             isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and isinstance(v, str)
@@ -201,6 +206,12 @@ def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
     plugin_ini = tuple((key, _ini_text(value)) for key, value in ini.items() if key.startswith("canarchy_"))
     return {"uses_plugin": uses_plugin, "operator_env": tuple(operator_env.items()), "scrub_prefixes": prefixes,
             "plugin_ini": plugin_ini}
+
+
+def _loads_plugin(ini: dict) -> bool:
+    """Whether the ``addopts`` of a pytest configuration's options name the plugin."""
+    addopts = ini.get("addopts", "")
+    return PLUGIN in (" ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts))
 
 
 def _ini_text(value: object) -> str:
