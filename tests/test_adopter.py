@@ -137,6 +137,19 @@ def test_the_adopter_is_never_run_in_place(tmp_path):
     assert _adopter_files() == before
 
 
+def test_a_run_with_the_plugin_disabled_says_why_each_test_cannot_be_isolated(tmp_path):
+    """``-p no:...`` after the project's own ``-p``: the plugin's fixtures are registered, its start is not;
+    each test fails naming that, not with a bare KeyError."""
+    root = tmp_path / "busprobe"
+    shutil.copytree(ADOPTER, root, ignore=shutil.ignore_patterns("reports", ".nox", "__pycache__"))
+    proc = subprocess.run([*PYTEST, "-p", "no:canarchy.testing.isolation.plugin", "tests/test_frames.py"], cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root / "src")}, capture_output=True, text=True,
+                          timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "KeyError" not in out, out
+    assert "cannot be isolated: the plugin's fixtures are here, but the plugin did not start" in out, out
+
+
 def test_docs_adopting_holds_the_adopter_s_ten_lines():
     """Each numbered line of docs/adopting.md is, without its comment, a line of the adopter's own files."""
     doc = (REPO / "docs" / "adopting.md").read_text(encoding="utf-8")

@@ -63,8 +63,20 @@ def _unsealed(run: _Run) -> list[str]:
     return found
 
 
+def _run_of(request: pytest.FixtureRequest) -> _Run:
+    """The session's run; a test fails, saying why, where the plugin's fixtures are registered but the plugin
+    did not start (``-p no:canarchy.testing.isolation.plugin`` after the project's own ``-p``)."""
+    run = request.config.stash.get(_RUN, None)
+    if run is None:
+        pytest.fail(f"canarchy test isolation: {request.node.nodeid} cannot be isolated: the plugin's fixtures are "
+                    "here, but the plugin did not start in this run (disabled with -p no:...?). Run the suite with "
+                    "the plugin; a test that needs the operator's environment is marked integration (or real_home, "
+                    "real_bus) and run with -m.", pytrace=False)
+    return run
+
+
 def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
-    run: _Run = request.config.stash[_RUN]
+    run = _run_of(request)
     found = run.opt_outs.get(request.node.nodeid)
     return not (_opt_outs_of(request.node) if found is None else found).isdisjoint(markers)
 
@@ -77,7 +89,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     left one changed in a way it should not (``os.putenv``, a replaced ``os.environ``, a handler)
     fails, named. Stands down (the operator's environment and home) for ``integration`` and
     ``real_home`` tests. Yields the test's home directory."""
-    run: _Run = request.config.stash[_RUN]
+    run = _run_of(request)
     sandbox = run.sandbox
     cwd_before = os.getcwd()
     dirs = None
@@ -145,7 +157,7 @@ def guard_operator_access(request: pytest.FixtureRequest):
     down. The test's writes into the checkout are recorded in the JUnit report. The bus
     guard stands down for ``integration`` and ``real_bus`` tests, the access guard for
     ``integration`` and ``real_home`` tests. Yields the bus guard (see ``bus_guard``)."""
-    run: _Run = request.config.stash[_RUN]
+    run = _run_of(request)
     bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
     _fail_for_what_came_before(run, nodeid, request.config)
@@ -368,4 +380,4 @@ def virtual_channel() -> str:
 @pytest.fixture(scope="session")
 def canarchy_sandbox(request: pytest.FixtureRequest) -> SandboxView:
     """The session's :class:`~canarchy.testing.isolation.sandbox.SandboxView` (its root, the homes)."""
-    return SandboxView(request.config.stash[_RUN].sandbox)
+    return SandboxView(_run_of(request).sandbox)
