@@ -1875,6 +1875,16 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
             while not os.path.exists(os.environ["CHILD_LEADERLESS_FILE"]) and time.monotonic() < deadline:
                 time.sleep(0.02)
 
+        WALKER = ("# walker: a fresh pid all the time, each generation forks and exits\\n"
+                  "import os, sys, time\\n"
+                  "while os.path.exists('/proc/%d' % int(sys.argv[1])):\\n"
+                  "    if os.fork(): os._exit(0)\\n"
+                  "open(os.environ['CHILD_WALKER_FILE'], 'w').write('outlived the run')\\n")
+
+        def test_leaves_a_process_that_keeps_forking():
+            import subprocess, sys
+            subprocess.Popen([sys.executable, "-I", "-c", WALKER, str(os.getpid())], start_new_session=True)
+
         def test_leaves_a_chain_of_processes_each_waiting_for_the_next():
             import subprocess, sys, time
             subprocess.Popen([sys.executable, "-I", "-c", CHAIN, "7", CHAIN])  # in pytest's process group
@@ -1884,7 +1894,8 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
     """}, env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home"), "CHILD_ROOT": str(tmp_path / "project"),
                "CHILD_PID_FILE": str(tmp_path / "detached.pid"), "CHILD_CHAIN_FILE": str(tmp_path / "chain.pid"),
                "CHILD_FAKE_FILE": str(tmp_path / "fake.pid"),
-               "CHILD_LEADERLESS_FILE": str(tmp_path / "leaderless.pid")})
+               "CHILD_LEADERLESS_FILE": str(tmp_path / "leaderless.pid"),
+               "CHILD_WALKER_FILE": str(tmp_path / "walker.out")})
     detached, innermost = int((tmp_path / "detached.pid").read_text()), int((tmp_path / "chain.pid").read_text())
     leaderless = int((tmp_path / "leaderless.pid").read_text())
     fake = int((tmp_path / "fake.pid").read_text())
@@ -1898,6 +1909,9 @@ def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_pat
     assert not alive and f"left running after the session, stopped now: pid {detached}: sh -c" in after, after
     assert f"pid {innermost}: " in after, after  # eight generations deep: each stopped one's child is adopted
     assert f"pid {leaderless}: " in after and not (tmp_path / "leaderless.pid.late").exists(), after
+    # one that forks and exits all the time is at a new pid by the end of each look: stopped all the same (by
+    # its process group, or frozen where a look finds it; one that ended as it was found is named by pid only)
+    assert not (tmp_path / "walker.out").exists(), after
     # multiprocessing's state names it; its command line does not: stopped at the last look, not spared till exit
     assert f"left running after the session, stopped now: pid {fake}: sleep 60" in after, after
     # each named after the test at whose end it was running

@@ -107,23 +107,41 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
     group too of one that leads its own), SIGKILL after ``grace`` s; reap this process's children,
     those that had ended already too. Again while any is left (a process adopted meanwhile), at most
     ``rounds`` times. Returns ``"pid N: COMMAND"`` for each one that was running, with ``" (left
-    running by OWNER)"`` where ``owners`` names the pid or an ancestor of it."""
+    running by OWNER)"`` where ``owners`` names the pid or an ancestor of it.
+
+    A process that forks and exits over and over is at a new pid by the time a look at ``/proc`` ends,
+    and a look can miss it altogether; its generations, each adopted here as its parent exits, end as
+    this process's children. So each process found gets SIGSTOP at once (SIGCONT with its SIGTERM), and the
+    look ends only after three rounds in a row that found nothing running and reaped no child; a process
+    that never stopped starting new ones by the last round is said as such."""
     stopped: list[str] = []
     spared = {*exclude, *keep}
     owners = owners or {}
-    for _ in range(rounds):
+    quiet = 0
+    for number in range(rounds):
         running = [pid for pid, state in descendants(keep, exclude).items() if state != "Z"]
+        _freeze(running)  # before its command line is read: one that forks and exits would be gone by then
         for pid in running:
             owner = _owner(pid, owners)
             line = f"pid {pid}: {command_line(pid)}" + (f" (left running by {owner})" if owner else "")
             if line not in stopped:
                 stopped.append(line)
-        _end(running, grace)
-        for pid in children(spared):  # what ended meanwhile, or before
-            _gone(pid)
-        if not running:
-            break
+        _end(running, grace if not number else 0.0)  # a round after the first: it forks on, no grace
+        reaped = [pid for pid in children(spared) if _gone(pid)]  # what ended meanwhile, or before
+        quiet = 0 if running or reaped else quiet + 1
+        if quiet == 3 or (quiet and not number):  # nothing at the first look: nothing left, the usual case
+            return stopped
+        time.sleep(0.005 * quiet)
+    stopped.append(f"processes below pid {os.getpid()} kept starting new ones for {rounds} rounds of stopping: "
+                   "some may still run")
     return stopped
+
+
+def _freeze(pids: list[int]) -> None:
+    """SIGSTOP ``pids`` at once, before any can start another (SIGKILL still ends a stopped process)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGSTOP)
 
 
 def _owner(pid: int, owners: Mapping[int, str]) -> str | None:
@@ -136,8 +154,8 @@ def _owner(pid: int, owners: Mapping[int, str]) -> str | None:
 
 
 def _end(running: list[int], grace: float) -> None:
-    """SIGTERM ``running`` (and the process group of each that leads its own), SIGKILL what is left
-    after ``grace`` s; reap those that are this process's children."""
+    """SIGTERM ``running`` (and the process group of each that leads its own), then SIGCONT (a stopped one
+    acts on it), SIGKILL what is left after ``grace`` s; reap those that are this process's children."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -145,6 +163,8 @@ def _end(running: list[int], grace: float) -> None:
                 if group != os.getpgrp():
                     os.killpg(group, sig)
                 os.kill(pid, sig)
+                if sig == signal.SIGTERM:
+                    os.kill(pid, signal.SIGCONT)
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
         while running and time.monotonic() < deadline:
             running = [pid for pid in running if not _gone(pid)]
