@@ -164,6 +164,18 @@ def test_reads_it_from_its_own_memory():
         memory.seek(start)
         assert b"CANARCHY_" not in memory.read(end - start)
 
+def test_reads_the_environment_of_a_process_beside_pytest():
+    open(f"/proc/{os.environ['CHILD_SIBLING_PID']}/environ", "rb").read()
+
+def test_reads_the_environment_of_a_process_it_started():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        names = [entry.partition(b"=")[0] for entry in open(f"/proc/{child.pid}/environ", "rb").read().split(b"\\0")]
+        assert not [name for name in names if name.startswith((b"CANARCHY_", b"CAN_"))]
+    finally:
+        child.kill()
+        child.wait()
+
 def test_a_child_python_reads_the_environment_its_parent_started_with():
     code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -791,7 +803,14 @@ def _run(tmp_path_factory, name: str, files: dict[str, str], *args: str, env: di
 def routes(tmp_path_factory):
     files = {"test_home_routes.py": HOME_ROUTES, "test_process_state.py": PROCESS_ROUTES,
              "test_tamper.py": TAMPER_ROUTES, **IMPORT_TIME}
-    return _run(tmp_path_factory, "routes", files, *EARLY, "-o", "canarchy_scan_packages=leakpkg")
+    # a process beside the run's pytest, started with the operator's variables (a daemon, `pytest | tee`)
+    sibling = subprocess.Popen(["sleep", "300"], env={**os.environ, "CANARCHY_SIBLING_SECRET": "bait"})
+    try:
+        return _run(tmp_path_factory, "routes", files, *EARLY, "-o", "canarchy_scan_packages=leakpkg",
+                    env={"CHILD_SIBLING_PID": str(sibling.pid)})
+    finally:
+        sibling.kill()
+        sibling.wait()
 
 
 def assert_refused(run, module: str, test: str, operation: str) -> None:
@@ -837,6 +856,21 @@ def test_the_environment_pytest_was_started_with_is_refused(routes, test):
     assert f"test_process_state.py::{test} tried to open for reading '/proc/" in messages, messages
     assert "the environment the operator started this process or one above it with" in messages, messages
     assert "Refused" in messages
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="no /proc/PID/environ on this system")
+def test_the_environment_of_a_process_outside_the_run_is_refused_and_its_own_children_s_is_not(routes):
+    """A process beside pytest (a daemon the operator started, the other end of ``pytest | tee``) holds the
+    operator's variables in ``/proc/PID/environ``: a read is refused at once, with or without the containment.
+    What the run itself started holds the run's: a test reads its child's."""
+    run, _ = routes
+    test = "test_reads_the_environment_of_a_process_beside_pytest"
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+    assert f"test_process_state.py::{test} tried to open for reading '/proc/" in messages, messages
+    assert "another process outside the run" in messages, messages
+    assert run.outcomes("test_reads_the_environment_of_a_process_it_started") == {"passed"}, run.messages(
+        "test_reads_the_environment_of_a_process_it_started")
 
 
 def test_a_multiprocessing_worker_may_import_a_module_that_requires_the_isolation(routes):

@@ -290,8 +290,9 @@ class AccessGuard:
             self._refuse_or_record(Access(self._owner(), "open a descriptor of the directory", text, resolved,
                                           found[0], found[1], os.getpid()))
             return
-        if not flags & (WRITE | TREE) and (  # a read: only the refused paths matter
-                resolved not in zones.refused and not resolved.startswith(zones.refused_prefixes)):
+        if not flags & (WRITE | TREE) and (  # a read: only the refused paths matter, and other processes' environment
+                resolved not in zones.refused and not resolved.startswith(zones.refused_prefixes)
+                and not resolved.startswith("/proc/")):
             return
         verdict = zones.verdict(resolved, flags & WRITE, flags & TREE)
         if verdict is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -183,6 +184,31 @@ def start_up_environments(pid: int | None = None) -> list[str]:
             + [f"/proc/{p}/cmdline" for p in chain[1:]])
 
 
+#: What holds the environment a process was started with: ``/proc/PID/environ`` and ``/proc/PID/mem``, a thread's too.
+_PROCESS_ENVIRONMENT = re.compile(r"/proc/(\d+)/(?:task/\d+/)?(?:environ|mem)")
+
+
+def outside_process_environment(path: str) -> str | None:
+    """The ``/proc/PID`` of ``path`` (resolved) when it is where Linux shows the starting environment of a
+    process neither this one nor below it (a sibling of pytest: a daemon the operator started beside it, the
+    other end of ``pytest | tee``), else None. Any such process may hold the operator's variables; this one's
+    own and those it started hold the run's."""
+    found = _PROCESS_ENVIRONMENT.fullmatch(path)
+    if found is None:
+        return None
+    pid, me = int(found[1]), os.getpid()
+    seen: set[int] = set()
+    while pid > 0 and pid not in seen:
+        if pid == me:
+            return None
+        seen.add(pid)
+        known = parent_and_state(pid)
+        if known is None:
+            return f"/proc/{found[1]}"  # gone, or not ours to see: refused as any other's
+        pid = known[0]
+    return f"/proc/{found[1]}"
+
+
 def this_and_above(pid: int | None = None) -> list[int]:
     """``pid`` (default this process) and the processes above it, nearest first (``/proc/PID/stat``;
     empty where there is no ``/proc``)."""
@@ -312,6 +338,8 @@ class Zones:
 
         ``tree``: the operation reaches everything below ``path`` too."""
         own = None
+        if path.startswith("/proc/") and not write and (process := outside_process_environment(path)):
+            return "refused", process
         if path in self.roots or path.startswith(self.prefixes):
             if path in self.refused or path.startswith(self.refused_prefixes):
                 return "refused", next(r for r in self.refused_order if path == r or path.startswith(_with_sep(r)))

@@ -109,7 +109,7 @@ class Access:
             return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
                     f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
         what = {"refused": "the environment the operator started this process or one above it with (or the "
-                "command line of one above it)"
+                "command line of one above it, or the environment of another process outside the run)"
                 if self.tree.startswith("/proc/") else "a CAN adapter's device node (real hardware)"
                 if self.tree.startswith("/dev/") else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
