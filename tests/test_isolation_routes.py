@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import containment, protection
-from canarchy.testing.isolation.loadable import TOOL_START_UP
+from canarchy.testing.isolation.loadable import PYTEST_CONFIGURATION, TOOL_START_UP
 from canarchy.testing.isolation.refusal import OperatorStateRefused
 from canarchy.testing.isolation.session import _RUN
 from canarchy.testing.isolation.tree import content_differences
@@ -586,7 +586,7 @@ BYTECODE = {
     "nsdir/nsmod.py": "X = 'source'\n",  # no __init__.py: a namespace package's module, or a PYTHONPATH entry's
     "test_bytecode.py": """
         import builtins, importlib.util, marshal, py_compile
-        from canarchy.testing.isolation.loadable import TOOL_START_UP
+        from canarchy.testing.isolation.loadable import PYTEST_CONFIGURATION, TOOL_START_UP
         from pathlib import Path
 
         def pyc(request, module):
@@ -625,8 +625,7 @@ BYTECODE = {
 
         import pytest
 
-        @pytest.mark.parametrize("name", ["pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "tox.ini",
-                                          "setup.cfg", "pyproject.toml"])
+        @pytest.mark.parametrize("name", PYTEST_CONFIGURATION)
         def test_writes_pytest_s_configuration(request, name):
             (Path(request.config.rootpath) / "nsdir" / name).write_text("[pytest]\\naddopts = -p bcpkg.planted\\n")
 
@@ -1399,29 +1398,20 @@ def test_a_pytest_plugin_planted_in_an_ignored_directory_is_refused_at_the_momen
     assert not (run.home.parent / "project" / "planted.egg-info").exists()
 
 
-@pytest.mark.parametrize("name", ["pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
-                                  "pyproject.toml"])
-def test_pytest_s_configuration_written_into_the_checkout_is_refused_at_the_moment(bytecode, name):
+@pytest.mark.parametrize("test, name, words", [
+    *((f"test_writes_pytest_s_configuration[{n}]", n, "a later Python or pytest run loads")
+      for n in PYTEST_CONFIGURATION),
+    *((f"test_writes_a_tool_s_start_up_file[{n}]", n, "a tool of the project's runs from it") for n in TOOL_START_UP),
+], ids=[*PYTEST_CONFIGURATION, *TOOL_START_UP])
+def test_pytest_s_configuration_written_into_the_checkout_is_refused_at_the_moment(bytecode, test, name, words):
     """Every file name pytest takes its configuration from (pytest 9: ``_pytest.config.findpaths.locate_config``),
-    in any directory of the checkout: the next ``pytest tests/`` there reads its ``addopts`` before any isolation."""
+    in any directory of the checkout: the next ``pytest tests/`` there reads its ``addopts`` before any isolation;
+    and what the project's tools run from it (uv's index, pyenv's interpreter, pdb's commands, nox's sessions, a
+    build script, pre-commit's hooks, direnv's shell code, an editor's tasks) at the operator's next use."""
     run, _ = bytecode
-    test = f"test_writes_pytest_s_configuration[{name}]"
     messages = run.messages(test)
     assert run.outcomes(test) & {"failed", "error"}, run.output
-    assert "tried to open for writing" in messages and "a later Python or pytest run loads" in messages, messages
-    assert not (run.home.parent / "project" / "nsdir" / name).exists()
-
-
-@pytest.mark.parametrize("name", TOOL_START_UP)
-def test_what_the_project_s_tools_run_from_the_checkout_is_refused_at_the_moment(bytecode, name):
-    """uv's index, pyenv's interpreter, pdb's commands, nox's sessions, a build script, pre-commit's hooks,
-    direnv's shell code, an editor's tasks: written into the checkout, the operator's next use of that tool
-    runs them, outside any isolation."""
-    run, _ = bytecode
-    test = f"test_writes_a_tool_s_start_up_file[{name}]"
-    messages = run.messages(test)
-    assert run.outcomes(test) & {"failed", "error"}, run.output
-    assert "tried to" in messages and "a tool of the project's runs from it" in messages, messages
+    assert "tried to" in messages and words in messages, messages
     assert not (run.home.parent / "project" / "nsdir" / name).exists()
 
 
@@ -2089,6 +2079,33 @@ def test_the_system_s_code_trees_are_read_only_even_to_root():
              "/lib"]
     assert [t for t in trees if os.path.isdir(t) and subprocess.run(["test", "-w", t]).returncode == 0] == []
 """
+
+
+def test_the_interpreter_s_libraries_are_read_only_to_a_test_without_the_containment(tmp_path):
+    """A ``.pth`` file in the running interpreter's site-packages runs in every later Python, before any
+    isolation (the next pytest's too, with the operator's variables): refused at the moment, the containment
+    off; a module the import system caches there is its own byte code, and passes."""
+    import site
+
+    target = Path(site.getsitepackages()[0]) / "canarchy-test-planted.pth"
+    try:
+        run = run_child(tmp_path, {"test_plant.py": f"""
+            import json, sysconfig
+            from pathlib import Path
+
+            def test_plants_a_path_file_in_the_interpreter_s_site_packages():
+                Path({str(target)!r}).write_text("# harmless: refused before it is written\\n")
+
+            def test_imports_a_module_of_the_standard_library():
+                import json.tool  # byte code the import system may cache beside it
+        """}, *EARLY, "-o", "canarchy_containment=false", "-o", "canarchy_network_namespace=false")
+        planted = target.exists()
+    finally:
+        if target.exists():  # the guard refuses this test's own remove too: a shell's
+            subprocess.run(["rm", "-f", str(target)], check=True)
+    messages = run.messages("test_plants_a_path_file_in_the_interpreter_s_site_packages")
+    assert not planted and "tried to open for writing" in messages and "a .pth file" in messages, run.output
+    assert run.outcomes("test_imports_a_module_of_the_standard_library") == {"passed"}, run.output
 
 
 def test_the_code_trees_the_operator_s_environment_names_are_read_only(tmp_path):

@@ -85,13 +85,23 @@ def _operator_code_trees(operator_env: dict, writable: list[str], own: list[str]
 
 
 def _code_trees_beside(config: pytest.Config, operator_env: dict, temp_base: str) -> list[str]:
-    """The checkout's virtual environments that hold neither the checkout nor a temporary directory of the run:
-    those the guard makes read-only. The running interpreter's trees are not among them (a lane runs projects
-    and writes its reports inside its own environment, ``.nox/ENV/tmp``); the containment covers those."""
+    """What the guard makes read-only, with the containment or without: the checkout's virtual environments,
+    and the running interpreter's libraries and scripts (its standard library, its and the base's
+    site-packages, the user site, ``bin``: a ``.pth`` file planted there runs in every later Python, before
+    any isolation); each that holds neither the checkout nor a temporary directory of the run. Not the
+    interpreter's whole prefix: a lane writes its reports inside its own environment (``.nox/ENV/tmp``)."""
+    import site
+    import sysconfig
+
     root = str(config.rootpath)
     held = [os.path.abspath(h) for h in (root, temp_base, tempfile.gettempdir(), operator_env.get("TMPDIR")) if h]
-    venvs = [os.path.join(root, venv) for venv in _loadable.virtual_environments(root)]
-    return [t for t in venvs if not any(_mountview.inside(h, t) for h in held)]
+    trees = [os.path.join(root, venv) for venv in _loadable.virtual_environments(root)]
+    paths = sysconfig.get_paths()
+    trees += [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts") if paths.get(k)]
+    trees += site.getsitepackages() + ([site.USER_SITE] if site.ENABLE_USER_SITE and site.USER_SITE else [])
+    trees = sorted({os.path.realpath(t) for t in trees if os.path.isdir(t)})
+    return [t for t in trees if os.path.dirname(t) != t and not any(_mountview.inside(os.path.realpath(h), t)
+                                                                     for h in held)]
 
 
 def _pytest_cache_dir(config: pytest.Config) -> str | None:
