@@ -356,17 +356,7 @@ def open_capture(path: str | os.PathLike[str], *, stream: bool = False) -> Captu
                                                                 and not target.is_dir())):
         return CaptureFile(text, _stream_format(text), stream=True)
     if not target.is_file():
-        if target.is_dir():
-            what, hint = "is a directory", "Give the recording's file, not its directory."
-        elif target.exists() or text == "-":
-            what = "is standard input" if text == "-" else "is not a regular file (a pipe, a device or a socket)"
-            hint = ("This command reads a recording more than once: save the stream first, e.g. "
-                    "`candump -L can0 > drive.log`, and give that file (`capture --file -` and the decode commands "
-                    "read candump -l text from a pipe as it comes).")
-        else:
-            what, hint = "does not exist", ("Check the path (relative paths start at the current directory) and that "
-                                            "the file was copied completely.")
-        raise TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} {what}.", hint)
+        raise _not_a_file(text, target)
     if not os.access(target, os.R_OK):
         raise TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} is not readable.",
                              "Check the file's permissions.")
@@ -391,6 +381,22 @@ def open_capture(path: str | os.PathLike[str], *, stream: bool = False) -> Captu
         except _COMPRESSION_ERRORS as exc:
             raise compression_invalid(text, f"{exc.__class__.__name__}: {exc}") from None
     return CaptureFile(text, fmt)
+
+
+def _not_a_file(text: str, target: Path) -> TransportError:
+    """``CAPTURE_SOURCE_UNAVAILABLE`` for a path that is no regular file: a directory, a stream given to a
+    command that reads a recording more than once, or nothing."""
+    if target.is_dir():
+        what, hint = "is a directory", "Give the recording's file, not its directory."
+    elif target.exists() or text == "-":
+        what = "is standard input" if text == "-" else "is not a regular file (a pipe, a device or a socket)"
+        hint = ("This command reads a recording more than once: save the stream first, e.g. "
+                "`candump -L can0 > drive.log`, and give that file (`capture --file -` and the decode commands "
+                "read candump -l text from a pipe as it comes).")
+    else:
+        what, hint = "does not exist", ("Check the path (relative paths start at the current directory) and that "
+                                        "the file was copied completely.")
+    return TransportError("CAPTURE_SOURCE_UNAVAILABLE", f"Capture file {text!r} {what}.", hint)
 
 
 def _stream_format(path: str) -> str:
