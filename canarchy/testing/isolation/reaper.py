@@ -112,8 +112,9 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
     A process that forks and exits over and over is at a new pid by the time a look at ``/proc`` ends,
     and a look can miss it altogether; its generations, each adopted here as its parent exits, end as
     this process's children. So each process found gets SIGSTOP at once (SIGCONT with its SIGTERM), and the
-    look ends only after three rounds in a row that found nothing running and reaped no child; a process
-    that never stopped starting new ones by the last round is said as such."""
+    look ends only after three rounds in a row that found nothing running and reaped no child; from the second
+    round on, the process group of each child that ended is killed too (one in a group of its own that a look
+    missed). A process that never stopped starting new ones by the last round is said as such."""
     stopped: list[str] = []
     spared = {*exclude, *keep}
     owners = owners or {}
@@ -127,7 +128,10 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
             if line not in stopped:
                 stopped.append(line)
         _end(running, grace if not number else 0.0)  # a round after the first: it forks on, no grace
-        reaped = [pid for pid in children(spared) if _gone(pid)]  # what ended meanwhile, or before
+        ended = children(spared)
+        if number:  # an ended child's process group, where it is not this one's: where its last fork went on
+            _kill_groups(ended, spared)
+        reaped = [pid for pid in ended if _gone(pid)]  # what ended meanwhile, or before
         quiet = 0 if running or reaped else quiet + 1
         if quiet == 3 or (quiet and not number):  # nothing at the first look: nothing left, the usual case
             return stopped
@@ -135,6 +139,20 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
     stopped.append(f"processes below pid {os.getpid()} kept starting new ones for {rounds} rounds of stopping: "
                    "some may still run")
     return stopped
+
+
+def _kill_groups(pids: Collection[int], spared: Collection[int]) -> None:
+    """SIGKILL the process group of each of ``pids`` (an ended child's too: its group outlives it) that is
+    neither this process's group nor one a ``spared`` process is in."""
+    mine = {os.getpgrp()}
+    for pid in spared:
+        with contextlib.suppress(OSError):
+            mine.add(os.getpgid(pid))
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            group = os.getpgid(pid)
+            if group not in mine:
+                os.killpg(group, signal.SIGKILL)
 
 
 def _freeze(pids: list[int]) -> None:
