@@ -347,6 +347,19 @@ def test_the_pytest_configuration_is_read_from_the_file_pytest_reads(tmp_path, f
     assert (project.tests, project.uses_plugin, project.scrub_prefixes) == (("testing", "more"), True, ("X_", "CAN_"))
 
 
+def test_an_ini_file_s_names_keep_their_case_as_pytest_reads_them(tmp_path):
+    """``Testpaths`` is not pytest's ``testpaths`` (pytest warns it is unknown): the lanes run the tests pytest
+    would, not the ones a case-folding reader finds."""
+    from _pytest.config.findpaths import locate_config
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    (tmp_path / "tox.ini").write_text("[pytest]\nTestpaths = testing\nCanarchy_Scrub_Prefixes = X_\n")
+    options = locate_config(tmp_path, [tmp_path])[2]  # pytest's own reading
+    assert "testpaths" not in options and "canarchy_scrub_prefixes" not in options
+    project = load_project(tmp_path)
+    assert (project.tests, project.scrub_prefixes) == (("tests",), ())
+
+
 @pytest.mark.parametrize("table, message", [
     ('packages = "x"\nunknown = 1', "unknown keys"),
     ('operator_home = "../elsewhere"', "outside the project root"),

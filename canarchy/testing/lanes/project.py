@@ -158,6 +158,7 @@ def pytest_configuration(base: Path) -> tuple[str | None, dict]:
                     return name, native or tool["ini_options"]
                 continue
             parser = configparser.ConfigParser(interpolation=None, strict=False)
+            parser.optionxform = str  # names keep their case, as pytest's iniconfig reads them
             parser.read_string(path.read_text(encoding="utf-8"), str(path))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error) as exc:
             raise ProjectError(f"{path}: cannot read it ({exc})") from None
