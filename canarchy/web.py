@@ -47,7 +47,8 @@ class Dashboard:
     ``decoded_count`` (None without a DBC), ``rows`` (the first
     ``page_rows`` frames: ``(frame payload, [decoded message names])``),
     ``summary`` (the DBC decoder's summary, or None), ``message_ids``
-    (message name -> the arbitration IDs it was decoded from), ``warnings``.
+    (message name -> the ``(arbitration ID, 29-bit)`` pairs it was decoded from), ``id_messages`` (the
+    reverse), ``warnings``.
 
     Raises what :func:`canarchy.capture_file.open_capture` and
     :func:`canarchy.decode.dbc.load_dbc` raise (``CAPTURE_SOURCE_UNAVAILABLE``,
@@ -71,14 +72,15 @@ class Dashboard:
         decoder = self._decoder()
         self.stats = CaptureStats()
         self.rows: list[tuple[dict[str, Any], list[str]]] = []
-        self.message_ids: dict[str, set[int]] = {}
-        self.id_messages: dict[int, set[str]] = {}
+        self.message_ids: dict[str, set[tuple[int, bool]]] = {}
+        self.id_messages: dict[tuple[int, bool], set[str]] = {}
         for frame in capture:
             self.stats.feed(frame)
             decoded = decoder.feed(frame) if decoder is not None else []
             for payload in decoded:
-                self.message_ids.setdefault(payload["message"], set()).add(payload["arbitration_id"])
-                self.id_messages.setdefault(payload["arbitration_id"], set()).add(payload["message"])
+                key = (payload["arbitration_id"], payload["is_extended_id"])
+                self.message_ids.setdefault(payload["message"], set()).add(key)
+                self.id_messages.setdefault(key, set()).add(payload["message"])
             if len(self.rows) < page_rows:
                 self.rows.append((frame.to_payload(), [d["message"] for d in decoded]))
         self.format = capture.format

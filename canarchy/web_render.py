@@ -287,7 +287,7 @@ def _signals_section(d: Dashboard) -> list[str]:
              "<th class=\"num\">last</th><th>unit</th><th>plot</th></tr></thead><tbody>"]
     busiest: tuple[int, str, str] | None = None
     for name, message in d.summary["messages"].items():
-        ids = " ".join(can_id_text(i) for i in sorted(d.message_ids.get(name, ())))
+        ids = " ".join(can_id_text(i, extended) for i, extended in sorted(d.message_ids.get(name, ())))
         for signal_name, s in message["signals"].items():
             if isinstance(s.get("min"), (int, float)) and (busiest is None or s["count"] > busiest[0]):
                 busiest = (s["count"], name, signal_name)
@@ -313,7 +313,7 @@ def _ids_section(d: Dashboard) -> list[str]:
     for row in d.stats.to_dict()["ids"]:
         period = "" if row["period_s"] is None else f"{row['period_s'] * 1000:.3f}"
         rate = "" if row["rate_hz"] is None else f"{row['rate_hz']:.3f}"
-        messages = " ".join(sorted(d.id_messages.get(row["arbitration_id"], ())))
+        messages = " ".join(sorted(d.id_messages.get((row["arbitration_id"], row["is_extended_id"]), ())))
         parts.append(f"<tr><td>{row['id']}</td><td class=\"num\">{row['count']}</td><td class=\"num\">{rate}</td>"
                      f"<td class=\"num\">{period}</td><td>{','.join(str(x) for x in row['dlcs'])}</td>"
                      f"<td class=\"num\">{row['first_s']:.6f}</td><td class=\"num\">{row['last_s']:.6f}</td>"

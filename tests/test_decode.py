@@ -485,7 +485,8 @@ def test_jsonl_prints_events_then_a_closing_envelope(capsys):
     assert code == 0 and len(lines) == 1101
     first = json.loads(lines[0])
     assert first["event_type"] == "decoded_message" and first["source"] == f"file:{TRUCK}"
-    assert set(first["payload"]) == {"message", "arbitration_id", "timestamp", "signals", "pgn", "source_address"}
+    assert set(first["payload"]) == {"message", "arbitration_id", "is_extended_id", "timestamp", "signals", "pgn",
+                                     "source_address"}
     closing = json.loads(lines[-1])
     assert closing["ok"] is True and closing["data"]["event_count"] == 1100 and "events" not in closing["data"]
 
@@ -523,6 +524,40 @@ def test_text_output_of_each_command():
     assert "DM1 SA 0: SPN 3216" in text and "Data drifted high" in text
     text = run_cli("isotp", "decode", "--file", str(SKODA), "--summary", "--text").out
     assert "VIN: TMBZZZ0X0NY000001" in text
+
+
+def test_text_writes_each_id_in_its_frame_width_as_candump_does():
+    # candump, j1939 decode and the warnings write 3 hex digits for an 11-bit ID and 8 for a 29-bit one;
+    # decode and isotp decode printed 0xCF00400 for 0CF00400 (and 0x123 for both 123 and 00000123)
+    first = next(line for line in TRUCK.read_text(encoding="ascii").splitlines() if " 0CF00400#" in line)
+    text = run_cli("decode", "--file", str(TRUCK), "--dbc", str(J1939_DBC), "--text").out.splitlines()
+    assert text[0].split()[:3] == [first.split()[0].strip("()"), "0x0CF00400", "EEC1"]
+    assert "  EEC1 (0x0CF004FE) x1000" in text and "  CCVS1 (0x18FEF1FE) x100" in text
+    leaf = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--text").out.splitlines()
+    assert leaf[0].split()[1] == "0x7BB" and any(line.startswith("  ") and "(0x7BB)" in line for line in leaf)
+
+
+def test_a_29_bit_frame_and_an_11_bit_frame_of_the_same_value_stay_apart(tmp_path):
+    # The same ID value as an 11-bit and as a 29-bit message (cantools keeps them apart by is_extended_frame):
+    # the decoded event says which frame it was, and the text shows it as candump would.
+    line = next(line for line in SKODA.read_text(encoding="ascii").splitlines() if " 7E8#" in line)
+    _stamp, channel, body = line.split()
+    data = body.split("#")[1]
+    log = tmp_path / "both.log"
+    log.write_text(f"{line}\n(2.0) {channel} 000007E8#{data}\n", encoding="ascii")
+    dbc = tmp_path / "both.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\n'
+                   'BO_ 2024 STD: 8 ECU\n SG_ A : 0|8@1+ (1,0) [0|0] "" ECU\n\n'
+                   'BO_ 2147485672 EXT: 8 ECU\n SG_ B : 8|8@1+ (1,0) [0|0] "" ECU\n', encoding="ascii")
+    result = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json")
+    events = [e["payload"] for e in result.data["events"]]
+    assert [(e["message"], e["arbitration_id"], e["is_extended_id"]) for e in events] == [
+        ("STD", 0x7E8, False), ("EXT", 0x7E8, True)]
+    messages = result.data["messages"]
+    assert (messages["STD"]["is_extended_id"], messages["EXT"]["is_extended_id"]) == (False, True)
+    text = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--text").out.splitlines()
+    assert [line.split()[1:3] for line in text[:2]] == [["0x7E8", "STD"], ["0x000007E8", "EXT"]]
+    assert "  STD (0x7E8) x1" in text and "  EXT (0x000007E8) x1" in text
 
 
 # -- warnings as records -------------------------------------------------------------------------

@@ -210,6 +210,21 @@ def test_one_id_notation_everywhere(serve):
     assert '"0x"' not in script and script.count("hexId(") >= 3  # the live rows use the same notation
 
 
+def test_an_11_bit_and_a_29_bit_id_of_the_same_value_are_told_apart(serve, tmp_path):
+    # one real OBD-II answer, then the same bytes on the 29-bit ID of the same value: two messages of the DBC
+    line = next(line for line in Path(OBD).read_text().splitlines() if " 7E8#" in line)
+    data = line.split("#")[1]
+    log = tmp_path / "both.log"
+    log.write_text(f"{line}\n(1900000000.0) can0 000007E8#{data}\n", encoding="ascii")
+    dbc = tmp_path / "both.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\n'
+                   'BO_ 2024 STD: 8 ECU\n SG_ A : 0|8@1+ (1,0) [0|0] "" ECU\n\n'
+                   'BO_ 2147485672 EXT: 8 ECU\n SG_ B : 8|8@1+ (1,0) [0|0] "" ECU\n', encoding="ascii")
+    parsed = tables(get(serve(str(log), str(dbc)).url)[2].decode())
+    assert {r[0]: r[1] for r in parsed.tables["signals"][1:]} == {"STD": "7E8", "EXT": "000007E8"}
+    assert {r[0]: r[8] for r in parsed.tables["ids"][1:]} == {"7E8": "STD", "000007E8": "EXT"}
+
+
 def plot_svg(server, message="EEC1", signal="EngineSpeed"):
     status, headers, body = get(server.url + "plot.svg?" + urllib.parse.urlencode({"message": message,
                                                                                    "signal": signal}))

@@ -190,11 +190,19 @@ def _event_pgn(event_type: str, payload: dict[str, Any]) -> int | None:
 _number = number_text
 
 
+def _id(can_id: int, extended: bool | None = None) -> str:
+    """An arbitration ID in text as candump writes it (3 hex digits for 11 bits, 8 for 29 bits), after ``0x``;
+    ``extended`` None: 29-bit above 0x7FF (the rule of ``isotp decode``'s IDs)."""
+    from canarchy.frames import can_id_text
+
+    return "0x" + can_id_text(can_id, extended)
+
+
 def _decode_line(event: dict[str, Any]) -> str:
     p = event["payload"]
     values = "  ".join(f"{name}={_number(s['value'])}{(' ' + s['unit']) if s['unit'] else ''}"
                        for name, s in p["signals"].items())
-    return f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X}  {p['message']}  {values}"
+    return f"{p['timestamp']:.6f}  {_id(p['arbitration_id'], p.get('is_extended_id'))}  {p['message']}  {values}"
 
 
 def _render_decode(result: CommandResult) -> str:
@@ -204,7 +212,7 @@ def _render_decode(result: CommandResult) -> str:
                  f"{d['unknown_frame_count']} unknown ({len(d['unknown_ids'])} IDs), "
                  f"{d['decode_error_count']} not decodable")
     for name, m in d["messages"].items():
-        lines.append(f"  {name} (0x{m['arbitration_id']:X}) x{m['count']}")
+        lines.append(f"  {name} ({_id(m['arbitration_id'], m.get('is_extended_id'))}) x{m['count']}")
         for sig, s in m["signals"].items():
             span = (f"{_number(s['min'])}..{_number(s['max'])}" if s["min"] is not None else _number(s["last"]))
             if isinstance(s["first"], str) or isinstance(s["last"], str):  # named values: as decoded
@@ -216,7 +224,7 @@ def _render_decode(result: CommandResult) -> str:
 def _isotp_line(event: dict[str, Any]) -> str:
     p = event["payload"]
     arrow = "->" if p["direction"] == "request" else "<-"
-    head = f"{p['timestamp']:.6f}  0x{p['arbitration_id']:X} {arrow} {p['service'] or '-'} {p['service_name']}"
+    head = f"{p['timestamp']:.6f}  {_id(p['arbitration_id'])} {arrow} {p['service'] or '-'} {p['service_name']}"
     if p.get("positive") is False:
         head += f" NEGATIVE {p['nrc']} {p['nrc_name']}"
     obd = p.get("obd")
@@ -232,8 +240,8 @@ def _isotp_line(event: dict[str, Any]) -> str:
 def _render_isotp(result: CommandResult) -> str:
     d = result.data
     lines = []
-    lines.append(f"{d['file']}: {d['pdu_count']} PDUs ({d['request_count']} requests on 0x{d['request_id']:X}, "
-                 f"{d['response_count']} responses on 0x{d['response_id']:X}, "
+    lines.append(f"{d['file']}: {d['pdu_count']} PDUs ({d['request_count']} requests on {_id(d['request_id'])}, "
+                 f"{d['response_count']} responses on {_id(d['response_id'])}, "
                  f"{d['negative_response_count']} negative, {d['response_pending_count']} pending), "
                  f"{d['multi_frame_count']} multi-frame")
     for sid, s in d["services"].items():

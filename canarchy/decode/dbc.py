@@ -131,7 +131,7 @@ class DbcDecoder:
     SF/FF header, the layout of CSS Electronics' TP DBCs) or ``"plain"``.
 
     :meth:`feed` returns the event payloads (0 or 1) for a frame:
-    ``{message, arbitration_id, timestamp, signals: {name: {value, unit}}}``,
+    ``{message, arbitration_id, is_extended_id, timestamp, signals: {name: {value, unit}}}``,
     plus ``pgn`` and ``source_address`` when matched by PGN and ``isotp``
     (``{length, frame_count}``) when reassembled. Counters and bounded
     summaries: :meth:`summary`. Warnings: ``warnings`` (:class:`WarningLog`).
@@ -195,6 +195,7 @@ class DbcDecoder:
         payload: dict[str, Any] = {
             "message": message.name,
             "arbitration_id": frame.arbitration_id,
+            "is_extended_id": frame.is_extended_id,
             "timestamp": timestamp,
             "signals": self._signals(message, values),
         }
@@ -285,11 +286,13 @@ class DbcDecoder:
         """``{frame_count, decoded_count, unknown_frame_count, unknown_ids {hex id: count},
         unknown_ids_unlisted, decode_error_count, remote_frame_count, isotp_pdu_count,
         isotp_counts: {hex id: {complete, dropped, incomplete}},
-        messages: {name: {arbitration_id, count, signals: {name: {unit, count, min, max, first, last}}}}}``."""
+        messages: {name: {arbitration_id, is_extended_id, count, signals: {name: {unit, count, min, max, first,
+        last}}}}}``."""
         messages = {}
         for name, stats in sorted(self._messages.items()):
             messages[name] = {
                 "arbitration_id": stats["arbitration_id"],
+                "is_extended_id": stats["is_extended_id"],
                 "count": stats["count"],
                 "signals": {sig: {"unit": unit, **series.to_dict()}
                             for sig, (series, unit) in sorted(stats["signals"].items())},
@@ -320,7 +323,9 @@ class DbcDecoder:
     def _message_stats(self, message: Any) -> dict[str, Any]:
         stats = self._messages.get(message.name)
         if stats is None:
-            stats = self._messages[message.name] = {"arbitration_id": message.frame_id, "count": 0, "signals": {}}
+            stats = self._messages[message.name] = {"arbitration_id": message.frame_id,
+                                                    "is_extended_id": bool(message.is_extended_frame),
+                                                    "count": 0, "signals": {}}
         return stats
 
 
