@@ -32,6 +32,8 @@ _HEX = "[0-9A-Fa-f]"
 COMMON_LINE = rf"\(((?:0|[1-9][0-9]*)\.[0-9]+)\) (\S+ {_HEX}{{3,8}}#(?:#{_HEX})?)({_HEX}*)(?: ([RTrt]))?\r?"
 common_lines = re.compile(rf"^{COMMON_LINE}$", re.MULTILINE).findall
 common_line = re.compile(rf"{COMMON_LINE}\n?").fullmatch
+#: Data with can-utils' separators: an optional '.' before each byte, then a '.' or a raw DLC (``_9``) may end it.
+_DOTTED = re.compile(rf"(?:\.?{_HEX}{{2}})*(?:\.|_{_HEX})?").fullmatch
 
 
 class ErrorFrame(Exception):
@@ -88,7 +90,9 @@ def parse_candump_line(line: str) -> CanFrame | None:
             data = data[2:]
         elif head == "R" or head == "r":
             return _remote_frame(can_id, extended, timestamp, channel, data[1:], is_rx)
-        elif data[-2:-1] == "_":  # can-utils' raw DLC 9..F of a data frame of 8 bytes: 1122334455667788_9
+        if "." in data:  # can-utils' optional separator before a byte (DE.AD.BE.EF), as canplayer reads it
+            data = _undotted(data)
+        if not fd and data[-2:-1] == "_":  # can-utils' raw DLC 9..F of a data frame of 8 bytes: 1122334455667788_9
             data, raw_dlc = _raw_dlc(data)
         try:
             # The fields hold no whitespace, so fromhex takes exactly pairs of hex digits.
@@ -132,6 +136,15 @@ def _stamp(stamp: str) -> tuple[str, float]:
     except ValueError:  # '', '.', '1.2.3'
         raise ValueError(f"timestamp {seconds!r} is not seconds.microseconds") from None
     return seconds, checked_timestamp(timestamp)
+
+
+def _undotted(data: str) -> str:
+    """``data`` without its '.' separators, each of which may stand before a byte (and at the end), as in
+    can-utils' ``parse_canframe`` (``lib.c``), which canplayer and log2asc read logs with; ``ValueError`` for
+    one inside a byte or two in a row."""
+    if not _DOTTED(data):
+        raise ValueError(f"data {data!r} has a '.' that is not between two bytes")
+    return data.replace(".", "")
 
 
 def _raw_dlc(data: str) -> tuple[str, int]:

@@ -254,6 +254,36 @@ def test_error_frames_are_counted_not_yielded(tmp_path):
     assert any("error frame" in w for w in capture.all_warnings())
 
 
+def test_data_bytes_separated_by_dots_read_as_canplayer_reads_them(tmp_path):
+    # can-utils' parse_canframe (canplayer, log2asc, log2long) takes an optional '.' before each byte, so a
+    # hand-edited log DE.AD.BE.EF replays there; canarchy's reader called it malformed. The real DM1 by TP.BAM
+    # of the truck log, written with dots, reads as the same frames and decodes to the same DTCs.
+    lines = _lines(TRUCK)
+    start = next(i for i, line in enumerate(lines) if " 1CECFF00#20120003FFCAFE00" in line)
+    bam = [lines[start]] + [line for line in lines[start:] if " 1CEBFF00#" in line][:3]
+    dotted = []
+    for line in bam:
+        head, data = line.split("#")
+        dotted.append(head + "#" + ".".join(data[i:i + 2] for i in range(0, len(data), 2)))
+    path = tmp_path / "dotted.log"
+    path.write_text("\n".join(dotted) + "\n", encoding="ascii")
+    plain = tmp_path / "plain.log"
+    plain.write_text("\n".join(bam) + "\n", encoding="ascii")
+    capture = open_capture(path)
+    assert [f.to_payload() for f in capture] == [f.to_payload() for f in open_capture(plain)]
+    assert capture.malformed_count == 0 and capture.all_warnings() == []
+    dm1 = [e for e in run_cli("j1939", "decode", "--file", str(path), "--json").data["events"]
+           if e["event_type"] == "j1939_dm1"]
+    assert [(d["spn"], d["fmi"]) for d in dm1[0]["payload"]["dtcs"]] == [(980, 9), (3216, 20), (609, 9), (609, 12)]
+    # CAN FD and a raw DLC too; a '.' inside a byte or two in a row stay malformed, as in lib.c
+    assert parse_candump_line("(1.0) can0 123##1DE.AD.BE.EF.00.11.22.33.44.55.66.77").data.hex() == \
+        "deadbeef0011223344556677"
+    assert parse_candump_line("(1.0) can0 123#.11.22.33.44.55.66.77.88_9").len8_dlc == 9
+    for bad in ("D.EAD", "DE..AD", "DE.A", "11.22.33.44.55.66.77.88._9"):
+        with pytest.raises(ValueError, match=r"'\.' that is not between two bytes"):
+            parse_candump_line(f"(1.0) can0 123#{bad}")
+
+
 def test_warnings_are_bounded(tmp_path):
     path = tmp_path / "noise.log"
     path.write_text("junk\n" * 500 + _lines(LEAF)[0] + "\n", encoding="ascii")
