@@ -39,9 +39,16 @@ def batch(tmp_path_factory):
     files = {"conftest.py": SCOPES_CONFTEST, "test_view.py": VIEW, "test_scopes.py": SCOPES,
              "test_routes.py": ROUTES, "test_swallow.py": SWALLOW, "test_env.py": ENVIRONMENT,
              "test_child.py": SWALLOWED_CHILD, "test_open.py": LEFT_OPEN, "test_fresh.py": FRESH,
-             "test_can_env.py": CAN_ENVIRONMENT, "test_constants.py": CONSTANTS}
-    env = {"CHILD_OPERATOR_HOME": str(base / "operator-home"),
-           "LEFT_BY_THE_OPERATOR": "kept", "ALSO_LEFT_BY_THE_OPERATOR": "kept"}
+             "test_can_env.py": CAN_ENVIRONMENT, "test_constants.py": CONSTANTS,
+             "test_home_variables.py": HOME_FILE_VARIABLES}
+    operator_home = base / "operator-home"
+    env = {"CHILD_OPERATOR_HOME": str(operator_home),
+           "LEFT_BY_THE_OPERATOR": "kept", "ALSO_LEFT_BY_THE_OPERATOR": "kept",
+           # variables that point a program at a file in the operator's home, and one that names code
+           "GIT_CONFIG_GLOBAL": str(operator_home / ".gitconfig"),
+           "PYTHONSTARTUP": str(operator_home / ".pythonrc.py"),
+           "KUBECONFIG": os.pathsep.join(("/etc/kube.conf", str(operator_home / ".kube" / "config"))),
+           "PYENV_ROOT": str(operator_home / ".pyenv")}
     run, _ = run_batch(base, files, env=env)
     return run
 
@@ -593,6 +600,46 @@ ENVIRONMENT = """
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
         assert out.split(" ", 1) == ["['ALSO_LEFT_BY_THE_OPERATOR',", "'LEFT_BY_THE_OPERATOR'] kept\\n"], out
 """
+
+
+HOME_FILE_VARIABLES = """
+    import os, subprocess
+    from pathlib import Path
+    def test_git_config_global_writes_into_the_test_home():
+        assert [k for k in ("GIT_CONFIG_GLOBAL", "PYTHONSTARTUP", "KUBECONFIG") if k in os.environ] == []
+        assert os.environ["PYENV_ROOT"] == os.path.join(os.environ["CHILD_OPERATOR_HOME"], ".pyenv")
+        subprocess.run(["git", "config", "--global", "user.name", "a test"], check=True)
+        assert "a test" in (Path.home() / ".gitconfig").read_text()
+"""
+
+
+def test_a_variable_naming_a_file_in_the_operator_s_home_does_not_reach_a_test(batch):
+    """``GIT_CONFIG_GLOBAL`` exported by the operator: a test's ``git config --global`` writes its own home."""
+    assert batch.outcomes("test_git_config_global_writes_into_the_test_home") == {"passed"}, batch.output
+    assert not (batch.home / ".gitconfig").exists()
+
+
+def test_only_variables_naming_files_of_the_operator_s_home_are_left_out(tmp_path):
+    from canarchy.testing.isolation.sandbox import Sandbox
+
+    home = tmp_path / "op"
+    checkout = home / "src" / "project"
+    operator = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/bin", "VIRTUAL_ENV": f"{home}/.venv",
+                "GIT_CONFIG_GLOBAL": f"{home}/.gitconfig", "PIP_CONFIG_FILE": f"{home}/x/../pip.conf",
+                "NPM_CONFIG_USERCONFIG": f"{home}/.npmrc", "XDG_DATA_DIRS": f"/usr/share:{home}/.local/share",
+                "COVERAGE_RCFILE": f"{checkout}/.coveragerc", "NAMES_THE_HOME": str(home),
+                "ELSEWHERE": "/etc/gitconfig", "WORDS": f"--config={home}/.x", "RELATIVE": "x/y"}
+    sandbox = Sandbox(operator, str(tmp_path), code_trees=(str(checkout),))
+    try:
+        env = sandbox.isolated_environment(sandbox.session_home)
+    finally:
+        sandbox.cleanup()
+    assert {"GIT_CONFIG_GLOBAL", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG", "XDG_DATA_DIRS"}.isdisjoint(env)
+    assert {k: env[k] for k in ("PATH", "VIRTUAL_ENV", "COVERAGE_RCFILE", "NAMES_THE_HOME", "ELSEWHERE", "WORDS",
+                                "RELATIVE")} == {k: operator[k] for k in ("PATH", "VIRTUAL_ENV", "COVERAGE_RCFILE",
+                                                                         "NAMES_THE_HOME", "ELSEWHERE", "WORDS",
+                                                                         "RELATIVE")}
+    assert env["HOME"] == str(sandbox.session_home)
 
 
 def test_environment_set_by_a_test_does_not_reach_the_next(batch):

@@ -55,6 +55,15 @@ _EXEMPT_PREFIX = "canarchy.testing"
 #: would point its git at another repository, index or configuration than the checkout's own.
 GIT_CONFIG_SELECTORS = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 
+#: Variables that name code the run itself runs on or starts (its interpreter, virtual environment, Python's
+#: own settings, a version manager's or toolchain's tree): kept in the tests' environment even when they name
+#: a path in the operator's home (:meth:`Sandbox.names_the_operator_s_files`), as is any variable naming a
+#: path inside the running interpreter's trees or the checkout. ``PATH`` and ``PYTHONPATH`` are among them.
+CODE_VARIABLES = frozenset({
+    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX", "PYTHONEXECUTABLE",
+    "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_DIR", "CONDA_PREFIX", "CONDA_EXE", "CONDA_PYTHON_EXE", "CONDA_ROOT",
+    "RUSTUP_HOME", "JAVA_HOME", "GOROOT", "LD_LIBRARY_PATH", "LD_PRELOAD", "DYLD_LIBRARY_PATH", "SHELL"})
+
 # python-can's user config files live under "~"; the absolute one does not.
 PYTHON_CAN_ABSOLUTE_CONFIG_FILES = ("/etc/can.conf",)
 
@@ -107,7 +116,7 @@ class Sandbox:
 
     def __init__(self, operator_env: Mapping[str, str] | None = None, parent: str | None = None, *,
                  scrub_prefixes: tuple[str, ...] = SCRUBBED_PREFIXES, scan_packages: tuple[str, ...] = ("canarchy",),
-                 account_home: str | None = None) -> None:
+                 account_home: str | None = None, code_trees: tuple[str, ...] = ()) -> None:
         self.operator_env = dict(os.environ if operator_env is None else operator_env)
         self.scrub_prefixes = scrub_prefixes
         #: The environment of the programs the plugin itself starts (git), read-only: the operator's, their home
@@ -127,6 +136,11 @@ class Sandbox:
         self._tests = 0
         self.real_homes = list(dict.fromkeys(
             [str(self.real_home), *(str(Path(h).resolve()) for h in (account_home,) if h)]))
+        #: Where the run's own code lives (the interpreter's prefixes and ``code_trees``, the checkout): a
+        #: variable naming a path inside one stays in the tests' environment wherever it lies.
+        self.code_trees = tuple(dict.fromkeys(os.path.normpath(t) for t in (
+            sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable),
+            *code_trees) if t and os.path.isabs(t)))
         self._targets: list[Target] = []
         self.stuck: list[Stuck] = []
         self._stuck_reported = 0
@@ -140,9 +154,27 @@ class Sandbox:
     def isolated_environment(self, home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: the operator's) without scrubbed variables, homes moved to ``home``."""
         env = {k: v for k, v in (self.operator_env if base is None else base).items()
-               if not is_scrubbed(k, self.scrub_prefixes)}
+               if not is_scrubbed(k, self.scrub_prefixes) and not self.names_the_operator_s_files(k, v)}
         env.update(home_environment(home))
         return env
+
+    def names_the_operator_s_files(self, name: str, value: str) -> bool:
+        """Whether variable ``name`` points a program at the operator's files: its value, or an element of a
+        ``os.pathsep`` list, is an absolute path in a real home (``GIT_CONFIG_GLOBAL``, ``PIP_CONFIG_FILE``,
+        ``PYTHONSTARTUP``, ``KUBECONFIG``, ``CARGO_HOME``...; a ``git config --global`` would write there;
+        a value that is the home itself names none of its files).
+        Such a variable is left out of the tests' environment, so the program takes its default, under the
+        test's home. Not one of :data:`CODE_VARIABLES`, nor one whose paths lie inside the running
+        interpreter's trees or the checkout (a virtualenv in the home; the run needs that code)."""
+        if name in CODE_VARIABLES or name in HOME_VARIABLES or os.sep not in value:
+            return False
+        homes = {os.path.normpath(h) for h in (*self.real_homes, self.operator_env.get("HOME") or "")
+                 if h and os.path.isabs(h) and os.path.normpath(h) != os.sep}
+        paths = [os.path.normpath(p) for p in value.split(os.pathsep) if os.path.isabs(p)]
+        in_home = [p for p in paths if any(p.startswith(h + os.sep) for h in homes)]
+        # a prefix that is a home, or holds one (Python installed with --prefix=$HOME), keeps nothing of it
+        trees = [t for t in self.code_trees if not any(h == t or h.startswith(t + os.sep) for h in homes)]
+        return any(not any(p == t or p.startswith(t + os.sep) for t in trees) for p in in_home)
 
     def home_environment(self, home: Path) -> dict[str, str]:
         """:func:`home_environment` of ``home``, remembered: test homes are reused

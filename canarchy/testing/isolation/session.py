@@ -164,7 +164,8 @@ def _start(config: pytest.Config, where: str) -> None:
     temp_base, temp_note = _tempbase.temp_base([*((h, "the operator's home") for h in homes),
                                                 (str(config.rootpath), "the checkout")])
     sandbox = Sandbox(operator_env, temp_base, scrub_prefixes=settings.scrub_prefixes,
-                      scan_packages=settings.scan_packages, account_home=account_home)
+                      scan_packages=settings.scan_packages, account_home=account_home,
+                      code_trees=(str(config.rootpath),))
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
     run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())
