@@ -705,6 +705,16 @@ attempt("a second readline by another name", lambda: second_instance_as("anythin
         .read_history_file(str(home / '.canrc')))
 attempt("a second _imp's readline", lambda: second_instance("_imp").create_dynamic(
     importlib.util.find_spec("readline")).read_history_file(str(home / '.canrc')))
+attempt("a FIFO in the state", lambda: os.mkfifo(STATE / 'fifo'))
+attempt("a node under the home", lambda: os.mknod(home / 'node'))
+attempt("a FIFO by keyword under a descriptor", lambda: os.mkfifo(
+    os.path.relpath(home / 'fifo', work / 'own'), mode=0o600, dir_fd=own_descriptor()))
+attempt("a FIFO in the work tree", lambda: os.mkfifo(work / 'fifo', 0o600))
+import ctypes
+attempt("a library in the state", lambda: ctypes.CDLL(str(STATE / 'plugin.so')))
+attempt("a library by its name", lambda: ctypes.CDLL("libc.so.6"))
+attempt("an extension module in the state", lambda: importlib.util.module_from_spec(
+    importlib.util.spec_from_file_location("plugin", STATE / 'plugin.so')))
 try:
     import tkinter
 except ImportError:  # Python built without Tcl/Tk: nothing to open files with
@@ -719,7 +729,8 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     open paths in C with no audit event of CPython's: the guard raises one first, so each is refused (SQLite
     reports it as "not authorized") and recorded, and nothing is read or written; also through a second
     instance of their modules (``importlib.util.module_from_spec``), which is the wrapped one. So are the
-    paths ``os.posix_spawn``'s file actions have the child open."""
+    paths ``os.posix_spawn``'s file actions have the child open, a FIFO or node ``os.mkfifo``/``os.mknod``
+    make, and a library ``ctypes`` or an extension module's spec has the dynamic loader open."""
     home, work = make_operator(tmp_path)
     before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     report = run_guarded(C_OPENERS, home, work)
@@ -730,8 +741,11 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["a spawned child's open in the work tree"] == "allowed", outcomes
     for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter",
                  "a spawned child's open of a home file", "a spawned child's new file in the state",
-                 "a second readline", "a second readline by another name", "a second _imp's readline"):
+                 "a second readline", "a second readline by another name", "a second _imp's readline",
+                 "a FIFO in the state", "a node under the home", "a FIFO by keyword under a descriptor",
+                 "a library in the state", "an extension module in the state"):
         assert outcomes[name].startswith("refused: "), outcomes
+    assert outcomes["a FIFO in the work tree"] == outcomes["a library by its name"] == "allowed", outcomes
     assert outcomes["a keyword the wrapper does not take"].startswith("error: TypeError"), outcomes
     assert outcomes["attach through _sqlite3"].startswith("error: DatabaseError"), outcomes
     assert outcomes["a second _sqlite3"].startswith("error: DatabaseError"), outcomes

@@ -1,7 +1,8 @@
 """C functions that open paths or start processes without an audit event of CPython's, wrapped so that the
 access guard (:mod:`~canarchy.testing.isolation.access`) sees them: readline's history and init files,
-SQLite's ATTACH, a Tcl interpreter, multiprocessing's ``fork_exec``, ``posix_spawn``'s file actions, and a
-second instance of one of those modules. The seal keeps every wrapper in place (:func:`audited_c_openers`).
+SQLite's ATTACH, a Tcl interpreter, multiprocessing's ``fork_exec``, ``posix_spawn``'s file actions,
+``os.mkfifo`` and ``os.mknod``, and a second instance of one of those modules. The seal keeps every wrapper
+in place (:func:`audited_c_openers`).
 Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
 """
 
@@ -26,6 +27,7 @@ def install() -> None:
     _refuse_tcl()
     _audit_fork_exec()
     _audit_spawn_file_actions()
+    _audit_special_files()
     _one_instance()
 
 
@@ -183,6 +185,36 @@ def _audit_spawn_file_actions() -> None:
         _replace((posix, os), name, auditing)
 
 
+#: The functions that make a file with no audit event of CPython's: name -> their parameters after the path, with
+#: their defaults (``os.mkfifo(path, mode=0o666, *, dir_fd=None)``, ``os.mknod(path, mode=0o600, device=0, *,
+#: dir_fd=None)``). Their event (``os.NAME``) carries them all, positionally: :data:`events.SPECS` reads the path
+#: and the ``dir_fd``.
+_MAKERS = {"mkfifo": (("mode", 0o666), ("dir_fd", None)), "mknod": (("mode", 0o600), ("device", 0), ("dir_fd", None))}
+
+
+def _audit_special_files() -> None:
+    """Replace ``os.mkfifo`` and ``os.mknod`` with ones that raise ``os.mkfifo``/``os.mknod`` (the path, the
+    other arguments, the ``dir_fd``) first: each makes an entry in the file system (a FIFO, a device node, a
+    regular file) and CPython raises no audit event for them."""
+    try:
+        import posix
+    except ImportError:  # Windows
+        return
+
+    def auditing(name: str) -> Callable[[Callable], Callable]:
+        def wrap(real: Callable) -> Callable:
+            def make(path: Any, *args: Any, **kwargs: Any) -> Any:
+                rest = [kwargs.get(key, args[i] if i < len(args) else default)
+                        for i, (key, default) in enumerate(_MAKERS[name])]
+                sys.audit(f"os.{name}", path, *rest)
+                return real(path, *args, **kwargs)
+            return make
+        return wrap
+
+    for name in _MAKERS:
+        _replace((posix, os), name, auditing(name))
+
+
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
 _WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "_imp")
 
@@ -191,20 +223,26 @@ def _one_instance() -> None:
     """A second instance of a module whose C functions are wrapped (``importlib.util.module_from_spec``) would
     hold them unwrapped (a copy of the module's first dictionary, or a fresh one): ``_imp``'s
     ``create_dynamic`` and ``create_builtin``, which make every extension and built-in module, give back
-    the wrapped instance (``_imp``'s own too, so the creators cannot be had unwrapped from a copy of it)."""
+    the wrapped instance (``_imp``'s own too, so the creators cannot be had unwrapped from a copy of it).
+    ``create_dynamic`` raises ``_imp.create_dynamic`` (the file) before the loader opens it: a spec made for
+    any path (``importlib.util.spec_from_file_location``) reaches it past the import system's listing."""
     import _imp
 
     instances = {name: sys.modules[name] for name in _WRAPPED if name in sys.modules}  # not sys.modules: a test's
 
-    def reusing(real: Callable) -> Callable:
+    def reusing(real: Callable, loads: bool = False) -> Callable:
         def create(spec: Any, *args: Any) -> Any:
             # the C loader finds PyInit_<last part of the name>: "anything.readline" makes a readline too
             existing = instances.get(str(getattr(spec, "name", "")).rpartition(".")[2])
-            return existing if existing is not None else real(spec, *args)
+            if existing is not None:
+                return existing
+            if loads:  # the dynamic loader opens the file in C: no open event (a spec made for any path)
+                sys.audit("_imp.create_dynamic", getattr(spec, "origin", None))
+            return real(spec, *args)
         return create
 
-    for name in ("create_dynamic", "create_builtin"):
-        _replace((_imp,), name, reusing)
+    _replace((_imp,), "create_dynamic", functools.partial(reusing, loads=True))
+    _replace((_imp,), "create_builtin", reusing)
 
 
 def audited_c_openers() -> list[tuple[object, str]]:
@@ -219,5 +257,5 @@ def audited_c_openers() -> list[tuple[object, str]]:
         found.append((sys.modules["_tkinter"], "create"))
     found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
     found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
-              for name in _SPAWNS if hasattr(module, name)]
+              for name in (*_SPAWNS, *_MAKERS) if hasattr(module, name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]

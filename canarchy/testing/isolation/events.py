@@ -55,12 +55,16 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "pathlib.Path.rglob": ((0, None, "glob", READ | DIRECTORY),),
     "subprocess.Popen": ((2, None, "start a process in", READ | DIRECTORY),),
     # Not CPython's: raised by access.py's wrappers of C functions that open a path with no audit event
-    # (readline's history and init files; SQLite's ATTACH and VACUUM INTO, through an authorizer).
+    # (readline's history and init files; SQLite's ATTACH and VACUUM INTO, through an authorizer; os.mkfifo and
+    # os.mknod).
     "readline.read_history_file": ((0, None, "read history from", READ),),
     "readline.read_init_file": ((0, None, "read readline's init file", READ),),
     "readline.write_history_file": ((0, None, "write history to", WRITE),),
     "readline.append_history_file": ((0, None, "append history to", WRITE),),
     "sqlite3.attach": ((0, None, "attach the database", WRITE),),
+    "os.mkfifo": ((0, 2, "make a FIFO", WRITE | NOFOLLOW),),  # (path, mode, dir_fd)
+    "os.mknod": ((0, 3, "make a file system node", WRITE | NOFOLLOW),),  # (path, mode, device, dir_fd)
+    "_imp.create_dynamic": ((0, None, "load the extension module", READ),),  # (the spec's origin)
 }
 #: The audit events of a new process (CPython 3.11 "Audit events table"; ``os.exec`` replaces this one), and
 #: the one the access guard's wrapper of ``_posixsubprocess.fork_exec`` raises (``multiprocessing``'s spawn and
@@ -115,10 +119,20 @@ def _bind_targets(args: tuple) -> Iterable[Target]:
     return ()
 
 
+def _dlopen_targets(args: tuple) -> Iterable[Target]:
+    """``ctypes.dlopen`` (name): a path, read by the dynamic loader; a bare name (no ``/``) is looked up in the
+    loader's own directories, not the working directory, and ``None`` is the program itself."""
+    name = path_text(args[0])
+    if name and os.sep in name:
+        return ((name, None, "load the shared library", READ),)
+    return ()
+
+
 SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
     "glob.glob/2": _glob_targets,
     "sqlite3.connect": _sqlite_targets,
     "socket.bind": _bind_targets,
+    "ctypes.dlopen": _dlopen_targets,
 }
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
