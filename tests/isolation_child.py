@@ -74,7 +74,9 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     run_env = operator_environment(home, hostile)
     run_env.update(env or {})
     report = base / "child-report.xml"
-    command = [*PYTEST, "-q", "--strict-markers", f"--junitxml={report}", "--rootdir", str(project), *args]
+    # the CHILD_* variables hand a child test the operator's paths it must find refused or empty
+    command = [*PYTEST, "-q", "--strict-markers", f"--junitxml={report}", "--rootdir", str(project),
+               "-o", "canarchy_keep_variables=CHILD_", *args]
     proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout,
                           pass_fds=pass_fds)
     run = ChildRun(proc.returncode, proc.stdout + proc.stderr, home=home)

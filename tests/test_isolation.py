@@ -628,17 +628,17 @@ def test_only_variables_naming_files_of_the_operator_s_home_are_left_out(tmp_pat
                 "GIT_CONFIG_GLOBAL": f"{home}/.gitconfig", "PIP_CONFIG_FILE": f"{home}/x/../pip.conf",
                 "NPM_CONFIG_USERCONFIG": f"{home}/.npmrc", "XDG_DATA_DIRS": f"/usr/share:{home}/.local/share",
                 "COVERAGE_RCFILE": f"{checkout}/.coveragerc", "NAMES_THE_HOME": str(home),
-                "ELSEWHERE": "/etc/gitconfig", "WORDS": f"--config={home}/.x", "RELATIVE": "x/y"}
-    sandbox = Sandbox(operator, str(tmp_path), code_trees=(str(checkout),))
+                "ELSEWHERE": "/etc/gitconfig", "WORDS": f"--config={home}/.x", "RELATIVE": "x/y",
+                "KEPT_BY_THE_PROJECT": f"{home}/.canarchy/config.toml"}
+    sandbox = Sandbox(operator, str(tmp_path), code_trees=(str(checkout),), keep_variables=("KEPT_",))
     try:
         env = sandbox.isolated_environment(sandbox.session_home)
     finally:
         sandbox.cleanup()
     assert {"GIT_CONFIG_GLOBAL", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG", "XDG_DATA_DIRS"}.isdisjoint(env)
-    assert {k: env[k] for k in ("PATH", "VIRTUAL_ENV", "COVERAGE_RCFILE", "NAMES_THE_HOME", "ELSEWHERE", "WORDS",
-                                "RELATIVE")} == {k: operator[k] for k in ("PATH", "VIRTUAL_ENV", "COVERAGE_RCFILE",
-                                                                         "NAMES_THE_HOME", "ELSEWHERE", "WORDS",
-                                                                         "RELATIVE")}
+    kept = ("PATH", "VIRTUAL_ENV", "COVERAGE_RCFILE", "NAMES_THE_HOME", "ELSEWHERE", "WORDS", "RELATIVE",
+            "KEPT_BY_THE_PROJECT")
+    assert {k: env[k] for k in kept} == {k: operator[k] for k in kept}
     assert env["HOME"] == str(sandbox.session_home)
 
 

@@ -116,9 +116,11 @@ class Sandbox:
 
     def __init__(self, operator_env: Mapping[str, str] | None = None, parent: str | None = None, *,
                  scrub_prefixes: tuple[str, ...] = SCRUBBED_PREFIXES, scan_packages: tuple[str, ...] = ("canarchy",),
-                 account_home: str | None = None, code_trees: tuple[str, ...] = ()) -> None:
+                 account_home: str | None = None, code_trees: tuple[str, ...] = (),
+                 keep_variables: tuple[str, ...] = ()) -> None:
         self.operator_env = dict(os.environ if operator_env is None else operator_env)
         self.scrub_prefixes = scrub_prefixes
+        self.keep_variables = keep_variables  # prefixes (``canarchy_keep_variables``): kept wherever they point
         #: The environment of the programs the plugin itself starts (git), read-only: the operator's, their home
         #: and configuration kept, without the scrubbed variables (a test's process could read them from those
         #: programs) and git's variables but :data:`GIT_CONFIG_SELECTORS`.
@@ -164,9 +166,11 @@ class Sandbox:
         ``PYTHONSTARTUP``, ``KUBECONFIG``, ``CARGO_HOME``...; a ``git config --global`` would write there;
         a value that is the home itself names none of its files).
         Such a variable is left out of the tests' environment, so the program takes its default, under the
-        test's home. Not one of :data:`CODE_VARIABLES`, nor one whose paths lie inside the running
-        interpreter's trees or the checkout (a virtualenv in the home; the run needs that code)."""
-        if name in CODE_VARIABLES or name in HOME_VARIABLES or os.sep not in value:
+        test's home. Not one of :data:`CODE_VARIABLES` or of the project's ``canarchy_keep_variables``, nor one
+        whose paths lie inside the running interpreter's trees or the checkout (a virtualenv in the home; the run
+        needs that code)."""
+        if name in CODE_VARIABLES or name in HOME_VARIABLES or os.sep not in value or (
+                self.keep_variables and name.startswith(self.keep_variables)):
             return False
         homes = {os.path.normpath(h) for h in (*self.real_homes, self.operator_env.get("HOME") or "")
                  if h and os.path.isabs(h) and os.path.normpath(h) != os.sep}

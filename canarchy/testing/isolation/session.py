@@ -165,7 +165,7 @@ def _start(config: pytest.Config, where: str) -> None:
                                                 (str(config.rootpath), "the checkout")])
     sandbox = Sandbox(operator_env, temp_base, scrub_prefixes=settings.scrub_prefixes,
                       scan_packages=settings.scan_packages, account_home=account_home,
-                      code_trees=(str(config.rootpath),))
+                      code_trees=(str(config.rootpath),), keep_variables=settings.keep_variables)
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
     run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())

@@ -22,6 +22,8 @@ OPTIONS: dict[str, tuple[str, object, str]] = {
                                 "(which refuses to import without the plugin)"),
     "canarchy_scrub_prefixes": ("args", ["CANARCHY_", "CAN_"], "environment variables removed from every test "
                                 "(prefixes)"),
+    "canarchy_keep_variables": ("args", [], "environment variables kept in every test even when they name a "
+                                "file in the operator's home (prefixes; such variables are removed otherwise)"),
     "canarchy_guarded_paths": ("args", ["~/.canarchy", "~/.canrc", "~/can.conf", "~/.can", "/etc/can.conf"],
                                "the operator's state: never read or written by a test (~ is each real home)"),
     "canarchy_scan_packages": ("args", ["canarchy"], "packages whose import-time paths under the home are "
@@ -45,6 +47,7 @@ class Settings:
     scrub_prefixes: tuple[str, ...]
     guarded_paths: tuple[str, ...]
     scan_packages: tuple[str, ...]
+    keep_variables: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -59,7 +62,8 @@ class Settings:
             raise pytest.UsageError(f"canarchy_guarded_paths: {', '.join(bad)}: give ~/... or an absolute path")
         return cls(bool(config.getini("canarchy_containment")), bool(config.getini("canarchy_network_namespace")),
                    test_cwd, bool(config.getini("canarchy_require_import")), prefixes, guarded,
-                   tuple(config.getini("canarchy_scan_packages")))
+                   tuple(config.getini("canarchy_scan_packages")),
+                   tuple(p for p in config.getini("canarchy_keep_variables") if p))
 
     def guarded_under(self, homes: list[str]) -> list[str]:
         """The guarded paths, ``~`` expanded to each of ``homes``."""
