@@ -753,3 +753,28 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert ("attach the database", str(home / ".canarchy" / "captures.db")) in recorded, recorded
     assert ("attach the database", str(home / "copy.db")) in recorded, recorded
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="no /proc")
+def test_a_signal_to_a_process_group_or_to_every_process_is_judged_by_each_process_it_reaches():
+    """A group reaches each of its processes: one outside the run (here the group's leader, a shell above the
+    judging process) is named; a group of the run's own passes. ``os.kill(-1)`` reaches every process."""
+    code = textwrap.dedent("""
+        import os, subprocess
+        from canarchy.testing.isolation.protection import signalled_outside
+        def said(event, target):
+            return str(signalled_outside(event, target, os.getpid())).partition(":")[0]  # "pid N", or "None"
+        print(said("os.killpg", 0))
+        print(said("os.kill", -os.getpgrp()))
+        print(said("os.kill", -1))
+        child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        print(said("os.killpg", child.pid))
+        print(said("os.kill", child.pid))
+        child.kill()
+    """)
+    shell = subprocess.Popen(["sh", "-c", '"$0" -c "$1"; exit $?', sys.executable, code], start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = shell.communicate()
+    assert shell.returncode == 0, (out, err)
+    assert out.splitlines() == [f"pid {shell.pid}", f"pid {shell.pid}",
+                                "every process the user may signal (pid -1)", "None", "None"], (out, err)

@@ -180,6 +180,29 @@ def test_a_child_python_reads_the_environment_its_parent_started_with():
     code = f"import sys; sys.exit(b'CANARCHY_' in open('/proc/{os.getpid()}/environ', 'rb').read())"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
+def test_signals_a_process_beside_pytest():
+    os.kill(int(os.environ["CHILD_SIBLING_PID"]), signal.SIGCONT)  # harmless, had it been sent
+
+def test_takes_a_descriptor_to_signal_a_process_beside_pytest():
+    signal.pidfd_send_signal(os.pidfd_open(int(os.environ["CHILD_SIBLING_PID"])), signal.SIGCONT)
+
+def test_a_child_python_signals_a_process_beside_pytest():
+    code = f"import os, signal; os.kill({os.environ['CHILD_SIBLING_PID']}, signal.SIGCONT)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+def test_signals_itself_its_children_and_from_a_child_the_test_s_process():
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    os.killpg(child.pid, signal.SIGTERM)
+    child.wait()
+    os.kill(int(os.environ["CHILD_SIBLING_PID"]), 0)  # signal 0 sends nothing: it asks whether the pid exists
+    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        code = "import os, signal; os.kill(os.getppid(), signal.SIGUSR1)"  # the child's parent is in the run
+        assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
 def test_reads_the_command_line_of_the_process_that_started_pytest():
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:  # `env CAN_CHANNEL=can0 pytest` names it there
         assert b"CAN_" not in handle.read()
@@ -870,6 +893,26 @@ def test_the_environment_of_a_process_outside_the_run_is_refused_and_its_own_chi
     assert "another process outside the run" in messages, messages
     assert run.outcomes("test_reads_the_environment_of_a_process_it_started") == {"passed"}, run.messages(
         "test_reads_the_environment_of_a_process_it_started")
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd_open on this system")
+def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_not(routes):
+    """A process beside pytest is the operator's: ``os.kill``, a descriptor to signal it through
+    (``os.pidfd_open``, which CPython does not audit) and a child Python's ``os.kill`` are refused at once,
+    naming the test, with or without the containment. A test signals itself, what it started, and from a child
+    the test's own process; signal 0 (whether a pid exists) sends nothing."""
+    run, _ = routes
+    for test, operation in (("test_signals_a_process_beside_pytest", "send signal 18 with os.kill to 'pid "),
+                            ("test_takes_a_descriptor_to_signal_a_process_beside_pytest",
+                             "open a descriptor to signal 'pid "),
+                            ("test_a_child_python_signals_a_process_beside_pytest",
+                             "send signal 18 with os.kill to 'pid ")):
+        messages = run.messages(test)
+        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+        assert f"test_process_state.py::{test} tried to {operation}" in messages, messages
+        assert "a process outside the run" in messages and ": sleep 300" in messages, messages
+    test = "test_signals_itself_its_children_and_from_a_child_the_test_s_process"
+    assert run.outcomes(test) == {"passed"}, run.messages(test)
 
 
 def test_a_multiprocessing_worker_may_import_a_module_that_requires_the_isolation(routes):

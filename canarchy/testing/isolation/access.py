@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
-    PROCESS_STARTS, READ, RELINKING, SPECIAL, SPECS, TREE, WRITE, path_text,
+    PROCESS_STARTS, READ, RELINKING, SIGNALS, SPECIAL, SPECS, TREE, WRITE, path_text,
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
-from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
+from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths, signalled_outside
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
 try:
@@ -79,6 +79,7 @@ class AccessGuard:
         #: of directories until the plugin finds that no child is left (and none could have left this process).
         self.others_relink = False
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
+        self.run_pid = os.getpid()  # the run's pytest process: a child may signal it and those between
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
         #: After the sentinel's last look: called with every access recorded from then on, before it is
         #: recorded (the plugin's ends the process when the access would change what the look saw).
@@ -112,6 +113,7 @@ class AccessGuard:
         """The variable that gives a child process this configuration (see :func:`activate_from_environment`)."""
         document = {f.name: list(getattr(self.protection, f.name)) for f in fields(Protection)}
         document["report_dir"] = str(self.report_dir) if self.report_dir is not None else None
+        document["run_pid"] = self.run_pid
         return {ENVIRONMENT_VARIABLE: json.dumps(document)}
 
     def busy(self) -> bool:
@@ -204,6 +206,9 @@ class AccessGuard:
             return
         spec = SPECS.get(event)
         if spec is None:
+            if event in SIGNALS:
+                self._signal(event, args)
+                return
             for value, dir_fd, operation, flags in SPECIAL[event](args):
                 self._judge(value, dir_fd, operation, flags)
             return
@@ -211,6 +216,20 @@ class AccessGuard:
             self._judge(args[index], None if dir_fd_index is None else args[dir_fd_index], operation, flags)
         if event == "os.rename":
             self._moved_tree(args)
+
+    def _signal(self, event: str, args: tuple) -> None:
+        """``os.kill``/``os.killpg`` (target, signal; signal 0 sends none) and ``os.pidfd_open`` (pid): refused
+        when it would reach a process outside the run (:func:`~.protection.signalled_outside`)."""
+        if (event != "os.pidfd_open" and args[1] == 0) or args[0].__class__ is not int:
+            return
+        reached = signalled_outside(event, args[0], self.run_pid)
+        if reached is not None:
+            operation = ("open a descriptor to signal" if event == "os.pidfd_open"
+                         else f"send signal {args[1]} with {event} to")
+            target = (f"process group {abs(args[0]) or os.getpgrp()}" if event == "os.killpg" or args[0] <= 0
+                      else f"pid {args[0]}")
+            self._refuse_or_record(Access(self._owner(), operation, target, reached, "process",
+                                          "a process outside the run", os.getpid()))
 
     def _open(self, args: tuple) -> None:
         """The ``open`` event: (path, mode or None for ``os.open``, flags)."""
@@ -530,10 +549,12 @@ def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
         document = json.loads(raw)
         protection = Protection(**{f.name: tuple(document[f.name]) for f in fields(Protection)})
         report_dir = document["report_dir"]
+        run_pid = int(document["run_pid"])
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{ENVIRONMENT_VARIABLE} is not a configuration of the access guard: {error}") from None
     GUARD.configure(protection)
     GUARD.report_dir = Path(report_dir) if report_dir else None
+    GUARD.run_pid = run_pid
     GUARD.owner = _parent_nodeid(environ.get("PYTEST_CURRENT_TEST"))
     GUARD._memory_pid = None  # every record goes to report_dir, for the parent
     GUARD.enabled = True

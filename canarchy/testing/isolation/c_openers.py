@@ -1,8 +1,8 @@
 """C functions that open paths or start processes without an audit event of CPython's, wrapped so that the
 access guard (:mod:`~canarchy.testing.isolation.access`) sees them: readline's history and init files,
 SQLite's ATTACH, a Tcl interpreter, multiprocessing's ``fork_exec``, ``posix_spawn``'s file actions,
-``os.mkfifo`` and ``os.mknod``, and a second instance of one of those modules. The seal keeps every wrapper
-in place (:func:`audited_c_openers`).
+``os.mkfifo``, ``os.mknod`` and ``os.pidfd_open``, and a second instance of one of those modules. The seal
+keeps every wrapper in place (:func:`audited_c_openers`).
 Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
 """
 
@@ -214,6 +214,14 @@ def _audit_special_files() -> None:
     for name in _MAKERS:
         _replace((posix, os), name, auditing(name))
 
+    def pidfd(real: Callable) -> Callable:
+        def pidfd_open(pid: Any, *args: Any, **kwargs: Any) -> Any:
+            sys.audit("os.pidfd_open", pid)  # the descriptor signal.pidfd_send_signal sends through
+            return real(pid, *args, **kwargs)
+        return pidfd_open
+
+    _replace((posix, os), "pidfd_open", pidfd)
+
 
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
 _WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "_imp")
@@ -257,5 +265,5 @@ def audited_c_openers() -> list[tuple[object, str]]:
         found.append((sys.modules["_tkinter"], "create"))
     found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
     found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
-              for name in (*_SPAWNS, *_MAKERS) if hasattr(module, name)]
+              for name in (*_SPAWNS, *_MAKERS, "pidfd_open") if hasattr(module, name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]

@@ -134,7 +134,11 @@ SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
     "socket.bind": _bind_targets,
     "ctypes.dlopen": _dlopen_targets,
 }
-JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | {"open"}
+#: The events of a signal sent (CPython's ``os.kill`` (pid, signal) and ``os.killpg`` (group, signal)) or of a
+#: process's descriptor taken to send one with (``os.pidfd_open`` (pid): no event of CPython's; raised by
+#: :mod:`~canarchy.testing.isolation.c_openers`' wrapper): judged by their target, not by a path.
+SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open"})
+JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
 #: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``: code -> the globals it runs

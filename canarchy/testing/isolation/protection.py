@@ -7,6 +7,7 @@ protection compiled for the audit hook. Imports neither pytest nor python-can.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.loadable import is_start_up_code
-from canarchy.testing.isolation.reaper import parent_and_state
+from canarchy.testing.isolation.reaper import command_line, parent_and_state, stat_fields
 from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES
 
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
@@ -194,19 +195,58 @@ def outside_process_environment(path: str) -> str | None:
     other end of ``pytest | tee``), else None. Any such process may hold the operator's variables; this one's
     own and those it started hold the run's."""
     found = _PROCESS_ENVIRONMENT.fullmatch(path)
-    if found is None:
+    if found is None or at_or_below(int(found[1]), os.getpid()):
         return None
-    pid, me = int(found[1]), os.getpid()
+    return f"/proc/{found[1]}"  # gone, or not ours to see: refused as any other's
+
+
+def at_or_below(pid: int, top: int) -> bool:
+    """Whether process ``pid`` is ``top`` or below it (``/proc/PID/stat``'s parents); False once it has gone."""
     seen: set[int] = set()
     while pid > 0 and pid not in seen:
-        if pid == me:
-            return None
+        if pid == top:
+            return True
         seen.add(pid)
         known = parent_and_state(pid)
         if known is None:
-            return f"/proc/{found[1]}"  # gone, or not ours to see: refused as any other's
+            return False
         pid = known[0]
-    return f"/proc/{found[1]}"
+    return False
+
+
+def signalled_outside(event: str, target: int, run: int) -> str | None:
+    """What a signal would reach outside the run, in words, else None: ``event`` is ``os.kill`` (``target``: a
+    pid; 0 this process's group; -1 every process the user may signal; -N group N), ``os.killpg`` (a group; 0
+    this process's) or ``os.pidfd_open`` (a pid, for ``signal.pidfd_send_signal``). Inside the run: this
+    process, what is below it, and the processes above it up to ``run`` (the pytest process a child belongs
+    to). A process of the operator's (the shell that started pytest, the other end of ``pytest | tee``, a
+    daemon beside it) is outside: nothing of the run may end or stop it."""
+    if event == "os.kill" and target == -1:
+        return "every process the user may signal (pid -1)"
+    me = os.getpid()
+    chain = this_and_above(me)
+    inside = chain[:chain.index(run) + 1] if run in chain else [me]
+    if event != "os.killpg" and target > 0:
+        pids = [target]
+    else:
+        group = os.getpgrp() if target == 0 else abs(target)
+        pids = _group(group)
+    for pid in pids:
+        if pid not in inside and not at_or_below(pid, me) and os.path.exists(f"/proc/{pid}"):  # gone: reaches none
+            return f"pid {pid}: {command_line(pid)}"
+    return None
+
+
+def _group(group: int) -> list[int]:
+    """The processes of process group ``group`` (``/proc/PID/stat``: the field after the parent's pid)."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                fields = stat_fields(f"/proc/{entry.name}/stat")
+                if fields[2:3] == [str(group).encode()]:
+                    found.append(int(entry.name))
+    return found
 
 
 def this_and_above(pid: int | None = None) -> list[int]:

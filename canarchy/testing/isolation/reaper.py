@@ -34,7 +34,7 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     """``pid``'s parent pid and state (``R``, ``S``, ... ``Z``; proc(5) ``/proc/PID/stat``), None once
     it has gone. A process whose main thread has ended (``pthread_exit``) while another runs shows ``Z``
     there: it has the state of a thread still running (``/proc/PID/task``), ``Z`` only once all have ended."""
-    fields = _stat(f"/proc/{pid}/stat")
+    fields = stat_fields(f"/proc/{pid}/stat")
     try:
         parent, state = int(fields[1]), fields[0].decode()
     except (IndexError, ValueError):
@@ -42,13 +42,13 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     if state == "Z":
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{pid}/task"):
-                running = _stat(f"/proc/{pid}/task/{task}/stat")[:1]
+                running = stat_fields(f"/proc/{pid}/task/{task}/stat")[:1]
                 if task != str(pid) and running and running[0] not in (b"Z", b"X"):
                     return parent, running[0].decode()
     return parent, state
 
 
-def _stat(path: str) -> list[bytes]:
+def stat_fields(path: str) -> list[bytes]:
     """The fields of a ``stat`` file of ``/proc`` after ``(COMM)`` (which may hold spaces): state, parent pid,
     ...; [] once it has gone."""
     try:

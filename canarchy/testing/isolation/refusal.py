@@ -83,7 +83,8 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"unjudged"``, ``"late"`` or ``"watched"``), the protected
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"unjudged"``, ``"late"`` or
+    ``"watched"``), the protected
     ``tree`` (or file) it fell in, and the pid."""
 
     owner: str
@@ -126,6 +127,8 @@ class Access:
                             "connection without the guard's authorizer; a Tcl interpreter's open, source and exec)",
                 "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
                         "run, and the run's exit status would be the new program's)",
+                "process": "a process outside the run (the operator's: the shell that started pytest, the other "
+                           "end of a pipe, a program beside it), which a signal would end or stop",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be"}.get(
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
