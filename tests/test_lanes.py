@@ -322,6 +322,53 @@ def test_a_flat_and_a_src_layout_are_read_from_pyproject(tmp_path):
         project.module_of("tools/x.py")
 
 
+@pytest.mark.parametrize("files, install", [
+    ({"setup.cfg": "[metadata]\nname = x\n[options.extras_require]\ntest =\n    canarchy[lanes] @ file:///c\n"},
+     ("-e", ".[test]")),
+    ({"setup.cfg": "[metadata]\nname = x\n[options.extras_require]\ndocs = sphinx\n"}, ("-e", ".")),
+    ({"setup.cfg": "[metadata]\nname = x\n"}, ("-e", ".")),
+    ({"pyproject.toml": '[project]\nname = "x"\ndynamic = ["optional-dependencies"]\n',
+      "setup.cfg": "[options.extras_require]\ntest = pytest\n"}, ("-e", ".[test]")),
+], ids=["setup.cfg-test-extra", "setup.cfg-other-extra", "setup.cfg-no-extras", "dynamic-from-setup.cfg"])
+def test_a_setuptools_project_s_test_extra_in_setup_cfg_is_what_the_lanes_install(tmp_path, files, install):
+    """A project whose metadata is in setup.cfg (python-dateutil) declares its extras in [options.extras_require]:
+    the lanes install its test extra, which brings canarchy, as they do a [project.optional-dependencies] one."""
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n')
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert load_project(tmp_path).install == install
+
+
+class _Session:
+    """What :func:`noxsessions.install` uses of a nox session; ``found``: the probe's output."""
+
+    def __init__(self, found: str | None):
+        self.found, self.installed = found, []
+
+    def install(self, *args: str, env: dict | None = None) -> None:
+        self.installed.append(args)
+
+    def run(self, *args: str, silent: bool = False, **kwargs: object) -> str | None:
+        return self.found
+
+    def error(self, message: str) -> None:
+        raise RuntimeError(message)
+
+
+def test_a_nox_session_whose_install_brings_no_canarchy_stops_saying_what_to_list(monkeypatch):
+    """`-e .` of a project whose test extra the lanes do not see (or that lacks canarchy) leaves the session's
+    virtualenv without canarchy: the session says so and what to list, not Python's "No module named 'canarchy'"."""
+    monkeypatch.chdir(REPO)  # the module reads the project nox runs in
+    from canarchy.testing.lanes import noxsessions
+
+    with pytest.raises(RuntimeError, match=r"did not install canarchy .*canarchy\[lanes\].*\[options.extras_require\]"):
+        noxsessions.install(_Session("False\n"))
+    for found in ("True\n", None):  # None: nox --install-only runs no command
+        session = _Session(found)
+        noxsessions.install(session)
+        assert session.installed == [noxsessions.PROJECT.install]
+
+
 @pytest.mark.parametrize("files, config", [
     ({"tox.ini": "[tox]\nenvlist = py\n[pytest]\n{options}"}, "tox.ini"),
     ({"setup.cfg": "[metadata]\nname = x\n[tool:pytest]\n{options}", "tox.ini": "[tox]\nenvlist = py\n"}, "setup.cfg"),

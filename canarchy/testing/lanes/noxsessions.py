@@ -59,6 +59,16 @@ def install(session: nox.Session, *extra: str) -> None:
     session.install(*PROJECT.install, env=INSTALL_ENV)
     if extra:
         session.install(*extra, env=INSTALL_ENV)
+    # the lane runs `python -m canarchy.testing.lanes` in this virtualenv: an install that did not bring
+    # canarchy would end in Python's bare "No module named 'canarchy'" (None: nox --install-only runs nothing)
+    found = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('canarchy') is not None)",
+                        silent=True)
+    if isinstance(found, str) and found.strip().splitlines()[-1:] == ["False"]:
+        session.error(f"`pip install {' '.join(PROJECT.install)}` did not install canarchy into the session's "
+                      "virtualenv, and every lane runs from there: list \"canarchy[lanes] @ ...\" in the project's "
+                      "`test` extra ([project.optional-dependencies] in pyproject.toml, [options.extras_require] "
+                      "in setup.cfg), or name what to install in [tool.canarchy.lanes] install "
+                      "(docs/adopting.md)")
 
 
 def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str, ...] = ()) -> None:

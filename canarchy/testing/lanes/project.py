@@ -188,9 +188,23 @@ def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
     if "install" in table:
         install = _strings(table["install"], f"{where} install")
     else:
-        extras = doc.get("project", {}).get("optional-dependencies", {})
-        install = ("-e", ".[test]") if isinstance(extras, dict) and "test" in extras else ("-e", ".")
+        install = ("-e", ".[test]") if "test" in _extras(base, doc) else ("-e", ".")
     return packages, source, tests, install
+
+
+def _extras(base: Path, doc: dict) -> set[str]:
+    """The extras the project declares: ``[project.optional-dependencies]`` in ``pyproject.toml``, else (a
+    setuptools project whose metadata is in ``setup.cfg``) ``[options.extras_require]`` there. Extras only
+    ``setup.py`` computes are not seen: such a project names them in ``[tool.canarchy.lanes] install``."""
+    extras = doc.get("project", {}).get("optional-dependencies", {})
+    if isinstance(extras, dict) and extras:
+        return set(extras)
+    try:
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        parser.read_string((base / "setup.cfg").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, configparser.Error):
+        return set()
+    return set(parser["options.extras_require"]) if parser.has_section("options.extras_require") else set()
 
 
 def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
