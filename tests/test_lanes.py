@@ -543,6 +543,54 @@ def test_an_unrecognized_argument_is_named_with_pytest_s_own_line_and_a_hint(tmp
     assert "name it in addopts with -p" in said, said
 
 
+XDIST_INTERNAL_ERROR = """\
+created: 4/4 workers
+INTERNALERROR> def worker_internal_error(
+INTERNALERROR>         self, node: WorkerController, formatted_error: str
+INTERNALERROR> >           assert False, formatted_error
+INTERNALERROR> E           AssertionError: Traceback (most recent call last):
+INTERNALERROR> E               File "/x/_pytest/main.py", line 289, in wrap_session
+INTERNALERROR> E                 item.add_marker(pytest.mark.no_cover)
+INTERNALERROR> E             Failed: 'no_cover' not found in `markers` configuration option
+INTERNALERROR> E           assert False
+INTERNALERROR>   File "/x/xdist/dsession.py", line 218, in worker_workerfinished
+INTERNALERROR>     self._active_nodes.remove(node)
+INTERNALERROR> KeyError: <WorkerController gw0>
+"""
+SERIAL_INTERNAL_ERROR = """\
+INTERNALERROR> Traceback (most recent call last):
+INTERNALERROR>   File "/x/_pytest/main.py", line 289, in wrap_session
+INTERNALERROR>     raise ZeroDivisionError("the conftest's hook divided")
+INTERNALERROR> ZeroDivisionError: the conftest's hook divided
+"""
+
+
+@pytest.mark.parametrize("log, said, hint", [
+    (XDIST_INTERNAL_ERROR, "INTERNALERROR> Failed: 'no_cover' not found in `markers` configuration option;", True),
+    (SERIAL_INTERNAL_ERROR, "INTERNALERROR> ZeroDivisionError: the conftest's hook divided)", False),
+], ids=["xdist-unregistered-marker", "serial"])
+def test_an_internal_error_is_named_by_its_exception_not_its_traceback_s_first_line(tmp_path, log, said, hint):
+    """python-dateutil's conftest marks items ``no_cover``, a marker pytest-cov registers: with the plugin not
+    loaded, pytest stops with an INTERNALERROR whose first line is a traceback's (xdist's ``def
+    worker_internal_error(``); the lane names the exception, and hints at the plugin when it is a marker."""
+    (tmp_path / "run.log").write_text(log)
+    text = verdict.stopped_text(runner.Run(["pytest"], 3, tmp_path / "run.log", 0.0))
+    assert text.startswith("pytest exit code 3: an internal error (pytest: ") and said in text, text
+    assert ("a marker of a pytest plugin? the lanes load none that is merely installed" in text) is hint, text
+
+
+def test_a_conftest_marking_items_with_an_unregistered_marker_is_named_by_the_unit_lane(tmp_path, capsys):
+    project = _project(tmp_path / "p", "def test_ok():\n    pass\n")
+    (project.root / "tests" / "conftest.py").write_text(
+        "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n        item.add_marker(pytest.mark.no_cover)\n")
+    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "2"])
+    out = capsys.readouterr().out
+    assert code == 2 and "unit: CANNOT DECIDE" in out, out
+    said = "(pytest: INTERNALERROR> Failed: 'no_cover' not found in `markers` configuration option; a marker"
+    assert said in out, out
+
+
 # --------------------------------------------------------------------------- the unit lane
 
 

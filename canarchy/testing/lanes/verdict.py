@@ -6,6 +6,7 @@ pytest's exit codes (``pytest.ExitCode``): 0 all passed, 1 some failed,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from collections.abc import Iterable
 
@@ -62,9 +63,11 @@ def pytest_said(run: Run) -> str:
         with open(run.log, encoding="utf-8", errors="replace") as log:
             for line in log:
                 if usage and ": error: " in line:  # the line after argparse's usage says what was wrong
-                    return _hinted(line.strip())[:300]
+                    return _hinted(line.strip()[:300])
                 if line.startswith("ERROR: usage:"):
                     usage = line.strip()
+                elif line.startswith("INTERNALERROR>"):
+                    return _hinted(_internal_error(line, log)[:300])
                 elif line.startswith(_SAID):
                     return line.strip().strip("!").strip()[:300]
     except OSError:
@@ -72,11 +75,31 @@ def pytest_said(run: Run) -> str:
     return usage[:300]
 
 
+#: an exception's line in an INTERNALERROR traceback (pytest-xdist prefixes a worker's with "E")
+_RAISED = re.compile(r"INTERNALERROR>(?:\s+E)?\s+((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Failed|Exit)?: .*)")
+
+
+def _internal_error(first: str, rest: Iterable[str]) -> str:
+    """What an INTERNALERROR says: the first exception line of its traceback (a worker's own under
+    pytest-xdist, not xdist's ``AssertionError: Traceback ...`` around it), else the traceback's first line."""
+    for line in (first, *rest):
+        if not line.startswith("INTERNALERROR>"):
+            continue
+        raised = _RAISED.match(line.rstrip())
+        if raised and not raised.group(1).endswith("Traceback (most recent call last):"):
+            return f"INTERNALERROR> {raised.group(1).strip()}"
+    return first.strip()
+
+
 def _hinted(said: str) -> str:
-    """pytest's error line, with a hint where an option of a plugin the lanes do not load is unrecognized."""
+    """pytest's error line, with a hint where an option, or a marker, of a plugin the lanes do not load is
+    unknown."""
     if "unrecognized arguments" in said:
         return (f"{said}; is it an option of a pytest plugin? the lanes load none that is merely installed: name "
                 "it in addopts with -p (docs/adopting.md, 'Your pytest plugins')")
+    if "not found in `markers` configuration option" in said:
+        return (f"{said}; a marker of a pytest plugin? the lanes load none that is merely installed, and run with "
+                "--strict-markers: name it in addopts with -p (docs/adopting.md, 'Your pytest plugins')")
     return said
 
 
