@@ -764,6 +764,47 @@ def test_parity_tells_each_kind_of_difference_apart(every_kind):
     assert "`tests.test_p::test_reads_the_shell` | depends on the operator" in md
 
 
+def test_each_operator_dependent_finding_names_the_part_of_the_operator_s_configuration_behind_it(every_kind):
+    _project, result, _ = every_kind
+    why = {f.id.removeprefix("tests.test_p::"): f.detail for f in result.of_kind("operator")}
+    assert why["test_reads_the_home_config"].endswith("; the operator's outcome with the operator home (HOME) alone")
+    assert why["test_reads_the_shell"].endswith(
+        "; the operator's outcome with canarchy's operator shell (CANARCHY_*, CAN_*, XDG_*) alone"), why
+
+
+BY_PART = """
+import os
+import time
+from pathlib import Path
+
+def test_local_time():
+    assert time.localtime(0).tm_hour == 0
+
+def test_project_variable():
+    assert "X_CHANNEL" not in os.environ
+
+def test_home_and_time_zone_together():
+    assert not ((Path.home() / ".canarchy").is_dir() and os.environ.get("TZ") != "UTC")
+"""
+
+
+def test_parity_names_the_time_zone_operator_env_or_no_one_part_alone(tmp_path):
+    """python-dateutil's testGettzCacheTzLocal failed only in the operator twin, which differs in its home, its
+    shell, the project's variables and its time zone: the finding says which one gives that outcome alone."""
+    project = _project(tmp_path / "p", BY_PART,
+                       pyproject=UNISOLATED + 'operator_env = { X_CHANNEL = "{home}/can7" }\n')
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 3), reruns=1, jobs=0,
+                               shards=1)
+    why = {f.id.removeprefix("tests.test_p::"): f.detail for f in result.findings if f.kind == "operator"}
+    assert why["test_local_time"].endswith(
+        "with the time zone and locale (LANG=de_DE.UTF-8, TZ=NST+3:30) alone"), parity.render(result)
+    assert why["test_project_variable"].endswith("with operator_env (X_CHANNEL) alone")
+    assert "no one part alone gives the operator's outcome (the operator home (HOME); the time zone" in why[
+        "test_home_and_time_zone_together"] and why["test_home_and_time_zone_together"].endswith("together they do")
+    assert "with the time zone and locale" in parity.render(result) and "together they do" in \
+        parity.render_markdown(result)
+
+
 def test_parity_checks_the_operator_home_the_logs_and_the_checkout(every_kind):
     project, result, seen = every_kind
     assert result.home_changes == ["added: .canarchy/findings", "added: .canarchy/findings/new-campaign"]

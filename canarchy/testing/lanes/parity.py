@@ -19,7 +19,7 @@ from pathlib import Path
 from collections.abc import Mapping, Sequence
 
 from canarchy.fileio import write_text_atomic
-from canarchy.testing.lanes.env import build_env, hostile_env
+from canarchy.testing.lanes.env import HOSTILE_ENV, build_env, hostile_env
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
 from canarchy.testing.lanes.project import Project
@@ -415,7 +415,75 @@ def _classify_present(clean: Twin, operator: Twin, reseeded_env: dict[str, str],
         else:
             findings.append(Finding(row.id, "operator", in_clean, in_operator,
                                     "the same outcome every time in each configuration, different between them"))
-    return findings
+    return _attributed(clean, operator, findings, ids, out, python)
+
+
+#: what the operator twin's configuration is made of, beside the clean one's: its parts by their variables
+#: (the rest: the project's own ``operator_env``); a copy's own TMPDIR, PYTHONPATH and hash seed are no part
+_OWN_TO_EACH_RUN = frozenset({"TMPDIR", "PYTHONPATH", "PYTHONHASHSEED"})
+_TIME_AND_LANGUAGE = ("TZ", "LANG", "LANGUAGE", "LC_")
+_PARTS = ("the operator home", "the time zone and locale", "canarchy's operator shell", "operator_env")
+
+
+def operator_parts(clean_env: Mapping[str, str], operator_env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The operator twin's configuration in parts, each named with its variables: its home (``HOME``), its
+    time zone and locale, canarchy's operator shell (:data:`~.env.HOSTILE_ENV`'s other variables) and the
+    project's ``operator_env``; a part the twins do not differ in is left out."""
+    groups: dict[str, dict[str, str]] = {}
+    for name, value in sorted(operator_env.items()):
+        if clean_env.get(name) == value or name in _OWN_TO_EACH_RUN:
+            continue
+        if name in ("HOME", "USERPROFILE"):
+            label = "the operator home"
+        elif name.startswith(_TIME_AND_LANGUAGE):
+            label = "the time zone and locale"
+        elif name in HOSTILE_ENV:
+            label = "canarchy's operator shell"
+        else:
+            label = "operator_env"
+        groups.setdefault(label, {})[name] = value
+    return {f"{label} ({_names(groups[label], label)})": groups[label] for label in _PARTS if label in groups}
+
+
+def _names(part: Mapping[str, str], label: str) -> str:
+    """``TZ=NST+3:30, LANG=de_DE.UTF-8``; a shell's many variables by prefix (``CAN_*, CANARCHY_*``)."""
+    if label == "canarchy's operator shell":
+        return ", ".join(sorted({name.split("_", 1)[0] + "_*" for name in part}))
+    if label == "the operator home":
+        return "HOME"
+    return ", ".join(f"{name}={value}" if label == "the time zone and locale" else name for name, value in part.items())
+
+
+def _attributed(clean: Twin, operator: Twin, findings: list[Finding], ids: Mapping[str, str], out: Path,
+                python: str) -> list[Finding]:
+    """``findings``, each that depends on the operator saying which part of the operator's configuration
+    alone gives the operator twin's outcome (:func:`operator_parts`): its tests run once more on the clean
+    twin's copy with the clean environment and that one part (the home part: a fresh copy of the operator
+    home, so the twins' own is not written twice)."""
+    dependent = [f for f in findings if f.kind == "operator" and f.id in ids]
+    parts = operator_parts(clean.env, operator.env)
+    if not dependent or len(parts) < 2:
+        return findings
+    node_ids = [ids[f.id] for f in dependent]
+    home = Path(operator.env["HOME"])
+    alone = home.with_name(home.name + "-alone")
+    if not alone.exists():
+        shutil.copytree(home, alone, symlinks=True)
+    envs = [dict(clean.env, **{k: (str(alone) if k in ("HOME", "USERPROFILE") else v) for k, v in part.items()})
+            for part in parts.values()]
+    jobs = [lambda e=e, i=i: _rerun(clean, e, f"operator-part{i + 1}", node_ids, 1, out, python)
+            for i, e in enumerate(envs)]
+    seen = concurrently(jobs)
+    named = []
+    for finding in findings:
+        if finding in dependent:
+            alone_gives = [label for label, outcomes in zip(parts, seen, strict=True)
+                           if outcomes.get(finding.id, [None])[0] == finding.operator[0]]
+            cause = (f"the operator's outcome with {' or with '.join(alone_gives)} alone" if alone_gives else
+                     f"no one part alone gives the operator's outcome ({'; '.join(parts)}): together they do")
+            finding = Finding(finding.id, finding.kind, finding.clean, finding.operator, f"{finding.detail}; {cause}")
+        named.append(finding)
+    return named
 
 
 _UNSTABLE = ("the clean configuration gives the operator twin's result under its PYTHONHASHSEED: the test or its "
