@@ -69,10 +69,27 @@ class Project:
             raise ProjectError(f"{file}: not under the project's source directory {self.source}") from None
         if relative.suffix != ".py":
             raise ProjectError(f"{file}: not a Python module")
+        tests = self._test_path_of(path)
+        if tests is not None:
+            raise ProjectError(f"{file}: a module of the project's tests ({tests}), although under its source "
+                               "directory: a mutation edits the code the tests prove, not a test or its conftest")
         parts = list(relative.with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         return ".".join(parts)
+
+    def _test_path_of(self, path: Path) -> str | None:
+        """The test path (``tests``, from ``testpaths``) ``path`` lies in, "conftest.py" for a conftest, or None;
+        a test path that is the root or the source directory itself holds every module and says nothing."""
+        if path.name == "conftest.py":
+            return "conftest.py"
+        for test in self.tests:
+            where = (self.root / test).resolve()
+            if where in (self.root.resolve(), self.source.resolve()) or where in self.source.resolve().parents:
+                continue
+            if path == where or where in path.parents:
+                return test
+        return None
 
     def import_root(self) -> str:
         """The directory to put first on ``PYTHONPATH`` so the packages import from this tree."""
