@@ -321,6 +321,24 @@ def test_case_key_from_node_id(node_id, key):
     assert jc.case_key(node_id) == key
 
 
+@pytest.mark.parametrize("key, shown", [
+    ("dateutil.test.test_tz.GettzTest::testX", "dateutil/test/test_tz.py::GettzTest::testX"),
+    ("dateutil.test.test_tz::test_p[a.b::c-d/e.py]", "dateutil/test/test_tz.py::test_p[a.b::c-d/e.py]"),
+    ("dateutil.test.test_tz.TestOuter.TestInner::test_m", "dateutil/test/test_tz.py::TestOuter::TestInner::test_m"),
+    ("tests.test_gone::test_a", "tests.test_gone::test_a"),  # no such module: the key as it is
+    ("dateutil/test/test_tz.py::test_a", "dateutil/test/test_tz.py::test_a"),  # already a node id
+    ("dateutil.test.test_tz", "dateutil.test.test_tz"),  # a module's collection error: no test name
+])
+def test_a_report_key_is_shown_as_the_node_id_of_its_module_under_the_root(tmp_path, key, shown):
+    """The lanes showed JUnit's classname (``dateutil.test.test_tz.GettzTest::testX``), which pytest cannot be
+    given; the node id of the module found under the checkout can."""
+    (tmp_path / "dateutil" / "test").mkdir(parents=True)
+    (tmp_path / "dateutil" / "test" / "test_tz.py").write_text("")
+    assert jc.node_id(key, tmp_path) == shown
+    assert jc.node_id(key, None) == key
+    assert jc.case_key(jc.node_id(key, tmp_path)) == jc.case_key(key)
+
+
 # --------------------------------------------------------------------------- comparing
 
 

@@ -668,7 +668,8 @@ def test_the_unit_lane_names_the_sentinel_s_findings_beside_the_failing_tests(tm
     out = capsys.readouterr().out
     summary = out[out.index("unit: FAILED"):]
     assert code == 1 and "and the isolation sentinel failed the run" in summary, out
-    assert "  failing: " in summary and "test_fails" in summary and "  sentinel: " in summary, summary
+    assert "  failing: tests/test_p.py::test_fails\n" in summary and "  sentinel: " in summary, summary
+    assert "| `tests/test_p.py::test_fails` |" in (project.root / "reports" / "unit.md").read_text()
     assert "added: stray.txt" in summary and "added: stray.txt" in (project.root / "reports" / "unit.md").read_text()
 
 
@@ -776,7 +777,8 @@ def test_parity_tells_each_kind_of_difference_apart(every_kind):
     assert result.exit_code == 1 and result.status == "FAILED"
     text, md = parity.render(result), parity.render_markdown(result)
     assert "sort the values or give ids=" in text and "flaky" in text
-    assert "`tests.test_p::test_reads_the_shell` | depends on the operator" in md
+    assert "`tests/test_p.py::test_reads_the_shell` | depends on the operator" in md  # a node id to paste
+    assert "\ntests/test_p.py::test_reads_the_shell " in text
 
 
 def test_each_operator_dependent_finding_names_the_part_of_the_operator_s_configuration_behind_it(every_kind):

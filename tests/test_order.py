@@ -67,11 +67,12 @@ def _ran(project: Project, label: str) -> list[str]:
 def test_order_lane_finds_and_names_the_polluter(pair):
     project, code, out = pair
     assert code == 1 and "order: FAILED" in out and "normal vs reverse: DIFFERENT" in out, out
-    assert "tests.test_pair::test_victim_assumes_an_empty_registry  passed  failed" in out
+    assert "tests/test_pair.py::test_victim_assumes_an_empty_registry  passed  failed" in out  # a node id to paste
     assert f"victim {VICTIM} (reverse run): polluted by {POLLUTER}" in out
     assert "reproduce: python -m pytest -p randomly --randomly-seed=1 -k not test_filler_1 tests" in out
     md = (project.root / "reports" / "order.md").read_text()
     assert md.startswith("# Order lane: FAILED") and f"| `{VICTIM}` | reverse | polluter | `{POLLUTER}` |" in md
+    assert f"| `{VICTIM}` | passed | failed |" in md
 
 
 def test_reverse_runs_backwards_after_deselection_and_a_seed_really_shuffles(pair):

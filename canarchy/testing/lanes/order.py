@@ -98,6 +98,10 @@ class OrderResult:
             return EXIT_FAILED
         return EXIT_PASSED
 
+    def show(self, key: str) -> str:
+        """A test's report key as displayed: its node id, as a run collected it, else the key."""
+        return next((r.node_ids[key] for r in self.runs if key in r.node_ids), key)
+
     @property
     def runs_failed(self) -> list[OrderRun]:
         """The runs whose pytest failed the run although none of their tests failed."""
@@ -315,7 +319,7 @@ def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
             lines.append(f"  failed ({entry.label}): no test failed, {BEYOND_ITS_TESTS}: {entry.run.log}")
     for label, comparison in result.comparisons.items():
         if comparison.differences or comparison.undecided:
-            lines += ["", comparison_table(comparison, title=f"normal vs {label}")]
+            lines += ["", comparison_table(comparison, title=f"normal vs {label}", show=result.show)]
     if result.bisections:
         lines += ["", "order dependencies (a polluter makes the victim fail after it; a state-setter must run "
                   "before the victim for it to pass):"]
@@ -334,7 +338,8 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
         out += ["", f"## normal vs {label}: {c.verdict}", ""]
         out += [f"- cannot decide: {reason}" for reason in c.undecided]
         if c.differences:
-            out.append(markdown_table(["test id", "normal", label], [[f"`{r.id}`", r.outcome_a, r.outcome_b]
+            out.append(markdown_table(["test id", "normal", label], [[f"`{result.show(r.id)}`", r.outcome_a,
+                                                                      r.outcome_b]
                                                                      for r in c.differences]))
     if result.bisections:
         out += ["", "## Order dependencies", "", markdown_table(["victim", "run", "kind", "culprit", "note"], [

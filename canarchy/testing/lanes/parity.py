@@ -25,7 +25,7 @@ from canarchy.testing.isolation.tree import Entry, changes, checkout_state, cont
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import (ABSENT, CannotDecide, Comparison, Report, Row, case_key, compare,
-                                           load_allowlist, load_report, merge_reports, totals_text)
+                                           load_allowlist, load_report, merge_reports, node_id, totals_text)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, cores,
                                           pytest_flags, run_pytest, workers, xdist_options)
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
@@ -126,6 +126,11 @@ class ParityResult:
     not_shut_down: dict[str, list[str]] = field(default_factory=dict)
     strict: bool = False
     unexercised: list[str] = field(default_factory=list)  # scrub prefixes the operator twin exports nothing of
+    root: Path | None = None  # the project's checkout: a finding's test is shown by its node id there
+
+    def show(self, key: str) -> str:
+        """A test's report key as displayed: its node id (:func:`~.results.node_id`)."""
+        return node_id(key, self.root)
 
     @property
     def runs_failed(self) -> list[str]:
@@ -336,7 +341,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
             _join_shards(twin, out)
         apart = _collected_in_one_twin(twins)
         comparison = _compare_twins(twins, project, apart)
-        result = ParityResult(comparison, twins, strict=strict)
+        result = ParityResult(comparison, twins, strict=strict, root=project.root)
         result.unexercised = [p for p in project.scrub_prefixes
                               if not any(k.startswith(p) for k in twins["operator"].env)]
         if apart:
@@ -533,12 +538,13 @@ def render(result: ParityResult) -> str:
         lines.append(f"  {NOT_ISOLATED}")
     lines += [f"  cannot decide: {reason}" for reason in c.undecided]
     if result.findings:
-        rows = [[f.id, _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail] for f in result.findings]
+        rows = [[result.show(f.id), _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
+                for f in result.findings]
         lines += ["", table(["test", "finding", "clean", "operator", "why"], rows)]
     if c.allowed:
         lines += ["", "allowed to differ (allow-list):",
                   table(["test", "clean", "operator", "reason"],
-                        [[r.id, r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
+                        [[result.show(r.id), r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
     lines += _check_lines(result)
     if not result.strict and (result.of_kind("flaky") or result.of_kind("hash seed")):
         lines.append("  (flaky and hash-seed dependent tests are reported, not failed: `nox -s parity -- --strict` "
@@ -558,7 +564,7 @@ def render_markdown(result: ParityResult) -> str:
     if result.findings:
         out += ["", f"## Differences ({len(result.findings)})", "", markdown_table(
             ["test", "finding", "clean", "operator", "why"],
-            [[f"`{f.id}`", _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
+            [[f"`{result.show(f.id)}`", _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
              for f in result.findings])]
     out += ["", "## Checks", "",
             *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{run.log}`"

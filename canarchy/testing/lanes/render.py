@@ -27,8 +27,9 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(out)
 
 
-def comparison_table(comparison, *, title: str = "parity") -> str:  # type: ignore[no-untyped-def]
-    """A :class:`~canarchy.testing.lanes.results.Comparison` for a terminal: verdict, totals, differing tests."""
+def comparison_table(comparison, *, title: str = "parity", show=str) -> str:  # type: ignore[no-untyped-def]
+    """A :class:`~canarchy.testing.lanes.results.Comparison` for a terminal: verdict, totals, differing tests
+    (``show``: a test's key as displayed, its node id)."""
     from canarchy.testing.lanes.results import totals_text
 
     c = comparison
@@ -37,11 +38,11 @@ def comparison_table(comparison, *, title: str = "parity") -> str:  # type: igno
     lines += [f"  cannot decide: {reason}" for reason in c.undecided]
     if c.differences:
         lines += ["", table(["test id", c.label_a, c.label_b],
-                            [[r.id, r.outcome_a, r.outcome_b] for r in c.differences])]
+                            [[show(r.id), r.outcome_a, r.outcome_b] for r in c.differences])]
     if c.allowed:
         lines += ["", "allowed to differ (allow-list):", table(
             ["test id", c.label_a, c.label_b, "reason"],
-            [[r.id, r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
+            [[show(r.id), r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
     lines += [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in c.stale_allowed]
     return "\n".join(lines)
 

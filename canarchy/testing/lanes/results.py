@@ -157,6 +157,23 @@ def case_key(node_id: str) -> str:
     return f"{classname}::{parts[-1]}{bracket}{tail}"
 
 
+def node_id(key: str, root: Path | None) -> str:
+    """The pytest node id of a report key, for people to read and paste (``pytest NODE_ID``):
+    ``dateutil.test.test_tz.GettzTest::testX`` -> ``dateutil/test/test_tz.py::GettzTest::testX`` where that
+    module is a file under ``root``, the longest such module path; else the key unchanged (a module pytest
+    could not collect, a key from elsewhere)."""
+    head, bracket, tail = key.partition("[")
+    classname, sep, name = head.rpartition("::")
+    if not sep or root is None or "/" in classname:
+        return key
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        module = "/".join(parts[:i]) + ".py"
+        if (root / module).is_file():
+            return "::".join([module, *parts[i:], name]) + bracket + tail
+    return key
+
+
 def _phase(kind: str, message: str) -> str:
     if kind != "error":
         return "call"

@@ -13,6 +13,7 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import OPERATOR_BUS_VARIABLES, build_env
 from canarchy.testing.lanes.netns import NETNS_GROUP, netns_command, netns_roundtrip, netns_support
 from canarchy.testing.lanes.project import Project
+from canarchy.testing.lanes.results import node_id
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, pytest_flags, run_pytest,
                                           workers, xdist_options)
 from canarchy.testing.lanes.verdict import NOT_ISOLATED, Verdict, judge
@@ -71,12 +72,12 @@ def _integration_bus(env: dict[str, str], python: str, operator: bool) -> tuple[
 def _report(lane: str, project: Project, verdict: Verdict) -> int:
     md = project.root / "reports" / f"{lane}.md"
     md.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(md, verdict.markdown())
+    write_text_atomic(md, verdict.markdown(show=lambda key: node_id(key, project.root)))
     print(verdict.line())
     if NOT_ISOLATED in verdict.notes:
         print(f"  {NOT_ISOLATED}")
     for test_id in verdict.failing[:30]:
-        print(f"  failing: {test_id}")
+        print(f"  failing: {node_id(test_id, project.root)}")
     for line in verdict.sentinel:
         print(f"  sentinel: {line}")
     return verdict.exit_code

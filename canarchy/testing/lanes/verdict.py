@@ -39,14 +39,15 @@ class Verdict:
     def line(self) -> str:
         return f"{self.lane}: {self.status} - {self.detail}"
 
-    def markdown(self) -> str:
+    def markdown(self, show=str) -> str:  # type: ignore[no-untyped-def]
+        """``reports/<lane>.md`` (``show``: a failing test's key as displayed, its node id)."""
         out = [f"# {self.lane}: {self.status}", "", self.detail, ""]
         out.extend(f"- {note}" for note in self.notes)
         if self.sentinel:
             out += ["", "## The isolation sentinel", "", "```", *self.sentinel, "```"]
         if self.failing:
             out += ["", f"## Failing ({len(self.failing)})", "",
-                    markdown_table(["test"], [[f"`{t}`"] for t in self.failing])]
+                    markdown_table(["test"], [[f"`{show(t)}`"] for t in self.failing])]
         return "\n".join(out) + "\n"
 
 
