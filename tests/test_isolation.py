@@ -648,6 +648,37 @@ def test_environment_set_by_a_test_does_not_reach_the_next(batch):
     assert batch.outcomes("test_b_sees_nothing") == {"passed"}, batch.output
 
 
+SET_OUTSIDE_ANY_TEST = {
+    "pyproject.toml": '[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n'
+                      'canarchy_scrub_prefixes = ["X_", "CAN_"]\n',
+    ".gitignore": "__pycache__/\n",
+    "tests/conftest.py": "import os\nimport pytest\n\nos.environ['X_FLAG'] = '1'\nos.environ['OTHER'] = '1'\n\n\n"
+                         "@pytest.fixture(scope='session', autouse=True)\ndef channel():\n"
+                         "    os.environ['X_CHANNEL'] = 'vcan0'\n",
+    "tests/test_p.py": "import os\n\n\ndef test_flag():\n    assert 'X_FLAG' not in os.environ\n\n\n"
+                       "def test_other():\n    assert os.environ['OTHER'] == '1'\n",
+}
+
+
+def test_a_scrubbed_variable_set_outside_any_test_is_removed_saying_so(tmp_path):
+    """A conftest (at import, or in a session fixture) sets variables under canarchy_scrub_prefixes: every test
+    runs without them, as before, but the first test's report and the run's summary now say which and why,
+    instead of a test that finds its variable gone for no reason it can see."""
+    for name, text in SET_OUTSIDE_ANY_TEST.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    run = subprocess.run([*PYTEST, "-p", "no:randomly", "-rP", "tests"], cwd=tmp_path, capture_output=True, text=True)
+    out = run.stdout
+    assert run.returncode == 0 and "2 passed" in out, out + run.stderr
+    said = ("removed X_CHANNEL, X_FLAG: set outside any test (a conftest, collection or a fixture wider than a test) "
+            "under canarchy_scrub_prefixes (X_), which every test runs without")
+    assert "canarchy isolation: scrubbed variables set outside any test" in out and \
+        f"before tests/test_p.py::test_flag: {said}" in out, out
+    assert "Captured canarchy isolation setup" in out and "monkeypatch.setenv" in out, out  # test_flag's own report
+    assert "OTHER" not in out.split("scrubbed variables set outside any test", 1)[1], out  # not a scrubbed prefix
+
+
 def test_unlisted_import_time_paths_are_found_and_repointed(canarchy_sandbox, monkeypatch):
     import types
 

@@ -81,6 +81,15 @@ def _opts_out(request: pytest.FixtureRequest, *markers: str) -> bool:
     return not (_opt_outs_of(request.node) if found is None else found).isdisjoint(markers)
 
 
+def scrubbed_outside_text(names: list[str], run: _Run) -> str:
+    """Why ``names``, set outside any test, are gone in a test."""
+    prefixes = sorted({p for p in run.settings.scrub_prefixes for name in names if name.startswith(p)})
+    return (f"removed {', '.join(names)}: set outside any test (a conftest, collection or a fixture wider than a "
+            f"test) under canarchy_scrub_prefixes ({' '.join(prefixes)}), which every test runs without. Set it in "
+            "the test or a function-scoped fixture (monkeypatch.setenv), or take its prefix out of "
+            "canarchy_scrub_prefixes")
+
+
 @pytest.fixture(autouse=True)
 def isolate_canarchy_state(request: pytest.FixtureRequest):
     """Autouse, function scope: a fresh, empty home and working directory (or the rootdir, with
@@ -95,9 +104,16 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     dirs = None
     frozen = run.opt_outs.get(request.node.nodeid)
     changed = frozen is not None and _opt_outs_of(request.node) != frozen
-    for key in _STATE.changed_between_tests():  # left by collection or a wider-scoped fixture
+    removed = []
+    for key in sorted(_STATE.changed_between_tests()):  # left by collection or a wider-scoped fixture
         if key.startswith(run.settings.scrub_prefixes):
+            if key in os.environ:
+                removed.append(key)
             _STATE.quietly(key, None)
+    if removed:  # said with the test (its report's section) and at the end: a removal nobody asked for is a puzzle
+        request.node.add_report_section("setup", "canarchy isolation", scrubbed_outside_text(removed, run))
+        for key in removed:
+            run.scrubbed_outside.setdefault(key, request.node.nodeid)
     if _opts_out(request, "integration", "real_home"):
         env = dict(sandbox.operator_env)
         keep = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_") if _opts_out(request, "integration") else (

@@ -32,7 +32,8 @@ from canarchy.testing.isolation.sentinel import (_after_the_session, _after_the_
                                                  _refused, _search_dirs)
 from canarchy.testing.isolation.pertest import (_checked_cache, _refusal_messages, _remember_writes, access_guard,
                                                 bus_guard, canarchy_sandbox, guard_operator_access,
-                                                isolate_canarchy_state, new_virtual_channel, virtual_channel)
+                                                isolate_canarchy_state, new_virtual_channel, scrubbed_outside_text,
+                                                virtual_channel)
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY
 
 # What a project's conftest or test imports from here; the fixtures, so that pytest registers them with the plugin.
@@ -358,6 +359,13 @@ def pytest_testnodedown(node, error) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     run = config.stash.get(_RUN, None)
+    if run is not None and run.scrubbed_outside:
+        terminalreporter.section("canarchy isolation: scrubbed variables set outside any test", yellow=True)
+        by_test: dict[str, list[str]] = {}
+        for name, test in run.scrubbed_outside.items():
+            by_test.setdefault(test, []).append(name)
+        for test, names in by_test.items():
+            terminalreporter.write_line(f"before {test}: {scrubbed_outside_text(names, run)}")
     if run is not None and run.problems:
         terminalreporter.section("canarchy isolation sentinel", red=True, bold=True)
         for line in run.problems:

@@ -113,6 +113,9 @@ class _Run:
     seal: Seal | None = None  # the isolation's own code and state, as the session layer left them
     problems: list[str] = field(default_factory=list)  # run-level failures, shown in the terminal summary
     finished: set[str] = field(default_factory=set)  # node ids of the tests whose teardown has run
+    # scrubbed variables set outside any test (a conftest, collection, a wider fixture) and removed: name -> the
+    # test before which they were removed; shown in the terminal summary (pertest.isolate_canarchy_state)
+    scrubbed_outside: dict[str, str] = field(default_factory=dict)
     subreaper: bool = False  # this process adopts its descendants whose parent ended (so none is out of sight)
     process_owners: dict[int, str] = field(default_factory=dict)  # pid -> the test at whose end it was running
     last_look: Callable[[str], None] | None = None  # that look with a reason, for an os._exit before the end
