@@ -323,16 +323,19 @@ def test_a_flat_and_a_src_layout_are_read_from_pyproject(tmp_path):
 
 
 @pytest.mark.parametrize("file", ["dateutil/test/test_easter.py", "dateutil/test/_common.py",
-                                  "dateutil/conftest.py", "docs/samples/x.py"])
+                                  "dateutil/conftest.py", "dateutil/x_solution.py"])
 def test_a_test_module_inside_the_package_is_no_module_a_mutation_may_edit(tmp_path, file):
     """python-dateutil keeps its tests in the package (dateutil/test/, testpaths = dateutil/test docs): its test
     modules are under the source directory, yet a mutation of one proves nothing about the code (the lane said
-    KILLED for a killer whose own body the mutant broke)."""
+    KILLED for a killer whose own body the mutant broke). A package among testpaths for its doctests
+    (sortedcontainers: ``testpaths = docs sortedcontainers tests``) still holds code a mutation may edit."""
     (tmp_path / "dateutil" / "test").mkdir(parents=True)
     (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n')
-    (tmp_path / "setup.cfg").write_text("[tool:pytest]\ntestpaths = dateutil/test docs\n")
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\ntestpaths = dateutil/test docs dateutil\n"
+                                        "python_files = test_*.py *_solution.py\n")
     project = load_project(tmp_path)
     assert project.module_of("dateutil/easter.py") == "dateutil.easter"
+    assert project.module_of("dateutil/tz/tz.py") == "dateutil.tz.tz"
     with pytest.raises(ProjectError, match=r"a module of the project's tests .*not a test or its conftest"):
         project.module_of(file)
 

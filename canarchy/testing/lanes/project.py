@@ -56,6 +56,7 @@ class Project:
     scrub_prefixes: tuple[str, ...] = ()  # canarchy_scrub_prefixes of its pytest configuration
     plugin_ini: tuple[tuple[str, str], ...] = ()  # its canarchy_* pytest settings, as pytest.ini lines would give them
     pytest_config: str = "pyproject.toml"  # the file pytest takes its configuration from, relative to root
+    python_files: tuple[str, ...] = ("test_*.py", "*_test.py")  # its test modules' names (pytest's python_files)
 
     def module_of(self, file: str) -> str:
         """The dotted module of a project-relative ``file`` (``src/pkg/a.py`` -> ``pkg.a``).
@@ -79,15 +80,21 @@ class Project:
         return ".".join(parts)
 
     def _test_path_of(self, path: Path) -> str | None:
-        """The test path (``tests``, from ``testpaths``) ``path`` lies in, "conftest.py" for a conftest, or None;
-        a test path that is the root or the source directory itself holds every module and says nothing."""
+        """Why ``path`` is one of the tests' modules, or None: a conftest; a test module by name
+        (``python_files``); a module under a test path (``tests``, from ``testpaths``) inside a package
+        (``pkg/tests/``). A test path that is a top-level package, the source directory or the root holds the
+        code too (doctests: ``testpaths = pkg``) and says nothing by itself."""
+        import fnmatch
+
         if path.name == "conftest.py":
             return "conftest.py"
+        if any(fnmatch.fnmatch(path.name, pattern) for pattern in self.python_files):
+            return f"python_files {' '.join(self.python_files)}"
+        source = self.source.resolve()
         for test in self.tests:
             where = (self.root / test).resolve()
-            if where in (self.root.resolve(), self.source.resolve()) or where in self.source.resolve().parents:
-                continue
-            if path == where or where in path.parents:
+            inside = where.relative_to(source).parts if where.is_relative_to(source) else ()
+            if len(inside) >= 2 and (path == where or where in path.parents):
                 return test
         return None
 
@@ -150,8 +157,10 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
     tool = doc.get("tool", {}).get("pytest", {})
     settings["uses_plugin"] |= _loads_plugin({k: v for k, v in tool.items() if k != "ini_options"}
                                              or tool.get("ini_options", {}))
+    python_files = ini.get("python_files") or ["test_*.py", "*_test.py"]
+    python_files = python_files.split() if isinstance(python_files, str) else python_files
     return Project(base, *_layout(base, doc, table, where, ini), **paths, **settings,
-                   pytest_config=config or "pyproject.toml")
+                   pytest_config=config or "pyproject.toml", python_files=tuple(map(str, python_files)))
 
 
 def pytest_configuration(base: Path) -> tuple[str | None, dict]:
