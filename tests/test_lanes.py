@@ -373,14 +373,22 @@ class _Session:
         raise RuntimeError(message)
 
 
-def test_a_nox_session_whose_install_brings_no_canarchy_stops_saying_what_to_list(monkeypatch):
+def test_a_nox_session_whose_install_brings_no_canarchy_stops_saying_what_to_list(monkeypatch, tmp_path):
     """`-e .` of a project whose test extra the lanes do not see (or that lacks canarchy) leaves the session's
     virtualenv without canarchy: the session says so and what to list, not Python's "No module named 'canarchy'"."""
     monkeypatch.chdir(REPO)  # the module reads the project nox runs in
     from canarchy.testing.lanes import noxsessions
 
-    with pytest.raises(RuntimeError, match=r"did not install canarchy .*canarchy\[lanes\].*\[options.extras_require\]"):
+    with pytest.raises(RuntimeError, match=r"did not install canarchy's harness .*canarchy\[lanes\] @ .*"
+                                           r"another project.*\[options.extras_require\]"):
         noxsessions.install(_Session("False\n"))
+    (tmp_path / "other" / "canarchy").mkdir(parents=True)  # PyPI's canarchy: no testing package
+    (tmp_path / "other" / "canarchy" / "__init__.py").write_text("")
+    for path, said in ((tmp_path / "none", "False"), (tmp_path / "other", "False"), (REPO, "True")):
+        # -S: no site-packages (this interpreter's canarchy), only PYTHONPATH's
+        probe = subprocess.run([sys.executable, "-S", "-c", noxsessions.HARNESS_PROBE], capture_output=True,
+                               text=True, env={"PYTHONPATH": str(path), "PATH": os.environ["PATH"]}, cwd=tmp_path)
+        assert probe.stdout.strip() == said, (path, probe.stdout, probe.stderr)
     for found in ("True\n", None):  # None: nox --install-only runs no command
         session = _Session(found)
         noxsessions.install(session)

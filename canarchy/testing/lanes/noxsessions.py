@@ -61,14 +61,20 @@ def install(session: nox.Session, *extra: str) -> None:
         session.install(*extra, env=INSTALL_ENV)
     # the lane runs `python -m canarchy.testing.lanes` in this virtualenv: an install that did not bring
     # canarchy would end in Python's bare "No module named 'canarchy'" (None: nox --install-only runs nothing)
-    found = session.run("python", "-c", "import importlib.util as u; print(u.find_spec('canarchy') is not None)",
-                        silent=True)
+    found = session.run("python", "-c", HARNESS_PROBE, silent=True)
     if isinstance(found, str) and found.strip().splitlines()[-1:] == ["False"]:
-        session.error(f"`pip install {' '.join(PROJECT.install)}` did not install canarchy into the session's "
-                      "virtualenv, and every lane runs from there: list \"canarchy[lanes] @ ...\" in the project's "
-                      "`test` extra ([project.optional-dependencies] in pyproject.toml, [options.extras_require] "
-                      "in setup.cfg), or name what to install in [tool.canarchy.lanes] install "
-                      "(docs/adopting.md)")
+        session.error(f"`pip install {' '.join(PROJECT.install)}` did not install canarchy's harness "
+                      "(canarchy.testing.lanes) into the session's virtualenv, and every lane runs from there: list "
+                      "\"canarchy[lanes] @ ...\" (a direct reference: a bare canarchy on PyPI is another project) in "
+                      "the project's `test` extra ([project.optional-dependencies] in pyproject.toml, "
+                      "[options.extras_require] in setup.cfg), or name what to install in [tool.canarchy.lanes] "
+                      "install (docs/adopting.md)")
+
+
+#: prints whether the lanes' package imports in the session's Python (False for no canarchy, or another one)
+HARNESS_PROBE = ("import importlib.util as u\n"
+                 "try:\n    print(u.find_spec('canarchy.testing.lanes') is not None)\n"
+                 "except ImportError:\n    print(False)\n")
 
 
 def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str, ...] = ()) -> None:
