@@ -104,6 +104,23 @@ def test_a_silent_detector_is_a_miss(tmp_path):
     assert "| `quiet` | not a defect at all | guard | MISSED |" in selftest.render_markdown([outcome])
 
 
+def test_a_control_that_is_not_clean_names_its_failing_tests_and_their_differences(tmp_path):
+    """canarchy's corpus under python-dateutil's settings (canarchy_scrub_prefixes = DATEUTIL_ CAN_, no
+    CANARCHY_): the control failed saying only "hostile run exit code 1; parity different (exit code 1)"."""
+    from canarchy.testing.lanes.project import Project
+
+    [entry] = [e for e in selftest.load_corpus(CORPUS) if e.is_control]
+    settings = Project(tmp_path, (), tmp_path, ("tests",), (), operator_home=OPERATOR_HOME, leaks=CORPUS,
+                       uses_plugin=True, scrub_prefixes=("DATEUTIL_", "CAN_"),
+                       plugin_ini=(("canarchy_scrub_prefixes", "DATEUTIL_ CAN_"),))
+    outcome = selftest.run_entry(entry, operator_home=OPERATOR_HOME, settings=settings)
+    assert not outcome.ok and outcome.verdict == "NOT CLEAN", outcome.evidence
+    assert "hostile run exit code 1 (test_state_in_the_test_home failed: AssertionError: assert 'can9' is None)" \
+        in outcome.evidence
+    assert "parity different (exit code 1): test_state_in_the_test_home passed" in outcome.evidence
+    assert "-> failed" in outcome.evidence
+
+
 def test_the_corpus_runs_with_the_adopting_project_s_isolation_settings(tmp_path, capsys):
     """The corpus proves the project's own isolation: its canarchy_* options (not require_import: the corpus is
     not its code) are the corpus project's; a project whose configuration does not load the plugin fails."""

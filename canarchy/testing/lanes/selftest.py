@@ -269,17 +269,31 @@ def run_entry(entry: Entry, *, operator_home: Path, settings: Project | None = N
     return Outcome(entry, ok, evidence, time.monotonic() - started)
 
 
+def _first_line(case) -> str:  # type: ignore[no-untyped-def]
+    """The first line of what a failing case's report says (its assertion's ``E`` line where there is one)."""
+    text = _case_text(case)
+    lines = [line for line in text.splitlines() if line.strip()]
+    said = next((line[1:].strip() for line in lines if line.startswith("E ")), lines[0].strip() if lines else "")
+    return said[:160]
+
+
 def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, home: Path,
                    settings: Project | None) -> tuple[bool, str]:
     problems = []
     if run.returncode != 0 or _SENTINEL_SECTION in run.output:
-        problems.append(f"hostile run exit code {run.returncode}")
+        report = _report(run)
+        failing = [f"{key.rsplit('::', 1)[-1]} {case.outcome}: {_first_line(case)}"
+                   for key, case in (report.cases.items() if report else ()) if case.is_failing]
+        problems.append(f"hostile run exit code {run.returncode}" + (f" ({'; '.join(failing[:3])})" if failing else ""))
     changed = content_differences(operator_home, home)
     if changed:
         problems.append("operator home changed: " + "; ".join(changed[:3]))
     parity = _parity(project, operator_home, settings)
     if parity.exit_code != 0:
-        problems.append(f"parity {parity.comparison.verdict} (exit code {parity.exit_code})")
+        differing = [f"{f.id.rsplit('::', 1)[-1]} {' '.join(f.clean)} -> {' '.join(f.operator)}"
+                     for f in parity.findings]
+        problems.append(f"parity {parity.comparison.verdict} (exit code {parity.exit_code})"
+                        + (f": {'; '.join(differing[:3])}" if differing else ""))
     ordered = _order(project, operator_home, settings)
     if ordered.exit_code != 0:
         problems.append(f"order lane {ordered.status}")
