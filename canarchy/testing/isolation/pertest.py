@@ -90,6 +90,22 @@ def scrubbed_outside_text(names: list[str], run: _Run) -> str:
             "canarchy_scrub_prefixes")
 
 
+def _scrub_what_was_set_outside(request: pytest.FixtureRequest, run: _Run) -> None:
+    """Remove the scrubbed variables set since the last test (by collection, a conftest, a wider-scoped
+    fixture), naming each in this test's report and in the run's summary: a removal nobody asked for is a
+    puzzle otherwise."""
+    removed = []
+    for key in sorted(_STATE.changed_between_tests()):
+        if key.startswith(run.settings.scrub_prefixes):
+            if key in os.environ:
+                removed.append(key)
+            _STATE.quietly(key, None)
+    if removed:
+        request.node.add_report_section("setup", "canarchy isolation", scrubbed_outside_text(removed, run))
+        for key in removed:
+            run.scrubbed_outside.setdefault(key, request.node.nodeid)
+
+
 @pytest.fixture(autouse=True)
 def isolate_canarchy_state(request: pytest.FixtureRequest):
     """Autouse, function scope: a fresh, empty home and working directory (or the rootdir, with
@@ -104,16 +120,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     dirs = None
     frozen = run.opt_outs.get(request.node.nodeid)
     changed = frozen is not None and _opt_outs_of(request.node) != frozen
-    removed = []
-    for key in sorted(_STATE.changed_between_tests()):  # left by collection or a wider-scoped fixture
-        if key.startswith(run.settings.scrub_prefixes):
-            if key in os.environ:
-                removed.append(key)
-            _STATE.quietly(key, None)
-    if removed:  # said with the test (its report's section) and at the end: a removal nobody asked for is a puzzle
-        request.node.add_report_section("setup", "canarchy isolation", scrubbed_outside_text(removed, run))
-        for key in removed:
-            run.scrubbed_outside.setdefault(key, request.node.nodeid)
+    _scrub_what_was_set_outside(request, run)
     if _opts_out(request, "integration", "real_home"):
         env = dict(sandbox.operator_env)
         keep = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_") if _opts_out(request, "integration") else (

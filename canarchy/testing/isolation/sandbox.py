@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
 from canarchy.testing.isolation.tempbase import inside
@@ -89,6 +89,20 @@ def scrub_python_can() -> list[str] | None:
 def is_scrubbed(name: str, prefixes: tuple[str, ...] = SCRUBBED_PREFIXES) -> bool:
     """True for a variable the suite removes (default: ``CANARCHY_*``, python-can's ``CAN_*``)."""
     return name.startswith(prefixes)
+
+
+def _names_files_in(value: str, homes: set[str], code_trees: Iterable[str]) -> bool:
+    """Whether ``value`` (a path, or an ``os.pathsep`` list of them) names a path below one of ``homes`` that
+    is none of ``code_trees`` nor below one; a tree that is a home, or holds one (Python installed with
+    ``--prefix=$HOME``), keeps nothing of it."""
+    paths = [os.path.normpath(p) for p in value.split(os.pathsep) if os.path.isabs(p)]
+    trees = [t for t in code_trees if t not in homes and not any(h.startswith(t + os.sep) for h in homes)]
+    return any(p not in trees and not _under_any(p, trees) for p in paths if _under_any(p, homes))
+
+
+def _under_any(path: str, tops: Iterable[str]) -> bool:
+    """Whether normalised ``path`` lies below one of ``tops``."""
+    return any(path.startswith(top + os.sep) for top in tops)
 
 
 def home_environment(home: Path) -> dict[str, str]:
@@ -174,11 +188,7 @@ class Sandbox:
             return False
         homes = {os.path.normpath(h) for h in (*self.real_homes, self.operator_env.get("HOME") or "")
                  if h and os.path.isabs(h) and os.path.normpath(h) != os.sep}
-        paths = [os.path.normpath(p) for p in value.split(os.pathsep) if os.path.isabs(p)]
-        in_home = [p for p in paths if any(p.startswith(h + os.sep) for h in homes)]
-        # a prefix that is a home, or holds one (Python installed with --prefix=$HOME), keeps nothing of it
-        trees = [t for t in self.code_trees if not any(h == t or h.startswith(t + os.sep) for h in homes)]
-        return any(not any(p == t or p.startswith(t + os.sep) for t in trees) for p in in_home)
+        return _names_files_in(value, homes, self.code_trees)
 
     def home_environment(self, home: Path) -> dict[str, str]:
         """:func:`home_environment` of ``home``, remembered: test homes are reused
