@@ -144,3 +144,17 @@ def write_user_config(text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def same_value_ids(tmp_path: Path, recording: Path, stamp: str) -> tuple[Path, Path]:
+    """``(log, dbc)``: the first real ``7E8#`` line of ``recording``, then its data on the 29-bit ID of the same
+    value at ``stamp``; a DBC with an 11-bit ``STD`` and a 29-bit ``EXT`` message on that value."""
+    line = next(line for line in recording.read_text(encoding="ascii").splitlines() if " 7E8#" in line)
+    channel, data = line.split()[1], line.split("#")[1]
+    log = tmp_path / "both.log"
+    log.write_text(f"{line}\n({stamp}) {channel} 000007E8#{data}\n", encoding="ascii")
+    dbc = tmp_path / "both.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\n'
+                   'BO_ 2024 STD: 8 ECU\n SG_ A : 0|8@1+ (1,0) [0|0] "" ECU\n\n'
+                   'BO_ 2147485672 EXT: 8 ECU\n SG_ B : 8|8@1+ (1,0) [0|0] "" ECU\n', encoding="ascii")
+    return log, dbc

@@ -23,7 +23,7 @@ from canarchy.decode.j1939 import decode_dm
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.isotp import IsoTpPdu, IsoTpReassembler, reassemble
 from canarchy.frames import CanFrame
-from tests.helpers import run_cli
+from tests.helpers import run_cli, same_value_ids
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
 TRUCK = CAPTURES / "j1939_truck_idle.log"
@@ -540,15 +540,7 @@ def test_text_writes_each_id_in_its_frame_width_as_candump_does():
 def test_a_29_bit_frame_and_an_11_bit_frame_of_the_same_value_stay_apart(tmp_path):
     # The same ID value as an 11-bit and as a 29-bit message (cantools keeps them apart by is_extended_frame):
     # the decoded event says which frame it was, and the text shows it as candump would.
-    line = next(line for line in SKODA.read_text(encoding="ascii").splitlines() if " 7E8#" in line)
-    _stamp, channel, body = line.split()
-    data = body.split("#")[1]
-    log = tmp_path / "both.log"
-    log.write_text(f"{line}\n(2.0) {channel} 000007E8#{data}\n", encoding="ascii")
-    dbc = tmp_path / "both.dbc"
-    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\n'
-                   'BO_ 2024 STD: 8 ECU\n SG_ A : 0|8@1+ (1,0) [0|0] "" ECU\n\n'
-                   'BO_ 2147485672 EXT: 8 ECU\n SG_ B : 8|8@1+ (1,0) [0|0] "" ECU\n', encoding="ascii")
+    log, dbc = same_value_ids(tmp_path, SKODA, "2.0")
     result = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json")
     events = [e["payload"] for e in result.data["events"]]
     assert [(e["message"], e["arbitration_id"], e["is_extended_id"]) for e in events] == [

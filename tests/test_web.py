@@ -36,7 +36,7 @@ import pytest
 from canarchy import web, web_bind
 from canarchy.cli import main
 from canarchy.commands import web as web_command
-from tests.helpers import run_cli
+from tests.helpers import run_cli, same_value_ids
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
 TRUCK = str(CAPTURES / "j1939_truck_idle.log")
@@ -212,14 +212,7 @@ def test_one_id_notation_everywhere(serve):
 
 def test_an_11_bit_and_a_29_bit_id_of_the_same_value_are_told_apart(serve, tmp_path):
     # one real OBD-II answer, then the same bytes on the 29-bit ID of the same value: two messages of the DBC
-    line = next(line for line in Path(OBD).read_text().splitlines() if " 7E8#" in line)
-    data = line.split("#")[1]
-    log = tmp_path / "both.log"
-    log.write_text(f"{line}\n(1900000000.0) can0 000007E8#{data}\n", encoding="ascii")
-    dbc = tmp_path / "both.dbc"
-    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\n'
-                   'BO_ 2024 STD: 8 ECU\n SG_ A : 0|8@1+ (1,0) [0|0] "" ECU\n\n'
-                   'BO_ 2147485672 EXT: 8 ECU\n SG_ B : 8|8@1+ (1,0) [0|0] "" ECU\n', encoding="ascii")
+    log, dbc = same_value_ids(tmp_path, Path(OBD), "1900000000.0")
     parsed = tables(get(serve(str(log), str(dbc)).url)[2].decode())
     assert {r[0]: r[1] for r in parsed.tables["signals"][1:]} == {"STD": "7E8", "EXT": "000007E8"}
     assert {r[0]: r[8] for r in parsed.tables["ids"][1:]} == {"7E8": "STD", "000007E8": "EXT"}
