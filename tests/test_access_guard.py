@@ -755,6 +755,56 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
 
 
+CHANGING_ARGUMENTS = """
+import readline
+class Changing:  # a path that names the work tree when first asked, then the operator's home
+    def __init__(self, first, then):
+        self.first, self.then, self.asked = first, then, 0
+    def __fspath__(self):
+        self.asked += 1
+        return str(self.first if self.asked == 1 else self.then)
+class Flags(int):  # O_WRONLY | O_CREAT, in a class of its own
+    pass
+class Pid:  # this process when first asked, then its parent (outside the scenario)
+    asked = 0
+    def __index__(self):
+        Pid.asked += 1
+        return os.getpid() if Pid.asked == 1 else os.getppid()
+def spawn_opening(path, flags):
+    pid = os.posix_spawn("/bin/true", ["true"], {}, file_actions=[(os.POSIX_SPAWN_OPEN, 3, path, flags, 0o644)])
+    os.waitpid(pid, 0)
+attempt("a FIFO", lambda: os.mkfifo(Changing(work / 'fifo', home / 'fifo')))
+attempt("a node", lambda: os.mknod(Changing(work / 'node', home / 'node')))
+attempt("a history file", lambda: readline.write_history_file(Changing(work / 'history', home / 'history')))
+attempt("a spawned child's open", lambda: spawn_opening(Changing(work / 'spawned.out', home / 'spawned.out'),
+                                                        os.O_WRONLY | os.O_CREAT))
+attempt("a spawned child's open with flags of a subclass", lambda: spawn_opening(
+    home / 'created', Flags(os.O_WRONLY | os.O_CREAT)))
+attempt("a descriptor to signal an int subclass", lambda: os.pidfd_open(type("P", (int,), {})(os.getppid())))
+attempt("a descriptor to signal an __index__", lambda: os.pidfd_open(Pid()))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open") or not hasattr(os, "mkfifo"), reason="no pidfd_open or mkfifo")
+def test_a_wrapper_judges_the_very_argument_it_passes_on(tmp_path):
+    """The wrappers of C functions with no audit event convert an argument once and pass the converted value on:
+    a path object asked again (``__fspath__``), a pid (``__index__``), flags of an int subclass, a file action
+    could name another file, process or mode to C than to the guard. Each here names the work tree or this
+    process first, the operator's home or a process outside after: what is made is made where it was judged
+    (the work tree), the int subclass and the changing pid are judged by their value (refused), and the flags
+    as the write they are."""
+    home, work = make_operator(tmp_path)
+    before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    outcomes = run_guarded(CHANGING_ARGUMENTS, home, work)["outcomes"]
+    for name in ("a FIFO", "a node", "a history file", "a spawned child's open"):
+        assert outcomes[name] == "allowed", outcomes
+    for name in ("a spawned child's open with flags of a subclass", "a descriptor to signal an int subclass"):
+        assert outcomes[name].startswith("refused: "), outcomes
+    assert outcomes["a descriptor to signal an __index__"] == "allowed", outcomes  # its own pid, as judged
+    assert {"fifo", "node", "history", "spawned.out"} <= {p.name for p in work.iterdir()}
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="no /proc")
 def test_a_signal_to_a_process_group_or_to_every_process_is_judged_by_each_process_it_reaches():
     """A group reaches each of its processes: one outside the run (here the group's leader, a shell above the

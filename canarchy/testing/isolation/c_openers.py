@@ -9,6 +9,7 @@ Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import sys
 import threading
@@ -58,12 +59,29 @@ def _audit_readline() -> None:
         _replace((readline,), name, functools.partial(_audited_file_function, event=f"readline.{name}", index=index))
 
 
+def converted(value: Any) -> Any:
+    """A path argument as the C function will read it: an ``os.PathLike``'s ``__fspath__`` asked once, here, so
+    that the wrapper judges and passes on the same text (asked again, it could name another file); a str, bytes,
+    descriptor or anything else as it is (the C function refuses what it cannot take)."""
+    if isinstance(value, (str, bytes, int)) or value is None:
+        return value
+    try:
+        return os.fspath(value)
+    except TypeError:
+        return value
+
+
 def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
     """``real`` raising ``event`` with its path argument (position ``index``; none: readline's ``~/.history``)
-    first. Only positional arguments, as readline's own take: nothing a caller passes changes the event."""
+    first. Only positional arguments, as readline's own take: nothing a caller passes changes the event. The
+    path is converted once (:func:`converted`): what is judged is what ``real`` opens."""
 
     def audited(*args: Any) -> Any:
-        path = args[index] if len(args) > index and args[index] is not None else os.path.expanduser("~/.history")
+        if len(args) > index and args[index] is not None:
+            args = (*args[:index], converted(args[index]), *args[index + 1:])
+            path = args[index]
+        else:
+            path = os.path.expanduser("~/.history")
         sys.audit(event, path)
         return real(*args)
 
@@ -175,14 +193,32 @@ def _audit_spawn_file_actions() -> None:
 
     def auditing(real: Callable) -> Callable:
         def spawn(*args: Any, **kwargs: Any) -> Any:
-            for action in kwargs.get("file_actions") or ():
-                if isinstance(action, tuple) and len(action) >= 4 and action[0] == os.POSIX_SPAWN_OPEN:
-                    sys.audit("open", action[2], None, action[3])
+            if kwargs.get("file_actions") is not None:  # read once: the actions judged are the actions passed on
+                kwargs["file_actions"] = actions = [_plain_action(action) for action in kwargs["file_actions"]]
+                for action in actions:
+                    if isinstance(action, tuple) and len(action) >= 4 and action[0] == os.POSIX_SPAWN_OPEN:
+                        sys.audit("open", action[2], None, action[3])
             return real(*args, **kwargs)
         return spawn
 
     for name in _SPAWNS:
         _replace((posix, os), name, auditing)
+
+
+def _plain_action(action: Any) -> Any:
+    """A ``posix_spawn`` file action as C reads it, in plain values: a tuple's own items (a subclass's
+    ``__getitem__`` is not what C reads), its tag and an open's flags as ints (asked once), an open's path
+    :func:`converted`. Anything else as it is: ``posix_spawn`` refuses it."""
+    if not isinstance(action, tuple):
+        return action
+    items = tuple.__getitem__(action, slice(None))
+    try:
+        items = (operator.index(items[0]), *items[1:])
+        if items[0] == os.POSIX_SPAWN_OPEN and len(items) >= 4:
+            items = (*items[:2], converted(items[2]), operator.index(items[3]), *items[4:])
+    except (TypeError, IndexError):
+        pass
+    return items
 
 
 #: The functions that make a file with no audit event of CPython's: name -> their parameters after the path, with
@@ -204,6 +240,9 @@ def _audit_special_files() -> None:
     def auditing(name: str) -> Callable[[Callable], Callable]:
         def wrap(real: Callable) -> Callable:
             def make(path: Any, *args: Any, **kwargs: Any) -> Any:
+                path = converted(path)  # once: the path judged is the path made
+                if kwargs.get("dir_fd") is not None:
+                    kwargs["dir_fd"] = operator.index(kwargs["dir_fd"])
                 rest = [kwargs.get(key, args[i] if i < len(args) else default)
                         for i, (key, default) in enumerate(_MAKERS[name])]
                 sys.audit(f"os.{name}", path, *rest)
@@ -216,6 +255,7 @@ def _audit_special_files() -> None:
 
     def pidfd(real: Callable) -> Callable:
         def pidfd_open(pid: Any, *args: Any, **kwargs: Any) -> Any:
+            pid = operator.index(pid)  # once, an int: an int subclass or an __index__ is not what is judged
             sys.audit("os.pidfd_open", pid)  # the descriptor signal.pidfd_send_signal sends through
             return real(pid, *args, **kwargs)
         return pidfd_open
