@@ -190,6 +190,42 @@ def test_a_child_python_signals_a_process_beside_pytest():
     code = f"import os, signal; os.kill({os.environ['CHILD_SIBLING_PID']}, signal.SIGCONT)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
+def test_renices_a_process_beside_pytest():
+    sibling = int(os.environ["CHILD_SIBLING_PID"])
+    os.setpriority(os.PRIO_PROCESS, sibling, os.getpriority(os.PRIO_PROCESS, sibling))  # its own level: harmless
+
+def test_renices_every_process_of_the_user():
+    os.setpriority(os.PRIO_USER, 0, os.getpriority(os.PRIO_USER, 0))
+
+def test_sets_a_resource_limit_of_a_process_beside_pytest():
+    import resource
+    sibling = int(os.environ["CHILD_SIBLING_PID"])  # RLIMIT_CPU under the time it used would end it (SIGXCPU)
+    resource.prlimit(sibling, resource.RLIMIT_CORE, resource.prlimit(sibling, resource.RLIMIT_CORE))
+
+def test_moves_a_process_beside_pytest_to_other_cpus():
+    sibling = int(os.environ["CHILD_SIBLING_PID"])
+    os.sched_setaffinity(sibling, os.sched_getaffinity(sibling))
+
+def test_a_child_python_renices_a_process_beside_pytest():
+    sibling = os.environ["CHILD_SIBLING_PID"]
+    code = f"import os; os.setpriority(os.PRIO_PROCESS, {sibling}, os.getpriority(os.PRIO_PROCESS, {sibling}))"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+def test_changes_itself_and_its_children():
+    import resource
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        os.setpriority(os.PRIO_PROCESS, child.pid, min(19, os.getpriority(os.PRIO_PROCESS, child.pid) + 1))
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))
+        resource.prlimit(child.pid, resource.RLIMIT_CORE, (0, 0))
+        resource.prlimit(int(os.environ["CHILD_SIBLING_PID"]), resource.RLIMIT_CORE)  # asking changes nothing
+        os.sched_setaffinity(child.pid, os.sched_getaffinity(0))
+        os.sched_setaffinity(0, os.sched_getaffinity(0))
+        os.sched_setparam(0, os.sched_getparam(0))
+    finally:
+        child.kill()
+        child.wait()
+
 def test_signals_itself_its_children_and_from_a_child_the_test_s_process():
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     os.killpg(child.pid, signal.SIGTERM)
@@ -913,6 +949,29 @@ def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
         assert "a process outside the run" in messages and ": sleep 300" in messages, messages
     test = "test_signals_itself_its_children_and_from_a_child_the_test_s_process"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity on this system")
+def test_a_change_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_not(routes):
+    """What ends, starves or slows a process as a signal would is judged as one: its resource limits
+    (``resource.prlimit``: a CPU limit under the time it used sends it SIGXCPU), its nice level
+    (``os.setpriority``; of every process of the user with ``PRIO_USER``), its CPUs (``os.sched_setaffinity``),
+    which CPython does not audit. Refused at once for a process beside pytest, naming the test, from a child
+    Python too; a test changes itself and what it started, and asks a limit of anyone."""
+    run, _ = routes
+    for test, operation in (("test_renices_a_process_beside_pytest", "change the nice level of 'pid "),
+                            ("test_renices_every_process_of_the_user", "change the nice level of 'user "),
+                            ("test_sets_a_resource_limit_of_a_process_beside_pytest",
+                             "set a resource limit of 'pid "),
+                            ("test_moves_a_process_beside_pytest_to_other_cpus", "change the CPUs of 'pid "),
+                            ("test_a_child_python_renices_a_process_beside_pytest",
+                             "change the nice level of 'pid ")):
+        messages = run.messages(test)
+        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+        assert f"test_process_state.py::{test} tried to {operation}" in messages, messages
+        assert "a process outside the run" in messages, messages
+    assert run.outcomes("test_changes_itself_and_its_children") == {"passed"}, run.messages(
+        "test_changes_itself_and_its_children")
 
 
 def test_a_multiprocessing_worker_may_import_a_module_that_requires_the_isolation(routes):

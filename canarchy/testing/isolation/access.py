@@ -218,17 +218,32 @@ class AccessGuard:
             self._moved_tree(args)
 
     def _signal(self, event: str, args: tuple) -> None:
-        """``os.kill``/``os.killpg`` (target, signal; signal 0 sends none) and ``os.pidfd_open`` (pid): refused
-        when it would reach a process outside the run (:func:`~.protection.signalled_outside`)."""
-        if (event != "os.pidfd_open" and args[1] == 0) or args[0].__class__ is not int:
+        """``os.kill``/``os.killpg`` (target, signal; signal 0 sends none) and ``os.pidfd_open`` (pid), and the
+        changes to a process (:data:`~.events.SIGNALS`): refused when it would reach a process outside the run
+        (:func:`~.protection.signalled_outside`)."""
+        if event not in _SENDERS:
+            changed = _process_change(event, args)
+            if changed is None:  # resource.prlimit that asks only
+                return
+            event, target, operation = changed
+            if target is None:  # every process of a user: the operator's shell among them
+                self._refuse_or_record(Access(self._owner(), operation, f"user {args[1] or os.getuid()}",
+                                              "every process of the user", "process", "a process outside the run",
+                                              os.getpid()))
+                return
+        elif (event != "os.pidfd_open" and args[1] == 0) or args[0].__class__ is not int:
             return
-        reached = signalled_outside(event, args[0], self.run_pid)
-        if reached is not None:
+        else:
+            target = args[0]
             operation = ("open a descriptor to signal" if event == "os.pidfd_open"
                          else f"send signal {args[1]} with {event} to")
-            target = (f"process group {abs(args[0]) or os.getpgrp()}" if event == "os.killpg" or args[0] <= 0
-                      else f"pid {args[0]}")
-            self._refuse_or_record(Access(self._owner(), operation, target, reached, "process",
+        if target.__class__ is not int:
+            return
+        reached = signalled_outside(event, target, self.run_pid)
+        if reached is not None:
+            shown = (f"process group {abs(target) or os.getpgrp()}" if event == "os.killpg" or target <= 0
+                     else f"pid {target}")
+            self._refuse_or_record(Access(self._owner(), operation, shown, reached, "process",
                                           "a process outside the run", os.getpid()))
 
     def _open(self, args: tuple) -> None:
@@ -421,6 +436,28 @@ def _descriptor_path(fd: int) -> str | None:
     except (OSError, ValueError):
         return None
     return path if path[:1] == _SEP else None  # "socket:[...]", "anon_inode:..." name no path
+
+
+_SENDERS = frozenset({"os.kill", "os.killpg", "os.pidfd_open"})  # the signals themselves, of SIGNALS
+#: The changes to a process (:data:`~.events.SIGNALS` but :data:`_SENDERS`), and what the refusal says.
+_CHANGES = {"resource.prlimit": "set a resource limit of", "os.sched_setaffinity": "change the CPUs of",
+            "os.sched_setscheduler": "change the scheduling of", "os.sched_setparam": "change the scheduling of"}
+
+
+def _process_change(event: str, args: tuple) -> tuple[str, int | None, str] | None:
+    """For a change to a process: ``(event, target, operation)`` judged as :func:`~.protection.signalled_outside`
+    judges a pid (``os.pidfd_open``) or a group (``os.killpg``); 0 names this process (its group); target None
+    is every process of a user. None for ``resource.prlimit`` that sets nothing."""
+    if event == "os.setpriority":  # (which, who, priority)
+        operation = "change the nice level of"
+        if args[0] == os.PRIO_PGRP:
+            return "os.killpg", args[1], operation
+        if args[0] == os.PRIO_USER:
+            return "os.setpriority", None, operation
+        return "os.pidfd_open", args[1] or os.getpid(), operation
+    if event == "resource.prlimit" and (len(args) < 3 or args[2] is None):
+        return None
+    return "os.pidfd_open", args[0] or os.getpid(), _CHANGES[event]
 
 
 def _directory_descriptors() -> list[str]:

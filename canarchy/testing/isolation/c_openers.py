@@ -1,8 +1,8 @@
-"""C functions that open paths or start processes without an audit event of CPython's, wrapped so that the
-access guard (:mod:`~canarchy.testing.isolation.access`) sees them: readline's history and init files,
+"""C functions that open paths, start or change processes without an audit event of CPython's, wrapped so that
+the access guard (:mod:`~canarchy.testing.isolation.access`) sees them: readline's history and init files,
 SQLite's ATTACH, a Tcl interpreter, multiprocessing's ``fork_exec``, ``posix_spawn``'s file actions,
-``os.mkfifo``, ``os.mknod`` and ``os.pidfd_open``, and a second instance of one of those modules. The seal
-keeps every wrapper in place (:func:`audited_c_openers`).
+``os.mkfifo``, ``os.mknod``, ``os.pidfd_open``, ``os.setpriority`` and ``os.sched_set*``, and a second instance
+of one of those modules. The seal keeps every wrapper in place (:func:`audited_c_openers`).
 Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
 """
 
@@ -262,6 +262,27 @@ def _audit_special_files() -> None:
 
     _replace((posix, os), "pidfd_open", pidfd)
 
+    def changing(name: str, integers: int, count: int) -> Callable[[Callable], Callable]:
+        def wrap(real: Callable) -> Callable:
+            def change(*args: Any) -> Any:  # positional only, as the C function's own
+                if len(args) == count:  # else the C function refuses them
+                    args = (*(operator.index(a) for a in args[:integers]), *args[integers:])
+                    sys.audit(f"os.{name}", *args)
+                return real(*args)
+            return change
+        return wrap
+
+    for name, (integers, count) in _PROCESS_CHANGES.items():  # the process it changes: judged as a signal's
+        _replace((posix, os), name, changing(name, integers, count))
+
+
+#: The functions that change another process with no audit event of CPython's: name -> (how many leading
+#: arguments are integers (asked once, :func:`converted`'s reason), how many arguments it takes):
+#: ``os.setpriority(which, who, priority)``, ``os.sched_setaffinity(pid, mask)``, ``os.sched_setscheduler(pid,
+#: policy, param)``, ``os.sched_setparam(pid, param)``.
+_PROCESS_CHANGES = {"setpriority": (3, 3), "sched_setaffinity": (1, 2), "sched_setscheduler": (2, 3),
+                    "sched_setparam": (1, 2)}
+
 
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
 _WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "_imp")
@@ -305,5 +326,5 @@ def audited_c_openers() -> list[tuple[object, str]]:
         found.append((sys.modules["_tkinter"], "create"))
     found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
     found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
-              for name in (*_SPAWNS, *_MAKERS, "pidfd_open") if hasattr(module, name)]
+              for name in (*_SPAWNS, *_MAKERS, "pidfd_open", *_PROCESS_CHANGES) if hasattr(module, name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]

@@ -137,7 +137,13 @@ SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
 #: The events of a signal sent (CPython's ``os.kill`` (pid, signal) and ``os.killpg`` (group, signal)) or of a
 #: process's descriptor taken to send one with (``os.pidfd_open`` (pid): no event of CPython's; raised by
 #: :mod:`~canarchy.testing.isolation.c_openers`' wrapper): judged by their target, not by a path.
-SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open"})
+SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
+    #: ... and of a change to another process, which ends, starves or slows it as a signal would: its resource
+    #: limits (CPython's ``resource.prlimit`` (pid, resource, limits; None asks only): a CPU limit below the time
+    #: it used sends it SIGXCPU), its nice level (``os.setpriority`` (which, who, priority)), its CPUs and
+    #: scheduling (``os.sched_setaffinity``, ``os.sched_setscheduler``, ``os.sched_setparam`` (pid, ...)); the
+    #: ``os.`` ones raise no event of CPython's: raised by c_openers' wrappers)
+    "resource.prlimit", "os.setpriority", "os.sched_setaffinity", "os.sched_setscheduler", "os.sched_setparam")})
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
