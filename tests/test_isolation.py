@@ -624,8 +624,13 @@ def test_only_variables_naming_files_of_the_operator_s_home_are_left_out(tmp_pat
 
     home = tmp_path / "op"
     checkout = home / "src" / "project"
+    checkout.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(home)  # /home/me where /home links to /var/home: the home by another name
     operator = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/bin", "VIRTUAL_ENV": f"{home}/.venv",
                 "GIT_CONFIG_GLOBAL": f"{home}/.gitconfig", "PIP_CONFIG_FILE": f"{home}/x/../pip.conf",
+                "GNUPGHOME": f"{tmp_path}/link/.gnupg", "HISTFILE": f"/{home}/.history",
+                "THROUGH_A_LINK_INTO_THE_CHECKOUT": f"{tmp_path}/link/src/project/setup.cfg",
+                "LINK_TO_THE_HOME": f"{tmp_path}/link",
                 "NPM_CONFIG_USERCONFIG": f"{home}/.npmrc", "XDG_DATA_DIRS": f"/usr/share:{home}/.local/share",
                 "COVERAGE_RCFILE": f"{checkout}/.coveragerc", "NAMES_THE_HOME": str(home),
                 "ELSEWHERE": "/etc/gitconfig", "WORDS": f"--config={home}/.x", "RELATIVE": "x/y",
@@ -635,9 +640,10 @@ def test_only_variables_naming_files_of_the_operator_s_home_are_left_out(tmp_pat
         env = sandbox.isolated_environment(sandbox.session_home)
     finally:
         sandbox.cleanup()
-    assert {"GIT_CONFIG_GLOBAL", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG", "XDG_DATA_DIRS"}.isdisjoint(env)
+    assert {"GIT_CONFIG_GLOBAL", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG", "XDG_DATA_DIRS", "GNUPGHOME",
+            "HISTFILE"}.isdisjoint(env), env
     kept = ("PATH", "VIRTUAL_ENV", "COVERAGE_RCFILE", "NAMES_THE_HOME", "ELSEWHERE", "WORDS", "RELATIVE",
-            "KEPT_BY_THE_PROJECT")
+            "KEPT_BY_THE_PROJECT", "THROUGH_A_LINK_INTO_THE_CHECKOUT", "LINK_TO_THE_HOME")
     assert {k: env[k] for k in kept} == {k: operator[k] for k in kept}
     assert env["HOME"] == str(sandbox.session_home)
 

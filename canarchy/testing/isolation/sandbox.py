@@ -93,11 +93,18 @@ def is_scrubbed(name: str, prefixes: tuple[str, ...] = SCRUBBED_PREFIXES) -> boo
 
 def _names_files_in(value: str, homes: set[str], code_trees: Iterable[str]) -> bool:
     """Whether ``value`` (a path, or an ``os.pathsep`` list of them) names a path below one of ``homes`` that
-    is none of ``code_trees`` nor below one; a tree that is a home, or holds one (Python installed with
-    ``--prefix=$HOME``), keeps nothing of it."""
-    paths = [os.path.normpath(p) for p in value.split(os.pathsep) if os.path.isabs(p)]
-    trees = [t for t in code_trees if t not in homes and not any(h.startswith(t + os.sep) for h in homes)]
-    return any(p not in trees and not _under_any(p, trees) for p in paths if _under_any(p, homes))
+    is none of ``code_trees`` nor below one, each compared as written and as the OS resolves it
+    (:func:`_forms`: ``/home/me/.gitconfig`` where ``/home`` links to ``/var/home``); a tree that is a home,
+    or holds one (Python installed with ``--prefix=$HOME``), keeps nothing of it."""
+    trees = [form for t in code_trees for form in _forms(t)
+             if form not in homes and not any(h.startswith(form + os.sep) for h in homes)]
+    for element in value.split(os.pathsep):
+        if os.path.isabs(element):
+            forms = _forms(element)
+            if any(_under_any(p, homes) for p in forms) and not any(p in trees or _under_any(p, trees)
+                                                                    for p in forms):
+                return True
+    return False
 
 
 def _under_any(path: str, tops: Iterable[str]) -> bool:
@@ -119,6 +126,15 @@ def apply_environment(target: Mapping[str, str], environ: os._Environ | dict | N
     for name, value in target.items():
         if current.get(name) != value:
             environ[name] = value
+
+
+def _forms(path: str) -> set[str]:
+    """An absolute ``path`` as written (``normpath``: ``..`` folded on the text) and as the OS resolves it
+    (``realpath``: each symlink followed, ``//`` made ``/``), each once."""
+    written = os.path.normpath(path)
+    if written.startswith(os.sep * 2):  # POSIX keeps a leading "//"; Linux reads it as "/"
+        written = os.sep + written.lstrip(os.sep)
+    return {written, os.path.realpath(path)}
 
 
 class Sandbox:
@@ -176,7 +192,8 @@ class Sandbox:
 
     def names_the_operator_s_files(self, name: str, value: str) -> bool:
         """Whether variable ``name`` points a program at the operator's files: its value, or an element of a
-        ``os.pathsep`` list, is an absolute path in a real home (``GIT_CONFIG_GLOBAL``, ``PIP_CONFIG_FILE``,
+        ``os.pathsep`` list, is an absolute path in a real home, as written or resolved (a symlink to the home
+        or into it; ``GIT_CONFIG_GLOBAL``, ``PIP_CONFIG_FILE``,
         ``PYTHONSTARTUP``, ``KUBECONFIG``, ``CARGO_HOME``...; a ``git config --global`` would write there;
         a value that is the home itself names none of its files).
         Such a variable is left out of the tests' environment, so the program takes its default, under the
@@ -186,8 +203,8 @@ class Sandbox:
         if name in CODE_VARIABLES or name in HOME_VARIABLES or os.sep not in value or (
                 self.keep_variables and name.startswith(self.keep_variables)):
             return False
-        homes = {os.path.normpath(h) for h in (*self.real_homes, self.operator_env.get("HOME") or "")
-                 if h and os.path.isabs(h) and os.path.normpath(h) != os.sep}
+        homes = {form for h in (*self.real_homes, self.operator_env.get("HOME") or "")
+                 if h and os.path.isabs(h) for form in _forms(h) if form != os.sep}
         return _names_files_in(value, homes, self.code_trees)
 
     def home_environment(self, home: Path) -> dict[str, str]:
