@@ -211,6 +211,33 @@ def test_a_child_python_renices_a_process_beside_pytest():
     code = f"import os; os.setpriority(os.PRIO_PROCESS, {sibling}, os.getpriority(os.PRIO_PROCESS, {sibling}))"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
+def _asynchronous_pipe(owner):
+    import fcntl
+    read, write = os.pipe()
+    owner(read)
+    fcntl.fcntl(read, fcntl.F_SETSIG if hasattr(fcntl, "F_SETSIG") else 10, signal.SIGCONT)  # harmless, if sent
+    fcntl.fcntl(read, fcntl.F_SETFL, fcntl.fcntl(read, fcntl.F_GETFL) | os.O_ASYNC)
+    os.write(write, b"x")  # ready: the kernel signals the owner
+    os.close(read)
+    os.close(write)
+
+def test_makes_a_process_beside_pytest_the_owner_of_a_descriptor():
+    import fcntl
+    _asynchronous_pipe(lambda fd: fcntl.fcntl(fd, fcntl.F_SETOWN, int(os.environ["CHILD_SIBLING_PID"])))
+
+def test_makes_a_process_beside_pytest_the_owner_of_a_socket():
+    import fcntl, socket, struct
+    mine, other = socket.socketpair()
+    fcntl.ioctl(mine.fileno(), 0x8902, struct.pack("i", int(os.environ["CHILD_SIBLING_PID"])))  # SIOCSPGRP
+
+def test_makes_pytest_s_process_group_the_owner_of_a_descriptor():
+    import fcntl, struct
+    _asynchronous_pipe(lambda fd: fcntl.fcntl(fd, 15, struct.pack("ii", 2, os.getpgrp())))  # F_SETOWN_EX, PGRP
+
+def test_gives_a_descriptor_an_owner_the_guard_cannot_read():
+    import fcntl
+    fcntl.fcntl(os.pipe()[0], fcntl.F_SETOWN, type("Pid", (int,), {})(os.getpid()))
+
 def test_changes_itself_and_its_children():
     import resource
     child = subprocess.Popen(["sleep", "30"])
@@ -222,6 +249,10 @@ def test_changes_itself_and_its_children():
         os.sched_setaffinity(child.pid, os.sched_getaffinity(0))
         os.sched_setaffinity(0, os.sched_getaffinity(0))
         os.sched_setparam(0, os.sched_getparam(0))
+        import fcntl, struct, threading
+        _asynchronous_pipe(lambda fd: fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid()))
+        _asynchronous_pipe(lambda fd: fcntl.fcntl(fd, fcntl.F_SETOWN, child.pid))
+        _asynchronous_pipe(lambda fd: fcntl.fcntl(fd, 15, struct.pack("ii", 0, threading.get_native_id())))
     finally:
         child.kill()
         child.wait()
@@ -956,8 +987,11 @@ def test_a_change_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
     """What ends, starves or slows a process as a signal would is judged as one: its resource limits
     (``resource.prlimit``: a CPU limit under the time it used sends it SIGXCPU), its nice level
     (``os.setpriority``; of every process of the user with ``PRIO_USER``), its CPUs (``os.sched_setaffinity``),
-    which CPython does not audit. Refused at once for a process beside pytest, naming the test, from a child
-    Python too; a test changes itself and what it started, and asks a limit of anyone."""
+    which CPython does not audit, and a descriptor it is made the owner of (``F_SETOWN``, ``F_SETOWN_EX`` of a
+    group, ``SIOCSPGRP``; an owner in an ``int`` subclass): the kernel signals the owner (SIGIO, or what
+    ``F_SETSIG`` names: SIGKILL, SIGSTOP) each time the descriptor is ready. Refused at once for a process
+    beside pytest (pytest's own group holds the operator's pipeline), naming the test, from a child Python too;
+    a test changes itself, its threads and what it started, and asks a limit of anyone."""
     run, _ = routes
     for test, operation in (("test_renices_a_process_beside_pytest", "change the nice level of 'pid "),
                             ("test_renices_every_process_of_the_user", "change the nice level of 'user "),
@@ -965,7 +999,19 @@ def test_a_change_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
                              "set a resource limit of 'pid "),
                             ("test_moves_a_process_beside_pytest_to_other_cpus", "change the CPUs of 'pid "),
                             ("test_a_child_python_renices_a_process_beside_pytest",
-                             "change the nice level of 'pid ")):
+                             "change the nice level of 'pid "),
+                            ("test_makes_a_process_beside_pytest_the_owner_of_a_descriptor",
+                             "make the owner of a descriptor (sent SIGIO, or the signal F_SETSIG names, when it is "
+                             "ready) 'pid "),
+                            ("test_makes_a_process_beside_pytest_the_owner_of_a_socket",
+                             "make the owner of a descriptor (sent SIGIO, or the signal F_SETSIG names, when it is "
+                             "ready) 'pid "),
+                            ("test_makes_pytest_s_process_group_the_owner_of_a_descriptor",
+                             "make the owner of a descriptor (sent SIGIO, or the signal F_SETSIG names, when it is "
+                             "ready) 'process group "),
+                            ("test_gives_a_descriptor_an_owner_the_guard_cannot_read",
+                             "make the owner of a descriptor (sent SIGIO, or the signal F_SETSIG names, when it is "
+                             "ready) 'descriptor ")):
         messages = run.messages(test)
         assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
         assert f"test_process_state.py::{test} tried to {operation}" in messages, messages

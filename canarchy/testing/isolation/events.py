@@ -143,7 +143,11 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
     #: it used sends it SIGXCPU), its nice level (``os.setpriority`` (which, who, priority)), its CPUs and
     #: scheduling (``os.sched_setaffinity``, ``os.sched_setscheduler``, ``os.sched_setparam`` (pid, ...)); the
     #: ``os.`` ones raise no event of CPython's: raised by c_openers' wrappers)
-    "resource.prlimit", "os.setpriority", "os.sched_setaffinity", "os.sched_setscheduler", "os.sched_setparam")})
+    "resource.prlimit", "os.setpriority", "os.sched_setaffinity", "os.sched_setscheduler", "os.sched_setparam",
+    #: ... and of a process or group made the owner of a descriptor (CPython's ``fcntl.fcntl`` ``F_SETOWN``,
+    #: ``F_SETOWN_EX``, ``fcntl.ioctl`` ``FIOSETOWN``/``SIOCSPGRP`` (fd, command, argument)): the kernel signals
+    #: it (SIGIO, or what ``F_SETSIG`` names: SIGKILL, SIGSTOP) each time the descriptor is ready
+    "fcntl.fcntl", "fcntl.ioctl")})
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
