@@ -469,24 +469,31 @@ def _owner_change(event: str, args: tuple) -> tuple[str, int | str, str] | None:
         owner = argument
     elif (event == "fcntl.fcntl" and command == _F_SETOWN_EX and _F_SETOWN_EX is not None) or (
             event == "fcntl.ioctl" and command in _OWNER_IOCTLS):
-        size = 8 if event == "fcntl.fcntl" else 4
-        if not isinstance(argument, (bytes, str)) or len(memoryview(argument.encode() if isinstance(
-                argument, str) else argument)) < size:
-            return event, "an owner the guard cannot read (not bytes: an address, or a buffer that may change)", _OWNER
-        raw = memoryview(argument.encode() if isinstance(argument, str) else argument).tobytes()
-        if event == "fcntl.ioctl":
-            owner = int.from_bytes(raw[:4], sys.byteorder, signed=True)
-        else:
-            kind = int.from_bytes(raw[:4], sys.byteorder, signed=True)
-            owner = int.from_bytes(raw[4:8], sys.byteorder, signed=True)
-            if kind == _F_OWNER_TID and os.path.exists(f"/proc/self/task/{owner}"):
-                return None  # a thread of this process
-            owner = -owner if kind == _F_OWNER_PGRP else owner
+        owner = _owner_in_structure(event, argument)
+        if owner is None or owner.__class__ is str:
+            return None if owner is None else (event, owner, _OWNER)
     else:
         return None
     if owner == 0:
         return None
     return ("os.pidfd_open", owner, _OWNER) if owner > 0 else ("os.killpg", -owner, _OWNER)
+
+
+def _owner_in_structure(event: str, argument: Any) -> int | str | None:
+    """The owner an ``F_SETOWN_EX`` structure (``fcntl.fcntl``: type, pid) or an owner ioctl's int
+    (``fcntl.ioctl``) names: a pid, minus a group; None for a thread of this process; a str (why) for an
+    argument that is no bytes of the size (an address, or a buffer that may change)."""
+    raw = argument.encode() if isinstance(argument, str) else argument
+    size = 8 if event == "fcntl.fcntl" else 4
+    if not isinstance(raw, bytes) or len(raw) < size:
+        return "an owner the guard cannot read (not bytes: an address, or a buffer that may change)"
+    if event == "fcntl.ioctl":
+        return int.from_bytes(raw[:4], sys.byteorder, signed=True)
+    kind = int.from_bytes(raw[:4], sys.byteorder, signed=True)
+    owner = int.from_bytes(raw[4:8], sys.byteorder, signed=True)
+    if kind == _F_OWNER_TID and os.path.exists(f"/proc/self/task/{owner}"):
+        return None  # a thread of this process
+    return -owner if kind == _F_OWNER_PGRP else owner
 
 
 def _process_change(event: str, args: tuple) -> tuple[str, int | str | None, str] | None:
