@@ -848,6 +848,26 @@ def test_what_a_test_leaves_running_is_named_after_it_ended_and_the_next_test_is
     assert "in child process" in late and "test_runs_while" not in late, late
 
 
+ORPHAN_IN_A_WORKER = """
+    import os, signal, subprocess
+
+    def test_ends_a_process_its_shell_left_behind():
+        # the shell ends; its sleep is adopted by the run's subreaper: the controller, not this worker
+        pid = int(subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                 text=True, check=True).stdout)
+        os.kill(pid, signal.SIGKILL)
+"""
+
+
+def test_a_pytest_xdist_worker_s_test_may_end_what_it_started_after_the_controller_adopted_it(tmp_path):
+    """What a test's shell leaves behind is adopted by the run's top pytest (the subreaper), which under
+    pytest-xdist is the controller, above the worker: it is still the run's, so the test may signal it."""
+    pytest.importorskip("xdist")
+    run = run_child(tmp_path, {"test_orphan.py": ORPHAN_IN_A_WORKER}, "-p", "xdist", "-n", "1")
+    assert run.outcomes("test_ends_a_process_its_shell_left_behind") == {"passed"}, run.output
+    assert run.returncode == 0, run.output
+
+
 REUSED_THREAD_ID = LATE_READ + """
     import queue
 

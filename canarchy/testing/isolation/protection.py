@@ -217,22 +217,22 @@ def at_or_below(pid: int, top: int) -> bool:
 def signalled_outside(event: str, target: int, run: int) -> str | None:
     """What a signal would reach outside the run, in words, else None: ``event`` is ``os.kill`` (``target``: a
     pid; 0 this process's group; -1 every process the user may signal; -N group N), ``os.killpg`` (a group; 0
-    this process's) or ``os.pidfd_open`` (a pid, for ``signal.pidfd_send_signal``). Inside the run: this
-    process, what is below it, and the processes above it up to ``run`` (the pytest process a child belongs
-    to). A process of the operator's (the shell that started pytest, the other end of ``pytest | tee``, a
-    daemon beside it) is outside: nothing of the run may end or stop it."""
+    this process's) or ``os.pidfd_open`` (a pid, for ``signal.pidfd_send_signal``). Inside the run: ``run``
+    (the run's top pytest: the controller of pytest-xdist workers, the subreaper of what its tests detach) and
+    what is below it, where this process is among them; else this process and what is below it. A process of
+    the operator's (the shell that started pytest, the other end of ``pytest | tee``, a daemon beside it) is
+    outside: nothing of the run may end or stop it."""
     if event == "os.kill" and target == -1:
         return "every process the user may signal (pid -1)"
     me = os.getpid()
-    chain = this_and_above(me)
-    inside = chain[:chain.index(run) + 1] if run in chain else [me]
+    top = run if at_or_below(me, run) else me
     if event != "os.killpg" and target > 0:
         pids = [target]
     else:
         group = os.getpgrp() if target == 0 else abs(target)
         pids = _group(group)
     for pid in pids:
-        if pid not in inside and not at_or_below(pid, me) and os.path.exists(f"/proc/{pid}"):  # gone: reaches none
+        if not at_or_below(pid, top) and os.path.exists(f"/proc/{pid}"):  # one that has gone reaches none
             return f"pid {pid}: {command_line(pid)}"
     return None
 

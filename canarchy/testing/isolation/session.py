@@ -203,6 +203,8 @@ def _start(config: pytest.Config, where: str) -> None:
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
     _access.GUARD.configure(protection)
     _access.GUARD.report_dir = sandbox.refusal_dir
+    # the run's top pytest: a pytest-xdist worker's is its parent, the subreaper its tests' orphans go to
+    _access.GUARD.run_pid = os.getppid() if _is_worker(config) else os.getpid()
     _access.GUARD.owner = _START_UP
     _STATE.expected_python_can = sandbox.python_can_expected
     _access.observe("os.putenv", _STATE.on_putenv)
