@@ -685,6 +685,21 @@ def test_a_scrubbed_variable_set_outside_any_test_is_removed_saying_so(tmp_path)
     assert "OTHER" not in out.split("scrubbed variables set outside any test", 1)[1], out  # not a scrubbed prefix
 
 
+def test_a_pytest_a_test_starts_in_a_pytest_xdist_worker_is_isolated_from_its_start(tmp_path):
+    """Such a run inherits ``PYTEST_XDIST_WORKER`` but is no worker: its isolation starts before its initial
+    conftests, which then run inside it (a variable one sets is said, as in any run)."""
+    for name, text in SET_OUTSIDE_ANY_TEST.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw7", "PYTEST_XDIST_TESTRUNUID": "0" * 32}
+    run = subprocess.run([*PYTEST, "-p", "no:randomly", "tests"], cwd=tmp_path, capture_output=True, text=True,
+                         env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "session layer started before the initial conftests are imported" in run.stdout, run.stdout
+    assert "before tests/test_p.py::test_flag: removed X_CHANNEL, X_FLAG:" in run.stdout, run.stdout
+
+
 def test_unlisted_import_time_paths_are_found_and_repointed(canarchy_sandbox, monkeypatch):
     import types
 

@@ -59,7 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """The earliest start: before the initial conftest.py files are imported (an xdist worker
     waits for ``pytest_configure``: the controller's view of the operator arrives there)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    if not _starts_as_a_worker():
         _begin(early_config, "before the initial conftests are imported")
         _set_owners(_CONFTESTS)
         run = early_config.stash[_RUN]
@@ -67,6 +67,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         found = _ignored_code(run, early_config, _initial_conftests(early_config))
         if found is not None:
             raise pytest.UsageError(_ignored_code_message(found, "refused before it was imported"))
+
+
+def _starts_as_a_worker() -> bool:
+    """Whether this pytest is a pytest-xdist worker starting: ``PYTEST_XDIST_WORKER`` set, in a process that
+    execnet's gateway runs (a worker's code arrives through it). A pytest a test starts in a worker inherits
+    the variable and is a run of its own, to be isolated from its start."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER")) and "execnet.gateway_base" in sys.modules
 
 
 def _initial_conftests(config: pytest.Config) -> list[Path]:
