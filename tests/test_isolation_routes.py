@@ -2002,6 +2002,39 @@ def test_a_run_cut_short_by_its_own_process_fails_and_names_who_cut_it(tmp_path)
     assert "test_c_never_runs" not in run.output
 
 
+def test_the_last_look_stops_a_child_a_test_put_in_another_s_process_group_and_not_that_group(tmp_path):
+    """A test starts a child in a process group of the operator's (``Popen(process_group=...)``, same
+    session) and leaves it running: the last look ends the child by its pid, names it, and sends nothing to
+    the group, whose other processes are not the run's."""
+    outside = subprocess.Popen(["sleep", "300"], process_group=0)  # beside the run's pytest, a group of its own
+    try:
+        run = run_child(tmp_path, {"test_group.py": """
+            import os, subprocess
+
+            def test_leaves_a_child_in_the_operator_s_group():
+                child = subprocess.Popen(["sleep", "61"], process_group=int(os.environ["CHILD_OUTSIDE_GROUP"]))
+                open(os.environ["CHILD_PID_FILE"], "w").write(str(child.pid))
+        """}, env={"CHILD_OUTSIDE_GROUP": str(outside.pid), "CHILD_PID_FILE": str(tmp_path / "child.pid")})
+        time.sleep(0.2)
+        assert outside.poll() is None, run.output  # the operator's process lives on
+        child = int((tmp_path / "child.pid").read_text())
+        after = run.output[run.output.index("canarchy isolation sentinel, after the session"):]
+        assert run.returncode == 1 and f"stopped now: pid {child}: sleep 61" in after, run.output
+        assert not os.path.exists(f"/proc/{child}") or reaper_state(child) == "Z", run.output
+        assert "refused" not in after, after  # nothing of the harness's own tried to signal the group
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+def reaper_state(pid: int) -> str | None:
+    """``pid``'s state letter (``/proc/PID/stat``), None once it has gone."""
+    from canarchy.testing.isolation.reaper import parent_and_state
+
+    known = parent_and_state(pid)
+    return None if known is None else known[1]
+
+
 def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_path):
     """Processes a test detached, dressed up or chained: the sentinel's last look stops each (pytest is
     their subreaper), names it, and the process exits 1."""

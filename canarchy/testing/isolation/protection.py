@@ -7,7 +7,6 @@ protection compiled for the audit hook. Imports neither pytest nor python-can.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import re
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.loadable import is_start_up_code
-from canarchy.testing.isolation.reaper import command_line, parent_and_state, stat_fields
+from canarchy.testing.isolation.reaper import at_or_below, command_line, group_members, parent_and_state
 from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES
 
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
@@ -200,20 +199,6 @@ def outside_process_environment(path: str) -> str | None:
     return f"/proc/{found[1]}"  # gone, or not ours to see: refused as any other's
 
 
-def at_or_below(pid: int, top: int) -> bool:
-    """Whether process ``pid`` is ``top`` or below it (``/proc/PID/stat``'s parents); False once it has gone."""
-    seen: set[int] = set()
-    while pid > 0 and pid not in seen:
-        if pid == top:
-            return True
-        seen.add(pid)
-        known = parent_and_state(pid)
-        if known is None:
-            return False
-        pid = known[0]
-    return False
-
-
 def signalled_outside(event: str, target: int, run: int) -> str | None:
     """What a signal would reach outside the run, in words, else None: ``event`` is ``os.kill`` (``target``: a
     pid; 0 this process's group; -1 every process the user may signal; -N group N), ``os.killpg`` (a group; 0
@@ -230,23 +215,11 @@ def signalled_outside(event: str, target: int, run: int) -> str | None:
         pids = [target]
     else:
         group = os.getpgrp() if target == 0 else abs(target)
-        pids = _group(group)
+        pids = group_members(group)
     for pid in pids:
         if not at_or_below(pid, top) and os.path.exists(f"/proc/{pid}"):  # one that has gone reaches none
             return f"pid {pid}: {command_line(pid)}"
     return None
-
-
-def _group(group: int) -> list[int]:
-    """The processes of process group ``group`` (``/proc/PID/stat``: the field after the parent's pid)."""
-    found = []
-    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
-        for entry in entries:
-            if entry.name.isdigit():
-                fields = stat_fields(f"/proc/{entry.name}/stat")
-                if fields[2:3] == [str(group).encode()]:
-                    found.append(int(entry.name))
-    return found
 
 
 def this_and_above(pid: int | None = None) -> list[int]:

@@ -34,7 +34,7 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     """``pid``'s parent pid and state (``R``, ``S``, ... ``Z``; proc(5) ``/proc/PID/stat``), None once
     it has gone. A process whose main thread has ended (``pthread_exit``) while another runs shows ``Z``
     there: it has the state of a thread still running (``/proc/PID/task``), ``Z`` only once all have ended."""
-    fields = stat_fields(f"/proc/{pid}/stat")
+    fields = _stat(f"/proc/{pid}/stat")
     try:
         parent, state = int(fields[1]), fields[0].decode()
     except (IndexError, ValueError):
@@ -42,13 +42,13 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     if state == "Z":
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{pid}/task"):
-                running = stat_fields(f"/proc/{pid}/task/{task}/stat")[:1]
+                running = _stat(f"/proc/{pid}/task/{task}/stat")[:1]
                 if task != str(pid) and running and running[0] not in (b"Z", b"X"):
                     return parent, running[0].decode()
     return parent, state
 
 
-def stat_fields(path: str) -> list[bytes]:
+def _stat(path: str) -> list[bytes]:
     """The fields of a ``stat`` file of ``/proc`` after ``(COMM)`` (which may hold spaces): state, parent pid,
     ...; [] once it has gone."""
     try:
@@ -88,6 +88,32 @@ def descendants(keep: Collection[int] = (), exclude: Collection[int] = ()) -> di
         if pid not in keep:
             found[pid] = table[pid][1]
         stack += [child for child in below.get(pid, ()) if child not in exclude and child not in found]
+    return found
+
+
+def at_or_below(pid: int, top: int) -> bool:
+    """Whether process ``pid`` is ``top`` or below it (``/proc/PID/stat``'s parents); False once it has gone."""
+    seen: set[int] = set()
+    while pid > 0 and pid not in seen:
+        if pid == top:
+            return True
+        seen.add(pid)
+        known = parent_and_state(pid)
+        if known is None:
+            return False
+        pid = known[0]
+    return False
+
+
+def group_members(group: int) -> list[int]:
+    """The processes of process group ``group`` (``/proc/PID/stat``: the field after the parent's pid)."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                fields = _stat(f"/proc/{entry.name}/stat")
+                if fields[2:3] == [str(group).encode()]:
+                    found.append(int(entry.name))
     return found
 
 
@@ -143,7 +169,8 @@ def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Co
 
 def _kill_groups(pids: Collection[int], spared: Collection[int]) -> None:
     """SIGKILL the process group of each of ``pids`` (an ended child's too: its group outlives it) that is
-    neither this process's group nor one a ``spared`` process is in."""
+    neither this process's group nor one a ``spared`` process is in, and holds only processes below this one
+    (:func:`_ours`)."""
     mine = {os.getpgrp()}
     for pid in spared:
         with contextlib.suppress(OSError):
@@ -151,8 +178,15 @@ def _kill_groups(pids: Collection[int], spared: Collection[int]) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
             group = os.getpgid(pid)
-            if group not in mine:
+            if group not in mine and _ours(group):
                 os.killpg(group, signal.SIGKILL)
+
+
+def _ours(group: int) -> bool:
+    """Whether every process of process group ``group`` is below this one: a test may have put a child in a
+    group of the operator's (``Popen(process_group=...)``), which no signal of the run's may reach."""
+    me = os.getpid()
+    return all(pid != me and at_or_below(pid, me) for pid in group_members(group))
 
 
 def _freeze(pids: list[int]) -> None:
@@ -172,13 +206,14 @@ def _owner(pid: int, owners: Mapping[int, str]) -> str | None:
 
 
 def _end(running: list[int], grace: float) -> None:
-    """SIGTERM ``running`` (and the process group of each that leads its own), then SIGCONT (a stopped one
+    """SIGTERM ``running`` (and the process group of each that is in another group than this process's, where
+    that group is the run's alone: :func:`_ours`), then SIGCONT (a stopped one
     acts on it), SIGKILL what is left after ``grace`` s; reap those that are this process's children."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 group = os.getpgid(pid)
-                if group != os.getpgrp():
+                if group != os.getpgrp() and _ours(group):
                     os.killpg(group, sig)
                 os.kill(pid, sig)
                 if sig == signal.SIGTERM:
