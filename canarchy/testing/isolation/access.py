@@ -79,7 +79,7 @@ class AccessGuard:
         #: of directories until the plugin finds that no child is left (and none could have left this process).
         self.others_relink = False
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
-        self.run_pid = os.getpid()  # the run's pytest process: a child may signal it and those between
+        self.run_pid = os.getpid()  # the run's top pytest: it and what is below it are the run (signals)
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
         #: After the sentinel's last look: called with every access recorded from then on, before it is
         #: recorded (the plugin's ends the process when the access would change what the look saw).
