@@ -962,6 +962,15 @@ def test_the_environment_of_a_process_outside_the_run_is_refused_and_its_own_chi
         "test_reads_the_environment_of_a_process_it_started")
 
 
+def assert_process_refused(run, test: str, operation: str) -> None:
+    """``test`` of the routes batch failed, and its refusal names it, the operation and a process outside
+    the run."""
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+    assert f"test_process_state.py::{test} tried to {operation}" in messages, messages
+    assert "a process outside the run" in messages, messages
+
+
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd_open on this system")
 def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_not(routes):
     """A process beside pytest is the operator's: ``os.kill``, a descriptor to signal it through
@@ -974,10 +983,8 @@ def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
                              "open a descriptor to signal 'pid "),
                             ("test_a_child_python_signals_a_process_beside_pytest",
                              "send signal 18 with os.kill to 'pid ")):
-        messages = run.messages(test)
-        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
-        assert f"test_process_state.py::{test} tried to {operation}" in messages, messages
-        assert "a process outside the run" in messages and ": sleep 300" in messages, messages
+        assert_process_refused(run, test, operation)
+        assert ": sleep 300" in run.messages(test), run.messages(test)
     test = "test_signals_itself_its_children_and_from_a_child_the_test_s_process"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
 
@@ -1012,10 +1019,7 @@ def test_a_change_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
                             ("test_gives_a_descriptor_an_owner_the_guard_cannot_read",
                              "make the owner of a descriptor (sent SIGIO, or the signal F_SETSIG names, when it is "
                              "ready) 'descriptor ")):
-        messages = run.messages(test)
-        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
-        assert f"test_process_state.py::{test} tried to {operation}" in messages, messages
-        assert "a process outside the run" in messages, messages
+        assert_process_refused(run, test, operation)
     assert run.outcomes("test_changes_itself_and_its_children") == {"passed"}, run.messages(
         "test_changes_itself_and_its_children")
 
