@@ -907,6 +907,34 @@ def test_a_twin_in_shards_runs_each_test_once_and_parity_finds_the_difference(tm
     assert "| operator 3/" in parity.render_markdown(result)
 
 
+def test_parity_twins_write_no_report_into_the_checkout_and_the_lane_publishes_them(tmp_path, monkeypatch):
+    """A twin runs on a copy, so the checkout is not its checkout: when it lies in the operator's home
+    (``~/canarchy``, a new user's clone) the twin may only read it, and a report or node ids file written
+    there by the twin's pytest was refused (both twins CANNOT DECIDE, "no such report"). The twins write
+    into the lane's temporary tree; the lane copies their reports and logs to ``reports/`` afterwards."""
+    project = _project(tmp_path / "p", _tests(2))
+    written: list[str] = []
+    real = parity.run_pytest
+
+    def recording(args, **kwargs):
+        written.extend(a.split("=", 1)[1] for a in args
+                       if a.startswith(("--junitxml=", "--dtp-testids-output-file=")))
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(parity, "run_pytest", recording)
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(3, 4), reruns=1, shards=2)
+    assert written and not [w for w in written if Path(w).resolve().is_relative_to(project.root.resolve())], written
+    reports = project.root / "reports"
+    for twin in result.twins.values():
+        assert twin.problem is None and twin.report is not None, parity.render(result)
+        for run in twin.runs:
+            assert run.log.parent == reports and run.log.is_file() and run.junit.parent == reports, run
+            assert run.junit.is_file()
+    ids = (reports / "parity-clean-ids.txt").read_text().split()
+    assert ids == ["tests/test_p.py::test_0", "tests/test_p.py::test_1"]
+    assert str(reports / "parity-clean-shard1.log") in parity.render_markdown(result)
+
+
 def test_parity_twins_run_concurrently_on_copies_with_their_own_hash_seeds(every_kind):
     project, result, seen = every_kind
     assert "tests.test_p::test_twins_meet" not in {f.id for f in result.findings}  # passed in both, at the same time

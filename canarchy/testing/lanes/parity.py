@@ -327,6 +327,11 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
     files = tree_files(project.root, project)
     with temporary_tree("canarchy-parity-") as tmp:
         base = Path(tmp)
+        # The twins write their reports here, not into ``out``: the checkout (``out`` in it) may lie in the
+        # operator's home, which a twin's isolation lets it only read (a run on a copy is not the checkout's);
+        # they are copied to ``out`` at the end.
+        work = base / "reports"
+        work.mkdir()
         op_home = base / "operator-home"
         shutil.copytree(project.operator_home, op_home, symlinks=True)
         per_twin = twin_workers(jobs)
@@ -334,11 +339,11 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         twins = {name: _make_twin(name, seed, project, files, base, op_home, source_env, extra_env, count)
                  for name, seed in zip(TWINS, seeds, strict=True)}
         copies_before = {name: [snapshot(s.copy) for s in t.shards] for name, t in twins.items()}
-        jobs_ = [lambda t=t, i=i: _run_shard(t, i, selection, out, python, project.uses_plugin, per_twin)
+        jobs_ = [lambda t=t, i=i: _run_shard(t, i, selection, work, python, project.uses_plugin, per_twin)
                  for t in twins.values() for i in range(count)]
         concurrently(jobs_, workers=len(jobs_))
         for twin in twins.values():
-            _join_shards(twin, out)
+            _join_shards(twin, work)
         apart = _collected_in_one_twin(twins)
         comparison = _compare_twins(twins, project, apart)
         result = ParityResult(comparison, twins, strict=strict, root=project.root)
@@ -347,13 +352,33 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         if apart:
             result.findings = apart
         elif not comparison.undecided:
-            result.findings = _classify(twins, comparison, selection, out, reruns, python)
+            result.findings = _classify(twins, comparison, selection, work, reruns, python)
         for name, twin in twins.items():
             _check_twin(result, twin, copies_before[name])
+        _publish(work, out, twins)
         result.checkout_writes = sorted(set(result.checkout_writes))
         result.home_changes = content_differences(project.operator_home, op_home)
     result.checkout_changes = changes(checkout_before, checkout_state(project.root))
     return result
+
+
+def _publish(work: Path, out: Path, twins: Mapping[str, Twin]) -> None:
+    """Copy the twins' reports and logs from ``work`` to ``out`` and point their runs (and problems) there."""
+    for path in sorted(work.iterdir()):
+        if path.is_file():
+            target = out / path.name
+            target.unlink(missing_ok=True)
+            shutil.copy2(path, target)
+
+    def moved(path: Path | None) -> Path | None:
+        return out / path.name if path is not None and path.parent == work else path
+
+    for twin in twins.values():
+        for shard in twin.shards:
+            if shard.run is not None:
+                shard.run.log, shard.run.junit = moved(shard.run.log), moved(shard.run.junit)
+        if twin.problem:
+            twin.problem = twin.problem.replace(f"{work}{os.sep}", f"{out}{os.sep}")
 
 
 def _compare_twins(twins: dict[str, Twin], project: Project, apart: list[Finding]) -> Comparison:
