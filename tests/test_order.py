@@ -173,3 +173,28 @@ def test_a_run_that_failed_beyond_its_tests_fails_the_order_lane(tmp_path):
     result = _lane(project, seeds=())
     assert result.runs_failed and result.status == "FAILED", order.render(result)
     assert "failed (normal): no test failed, yet pytest failed the run" in order.render(result)
+
+
+def test_the_runs_write_no_report_into_the_checkout_and_the_lane_publishes_them(tmp_path, monkeypatch):
+    """Each run is on a copy, so the checkout is not its checkout: when it lies in the operator's home
+    (``~/canarchy``, a new user's clone) such a run may only read it, and its report or node ids written
+    there were refused (every run CANNOT DECIDE). The runs and the search write into the lane's temporary
+    tree; the lane copies their reports and logs to ``reports/`` afterwards."""
+    project = _project(tmp_path / "p", PAIR)
+    written: list[str] = []
+    real = order.run_pytest
+
+    def recording(args, **kwargs):
+        written.extend(a.split("=", 1)[1] for a in args if a.startswith(("--junitxml=", "--dtp-testids-")))
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(order, "run_pytest", recording)
+    result = _lane(project)
+    assert len(written) > 6, written  # three runs, each with its ids, and the search's runs
+    assert not [w for w in written if Path(w).resolve().is_relative_to(project.root.resolve())], written
+    reports = project.root / "reports"
+    for entry in result.runs:
+        assert entry.problem is None and entry.run.log.parent == reports and entry.run.junit.parent == reports
+        assert entry.run.log.is_file() and entry.run.junit.is_file()
+    assert (reports / "order-normal-ids.txt").is_file()
+    assert [b.culprit for b in result.bisections] == [POLLUTER], result.bisections

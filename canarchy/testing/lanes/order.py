@@ -33,7 +33,7 @@ from canarchy.testing.lanes.runner import (
 )
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
                                             failed_beyond_its_tests, isolated_run, read_run)
-from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
+from canarchy.testing.lanes.workspace import copy_tree, publish_reports, pythonpath, temporary_tree, tree_files
 
 DEFAULT_SEEDS = 2
 _POLLUTER = re.compile(r"-> the polluting test is: (?P<id>\S.*)$", re.M)
@@ -280,10 +280,14 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
     result = OrderResult(orders(seeds))
     files = tree_files(project.root, project)
     with temporary_tree("canarchy-order-") as tmp:
+        # The runs write here, not into ``out``: the checkout (``out`` in it) may lie in the operator's home,
+        # which a run on a copy may only read; copied to ``out`` at the end.
+        work = Path(tmp) / "reports"
+        work.mkdir()
         for index, entry in enumerate(result.runs):
             _prepare(entry, Path(tmp) / str(index), project, files, source_env, extra_env)
-        concurrently([lambda e=e: _one_run(e, selection, out, python, echo, project.uses_plugin) for e in result.runs],
-                     workers=jobs)
+        concurrently([lambda e=e: _one_run(e, selection, work, python, echo, project.uses_plugin)
+                      for e in result.runs], workers=jobs)
         normal = result.runs[0]
         if normal.problem is None and every_case_skipped(normal.report):
             normal.problem = f"{ALL_SKIPPED} (no order of skipped tests can differ)"
@@ -297,9 +301,12 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
                 if row.id in seen or len(result.bisections) >= max_bisections:
                     continue
                 seen.add(row.id)
-                found = _search(row, normal, next(r for r in result.runs if r.label == label), out, python, echo)
+                found = _search(row, normal, next(r for r in result.runs if r.label == label), work, python, echo)
                 if found is not None:
                     result.bisections.append(found)
+        problems = publish_reports(work, out, [e.run for e in result.runs], [e.problem for e in result.runs])
+        for entry, problem in zip(result.runs, problems, strict=True):
+            entry.problem = problem
     result.seconds = time.monotonic() - started
     return result
 

@@ -31,7 +31,7 @@ from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
                                             failed_beyond_its_tests, isolated_run, read_run)
-from canarchy.testing.lanes.workspace import copy_tree, pythonpath, temporary_tree, tree_files
+from canarchy.testing.lanes.workspace import copy_tree, publish_reports, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
 SHARD_PLUGIN = "canarchy.testing.lanes.shard"
@@ -355,30 +355,12 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
             result.findings = _classify(twins, comparison, selection, work, reruns, python)
         for name, twin in twins.items():
             _check_twin(result, twin, copies_before[name])
-        _publish(work, out, twins)
+        for twin in twins.values():
+            [twin.problem] = publish_reports(work, out, [s.run for s in twin.shards], [twin.problem])
         result.checkout_writes = sorted(set(result.checkout_writes))
         result.home_changes = content_differences(project.operator_home, op_home)
     result.checkout_changes = changes(checkout_before, checkout_state(project.root))
     return result
-
-
-def _publish(work: Path, out: Path, twins: Mapping[str, Twin]) -> None:
-    """Copy the twins' reports and logs from ``work`` to ``out`` and point their runs (and problems) there."""
-    for path in sorted(work.iterdir()):
-        if path.is_file():
-            target = out / path.name
-            target.unlink(missing_ok=True)
-            shutil.copy2(path, target)
-
-    def moved(path: Path | None) -> Path | None:
-        return out / path.name if path is not None and path.parent == work else path
-
-    for twin in twins.values():
-        for shard in twin.shards:
-            if shard.run is not None:
-                shard.run.log, shard.run.junit = moved(shard.run.log), moved(shard.run.junit)
-        if twin.problem:
-            twin.problem = twin.problem.replace(f"{work}{os.sep}", f"{out}{os.sep}")
 
 
 def _compare_twins(twins: dict[str, Twin], project: Project, apart: list[Finding]) -> Comparison:

@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from canarchy.testing.isolation.gitlisting import GitListing
 from canarchy.testing.isolation.loadable import VENV_MARKER
 from canarchy.testing.isolation.tree import snapshot, under_skipped_dir
-from canarchy.testing.lanes.runner import shielded
+from canarchy.testing.lanes.runner import Run, shielded
 
 if TYPE_CHECKING:
     from canarchy.testing.lanes.project import Project
@@ -138,6 +138,24 @@ def reports_lock(directory: Path, lane: str) -> Iterator[None]:
         if made:
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+def publish_reports(work: Path, out: Path, runs: Iterable[Run | None], problems: list[str | None] = ()) -> list:
+    """Copy the reports and logs that runs on copies wrote to ``work`` (in the lane's temporary tree: the
+    checkout may lie in the operator's home, which such a run may only read) to ``out``, and point ``runs``
+    there; returns ``problems`` with ``work``'s paths made ``out``'s."""
+    for path in sorted(work.iterdir()):
+        if path.is_file():
+            (out / path.name).unlink(missing_ok=True)
+            shutil.copy2(path, out / path.name)
+
+    def moved(path: Path | None) -> Path | None:
+        return out / path.name if path is not None and path.parent == work else path
+
+    for run in runs:
+        if run is not None:
+            run.log, run.junit = moved(run.log), moved(run.junit)
+    return [p.replace(f"{work}{os.sep}", f"{out}{os.sep}") if p else p for p in problems]
 
 
 def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
