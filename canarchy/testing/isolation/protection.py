@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.loadable import is_start_up_code
-from canarchy.testing.isolation.reaper import at_or_below, command_line, group_members, parent_and_state
+from canarchy.testing.isolation.reaper import at_or_below, command_line, group_members, this_and_above
 from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES
 
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
@@ -220,17 +220,6 @@ def signalled_outside(event: str, target: int, run: int) -> str | None:
         if not at_or_below(pid, top) and os.path.exists(f"/proc/{pid}"):  # one that has gone reaches none
             return f"pid {pid}: {command_line(pid)}"
     return None
-
-
-def this_and_above(pid: int | None = None) -> list[int]:
-    """``pid`` (default this process) and the processes above it, nearest first (``/proc/PID/stat``;
-    empty where there is no ``/proc``)."""
-    found: list[int] = []
-    pid = os.getpid() if pid is None else pid
-    while pid > 0 and pid not in found and (known := parent_and_state(pid)) is not None:
-        found.append(pid)
-        pid = known[0]
-    return found
 
 
 def normcase(path: str) -> str:

@@ -91,18 +91,20 @@ def descendants(keep: Collection[int] = (), exclude: Collection[int] = ()) -> di
     return found
 
 
+def this_and_above(pid: int | None = None) -> list[int]:
+    """``pid`` (default this process) and the processes above it, nearest first (``/proc/PID/stat``;
+    empty where there is no ``/proc``)."""
+    found: list[int] = []
+    pid = os.getpid() if pid is None else pid
+    while pid > 0 and pid not in found and (known := parent_and_state(pid)) is not None:
+        found.append(pid)
+        pid = known[0]
+    return found
+
+
 def at_or_below(pid: int, top: int) -> bool:
     """Whether process ``pid`` is ``top`` or below it (``/proc/PID/stat``'s parents); False once it has gone."""
-    seen: set[int] = set()
-    while pid > 0 and pid not in seen:
-        if pid == top:
-            return True
-        seen.add(pid)
-        known = parent_and_state(pid)
-        if known is None:
-            return False
-        pid = known[0]
-    return False
+    return top in this_and_above(pid)
 
 
 def group_members(group: int) -> list[int]:
@@ -175,10 +177,13 @@ def _kill_groups(pids: Collection[int], spared: Collection[int]) -> None:
     for pid in spared:
         with contextlib.suppress(OSError):
             mine.add(os.getpgid(pid))
+    groups = set()
     for pid in pids:
         with contextlib.suppress(OSError):
-            group = os.getpgid(pid)
-            if group not in mine and _ours(group):
+            groups.add(os.getpgid(pid))
+    for group in groups - mine:
+        if _ours(group):
+            with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
 
 
@@ -209,11 +214,14 @@ def _end(running: list[int], grace: float) -> None:
     """SIGTERM ``running`` (and the process group of each that is in another group than this process's, where
     that group is the run's alone: :func:`_ours`), then SIGCONT (a stopped one
     acts on it), SIGKILL what is left after ``grace`` s; reap those that are this process's children."""
+    mine, ours = os.getpgrp(), {}  # group -> whether it is the run's alone
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 group = os.getpgid(pid)
-                if group != os.getpgrp() and _ours(group):
+                if group != mine and group not in ours:
+                    ours[group] = _ours(group)  # once a group: a look at every process of /proc
+                if group != mine and ours[group]:
                     os.killpg(group, sig)
                 os.kill(pid, sig)
                 if sig == signal.SIGTERM:

@@ -91,13 +91,17 @@ def is_scrubbed(name: str, prefixes: tuple[str, ...] = SCRUBBED_PREFIXES) -> boo
     return name.startswith(prefixes)
 
 
-def _names_files_in(value: str, homes: set[str], code_trees: Iterable[str]) -> bool:
+def _code_tree_forms(code_trees: Iterable[str], homes: set[str]) -> list[str]:
+    """``code_trees`` as written and resolved (:func:`_forms`), but a tree that is one of ``homes`` or holds
+    one (Python installed with ``--prefix=$HOME``): it keeps nothing of the home."""
+    return [form for t in code_trees for form in _forms(t)
+            if form not in homes and not any(h.startswith(form + os.sep) for h in homes)]
+
+
+def _names_files_in(value: str, homes: set[str], trees: list[str]) -> bool:
     """Whether ``value`` (a path, or an ``os.pathsep`` list of them) names a path below one of ``homes`` that
-    is none of ``code_trees`` nor below one, each compared as written and as the OS resolves it
-    (:func:`_forms`: ``/home/me/.gitconfig`` where ``/home`` links to ``/var/home``); a tree that is a home,
-    or holds one (Python installed with ``--prefix=$HOME``), keeps nothing of it."""
-    trees = [form for t in code_trees for form in _forms(t)
-             if form not in homes and not any(h.startswith(form + os.sep) for h in homes)]
+    is none of ``trees`` nor below one (:func:`_code_tree_forms`), compared as written and as the OS resolves
+    it (:func:`_forms`: ``/home/me/.gitconfig`` where ``/home`` links to ``/var/home``)."""
     for element in value.split(os.pathsep):
         if os.path.isabs(element):
             forms = _forms(element)
@@ -173,6 +177,8 @@ class Sandbox:
         self.code_trees = tuple(dict.fromkeys(os.path.normpath(t) for t in (
             sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable),
             *code_trees) if t and os.path.isabs(t)))
+        self._home_forms: set[str] | None = None  # the real homes, and the code trees, as written and resolved
+        self._tree_forms: list[str] = []
         self._targets: list[Target] = []
         self.stuck: list[Stuck] = []
         self._stuck_reported = 0
@@ -203,9 +209,11 @@ class Sandbox:
         if name in CODE_VARIABLES or name in HOME_VARIABLES or os.sep not in value or (
                 self.keep_variables and name.startswith(self.keep_variables)):
             return False
-        homes = {form for h in (*self.real_homes, self.operator_env.get("HOME") or "")
-                 if h and os.path.isabs(h) for form in _forms(h) if form != os.sep}
-        return _names_files_in(value, homes, self.code_trees)
+        if self._home_forms is None:  # once: every variable of the environment is asked about
+            self._home_forms = {form for h in (*self.real_homes, self.operator_env.get("HOME") or "")
+                                if h and os.path.isabs(h) for form in _forms(h) if form != os.sep}
+            self._tree_forms = _code_tree_forms(self.code_trees, self._home_forms)
+        return _names_files_in(value, self._home_forms, self._tree_forms)
 
     def home_environment(self, home: Path) -> dict[str, str]:
         """:func:`home_environment` of ``home``, remembered: test homes are reused

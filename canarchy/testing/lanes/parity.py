@@ -355,12 +355,19 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
             result.findings = _classify(twins, comparison, selection, work, reruns, python)
         for name, twin in twins.items():
             _check_twin(result, twin, copies_before[name])
-        for twin in twins.values():
-            [twin.problem] = publish_reports(work, out, [s.run for s in twin.shards], [twin.problem])
+        _publish(work, out, list(twins.values()))
         result.checkout_writes = sorted(set(result.checkout_writes))
         result.home_changes = content_differences(project.operator_home, op_home)
     result.checkout_changes = changes(checkout_before, checkout_state(project.root))
     return result
+
+
+def _publish(work: Path, out: Path, twins: list[Twin]) -> None:
+    """The twins' reports and logs copied from ``work`` to ``out`` once (:func:`~.workspace.publish_reports`),
+    their runs and problems pointing there."""
+    problems = publish_reports(work, out, [s.run for t in twins for s in t.shards], [t.problem for t in twins])
+    for twin, problem in zip(twins, problems, strict=True):
+        twin.problem = problem
 
 
 def _compare_twins(twins: dict[str, Twin], project: Project, apart: list[Finding]) -> Comparison:

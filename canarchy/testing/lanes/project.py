@@ -183,9 +183,7 @@ def pytest_configuration(base: Path) -> tuple[str | None, dict]:
                 if native or "ini_options" in tool:
                     return name, native or tool["ini_options"]
                 continue
-            parser = configparser.ConfigParser(interpolation=None, strict=False)
-            parser.optionxform = str  # names keep their case, as pytest's iniconfig reads them
-            parser.read_string(path.read_text(encoding="utf-8"), str(path))
+            parser = _ini(path)
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error) as exc:
             raise ProjectError(f"{path}: cannot read it ({exc})") from None
         section = "tool:pytest" if path.suffix == ".cfg" else "pytest"
@@ -194,6 +192,15 @@ def pytest_configuration(base: Path) -> tuple[str | None, dict]:
         if name in ("pytest.ini", ".pytest.ini"):
             return name, {}
     return None, {}
+
+
+def _ini(path: Path) -> configparser.ConfigParser:
+    """``path`` read as an ini file, names kept in their case as pytest's iniconfig reads them; raises
+    ``OSError``, ``UnicodeDecodeError``, ``configparser.Error``."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(path.read_text(encoding="utf-8"), str(path))
+    return parser
 
 
 def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
@@ -226,11 +233,12 @@ def _extras(base: Path, doc: dict) -> set[str]:
     if isinstance(extras, dict) and extras:
         return set(extras)
     try:
-        parser = configparser.ConfigParser(interpolation=None, strict=False)
-        parser.read_string((base / "setup.cfg").read_text(encoding="utf-8"))
+        parser = _ini(base / "setup.cfg")
     except (OSError, UnicodeDecodeError, configparser.Error):
         return set()
-    return set(parser["options.extras_require"]) if parser.has_section("options.extras_require") else set()
+    # extras' names compared as pip normalises them (lower case)
+    return {name.lower() for name in parser["options.extras_require"]} if parser.has_section(
+        "options.extras_require") else set()
 
 
 def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
