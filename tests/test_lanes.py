@@ -357,6 +357,26 @@ def test_a_setuptools_project_s_test_extra_in_setup_cfg_is_what_the_lanes_instal
     assert load_project(tmp_path).install == install
 
 
+def test_a_project_without_pyproject_toml_is_read_as_with_an_empty_lanes_table(tmp_path):
+    """A setuptools project with only setup.py and setup.cfg: the lanes take their defaults (tests from its
+    pytest section, its test extra), as for a pyproject.toml without [tool.canarchy.lanes]."""
+    (tmp_path / "setup.cfg").write_text("[metadata]\nname = x\n[options.extras_require]\ntest = pytest\n"
+                                        "[tool:pytest]\ntestpaths = checks\n")
+    project = load_project(tmp_path)
+    assert (project.install, project.tests, project.source) == (("-e", ".[test]"), ("checks",), tmp_path.resolve())
+
+
+def test_a_noxfile_over_a_project_the_lanes_cannot_read_stops_with_the_reason_and_no_traceback(tmp_path):
+    """nox prints a traceback of its loader for any error a noxfile raises: the sessions' module says what is
+    wrong with the project's table instead, and nox exits 2."""
+    (tmp_path / "pyproject.toml").write_text("[tool.canarchy.lanes]\ntestz = ['t']\n")
+    (tmp_path / "noxfile.py").write_text("from canarchy.testing.lanes.noxsessions import *\n")
+    done = subprocess.run([sys.executable, "-m", "nox", "-l"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert done.returncode == 2, done
+    assert "unknown keys ['testz']" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 class _Session:
     """What :func:`noxsessions.install` uses of a nox session; ``found``: the probe's output."""
 

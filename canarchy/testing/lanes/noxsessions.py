@@ -35,7 +35,11 @@ def _sibling(name: str):  # type: ignore[no-untyped-def]
 
 _env = _sibling("env")
 _tempbase = _load("_canarchy_tempbase", Path(__file__).parent.parent / "isolation" / "tempbase.py")
-PROJECT = _sibling("project").load_project(Path.cwd())  # nox runs a noxfile from its own directory
+try:
+    PROJECT = _sibling("project").load_project(Path.cwd())  # nox runs a noxfile from its own directory
+except _sibling("project").ProjectError as _error:  # nox would print a traceback of its loader
+    print(f"nox: {_error}\nnox: the lanes read the project's layout there (docs/adopting.md)", file=sys.stderr)
+    raise SystemExit(2) from None
 # On Ctrl+C nox forwards SIGINT, then SIGTERM after `interrupt_timeout` and SIGKILL after
 # `terminate_timeout` (0.3 s and 0.2 s by default): too short for a lane to stop its runs.
 STOP_IN_TIME = {"interrupt_timeout": 30.0, "terminate_timeout": 10.0}

@@ -132,13 +132,14 @@ def _default_packages(root: Path, doc: dict) -> tuple[str, ...]:
 
 
 def load_project(root: str | os.PathLike[str] = ".") -> Project:
-    """Read ``root/pyproject.toml`` and return the :class:`Project`."""
+    """Read ``root/pyproject.toml`` and return the :class:`Project`; a project without one (``setup.py``,
+    ``setup.cfg``) gets what an empty ``[tool.canarchy.lanes]`` gives."""
     base = Path(root).resolve()
     pyproject = base / "pyproject.toml"
     try:
         doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ProjectError(f"{pyproject}: no pyproject.toml (the lanes read the project's layout there)") from None
+        doc = {}
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ProjectError(f"{pyproject}: cannot read it ({exc})") from None
     table = doc.get("tool", {}).get("canarchy", {}).get("lanes", {})
