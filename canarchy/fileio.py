@@ -12,9 +12,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def write_failure_hint(exc: OSError | None, where: str) -> str:
@@ -30,8 +31,9 @@ def write_failure_hint(exc: OSError | None, where: str) -> str:
     return f"Check that {where} exists and is writable."
 
 
-def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically. The directory must exist.
+def write_bytes_atomic(path: Path, data: bytes | BinaryIO, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` (bytes, or a binary file read to its end in blocks) atomically.
+    The directory must exist.
 
     ``mode``: permission bits for the new file (default: those of mkstemp, 0o600).
     Raises ``OSError`` (the target is then unchanged and no temp file is left).
@@ -39,7 +41,10 @@ def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                shutil.copyfileobj(data, handle)
             handle.flush()
             os.fsync(handle.fileno())
         if mode is not None:

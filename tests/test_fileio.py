@@ -38,3 +38,31 @@ def test_failed_write_leaves_the_target_and_no_temp_file(tmp_path, monkeypatch):
 def test_missing_directory_raises(tmp_path):
     with pytest.raises(OSError):
         fileio.write_bytes_atomic(tmp_path / "nope" / "x", b"1")
+
+
+class _BreaksAfter:
+    """A binary stream that gives ``blocks`` blocks of 64 KiB, then fails as a vanished source would."""
+
+    def __init__(self, blocks: int):
+        self.blocks = blocks
+
+    def read(self, size: int = -1) -> bytes:
+        if self.blocks == 0:
+            raise OSError(5, "Input/output error")
+        self.blocks -= 1
+        return b"x" * 65536
+
+
+def test_a_stream_is_copied_whole_or_not_at_all(tmp_path):
+    """A report a lane publishes is copied from its run's file in blocks: a copy that fails midway
+    leaves the earlier report whole, and a finished one is the source's bytes."""
+    target = tmp_path / "unit.xml"
+    target.write_text("old")
+    with pytest.raises(OSError):
+        fileio.write_bytes_atomic(target, _BreaksAfter(3))
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["unit.xml"]
+    source = tmp_path / "run.xml"
+    source.write_bytes(bytes(range(256)) * 1000)
+    with source.open("rb") as stream:
+        fileio.write_bytes_atomic(target, stream, 0o644)
+    assert target.read_bytes() == source.read_bytes() and target.stat().st_mode & 0o777 == 0o644

@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from collections.abc import Iterable, Iterator, Mapping
 
+from canarchy.fileio import write_bytes_atomic
 from canarchy.testing.isolation.gitlisting import GitListing
 from canarchy.testing.isolation.loadable import VENV_MARKER
 from canarchy.testing.isolation.tree import snapshot, under_skipped_dir
@@ -146,8 +148,8 @@ def publish_reports(work: Path, out: Path, runs: Iterable[Run | None], problems:
     there; returns ``problems`` with ``work``'s paths made ``out``'s."""
     for path in sorted(work.iterdir()):
         if path.is_file():
-            (out / path.name).unlink(missing_ok=True)
-            shutil.copy2(path, out / path.name)
+            with path.open("rb") as report:
+                write_bytes_atomic(out / path.name, report, stat.S_IMODE(os.fstat(report.fileno()).st_mode))
 
     def moved(path: Path | None) -> Path | None:
         return out / path.name if path is not None and path.parent == work else path
