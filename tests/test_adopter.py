@@ -96,7 +96,7 @@ def test_parity_is_identical_despite_the_checkout_write(parity_lane):
     assert result.exit_code == 0 and result.status == "PASSED", parity.render(result)
     assert result.of_kind("operator") == [] and result.home_changes == [] and result.checkout_changes == []
     writes = [line for line in result.checkout_writes if "candump.log.idx" in line]
-    assert any(line.startswith("tests.test_index.TestIndex::test_the_index_is_written_beside_the_log: open for writing")
+    assert any(line.startswith("tests/test_index.py::TestIndex::test_the_index_is_written_beside_the_log: open for writing")
                for line in writes), result.checkout_writes
     assert "a test wrote into its checkout (not a difference)" in parity.render(result)
 
@@ -196,7 +196,7 @@ def test_parity_fails_a_refusal_made_alike_in_both_twins(tmp_path):
                                                            reruns=1, reports=tmp_path / "parity-reports"))
     rendered = parity.render(result)
     assert result.comparison.differences == [] and result.exit_code == 1 and result.status == "FAILED", rendered
-    key = "tests.test_user_base::test_reads_the_config_beside_user_base"
+    key = "tests/test_user_base.py::test_reads_the_config_beside_user_base"  # the node id, to paste into pytest
     assert {line.split(":", 1)[0] for line in result.refusals} == {"clean twin", "operator twin"}, result.refusals
     assert all(f": {key}: " in line and ".busprobe/config.toml" in line for line in result.refusals), result.refusals
     assert "refused by the isolation: operator twin: " + key in rendered

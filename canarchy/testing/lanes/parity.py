@@ -292,9 +292,9 @@ def _make_twin(name: str, seed: int, project: Project, files: list[str], base: P
 def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, Entry]]) -> None:
     """Add what ``twin``'s run wrote into its copy of the checkout, and its not-shut-down log lines, to ``result``."""
     cases = twin.report.cases.items() if twin.report else ()
-    result.checkout_writes += [f"{key}: {path}" for key, case in cases
+    result.checkout_writes += [f"{result.show(key)}: {path}" for key, case in cases
                                for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
-    result.refusals += [f"{twin.name} twin: {key}: {text}" for key, case in cases
+    result.refusals += [f"{twin.name} twin: {result.show(key)}: {text}" for key, case in cases
                         for text in case.property_values(REFUSED_PROPERTY)]
     for shard, before in zip(twin.shards, copies_before, strict=True):
         result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}"
