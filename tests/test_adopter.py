@@ -96,8 +96,8 @@ def test_parity_is_identical_despite_the_checkout_write(parity_lane):
     assert result.exit_code == 0 and result.status == "PASSED", parity.render(result)
     assert result.of_kind("operator") == [] and result.home_changes == [] and result.checkout_changes == []
     writes = [line for line in result.checkout_writes if "candump.log.idx" in line]
-    assert any(line.startswith("tests/test_index.py::TestIndex::test_the_index_is_written_beside_the_log: open for writing")
-               for line in writes), result.checkout_writes
+    writer = "tests/test_index.py::TestIndex::test_the_index_is_written_beside_the_log"
+    assert any(line.startswith(f"{writer}: open for writing") for line in writes), result.checkout_writes
     assert "a test wrote into its checkout (not a difference)" in parity.render(result)
 
 

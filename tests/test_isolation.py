@@ -666,15 +666,18 @@ SET_OUTSIDE_ANY_TEST = {
 }
 
 
-def test_a_scrubbed_variable_set_outside_any_test_is_removed_saying_so(tmp_path):
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "1")], ids=["serial", "xdist"])
+def test_a_scrubbed_variable_set_outside_any_test_is_removed_saying_so(tmp_path, workers):
     """A conftest (at import, or in a session fixture) sets variables under canarchy_scrub_prefixes: every test
     runs without them, as before, but the first test's report and the run's summary now say which and why,
-    instead of a test that finds its variable gone for no reason it can see."""
+    instead of a test that finds its variable gone for no reason it can see. Under pytest-xdist the
+    controller's summary says what its workers found."""
     for name, text in SET_OUTSIDE_ANY_TEST.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    run = subprocess.run([*PYTEST, "-p", "no:randomly", "-rP", "tests"], cwd=tmp_path, capture_output=True, text=True)
+    run = subprocess.run([*PYTEST, "-p", "no:randomly", "-rP", *workers, "tests"], cwd=tmp_path, capture_output=True,
+                         text=True)
     out = run.stdout
     assert run.returncode == 0 and "2 passed" in out, out + run.stderr
     said = ("removed X_CHANNEL, X_FLAG: set outside any test (a conftest, collection or a fixture wider than a test) "
@@ -683,6 +686,33 @@ def test_a_scrubbed_variable_set_outside_any_test_is_removed_saying_so(tmp_path)
         f"before tests/test_p.py::test_flag: {said}" in out, out
     assert "Captured canarchy isolation setup" in out and "monkeypatch.setenv" in out, out  # test_flag's own report
     assert "OTHER" not in out.split("scrubbed variables set outside any test", 1)[1], out  # not a scrubbed prefix
+
+
+SET_AT_IMPORT = {
+    "pyproject.toml": '[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n',
+    ".gitignore": "__pycache__/\n",
+    "tests/conftest.py": "import os\n\nos.environ['APP_SETTINGS'] = 'tests.settings'\nos.environ.pop('LANG', None)\n",
+    "tests/test_s.py": "import os\nimport pytest\n\nSET = 'tests.settings'\n\n\n"
+                       "def test_a():\n"
+                       "    assert (os.environ['APP_SETTINGS'], 'LANG' in os.environ) == (SET, False)\n\n\n"
+                       "@pytest.mark.real_home\ndef test_b_opts_out():\n"
+                       "    assert os.environ['APP_SETTINGS'] == SET\n\n\n"
+                       "def test_c_after_it():\n    assert os.environ['APP_SETTINGS'] == SET\n",
+}
+
+
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "1")], ids=["serial", "xdist"])
+def test_a_variable_a_conftest_sets_at_import_reaches_every_test(tmp_path, workers):
+    """A conftest sets a variable at import (Django's settings module, say) or removes one: every test sees that,
+    as under plain pytest, in a pytest-xdist worker too (whose isolation starts after its conftests ran), in a
+    test that opts out (real_home: the operator's environment and what conftests set) and after one."""
+    for name, text in SET_AT_IMPORT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    run = subprocess.run([*PYTEST, "-p", "no:randomly", "-m", "real_home or not real_home", *workers, "tests"],
+                         cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "LANG": "C.UTF-8"})
+    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
 
 
 def test_a_pytest_a_test_starts_in_a_pytest_xdist_worker_is_isolated_from_its_start(tmp_path):

@@ -112,8 +112,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """pytest-xdist: hand each worker the operator's environment (the controller's own is scrubbed)."""
-    node.workerinput["canarchy_operator_env"] = node.config.stash[_RUN].sandbox.operator_env
+    """pytest-xdist: hand each worker the operator's environment (the controller's own is scrubbed), and the
+    session's as the controller entered it (what conftests set since is told apart by it)."""
+    sandbox = node.config.stash[_RUN].sandbox
+    node.workerinput["canarchy_operator_env"] = sandbox.operator_env
+    node.workerinput["canarchy_session_env"] = sandbox.session_env
 
 
 @pytest.hookimpl(trylast=True)
@@ -342,7 +345,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     run.exit_status = int(session.exitstatus)
     if _is_worker(config):  # pytest-xdist sends workeroutput after every sessionfinish: the controller reports
-        config.workeroutput[_WORKER_OUTPUT] = {"problems": list(lines), "writes": dict(run.writes)}
+        config.workeroutput[_WORKER_OUTPUT] = {"problems": list(lines), "writes": dict(run.writes),
+                                               "scrubbed": dict(run.scrubbed_outside)}
 
 
 _WORKER_OUTPUT = "canarchy_isolation"
@@ -351,13 +355,16 @@ _WORKER_OUTPUT = "canarchy_isolation"
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """pytest-xdist, in the controller: a worker's run-level problems (a refusal after its test had
-    ended, one outside any test) fail the run here, and its writes name their writers for the sentinel."""
+    ended, one outside any test) fail the run here, its writes name their writers for the sentinel, and the
+    summary names the scrubbed variables it found set outside any test."""
     run = node.config.stash.get(_RUN, None)
     sent = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
     if run is None or not sent:
         return
     for path, owner in sent["writes"].items():
         run.writes.setdefault(path, owner)
+    for name, test in sent.get("scrubbed", {}).items():
+        run.scrubbed_outside.setdefault(name, test)
     if sent["problems"]:
         worker = node.workerinput.get("workerid", "?") if hasattr(node, "workerinput") else "?"
         run.problems.append(f"in pytest-xdist worker {worker}:")

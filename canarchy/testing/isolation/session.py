@@ -211,6 +211,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _access.observe("os.unsetenv", _STATE.on_unsetenv)
     _access.install()
     _access.GUARD.enabled = True
+    set_early = _set_before_the_start(config) if _is_worker(config) else {}
     pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
     if operator_env.get("PYTHONPATH"):
         pythonpath.append(operator_env["PYTHONPATH"])
@@ -225,6 +226,11 @@ def _start(config: pytest.Config, where: str) -> None:
     })
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     _STATE.changed_between_tests()  # the session's own environment is not a test's doing
+    for key, value in set_early.items():  # a worker's conftests' own doing, as in a run without workers
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     _guard.GUARD.owner = _START_UP
     _guard.GUARD.report_dir = sandbox.refusal_dir
     _guard.GUARD.enabled = True
@@ -234,6 +240,20 @@ def _start(config: pytest.Config, where: str) -> None:
     logging.getLogger("can.bus").addHandler(_SHUTDOWN_RECORDS)
     _protection.import_writers()  # taken now, before any test could replace them
     run.seal = _seal(sandbox)
+
+
+def _set_before_the_start(config: pytest.Config) -> dict[str, str | None]:
+    """A pytest-xdist worker's isolation starts at ``pytest_configure``, after its initial conftests (and its
+    controller's) set or removed variables: those, against the controller's session environment, which the
+    worker started with (None: removed). Without them a variable a conftest sets at import would reach the
+    tests of a run without workers, and not those of a worker."""
+    entered = config.workerinput.pop("canarchy_session_env", None)
+    if entered is None:
+        return {}
+    found: dict[str, str | None] = {k: v for k, v in os.environ.items()
+                                    if not k.startswith("PYTEST_XDIST_") and entered.get(k) != v}
+    found.update({k: None for k in entered if k not in os.environ})
+    return found
 
 
 _UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.kernel",
