@@ -250,9 +250,10 @@ def _set_before_the_start(config: pytest.Config) -> dict[str, str | None]:
     entered = config.workerinput.pop("canarchy_session_env", None)
     if entered is None:
         return {}
+    own = ("PYTEST_XDIST_", "PYTEST_CANARCHY_")  # the worker's identity, and its isolation's own
     found: dict[str, str | None] = {k: v for k, v in os.environ.items()
-                                    if not k.startswith("PYTEST_XDIST_") and entered.get(k) != v}
-    found.update({k: None for k in entered if k not in os.environ})
+                                    if not k.startswith(own) and entered.get(k) != v}
+    found.update({k: None for k in entered if k not in os.environ and not k.startswith(own)})
     return found
 
 
