@@ -127,13 +127,13 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     frozen = run.opt_outs.get(request.node.nodeid)
     changed = frozen is not None and _opt_outs_of(request.node) != frozen
     _scrub_what_was_set_outside(request, run)
-    session_env = dict(os.environ)  # the session's, with what conftests and wider fixtures set since
+    between = dict(os.environ)  # the session's, with what conftests and wider fixtures set since
     if _opts_out(request, "integration", "real_home"):
         env = dict(sandbox.operator_env)
         keep = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_") if _opts_out(request, "integration") else (
             "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "PYTEST_CANARCHY_", "PYTHONPATH")
-        env.update({k: v for k, v in session_env.items() if k.startswith(keep)})
-        env.update(_set_outside_tests(session_env, sandbox.session_env))
+        env.update({k: v for k, v in between.items() if k.startswith(keep)})
+        env.update(_set_outside_tests(between, sandbox.session_env))
         _STATE.quietly_apply(env)
         sandbox.rebase(sandbox.real_home)
         sandbox.restore_python_can()
@@ -165,7 +165,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         with _access.GUARD.exempt():
             _CHDIR(cwd_before)
         if dirs is None:
-            _STATE.quietly_apply({**session_env, **{k: v for k, v in os.environ.items() if k == "PYTEST_CURRENT_TEST"}})
+            _STATE.quietly_apply({**between, **{k: v for k, v in os.environ.items() if k == "PYTEST_CURRENT_TEST"}})
         else:
             for key in HOME_VARIABLES:
                 _STATE.quietly(key, sandbox.session_env.get(key))
