@@ -22,21 +22,19 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import HOSTILE_ENV, build_env, hostile_env
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
+from canarchy.testing.lanes.parity_report import NOT_SHUT_DOWN, render, render_markdown
 from canarchy.testing.lanes.project import Project
-from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import (ABSENT, CannotDecide, Comparison, Report, Row, case_key, compare,
-                                           load_allowlist, load_report, merge_reports, node_id, totals_text)
+                                           load_allowlist, load_report, merge_reports, node_id)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, cores,
                                           pytest_flags, run_pytest, workers, xdist_options)
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
-from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
-                                            failed_beyond_its_tests, isolated_run, read_run)
+from canarchy.testing.lanes.verdict import ALL_SKIPPED, every_case_skipped, failed_beyond_its_tests, read_run
 from canarchy.testing.lanes.workspace import copy_tree, publish_reports, pythonpath, temporary_tree, tree_files
 
 TWINS = ("clean", "operator")
 SHARD_PLUGIN = "canarchy.testing.lanes.shard"
 NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
-_NOT_SHUT_DOWN = "was not properly shut down"
 _COLLECT = ("-p", "detect_test_pollution", "--collect-only", "-q")
 # python-can's "was not properly shut down" is a log record (BusABC.__del__): during a test it is in the
 # test's captured log, which the JUnit report keeps (a pytest-xdist worker's too); at interpreter exit,
@@ -300,7 +298,7 @@ def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, 
         result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}"
                                    for line in changes(before, snapshot(shard.copy))]
     logged = "\n".join([*(run.output for run in twin.runs), *(case.output for _, case in cases)])
-    result.not_shut_down[twin.name] = [line.strip() for line in logged.splitlines() if _NOT_SHUT_DOWN in line]
+    result.not_shut_down[twin.name] = [line.strip() for line in logged.splitlines() if NOT_SHUT_DOWN in line]
 
 
 def run_parity(project: Project, selection: Sequence[str], *, source_env: Mapping[str, str] | None = None,
@@ -507,92 +505,6 @@ def _attributed(clean: Twin, operator: Twin, findings: list[Finding], ids: Mappi
 
 _UNSTABLE = ("the clean configuration gives the operator twin's result under its PYTHONHASHSEED: the test or its "
              "parametrized ids depend on hash order (a set or frozenset iterated?); sort the values or give ids=")
-
-
-_KIND_TEXT = {"operator": "depends on the operator", "flaky": "flaky", "hash seed": "depends on the hash seed"}
-
-
-def _verdict_text(result: ParityResult) -> str:
-    """The comparison's verdict, or "identical but for N flaky ..." when only flaky or seed-dependent tests differ."""
-    c = result.comparison
-    apart = [t.name for t in result.twins.values() if t.uncollected and not t.problem]
-    if apart:
-        return f"different: the {apart[0]} twin alone could not collect {len(result.findings)} module(s)"
-    if c.differences and not c.undecided and not result.of_kind("operator"):
-        reported = [f"{len(result.of_kind(kind))} {kind}" for kind in ("flaky", "hash seed") if result.of_kind(kind)]
-        return f"identical but for {' and '.join(reported)} test" + ("s" if len(result.findings) > 1 else "")
-    return c.verdict
-
-
-def _check_lines(result: ParityResult) -> list[str]:
-    """The terminal lines of the checks: stale allow-list entries, writes, log lines, home and checkout changes."""
-    lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
-    lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {run.log}"
-              for name in result.runs_failed for run in result.twins[name].failed_beyond]
-    lines += [f"  refused by the isolation: {line}" for line in result.refusals]
-    lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
-    lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
-    lines += [f"  operator home changed: {line}" for line in result.home_changes]
-    lines += [f"  the checkout itself changed: {line}" for line in result.checkout_changes]
-    lines += [f"  not exercised: the operator twin exports no {prefix}* variable, so a test that depends on one "
-              "cannot differ ([tool.canarchy.lanes] operator_env)" for prefix in result.unexercised]
-    return lines
-
-
-def render(result: ParityResult) -> str:
-    """The terminal view: the verdict line, the twins, each finding and check."""
-    c = result.comparison
-    lines = [f"parity: {result.status} - results {_verdict_text(result)}"
-             + (f" ({len(c.report_a.cases)} tests)" if c.report_a and c.report_a.cases else "")]
-    for twin in result.twins.values():
-        shards = f", {len(twin.shards)} shards" if len(twin.shards) > 1 else ""
-        lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({twin.summary}{shards}, "
-                     f"PYTHONHASHSEED={twin.hashseed})")
-    if not all(isolated_run(t.report) for t in result.twins.values()):
-        lines.append(f"  {NOT_ISOLATED}")
-    lines += [f"  cannot decide: {reason}" for reason in c.undecided]
-    if result.findings:
-        rows = [[result.show(f.id), _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
-                for f in result.findings]
-        lines += ["", table(["test", "finding", "clean", "operator", "why"], rows)]
-    if c.allowed:
-        lines += ["", "allowed to differ (allow-list):",
-                  table(["test", "clean", "operator", "reason"],
-                        [[result.show(r.id), r.outcome_a, r.outcome_b, r.allowed_reason or ""] for r in c.allowed])]
-    lines += _check_lines(result)
-    if not result.strict and (result.of_kind("flaky") or result.of_kind("hash seed")):
-        lines.append("  (flaky and hash-seed dependent tests are reported, not failed: `nox -s parity -- --strict` "
-                     "fails them)")
-    return "\n".join(lines)
-
-
-def render_markdown(result: ParityResult) -> str:
-    """``reports/parity.md``."""
-    out = [f"# Parity: {result.status}", "", markdown_table(
-        ["twin", "PYTHONHASHSEED", "exit code", "outcomes", "seconds", "log"],
-        [[t.name if len(t.shards) == 1 else f"{t.name} {i + 1}/{len(t.shards)}", str(t.hashseed),
-          str(r.returncode), totals_text(t.report if len(t.shards) == 1 else s.report), f"{r.duration:.1f}",
-          f"`{r.log}`"] for t in result.twins.values() for i, s in enumerate(t.shards) if (r := s.run)])]
-    if result.comparison.undecided:
-        out += ["", "## Cannot decide", "", *(f"- {r}" for r in result.comparison.undecided)]
-    if result.findings:
-        out += ["", f"## Differences ({len(result.findings)})", "", markdown_table(
-            ["test", "finding", "clean", "operator", "why"],
-            [[f"`{result.show(f.id)}`", _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
-             for f in result.findings])]
-    out += ["", "## Checks", "",
-            *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{run.log}`"
-              for name in result.runs_failed for run in result.twins[name].failed_beyond),
-            *(f"- refused by the isolation: {line}" for line in result.refusals[:50]),
-            f"- operator home unchanged: {'yes' if not result.home_changes else 'NO'}",
-            *(f"  - {line}" for line in result.home_changes[:50]),
-            f"- checkout unchanged: {'yes' if not result.checkout_changes else 'NO'}",
-            *(f"  - {line}" for line in result.checkout_changes[:50]),
-            f"- writes into a copy of the checkout (reported, not differences): {len(result.checkout_writes)}",
-            *(f"  - {line}" for line in result.checkout_writes[:50])]
-    for name, lines in result.not_shut_down.items():
-        out.append(f"- `{_NOT_SHUT_DOWN}` in the {name} log: {len(lines)}")
-    return "\n".join(out) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
