@@ -48,15 +48,23 @@ POLLUTER = "tests/test_pair.py::test_polluter_registers_and_forgets"
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, int, str]:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, int, str, list[str]]:
     """The order lane's command line, run once over an order-dependent pair (normal, reverse, seed 1),
-    with a deselection; an order-independent suite passing: tests/test_adopter.py."""
+    with a deselection; an order-independent suite passing: tests/test_adopter.py. Also returns where
+    its pytest runs were told to write their reports and node ids."""
     project = _project(tmp_path_factory.mktemp("pair") / "p", PAIR)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    out, written = io.StringIO(), []
+    real = order.run_pytest
+
+    def recording(args, **kwargs):
+        written.extend(a.split("=", 1)[1] for a in args if a.startswith(("--junitxml=", "--dtp-testids-")))
+        return real(args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.setattr(order, "run_pytest", recording)
         code = lanes_cli.main(["--project", str(project.root), "order", "--seeds", "1",
                                "--", "-k", "not test_filler_1"])
-    return project, code, out.getvalue()
+    return project, code, out.getvalue(), written
 
 
 def _ran(project: Project, label: str) -> list[str]:
@@ -65,7 +73,7 @@ def _ran(project: Project, label: str) -> list[str]:
 
 
 def test_order_lane_finds_and_names_the_polluter(pair):
-    project, code, out = pair
+    project, code, out, _written = pair
     assert code == 1 and "order: FAILED" in out and "normal vs reverse: DIFFERENT" in out, out
     assert "tests/test_pair.py::test_victim_assumes_an_empty_registry  passed  failed" in out  # a node id to paste
     assert f"victim {VICTIM} (reverse run): polluted by {POLLUTER}" in out
@@ -76,7 +84,7 @@ def test_order_lane_finds_and_names_the_polluter(pair):
 
 
 def test_reverse_runs_backwards_after_deselection_and_a_seed_really_shuffles(pair):
-    project, _code, _out = pair
+    project, _code, _out, _written = pair
     normal, reverse, shuffled = _ran(project, "normal"), _ran(project, "reverse"), _ran(project, "seed-1")
     assert len(normal) == 4 and "tests.test_pair::test_filler_1" not in normal
     assert reverse == normal[::-1]
@@ -175,26 +183,15 @@ def test_a_run_that_failed_beyond_its_tests_fails_the_order_lane(tmp_path):
     assert "failed (normal): no test failed, yet pytest failed the run" in order.render(result)
 
 
-def test_the_runs_write_no_report_into_the_checkout_and_the_lane_publishes_them(tmp_path, monkeypatch):
+def test_the_runs_write_no_report_into_the_checkout_and_the_lane_publishes_them(pair):
     """Each run is on a copy, so the checkout is not its checkout: when it lies in the operator's home
     (``~/canarchy``, a new user's clone) such a run may only read it, and its report or node ids written
     there were refused (every run CANNOT DECIDE). The runs and the search write into the lane's temporary
     tree; the lane copies their reports and logs to ``reports/`` afterwards."""
-    project = _project(tmp_path / "p", PAIR)
-    written: list[str] = []
-    real = order.run_pytest
-
-    def recording(args, **kwargs):
-        written.extend(a.split("=", 1)[1] for a in args if a.startswith(("--junitxml=", "--dtp-testids-")))
-        return real(args, **kwargs)
-
-    monkeypatch.setattr(order, "run_pytest", recording)
-    result = _lane(project)
+    project, _code, out, written = pair
     assert len(written) > 6, written  # three runs, each with its ids, and the search's runs
     assert not [w for w in written if Path(w).resolve().is_relative_to(project.root.resolve())], written
     reports = project.root / "reports"
-    for entry in result.runs:
-        assert entry.problem is None and entry.run.log.parent == reports and entry.run.junit.parent == reports
-        assert entry.run.log.is_file() and entry.run.junit.is_file()
-    assert (reports / "order-normal-ids.txt").is_file()
-    assert [b.culprit for b in result.bisections] == [POLLUTER], result.bisections
+    for label in ("normal", "reverse", "seed-1"):
+        assert {f"order-{label}{end}" for end in (".log", ".xml", "-ids.txt")} <= set(os.listdir(reports)), label
+    assert f"polluted by {POLLUTER}" in out and "CANNOT DECIDE" not in out, out
