@@ -315,6 +315,8 @@ def test_suite_and_case_properties_are_read(tmp_path):
         ("tests/test_x.py::TestK::test_m", "tests.test_x.TestK::test_m"),
         ("tests/sub/test_y.py::test_p[a::b-c/d.py]", "tests.sub.test_y::test_p[a::b-c/d.py]"),
         ("tests.test_x::test_a", "tests.test_x::test_a"),
+        ("docs/usage.md::usage.md", "docs.usage.md::usage.md"),  # a doctest text file: JUnit keeps its suffix
+        ("tests/test_mypy.yml::case[x]", "tests.test_mypy.yml::case[x]"),
     ],
 )
 def test_case_key_from_node_id(node_id, key):
@@ -328,12 +330,17 @@ def test_case_key_from_node_id(node_id, key):
     ("tests.test_gone::test_a", "tests.test_gone::test_a"),  # no such module: the key as it is
     ("dateutil/test/test_tz.py::test_a", "dateutil/test/test_tz.py::test_a"),  # already a node id
     ("dateutil.test.test_tz", "dateutil.test.test_tz"),  # a module's collection error: no test name
+    ("docs.usage.md::usage.md", "docs/usage.md::usage.md"),  # a doctest text file
+    ("dateutil.test.cases.yml::case[x]", "dateutil/test/cases.yml::case[x]"),
 ])
 def test_a_report_key_is_shown_as_the_node_id_of_its_module_under_the_root(tmp_path, key, shown):
     """The lanes showed JUnit's classname (``dateutil.test.test_tz.GettzTest::testX``), which pytest cannot be
     given; the node id of the module found under the checkout can."""
     (tmp_path / "dateutil" / "test").mkdir(parents=True)
     (tmp_path / "dateutil" / "test" / "test_tz.py").write_text("")
+    (tmp_path / "dateutil" / "test" / "cases.yml").write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "usage.md").write_text("")
     assert jc.node_id(key, tmp_path) == shown
     assert jc.node_id(key, None) == key
     assert jc.case_key(jc.node_id(key, tmp_path)) == jc.case_key(key)

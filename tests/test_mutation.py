@@ -337,6 +337,18 @@ def test_the_mutant_run_s_output_is_kept_and_the_verdict_said_after_the_baseline
     assert out.index("the verdict waits for its baseline") < out.index("mutation tiny-guard: KILLED\n"), out
 
 
+def test_a_doctest_text_file_is_a_killer_like_any_test(project, temp_root, tmp_path):
+    """A killer that is no Python module's test (``tests/test_guard.txt::test_guard.txt``, a doctest of
+    ``--doctest-glob``; a YAML case of pytest-mypy-plugins): its JUnit key keeps the file's suffix
+    (``tests.test_guard.txt``), so the lane that looked for ``tests/test_guard.txt::...`` unchanged said
+    "not run (no such test?)" of a test that ran, and could not decide."""
+    (project / "tests" / "test_guard.txt").write_text(
+        ">>> from tinypkg.guard import decide\n>>> decide(None, 'vcan7')\n'reference'\n")
+    killers = (KILLER, "tests/test_guard.txt::test_guard.txt")
+    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=killers))
+    assert result.status == "killed", result.reason
+
+
 def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, tmp_path):
     result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_no_such_test",),
                                           controls=()))

@@ -143,16 +143,19 @@ class Comparison:
 
 
 def case_key(node_id: str) -> str:
-    """The report key of a pytest node id (a key is returned unchanged).
+    """The report key of a pytest node id (a key is returned unchanged), made as pytest's JUnit writer makes
+    it (``mangle_test_address``: the path's ``/`` become ``.``, a final ``.py`` is dropped).
 
-    ``tests/test_x.py::TestK::test_m[a::b]`` -> ``tests.test_x.TestK::test_m[a::b]``.
+    ``tests/test_x.py::TestK::test_m[a::b]`` -> ``tests.test_x.TestK::test_m[a::b]``; an item of another
+    file keeps its suffix: ``docs/usage.md::usage.md`` (a doctest of ``--doctest-glob``) ->
+    ``docs.usage.md::usage.md``, ``tests/test_mypy.yml::case`` -> ``tests.test_mypy.yml::case``.
     """
     head, bracket, tail = node_id.partition("[")
     parts = head.split("::")
     path = parts[0].replace("\\", "/")
-    if len(parts) < 2 or not path.endswith(".py"):
+    if len(parts) < 2:
         return node_id
-    module = path[: -len(".py")].strip("/").replace("/", ".")
+    module = path.removesuffix(".py").strip("/").replace("/", ".")
     classname = ".".join([module, *parts[1:-1]])
     return f"{classname}::{parts[-1]}{bracket}{tail}"
 
@@ -160,8 +163,10 @@ def case_key(node_id: str) -> str:
 def node_id(key: str, root: Path | None) -> str:
     """The pytest node id of a report key, for people to read and paste (``pytest NODE_ID``):
     ``dateutil.test.test_tz.GettzTest::testX`` -> ``dateutil/test/test_tz.py::GettzTest::testX`` where that
-    module is a file under ``root``, the longest such module path; else the key unchanged (a module pytest
-    could not collect, a key from elsewhere)."""
+    module is a file under ``root``, the longest such module path; an item of another file (a doctest text
+    file, a YAML case) keeps the file's suffix in the key: ``docs.usage.md::usage.md`` ->
+    ``docs/usage.md::usage.md``; else the key unchanged (a module pytest could not collect, a key from
+    elsewhere)."""
     head, bracket, tail = key.partition("[")
     classname, sep, name = head.rpartition("::")
     if not sep or root is None or "/" in classname:
@@ -169,8 +174,10 @@ def node_id(key: str, root: Path | None) -> str:
     parts = classname.split(".")
     for i in range(len(parts), 0, -1):
         module = "/".join(parts[:i]) + ".py"
-        if (root / module).is_file():
-            return "::".join([module, *parts[i:], name]) + bracket + tail
+        other = "/".join(parts[:i - 1]) + "." + parts[i - 1]  # a file of another kind: its suffix the last part
+        for path in (module, other) if i > 1 else (module,):
+            if (root / path).is_file():
+                return "::".join([path, *parts[i:], name]) + bracket + tail
     return key
 
 
