@@ -91,6 +91,18 @@ def test_reverse_runs_backwards_after_deselection_and_a_seed_really_shuffles(pai
     assert sorted(shuffled) == sorted(normal) and shuffled not in (normal, reverse)
 
 
+def test_the_polluter_is_found_where_the_project_s_addopts_ask_for_xdist_workers(tmp_path):
+    """``-n auto`` in addopts is fine for every run of the lane (it gives ``-p xdist -n 0``); the pytest runs
+    of detect-test-pollution's bisection had no such flags and stopped at "unrecognized arguments: -n", so
+    the lane said it "found no single polluter" of a victim with one."""
+    project = _project(tmp_path / "p", PAIR)
+    (project.root / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = ["-p", "canarchy.testing.isolation.plugin", "-n", "auto"]\n')
+    result = _lane(load_project(project.root), seeds=())
+    [found] = result.bisections
+    assert (found.victim, found.culprit) == (VICTIM, POLLUTER), order.render(result)
+
+
 def test_a_test_that_fails_alone_is_traced_to_the_test_it_needs_first(tmp_path):
     """Reversed, the dependent test runs first and fails; it fails alone too, so no polluter exists:
     the lane bisects the tests that ran before it in the normal run and names the state-setter."""

@@ -142,8 +142,11 @@ def bisect(entry: OrderRun, victim: str, before: Sequence[str], out: Path, pytho
     """Ask detect-test-pollution which of ``before`` (in that order) makes ``victim`` fail."""
     listing = out / f"order-bisect-{abs(hash(victim))}.txt"
     listing.write_text("".join(f"{n}\n" for n in [*before, victim]), encoding="utf-8")
-    # Imported, not run with -m: it loads itself into pytest as ``-p <its __name__>``.
-    code = "import sys, detect_test_pollution as d; sys.exit(d.main())"
+    # Imported, not run with -m: it loads itself into pytest as ``-p <its __name__>``. Each pytest it starts
+    # gets the lane's flags as every run of the lane does (``-p xdist -n 0`` among them): with plugin
+    # autoloading off, an ``-n auto`` in the project's addopts was an unrecognized argument to its pytest,
+    # and the bisection found "no single polluter".
+    code = f"import sys, detect_test_pollution as d; d.PYTEST_OPTIONS += {tuple(entry.flags)!r}; sys.exit(d.main())"
     done = run([python, "-c", code, "--failing-test", victim, "--testids-file", str(listing)],
                env=entry.env, cwd=entry.copy, log=listing.with_suffix(".log"))
     found = _POLLUTER.search(done.output)
