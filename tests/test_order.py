@@ -103,6 +103,32 @@ def test_the_polluter_is_found_where_the_project_s_addopts_ask_for_xdist_workers
     assert (found.victim, found.culprit) == (VICTIM, POLLUTER), order.render(result)
 
 
+TWO_POLLUTERS = """
+SEEN = set()
+
+def test_victim_fails_after_both():
+    assert SEEN != {"a", "b"}
+
+def test_a():
+    SEEN.add("a")
+
+def test_b():
+    SEEN.add("b")
+"""
+
+
+def test_a_bisection_that_names_no_polluter_points_at_its_log_where_the_lane_left_it(tmp_path):
+    """No single test pollutes the victim (it fails only after both others): the finding names
+    detect-test-pollution's log, which must be in the reports the lane published, not in its temporary tree
+    removed before the verdict was printed."""
+    project = _project(tmp_path / "p", {"test_two.py": TWO_POLLUTERS})
+    result = _lane(project, seeds=())
+    [found] = result.bisections
+    assert found.culprit is None and "found no single polluter" in found.note, order.render(result)
+    log = Path(found.note.rpartition("log ")[2].rstrip(")"))
+    assert log.parent == project.root / "reports" and log.is_file(), found.note
+
+
 def test_a_test_that_fails_alone_is_traced_to_the_test_it_needs_first(tmp_path):
     """Reversed, the dependent test runs first and fails; it fails alone too, so no polluter exists:
     the lane bisects the tests that ran before it in the normal run and names the state-setter."""

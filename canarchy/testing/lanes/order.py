@@ -307,9 +307,14 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
                 found = _search(row, normal, next(r for r in result.runs if r.label == label), work, python, echo)
                 if found is not None:
                     result.bisections.append(found)
-        problems = publish_reports(work, out, [e.run for e in result.runs], [e.problem for e in result.runs])
-        for entry, problem in zip(result.runs, problems, strict=True):
+        # A bisection's note names its log too (detect-test-pollution's, a state-setter search's): there,
+        # not in the temporary tree removed next.
+        notes = publish_reports(work, out, [e.run for e in result.runs],
+                                [*(e.problem for e in result.runs), *(b.note for b in result.bisections)])
+        for entry, problem in zip(result.runs, notes, strict=False):
             entry.problem = problem
+        for found, note in zip(result.bisections, notes[len(result.runs):], strict=True):
+            found.note = note
     result.seconds = time.monotonic() - started
     return result
 
