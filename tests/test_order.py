@@ -101,6 +101,8 @@ def test_the_polluter_is_found_where_the_project_s_addopts_ask_for_xdist_workers
     result = _lane(load_project(project.root), seeds=())
     [found] = result.bisections
     assert (found.victim, found.culprit) == (VICTIM, POLLUTER), order.render(result)
+    # the order a reproduce line gives is the lane's only in one process: workers would each run a share
+    assert "reproduce: python -m pytest -n 0 -p canarchy.testing.lanes.reverse" in order.render(result)
 
 
 TWO_POLLUTERS = """

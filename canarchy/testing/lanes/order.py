@@ -53,9 +53,12 @@ class OrderRun:
     report: Report | None = None
     problem: str | None = None
     node_ids: dict[str, str] = field(default_factory=dict)  # case key -> node id
+    serial: tuple[str, ...] = ()  # what its reproduce line needs to run in one process, as the lane's run did
 
     def reproduce(self, selection: Sequence[str]) -> str:
-        return " ".join(["python -m pytest", *self.options, *selection])
+        """The command that runs the suite in this order in the project's own environment: with ``-n 0`` where
+        the project's addopts start pytest-xdist workers (each would run its share in its own order)."""
+        return " ".join(["python -m pytest", *self.serial, *self.options, *selection])
 
     @property
     def executed(self) -> list[str]:
@@ -210,6 +213,7 @@ def _prepare(entry: OrderRun, base: Path, project: Project, files: list[str], so
         d.mkdir(parents=True)
     copy_tree(project.root, entry.copy, files)
     entry.flags = tuple(pytest_flags(project))
+    entry.serial = ("-n", "0") if project.addopts_workers else ()
     entry.env = build_env(home=home, source=source_env, extra={
         **(extra_env or {}), "TMPDIR": str(tmpdir), "PYTHONPATH": pythonpath(entry.copy, project, extra_env)})
 

@@ -52,6 +52,7 @@ class Project:
     mutations: Path | None = None
     leaks: Path | None = None
     uses_plugin: bool = False  # its pytest configuration loads canarchy.testing.isolation.plugin
+    addopts_workers: bool = False  # its addopts start pytest-xdist workers (``-n auto``): the lanes give ``-n 0``
     operator_env: tuple[tuple[str, str], ...] = ()  # the operator's shell for parity, beside canarchy's own
     scrub_prefixes: tuple[str, ...] = ()  # canarchy_scrub_prefixes of its pytest configuration
     plugin_ini: tuple[tuple[str, str], ...] = ()  # its canarchy_* pytest settings, as pytest.ini lines would give them
@@ -255,13 +256,24 @@ def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
                      if isinstance(p, str))
     plugin_ini = tuple((key, _ini_text(value)) for key, value in ini.items() if key.startswith("canarchy_"))
     return {"uses_plugin": uses_plugin, "operator_env": tuple(operator_env.items()), "scrub_prefixes": prefixes,
-            "plugin_ini": plugin_ini}
+            "plugin_ini": plugin_ini, "addopts_workers": _starts_workers(ini)}
+
+
+def _addopts(ini: dict) -> str:
+    """The ``addopts`` of a pytest configuration's options, as one line."""
+    addopts = ini.get("addopts", "")
+    return " ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts)
 
 
 def _loads_plugin(ini: dict) -> bool:
     """Whether the ``addopts`` of a pytest configuration's options name the plugin."""
-    addopts = ini.get("addopts", "")
-    return PLUGIN in (" ".join(map(str, addopts)) if isinstance(addopts, list) else str(addopts))
+    return PLUGIN in _addopts(ini)
+
+
+def _starts_workers(ini: dict) -> bool:
+    """Whether the ``addopts`` give pytest-xdist a number of workers (``-n auto``, ``-n4``,
+    ``--numprocesses=2``)."""
+    return any(word.startswith(("-n", "--numprocesses")) for word in _addopts(ini).split())
 
 
 def _ini_text(value: object) -> str:
