@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import argparse
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from canarchy.testing.lanes import selftest
+from canarchy.testing.lanes.project import load_project
 from tests.helpers import PYTEST
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,3 +139,19 @@ def test_the_corpus_runs_with_the_adopting_project_s_isolation_settings(tmp_path
     without = Project(tmp_path, (), tmp_path, ("tests",), (), operator_home=OPERATOR_HOME, leaks=CORPUS)
     assert selftest.main(without, argparse.Namespace(only=[entry.name]), []) == selftest.EXIT_MISSED
     assert "does not load canarchy.testing.isolation.plugin" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("keys, said", [
+    ('operator_home = "home"\n', "names no `leaks` ([tool"),
+    ('leaks = "leaks"\n', "names no `operator_home` ([tool"),
+    ("", "names no `leaks` and no `operator_home`"),
+])
+def test_without_its_corpus_or_its_operator_home_the_lane_names_the_key_missing(tmp_path, capsys, keys, said):
+    """A project with an operator home for parity and no corpus was told it names "no `leaks` corpus or no
+    `operator_home`": which of the two it lacks, the lane knows."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "leaks").mkdir()
+    (tmp_path / "pyproject.toml").write_text("[tool.canarchy.lanes]\n" + keys)
+    code = selftest.main(load_project(tmp_path), argparse.Namespace(only=[]), [])
+    out = capsys.readouterr().out
+    assert code == 2 and said in out, out

@@ -359,8 +359,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
     """``python -m canarchy.testing.lanes selftest [--only NAME ...]``: the project's ``leaks`` corpus."""
     try:
-        if project.leaks is None or project.operator_home is None:
-            raise CorpusError("the project names no `leaks` corpus or no `operator_home` ([tool.canarchy.lanes])")
+        missing = [key for key, path in (("leaks", project.leaks), ("operator_home", project.operator_home))
+                   if path is None]
+        if missing:
+            raise CorpusError(f"the project names no {' and no '.join(f'`{key}`' for key in missing)} "
+                              "([tool.canarchy.lanes])")
         entries = load_corpus(project.leaks)
         if args.only:
             unknown = set(args.only) - {e.name for e in entries}
