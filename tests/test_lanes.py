@@ -347,10 +347,17 @@ def test_a_test_module_inside_the_package_is_no_module_a_mutation_may_edit(tmp_p
     ({"setup.cfg": "[metadata]\nname = x\n"}, ("-e", ".")),
     ({"pyproject.toml": '[project]\nname = "x"\ndynamic = ["optional-dependencies"]\n',
       "setup.cfg": "[options.extras_require]\ntest = pytest\n"}, ("-e", ".[test]")),
-], ids=["setup.cfg-test-extra", "setup.cfg-other-extra", "setup.cfg-no-extras", "dynamic-from-setup.cfg"])
+    ({"pyproject.toml": '[project]\nname = "x"\n[project.optional-dependencies]\ntests = ["hypothesis"]\n'},
+     ("-e", ".[tests]")),
+    ({"pyproject.toml": '[project]\nname = "x"\n[project.optional-dependencies]\ntests = ["a"]\ntest = ["b"]\n'},
+     ("-e", ".[test]")),
+], ids=["setup.cfg-test-extra", "setup.cfg-other-extra", "setup.cfg-no-extras", "dynamic-from-setup.cfg",
+        "tests-extra", "test-before-tests"])
 def test_a_setuptools_project_s_test_extra_in_setup_cfg_is_what_the_lanes_install(tmp_path, files, install):
     """A project whose metadata is in setup.cfg (python-dateutil) declares its extras in [options.extras_require]:
-    the lanes install its test extra, which brings canarchy, as they do a [project.optional-dependencies] one."""
+    the lanes install its test extra, which brings canarchy, as they do a [project.optional-dependencies] one.
+    A project whose extra is named ``tests`` (attrs) gets that one: the lanes installed ``-e .`` and stopped,
+    "did not install canarchy's harness", where canarchy was listed beside the suite's own needs."""
     (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n')
     for name, text in files.items():
         (tmp_path / name).write_text(text)

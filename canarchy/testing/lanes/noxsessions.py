@@ -70,8 +70,9 @@ def install(session: nox.Session, *extra: str) -> None:
         session.error(f"`pip install {' '.join(PROJECT.install)}` did not install canarchy's harness "
                       "(canarchy.testing.lanes) into the session's virtualenv, and every lane runs from there: list "
                       "\"canarchy[lanes] @ ...\" (a direct reference: a bare canarchy on PyPI is another project) in "
-                      "the project's `test` extra ([project.optional-dependencies] in pyproject.toml, "
-                      "[options.extras_require] in setup.cfg), or name what to install in [tool.canarchy.lanes] "
+                      "the project's `test` extra (or `tests`, where it has no `test`; [project.optional-dependencies] "
+                      "in pyproject.toml, [options.extras_require] in setup.cfg), or name what to install in "
+                      "[tool.canarchy.lanes] "
                       "install (docs/adopting.md)")
 
 

@@ -223,7 +223,9 @@ def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
     if "install" in table:
         install = _strings(table["install"], f"{where} install")
     else:
-        install = ("-e", ".[test]") if "test" in _extras(base, doc) else ("-e", ".")
+        # the test extra, else a tests one (attrs, structlog): the extra that already brings the suite's needs
+        extra = next((name for name in ("test", "tests") if name in _extras(base, doc)), None)
+        install = ("-e", f".[{extra}]") if extra else ("-e", ".")
     return packages, source, tests, install
 
 
