@@ -75,12 +75,18 @@ def spawned(function, *args):
     process.start()
     process.join()
 
-def bind_in(directory, name):
+def unix_socket_in(directory, name, how="bind"):
     # a relative address: CPython refuses an AF_UNIX path over 107 bytes before the audit event
     here = os.getcwd()
     os.chdir(directory)
     try:
-        socket.socket(socket.AF_UNIX).bind(name)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM if how.startswith("send") else socket.SOCK_STREAM)
+        if how == "sendto":
+            sock.sendto(b"x", name)
+        elif how == "sendmsg":
+            sock.sendmsg([b"x"], [], 0, name)
+        else:
+            getattr(sock, how)(name)
     finally:
         os.chdir(here)
 """
@@ -198,7 +204,14 @@ WRITES = {
     "sqlite3.connect": "sqlite3.connect(STATE / 'cache.db')",
     "mkstemp": "tempfile.mkstemp(dir=STATE)",
     "mkdtemp": "tempfile.mkdtemp(dir=STATE)",
-    "bind a Unix socket": "bind_in(home, '.canarchy/sock')",
+    "bind a Unix socket": "unix_socket_in(home, '.canarchy/sock')",
+    # a connect or a send reaches the process listening there: the operator's daemon
+    "connect to a Unix socket": "unix_socket_in(home, '.canarchy/daemon.sock', 'connect')",
+    "connect_ex to a Unix socket": "unix_socket_in(home, '.canarchy/daemon.sock', 'connect_ex')",
+    "connect to a Unix socket under the home (read-only)": "unix_socket_in(home, 'agent.sock', 'connect')",
+    "connect to a Unix socket by a bytearray": "unix_socket_in(home, bytearray(b'agent.sock'), 'connect')",
+    "sendto a Unix socket": "unix_socket_in(home, '.canarchy/daemon.sock', 'sendto')",
+    "sendmsg to a Unix socket": "unix_socket_in(home, 'agent.sock', 'sendmsg')",
     "make an archive at": "shutil.make_archive(str(STATE / 'archive'), 'zip', root_dir=CHECKOUT)",
     "unpack into": "shutil.unpack_archive(work / 'checkout.zip', STATE, 'zip')",
     "write under the home (read-only)": "open(home / 'new.txt', 'w').close()",

@@ -111,12 +111,18 @@ def _sqlite_targets(args: tuple) -> Iterable[Target]:
     return ((database, None, "sqlite3.connect", WRITE if write else READ),)
 
 
-def _bind_targets(args: tuple) -> Iterable[Target]:
-    """``socket.bind`` (socket, address): a Unix socket's file (not the abstract namespace)."""
-    address = args[1]
-    if isinstance(address, (str, bytes)) and address and address[:1] not in ("\0", b"\0"):
-        return ((address, None, "bind a Unix socket at", WRITE | NOFOLLOW),)
-    return ()
+def _unix_socket(operation: str, flags: int) -> Callable[[tuple], Iterable[Target]]:
+    """``socket.bind``, ``socket.connect``, ``socket.sendto``, ``socket.sendmsg`` (socket, address): a Unix
+    socket's file (not the abstract namespace; a bytes-like address as the bytes it holds now). A connect or a
+    send reaches the process listening there (the operator's daemon): judged as a write of its file."""
+    def targets(args: tuple) -> Iterable[Target]:
+        address = args[1]
+        if isinstance(address, (bytearray, memoryview)):
+            address = bytes(address)
+        if isinstance(address, (str, bytes)) and address and address[:1] not in ("\0", b"\0"):
+            return ((address, None, operation, flags),)
+        return ()
+    return targets
 
 
 def _dlopen_targets(args: tuple) -> Iterable[Target]:
@@ -131,7 +137,10 @@ def _dlopen_targets(args: tuple) -> Iterable[Target]:
 SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
     "glob.glob/2": _glob_targets,
     "sqlite3.connect": _sqlite_targets,
-    "socket.bind": _bind_targets,
+    "socket.bind": _unix_socket("bind a Unix socket at", WRITE | NOFOLLOW),
+    "socket.connect": _unix_socket("connect to the Unix socket at", WRITE),
+    "socket.sendto": _unix_socket("send to the Unix socket at", WRITE),
+    "socket.sendmsg": _unix_socket("send to the Unix socket at", WRITE),
     "ctypes.dlopen": _dlopen_targets,
 }
 #: The events of a signal sent (CPython's ``os.kill`` (pid, signal) and ``os.killpg`` (group, signal)) or of a
