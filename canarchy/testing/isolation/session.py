@@ -228,7 +228,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _access.observe("os.unsetenv", _STATE.on_unsetenv)
     _access.install()
     _access.GUARD.enabled = True
-    set_early = _set_before_the_start(config) if _is_worker(config) else {}
+    set_early = _set_before_the_start(config)
     pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
     if operator_env.get("PYTHONPATH"):
         pythonpath.append(operator_env["PYTHONPATH"])
@@ -243,11 +243,7 @@ def _start(config: pytest.Config, where: str) -> None:
     })
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     _STATE.changed_between_tests()  # the session's own environment is not a test's doing
-    for key, value in set_early.items():  # a worker's conftests' own doing, as in a run without workers
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    _set_again(set_early)  # a worker's conftests' own doing, as in a run without workers
     _guard.GUARD.owner = _START_UP
     _guard.GUARD.report_dir = sandbox.refusal_dir
     _guard.GUARD.enabled = True
@@ -262,9 +258,9 @@ def _start(config: pytest.Config, where: str) -> None:
 def _set_before_the_start(config: pytest.Config) -> dict[str, str | None]:
     """A pytest-xdist worker's isolation starts at ``pytest_configure``, after its initial conftests (and its
     controller's) set or removed variables: those, against the controller's session environment, which the
-    worker started with (None: removed). Without them a variable a conftest sets at import would reach the
-    tests of a run without workers, and not those of a worker."""
-    entered = config.workerinput.pop("canarchy_session_env", None)
+    worker started with (None: removed); none outside a worker. Without them a variable a conftest sets at
+    import would reach the tests of a run without workers, and not those of a worker."""
+    entered = config.workerinput.pop("canarchy_session_env", None) if _is_worker(config) else None
     if entered is None:
         return {}
     own = ("PYTEST_XDIST_", "PYTEST_CANARCHY_")  # the worker's identity, and its isolation's own
@@ -272,6 +268,15 @@ def _set_before_the_start(config: pytest.Config) -> dict[str, str | None]:
                                     if not k.startswith(own) and entered.get(k) != v}
     found.update({k: None for k in entered if k not in os.environ and not k.startswith(own)})
     return found
+
+
+def _set_again(variables: dict[str, str | None]) -> None:
+    """Set ``variables`` through ``os.environ`` (None: remove), seen as set outside any test."""
+    for key, value in variables.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 _UNSEALED = {"canarchy.testing.isolation.containment", "canarchy.testing.isolation.kernel",

@@ -302,25 +302,34 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
             if normal.report and entry.report:
                 result.comparisons[entry.label] = compare(normal.report, entry.report, label_a="normal",
                                                           label_b=entry.label)
-        seen: set[str] = set()
-        for label, comparison in result.comparisons.items():
-            for row in comparison.differences:
-                if row.id in seen or len(result.bisections) >= max_bisections:
-                    continue
-                seen.add(row.id)
-                found = _search(row, normal, next(r for r in result.runs if r.label == label), work, python, echo)
-                if found is not None:
-                    result.bisections.append(found)
-        # A bisection's note names its log too (detect-test-pollution's, a state-setter search's): there,
-        # not in the temporary tree removed next.
-        notes = publish_reports(work, out, [e.run for e in result.runs],
-                                [*(e.problem for e in result.runs), *(b.note for b in result.bisections)])
-        for entry, problem in zip(result.runs, notes, strict=False):
-            entry.problem = problem
-        for found, note in zip(result.bisections, notes[len(result.runs):], strict=True):
-            found.note = note
+        _bisect(result, work, python, echo, max_bisections)
+        _publish(result, work, out)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _bisect(result: OrderResult, work: Path, python: str, echo: Callable[[str], None], most: int) -> None:
+    """Search the culprit of each differing test (each once, ``most`` at the most), in the run it differed in."""
+    normal, seen = result.runs[0], set()
+    for label, comparison in result.comparisons.items():
+        for row in comparison.differences:
+            if row.id in seen or len(result.bisections) >= most:
+                continue
+            seen.add(row.id)
+            found = _search(row, normal, next(r for r in result.runs if r.label == label), work, python, echo)
+            if found is not None:
+                result.bisections.append(found)
+
+
+def _publish(result: OrderResult, work: Path, out: Path) -> None:
+    """Copy the runs' reports to ``out``; the problems and the bisections' notes then name their logs there
+    (detect-test-pollution's, a state-setter search's), not in the temporary tree removed next."""
+    notes = publish_reports(work, out, [e.run for e in result.runs],
+                            [*(e.problem for e in result.runs), *(b.note for b in result.bisections)])
+    for entry, problem in zip(result.runs, notes, strict=False):
+        entry.problem = problem
+    for found, note in zip(result.bisections, notes[len(result.runs):], strict=True):
+        found.note = note
 
 
 def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
