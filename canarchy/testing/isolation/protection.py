@@ -156,29 +156,6 @@ def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[s
     return sorted({path for pattern in patterns for path in glob.glob(pattern)})
 
 
-def operator_terminals() -> list[str]:
-    """The device nodes of the terminal pytest was started on (its standard streams', its controlling one's), sorted:
-    a setting changed there (no echo, raw mode, a non-blocking description) stays after pytest exits, and what is
-    typed into it (``TIOCSTI``) the operator's shell runs. Call it before pytest gives the terminal up."""
-    found = set()
-    for fd in (0, 1, 2):
-        try:
-            found.add(os.ttyname(fd))
-        except (OSError, AttributeError):  # not a terminal; Windows: no ttyname
-            pass
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except (OSError, AttributeError):  # no controlling terminal (CI, nox's pipes)
-        return sorted(found)
-    try:
-        found.add(os.ttyname(fd))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return sorted(found)
-
-
 def unix_sockets(table: str = "/proc/net/unix") -> list[str]:
     """The absolute names of the Unix-domain sockets bound now in this network namespace (``/proc/net/unix``,
     proc(5): its last column), each once, sorted: every daemon reachable through the file system, whatever
