@@ -20,7 +20,7 @@ from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.procstate import STATE as _STATE
-from canarchy.testing.isolation.sandbox import HOME_VARIABLES, SandboxView
+from canarchy.testing.isolation.sandbox import HOME_VARIABLES, SandboxView, changes_since
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, EXPECTED_REFUSAL_PROPERTY, REFUSED_PROPERTY
 from canarchy.testing.isolation.session import _BETWEEN_TESTS, _RUN, _SHUTDOWN_RECORDS, _Run, _opt_outs_of, _set_owners
 
@@ -106,12 +106,6 @@ def _scrub_what_was_set_outside(request: pytest.FixtureRequest, run: _Run) -> No
             run.scrubbed_outside.setdefault(key, request.node.nodeid)
 
 
-def _set_outside_tests(now: dict[str, str], entered: dict[str, str]) -> dict[str, str]:
-    """The variables of ``now`` that the session's environment as entered does not hold: what conftests,
-    plugins and wider-scoped fixtures set (a test that opts out runs with them, as under plain pytest)."""
-    return {k: v for k, v in now.items() if k not in entered or entered[k] != v}
-
-
 @pytest.fixture(autouse=True)
 def isolate_canarchy_state(request: pytest.FixtureRequest):
     """Autouse, function scope: a fresh, empty home and working directory (or the rootdir, with
@@ -127,13 +121,14 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
     frozen = run.opt_outs.get(request.node.nodeid)
     changed = frozen is not None and _opt_outs_of(request.node) != frozen
     _scrub_what_was_set_outside(request, run)
-    between = dict(os.environ)  # the session's, with what conftests and wider fixtures set since
     if _opts_out(request, "integration", "real_home"):
+        between = dict(os.environ)  # the session's, with what conftests and wider fixtures set since
         env = dict(sandbox.operator_env)
         keep = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_") if _opts_out(request, "integration") else (
             "PYTEST_CURRENT_TEST", "PYTEST_XDIST_", "PYTEST_CANARCHY_", "PYTHONPATH")
         env.update({k: v for k, v in between.items() if k.startswith(keep)})
-        env.update(_set_outside_tests(between, sandbox.session_env))
+        # what they set, as under plain pytest
+        env.update({k: v for k, v in changes_since(sandbox.session_env, between).items() if v is not None})
         _STATE.quietly_apply(env)
         sandbox.rebase(sandbox.real_home)
         sandbox.restore_python_can()

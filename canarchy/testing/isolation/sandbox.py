@@ -132,6 +132,15 @@ def apply_environment(target: Mapping[str, str], environ: os._Environ | dict | N
             environ[name] = value
 
 
+def changes_since(entered: Mapping[str, str], now: Mapping[str, str],
+                  skip: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """What differs in ``now`` from the environment ``entered``: each variable set or changed since, with its
+    value, each removed since, with None; a name with a prefix in ``skip`` left out."""
+    changes: dict[str, str | None] = {k: v for k, v in now.items() if not k.startswith(skip) and entered.get(k) != v}
+    changes.update({k: None for k in entered if k not in now and not k.startswith(skip)})
+    return changes
+
+
 def _forms(path: str) -> set[str]:
     """An absolute ``path`` as written (``normpath``: ``..`` folded on the text) and as the OS resolves it
     (``realpath``: each symlink followed, ``//`` made ``/``), each once."""

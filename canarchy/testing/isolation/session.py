@@ -35,7 +35,7 @@ from canarchy.testing.isolation.procstate import erase_start_up_environment as _
 from canarchy.testing.isolation.procstate import give_up_the_terminal as _give_up_the_terminal
 from canarchy.testing.isolation.procstate import keep_memory_private as _keep_memory_private
 from canarchy.testing.isolation import tree as _tree
-from canarchy.testing.isolation.sandbox import Sandbox, SandboxView
+from canarchy.testing.isolation.sandbox import Sandbox, SandboxView, changes_since
 from canarchy.testing.isolation.seal import Seal
 from canarchy.testing.isolation.exits import _guard_the_exit, _name_exit_handlers, _the_process_ends_with
 from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_own_trees,
@@ -246,11 +246,8 @@ def _set_before_the_start(config: pytest.Config) -> dict[str, str | None]:
     entered = config.workerinput.pop("canarchy_session_env", None) if _is_worker(config) else None
     if entered is None:
         return {}
-    own = ("PYTEST_XDIST_", "PYTEST_CANARCHY_")  # the worker's identity, and its isolation's own
-    found: dict[str, str | None] = {k: v for k, v in os.environ.items()
-                                    if not k.startswith(own) and entered.get(k) != v}
-    found.update({k: None for k in entered if k not in os.environ and not k.startswith(own)})
-    return found
+    # not the worker's identity, nor its isolation's own
+    return changes_since(entered, os.environ, skip=("PYTEST_XDIST_", "PYTEST_CANARCHY_"))
 
 
 def _set_again(variables: dict[str, str | None]) -> None:

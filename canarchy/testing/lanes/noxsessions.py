@@ -72,8 +72,7 @@ def install(session: nox.Session, *extra: str) -> None:
                       "\"canarchy[lanes] @ ...\" (a direct reference: a bare canarchy on PyPI is another project) in "
                       "the project's `test` extra (or `tests`, where it has no `test`; [project.optional-dependencies] "
                       "in pyproject.toml, [options.extras_require] in setup.cfg), or name what to install in "
-                      "[tool.canarchy.lanes] "
-                      "install (docs/adopting.md)")
+                      "[tool.canarchy.lanes] install (docs/adopting.md)")
 
 
 #: prints whether the lanes' package imports in the session's Python (False for no canarchy, or another one)
