@@ -859,15 +859,19 @@ LATE = LATE_READ + """
         time.sleep(0.5)
 
     ACTED = Path(os.environ["CHILD_OPERATOR_HOME"]).parent / "child-acted"
+    NEXT_TEST_STARTED = Path(os.environ["CHILD_OPERATOR_HOME"]).parent / "next-test-started"
 
     def test_forks_a_child_that_acts_later():
         if os.fork() == 0:
-            time.sleep(0.3)
+            deadline = time.monotonic() + 30  # acts once the next test runs (a bound against a hang)
+            while not NEXT_TEST_STARTED.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
             _read()
             os.close(os.open(ACTED, os.O_CREAT | os.O_WRONLY))
             os._exit(0)
 
     def test_runs_while_that_child_acts():
+        os.close(os.open(NEXT_TEST_STARTED, os.O_CREAT | os.O_WRONLY))
         deadline = time.monotonic() + 30  # a bound against a hang: the child acts while this test runs
         while not ACTED.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
