@@ -523,7 +523,7 @@ CONFTEST_TOP = {
 }
 
 CONTAINED = """
-import ctypes, os, socket, subprocess, sys
+import ctypes, os, socket, stat, subprocess, sys
 
 REAL = os.environ["CHILD_REAL_CONFIG"]
 
@@ -585,13 +585,10 @@ def test_system_v_ipc_outside_is_out_of_reach():
 def test_a_daemon_outside_is_out_of_reach_through_its_socket():
     # a daemon started before pytest (an operator's tmux server, D-Bus, a container engine) listens on a
     # socket in the file system: its name is an empty file now, for this process and for a child it starts
+    # (a Python connect to it is the guard's to refuse first: what the containment covers is seen by stat)
     path = os.environ["CHILD_HOST_SOCKET"]
-    with socket.socket(socket.AF_UNIX) as client:
-        try:
-            client.connect(path)
-            reached = "from Python"
-        except OSError:
-            reached = ""
+    seen = os.stat(path)
+    reached = "" if stat.S_ISREG(seen.st_mode) and seen.st_size == 0 else f"a socket here (mode {seen.st_mode:o})"
     connect = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
     if subprocess.run([sys.executable, "-I", "-c", connect], capture_output=True).returncode == 0:
         reached += " from an unguarded child"
@@ -986,6 +983,85 @@ def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
         assert_process_refused(run, test, operation)
         assert ": sleep 300" in run.messages(test), run.messages(test)
     test = "test_signals_itself_its_children_and_from_a_child_the_test_s_process"
+    assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+UNIX_SOCKETS = """
+import multiprocessing, os, socket
+
+def _connect(address, kind=socket.SOCK_STREAM):
+    with socket.socket(socket.AF_UNIX, kind) as client:
+        client.connect(address)
+
+def test_connects_to_an_abstract_socket_outside_the_run():
+    _connect(os.environ["CHILD_ABSTRACT"].encode().replace(b"@", b"\\0", 1))
+
+def test_connects_to_a_socket_file_outside_the_home():
+    _connect(os.environ["CHILD_SOCKET_FILE"])
+
+def test_sends_to_an_abstract_datagram_socket_outside_the_run():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as client:
+        client.sendto(b"x", bytearray(os.environ["CHILD_DATAGRAM"].encode().replace(b"@", b"\\0", 1)))
+
+def test_a_child_python_connects_to_an_abstract_socket_outside_the_run():
+    import subprocess, sys
+    address = os.environ["CHILD_ABSTRACT"].encode().replace(b"@", b"\\0", 1)
+    code = f"import socket; socket.socket(socket.AF_UNIX).connect({address!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+def _one():
+    return 1
+
+def test_connects_to_its_own_sockets_and_its_children_s(tmp_path):
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(b"\\0canarchy-own-" + str(os.getpid()).encode())
+        server.listen()
+        _connect(server.getsockname())
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(str(tmp_path / "own.sock"))
+        _connect(str(tmp_path / "own.sock"), socket.SOCK_DGRAM)
+    with multiprocessing.Manager() as manager:  # a server process of the run's, on a socket file
+        manager.dict()["x"] = 1
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/unix"), reason="no /proc/net/unix on this system")
+def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_factory):
+    """A daemon beside the run (the operator's tmux or screen server, an agent, a bus) listening on a Unix socket
+    acts on what it is sent, outside every isolation: a connect or a send to it, in the abstract namespace or in
+    the file system outside the home, from a test or its child Python, is refused at once, naming the test, the
+    containment off (the guard alone). A test's own sockets, and those of a server process it starts, are not."""
+    tag = f"canarchy-operator-{os.getpid()}"
+    listening = socket.socket(socket.AF_UNIX)
+    datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    in_the_file_system = socket.socket(socket.AF_UNIX)
+    base = tmp_path_factory.mktemp("sockets")
+    try:
+        listening.bind(b"\0" + tag.encode())
+        listening.listen()
+        datagram.bind(b"\0" + tag.encode() + b"-dgram")
+        in_the_file_system.bind(str(base / "daemon.sock"))
+        in_the_file_system.listen()
+        run, changed = run_batch(base, {"test_unix_sockets.py": UNIX_SOCKETS}, "-o", "canarchy_containment=false",
+                                 "-o", "canarchy_network_namespace=false",
+                                 env={"CHILD_ABSTRACT": "@" + tag, "CHILD_DATAGRAM": f"@{tag}-dgram",
+                                      "CHILD_SOCKET_FILE": str(base / "daemon.sock")})
+    finally:
+        for sock in (listening, datagram, in_the_file_system):
+            sock.close()
+    assert changed == []
+    for test, operation in (("test_connects_to_an_abstract_socket_outside_the_run",
+                             f"connect to the Unix socket '@{tag}'"),
+                            ("test_connects_to_a_socket_file_outside_the_home", "connect to the Unix socket '/"),
+                            ("test_sends_to_an_abstract_datagram_socket_outside_the_run",
+                             f"send to the Unix socket '@{tag}-dgram'"),
+                            ("test_a_child_python_connects_to_an_abstract_socket_outside_the_run",
+                             f"connect to the Unix socket '@{tag}'")):
+        messages = run.messages(test)
+        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+        assert f"test_unix_sockets.py::{test} tried to {operation}" in messages, messages
+        assert "a process outside the run" in messages, messages
+    test = "test_connects_to_its_own_sockets_and_its_children_s"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
 
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
-    PROCESS_STARTS, READ, RELINKING, SIGNALS, SPECIAL, SPECS, TREE, WRITE, path_text,
+    PROCESS_STARTS, READ, RELINKING, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
-from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
+from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths, unix_listener_outside
 from canarchy.testing.isolation.reportlog import ReportLog, append
 from canarchy.testing.isolation.signals import reached
 
@@ -47,6 +47,7 @@ _scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.rea
 _readlink, _stat, _listdir = os.readlink, os.stat, os.listdir
 _FD_DIR = "/proc/self/fd"  # Linux: each open descriptor as a link to what it names
 _WINDOWS = os.name == "nt"
+_LINUX = sys.platform.startswith("linux")
 _SEP = os.sep
 _FOLD_CASE = sys.platform in ("win32", "darwin")  # file systems that ignore case by default
 _CACHED = 4096  # directories remembered, and entries listed per directory, at most
@@ -212,6 +213,8 @@ class AccessGuard:
                 return
             for value, dir_fd, operation, flags in SPECIAL[event](args):
                 self._judge(value, dir_fd, operation, flags)
+            if event in UNIX_SENDS:
+                self._listener(event, args)
             return
         for index, dir_fd_index, operation, flags in spec:
             self._judge(args[index], None if dir_fd_index is None else args[dir_fd_index], operation, flags)
@@ -226,6 +229,19 @@ class AccessGuard:
             operation, shown, outside = found
             self._refuse_or_record(Access(self._owner(), operation, shown, outside, "process",
                                           "a process outside the run", os.getpid()))
+
+    def _listener(self, event: str, args: tuple) -> None:
+        """A connect or a send to a Unix-domain socket (:data:`~.events.UNIX_SENDS`): refused when a process
+        outside the run is bound there (:func:`~.protection.unix_listener_outside`), in the file system or the
+        abstract namespace."""
+        address = unix_address(args)
+        if address is None or not _LINUX:
+            return
+        outside = unix_listener_outside(address, self.run_pid)
+        if outside is not None:
+            shown = os.fsdecode(address).replace("\0", "@")
+            self._refuse_or_record(Access(self._owner(), f"{UNIX_SENDS[event]} the Unix socket", shown, outside,
+                                          "process", "a process outside the run", os.getpid()))
 
     def _open(self, args: tuple) -> None:
         """The ``open`` event: (path, mode or None for ``os.open``, flags)."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from typing import Any
 from collections.abc import Callable, Iterable
 
 READ, WRITE, NOFOLLOW, TREE, NONE_IS_CWD, DIRECTORY, OPEN = 0, 1, 2, 4, 8, 16, 32
 O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+_AF_UNIX = getattr(socket, "AF_UNIX", None)
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
 # TREE: it acts on everything below the path too (refused if a protected tree lies below it);
@@ -109,6 +111,23 @@ def _sqlite_targets(args: tuple) -> Iterable[Target]:
         write = options.get("mode") != "ro"
         database = _unquote(rest)
     return ((database, None, "sqlite3.connect", WRITE if write else READ),)
+
+
+#: The events of a connect or a send to a Unix-domain socket, and what the refusal of one says: it reaches the
+#: process bound there, whatever its name (the access guard refuses one outside the run).
+UNIX_SENDS = {"socket.connect": "connect to", "socket.sendto": "send to", "socket.sendmsg": "send to"}
+
+
+def unix_address(args: tuple) -> str | bytes | None:
+    """A Unix-domain socket's address of a ``socket.connect``/``sendto``/``sendmsg`` event (socket, address):
+    a path or an abstract name (its first byte NUL; a bytes-like one as the bytes it holds now), else None (an
+    address of another family, none)."""
+    address = args[1]
+    if isinstance(address, (bytearray, memoryview)):
+        address = bytes(address)
+    if isinstance(address, (str, bytes)) and address and getattr(args[0], "family", None) == _AF_UNIX:
+        return address
+    return None
 
 
 def _unix_socket(operation: str, flags: int) -> Callable[[tuple], Iterable[Target]]:

@@ -222,6 +222,65 @@ def signalled_outside(event: str, target: int, run: int) -> str | None:
     return None
 
 
+def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/net/unix") -> str | None:
+    """What a connect or a send to the Unix-domain socket ``address`` (a path, or an abstract name: its first
+    byte NUL) would reach outside the run whose top pytest is ``run``, in words, else None: a process not at or
+    below it holding a socket bound there (``/proc/net/unix``, proc(5), and the ``socket:[inode]`` links of
+    ``/proc/PID/fd``); when no process the guard can see holds one, and none of the run's it cannot see (not
+    dumpable: pytest's forked children) might, the process is one the run cannot see (another user's daemon).
+    The operator's daemon, agent, terminal multiplexer or bus, bound in the file system outside the home or in
+    the abstract namespace, acts on what it is sent, outside every isolation. None where there is no such
+    table, or nothing is bound there."""
+    name = os.fsencode(address)
+    if name[:1] == b"\0":
+        names = {b"@" + name[1:].replace(b"\0", b"@")}
+    else:
+        text = os.fsdecode(name)
+        names = {name, os.fsencode(os.path.abspath(text)), os.fsencode(os.path.realpath(text))}
+    try:
+        with open(table, "rb") as fh:
+            next(fh, None)  # the heading
+            links = {f"socket:[{fields[6].decode()}]" for fields in (line.rstrip(b"\n").split(None, 7) for line in fh)
+                     if len(fields) == 8 and fields[7] in names}
+    except OSError:
+        return None
+    if not links:
+        return None
+    me = os.getpid()
+    top = run if at_or_below(me, run) else me
+    holders, unseen = _socket_holders(links)
+    for pid in holders:
+        if not at_or_below(pid, top):
+            return f"pid {pid}: {command_line(pid)}"
+    if holders or any(at_or_below(pid, top) for pid in unseen):
+        return None
+    return "a process the run cannot see (no process of the run holds a socket bound there)"
+
+
+def _socket_holders(links: set[str]) -> tuple[list[int], list[int]]:
+    """The processes with a descriptor whose ``/proc/PID/fd`` link is one of ``links``, and those whose
+    descriptors cannot be read."""
+    found: list[int] = []
+    unseen: list[int] = []
+    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            unseen.append(pid)
+            continue
+        for fd in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
+                    found.append(pid)
+                    break
+            except PermissionError:  # listed, but not readable (a process that is not dumpable)
+                unseen.append(pid)
+                break
+            except OSError:
+                continue
+    return found, unseen
+
+
 def normcase(path: str) -> str:
     return os.path.normcase(path) if _WINDOWS else path
 
