@@ -999,6 +999,10 @@ def test_connects_to_an_abstract_socket_outside_the_run():
 def test_connects_to_a_socket_file_outside_the_home():
     _connect(os.environ["CHILD_SOCKET_FILE"])
 
+def test_connects_through_a_hard_link_to_a_socket_file_outside_the_home(tmp_path):
+    os.link(os.environ["CHILD_SOCKET_FILE"], tmp_path / "linked.sock")  # a name /proc/net/unix does not show
+    _connect(str(tmp_path / "linked.sock"))
+
 def test_sends_to_an_abstract_datagram_socket_outside_the_run():
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as client:
         client.sendto(b"x", bytearray(os.environ["CHILD_DATAGRAM"].encode().replace(b"@", b"\\0", 1)))
@@ -1053,6 +1057,8 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
     for test, operation in (("test_connects_to_an_abstract_socket_outside_the_run",
                              f"connect to the Unix socket '@{tag}'"),
                             ("test_connects_to_a_socket_file_outside_the_home", "connect to the Unix socket '/"),
+                            ("test_connects_through_a_hard_link_to_a_socket_file_outside_the_home",
+                             "connect to the Unix socket '/"),
                             ("test_sends_to_an_abstract_datagram_socket_outside_the_run",
                              f"send to the Unix socket '@{tag}-dgram'"),
                             ("test_a_child_python_connects_to_an_abstract_socket_outside_the_run",

@@ -232,18 +232,18 @@ def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/ne
     the abstract namespace, acts on what it is sent, outside every isolation. None where there is no such
     table, or nothing is bound there."""
     name = os.fsencode(address)
-    if name[:1] == b"\0":
-        names = {b"@" + name[1:].replace(b"\0", b"@")}
-    else:
-        text = os.fsdecode(name)
-        names = {name, os.fsencode(os.path.abspath(text)), os.fsencode(os.path.realpath(text))}
     try:
         with open(table, "rb") as fh:
             next(fh, None)  # the heading
-            links = {f"socket:[{fields[6].decode()}]" for fields in (line.rstrip(b"\n").split(None, 7) for line in fh)
-                     if len(fields) == 8 and fields[7] in names}
+            bound = [(fields[7], fields[6]) for fields in (line.rstrip(b"\n").split(None, 7) for line in fh)
+                     if len(fields) == 8]
     except OSError:
         return None
+    if name[:1] == b"\0":
+        shown = b"@" + name[1:].replace(b"\0", b"@")
+        links = {f"socket:[{inode.decode()}]" for path, inode in bound if path == shown}
+    else:
+        links = {f"socket:[{inode.decode()}]" for path, inode in bound if _same_file(path, name)}
     if not links:
         return None
     me = os.getpid()
@@ -255,6 +255,18 @@ def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/ne
     if holders or any(at_or_below(pid, top) for pid in unseen):
         return None
     return "a process the run cannot see (no process of the run holds a socket bound there)"
+
+
+def _same_file(bound: bytes, address: bytes) -> bool:
+    """Whether the socket file bound at ``bound`` (a name in ``/proc/net/unix``) is the file ``address`` names
+    (followed as a connect follows it): a symlink, a hard link, ``..`` or ``/proc/self/fd/N`` reach it too."""
+    if bound[:1] != b"/":
+        return False  # abstract, or bound by a relative name: not found by its file
+    try:
+        one, other = os.stat(bound), os.stat(address)
+    except (OSError, ValueError):
+        return False
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
 
 
 def _socket_holders(links: set[str]) -> tuple[list[int], list[int]]:
