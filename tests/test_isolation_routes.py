@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import contextlib
 import ctypes
 import os
 import shlex
@@ -1069,6 +1070,73 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
         assert "a process outside the run" in messages, messages
     test = "test_connects_to_its_own_sockets_and_its_children_s"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+PORTS = """
+import os, socket
+
+def test_connects_to_a_loopback_port_outside_the_run():
+    socket.create_connection(("localhost", int(os.environ["CHILD_TCP_PORT"])), timeout=5).close()
+
+def test_connects_to_a_port_outside_the_run_through_an_address_of_the_host():
+    socket.create_connection((os.environ["CHILD_HOST_ADDRESS"], int(os.environ["CHILD_TCP_PORT"])), timeout=5).close()
+
+def test_sends_to_a_loopback_datagram_port_outside_the_run():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.sendto(b"x", ("127.0.0.1", int(os.environ["CHILD_UDP_PORT"])))
+
+def test_a_child_python_connects_to_a_loopback_port_outside_the_run():
+    import subprocess, sys
+    code = f"import socket; socket.create_connection(('127.0.0.1', {os.environ['CHILD_TCP_PORT']})).close()"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+def test_connects_to_its_own_ports():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        socket.create_connection(server.getsockname(), timeout=5).close()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server, \\
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        server.bind(("127.0.0.1", 0))
+        client.sendto(b"x", server.getsockname())
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="no /proc/net/tcp on this system")
+def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tmp_path_factory):
+    """A daemon beside the run listening on loopback or on every address of the host (a database, socketcand
+    relaying the operator's CAN bus, a debugger's port) acts on what it is sent: without the network namespace
+    (the guard alone), a test's TCP connect or UDP send to its port, by name, by loopback or by an address of
+    the host, and a child Python's, is refused at once, naming the test. A test's own ports are not."""
+    listening = socket.socket()
+    datagram = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        listening.bind(("0.0.0.0", 0))
+        listening.listen()
+        datagram.bind(("127.0.0.1", 0))
+        host = "127.0.0.1"  # in a network namespace holding only loopback: the host has no other address
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, contextlib.suppress(OSError):
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: the address this host would send from
+            host = probe.getsockname()[0]
+        run, changed = run_batch(tmp_path_factory.mktemp("ports"), {"test_ports.py": PORTS},
+                                 "-o", "canarchy_containment=false", "-o", "canarchy_network_namespace=false",
+                                 env={"CHILD_TCP_PORT": str(listening.getsockname()[1]),
+                                      "CHILD_UDP_PORT": str(datagram.getsockname()[1]), "CHILD_HOST_ADDRESS": host})
+    finally:
+        listening.close()
+        datagram.close()
+    assert changed == []
+    for test, operation in (("test_connects_to_a_loopback_port_outside_the_run", "connect to the port '"),
+                            ("test_connects_to_a_port_outside_the_run_through_an_address_of_the_host",
+                             f"connect to the port '{host}:"),
+                            ("test_sends_to_a_loopback_datagram_port_outside_the_run", "send to the port '127.0.0.1:"),
+                            ("test_a_child_python_connects_to_a_loopback_port_outside_the_run",
+                             "connect to the port '127.0.0.1:")):
+        messages = run.messages(test)
+        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+        assert f"test_ports.py::{test} tried to {operation}" in messages, messages
+        assert "a process outside the run" in messages, messages
+    assert run.outcomes("test_connects_to_its_own_ports") == {"passed"}, run.messages("test_connects_to_its_own_ports")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity on this system")

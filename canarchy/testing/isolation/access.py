@@ -28,6 +28,7 @@ from canarchy.testing.isolation.events import (
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths, unix_listener_outside
+from canarchy.testing.isolation.ports import port_holder_outside
 from canarchy.testing.isolation.reportlog import ReportLog, append
 from canarchy.testing.isolation.signals import reached
 
@@ -231,16 +232,20 @@ class AccessGuard:
                                           "a process outside the run", os.getpid()))
 
     def _listener(self, event: str, args: tuple) -> None:
-        """A connect or a send to a Unix-domain socket (:data:`~.events.UNIX_SENDS`): refused when a process
-        outside the run is bound there (:func:`~.protection.unix_listener_outside`), in the file system or the
-        abstract namespace."""
-        address = unix_address(args)
-        if address is None or not _LINUX:
+        """A connect or a send to a Unix-domain socket (:data:`~.events.UNIX_SENDS`), or to a port of this host:
+        refused when a process outside the run is bound there (:func:`~.protection.unix_listener_outside`, in
+        the file system or the abstract namespace; :func:`~.ports.port_holder_outside`)."""
+        if not _LINUX:
             return
-        outside = unix_listener_outside(address, self.run_pid)
+        address = unix_address(args)
+        if address is not None:
+            outside = unix_listener_outside(address, self.run_pid)
+            shown, what = os.fsdecode(address).replace("\0", "@"), "the Unix socket"
+        else:
+            outside = port_holder_outside(args[0], args[1], self.run_pid) if hasattr(args[0], "family") else None
+            shown, what = f"{args[1][0]}:{args[1][1]}" if outside else "", "the port"
         if outside is not None:
-            shown = os.fsdecode(address).replace("\0", "@")
-            self._refuse_or_record(Access(self._owner(), f"{UNIX_SENDS[event]} the Unix socket", shown, outside,
+            self._refuse_or_record(Access(self._owner(), f"{UNIX_SENDS[event]} {what}", shown, outside,
                                           "process", "a process outside the run", os.getpid()))
 
     def _open(self, args: tuple) -> None:

@@ -244,6 +244,12 @@ def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/ne
         links = {f"socket:[{inode.decode()}]" for path, inode in bound if path == shown}
     else:
         links = {f"socket:[{inode.decode()}]" for path, inode in bound if _same_file(path, name)}
+    return held_outside(links, run)
+
+
+def held_outside(links: set[str], run: int) -> str | None:
+    """Who outside the run whose top pytest is ``run`` holds a socket whose ``/proc/PID/fd`` link is one of
+    ``links`` (``socket:[inode]``), in words, else None (see :func:`unix_listener_outside`)."""
     if not links:
         return None
     me = os.getpid()

@@ -128,9 +128,9 @@ class Access:
                 "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
                         "run, and the run's exit status would be the new program's)",
                 "process": "a process outside the run (the operator's: the shell that started pytest, the other "
-                           "end of a pipe, a program beside it, a daemon listening on a Unix socket), which a signal "
-                           "would end or stop, a change to its resource limits, nice level or CPUs starve or end, "
-                           "and what is sent to its socket make act outside every isolation",
+                           "end of a pipe, a program beside it, a daemon listening on a Unix socket or a port), "
+                           "which a signal would end or stop, a change to its resource limits, nice level or CPUs "
+                           "starve or end, and what is sent to its socket make act outside every isolation",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be"}.get(
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "

@@ -1,0 +1,113 @@
+"""What a connect or a send to an Internet address of this host reaches: the process bound to that port.
+
+An operator's daemon listening on loopback or on an address of the host (a database, socketcand or cannelloni
+relaying their CAN bus, a development server, a debugger's port) acts on what it is sent, outside every
+isolation. The network namespace of the containment leaves a test only its own loopback; without it, the
+access guard refuses a connect or a send to a port a process outside the run is bound to (Linux: the
+``/proc/net/tcp``, ``tcp6``, ``udp`` and ``udp6`` tables, proc(5), for the socket inodes, and
+:func:`~canarchy.testing.isolation.protection.held_outside` for their holders).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+
+from canarchy.testing.isolation.protection import held_outside
+
+#: The tables of the sockets bound in this network namespace, per socket type; TCP only those listening (state 0A).
+_TABLES = {socket.SOCK_STREAM: (("/proc/net/tcp", "/proc/net/tcp6"), "0A"),
+           socket.SOCK_DGRAM: (("/proc/net/udp", "/proc/net/udp6"), None)}
+
+
+def port_holder_outside(sock: socket.socket, address: object, run: int) -> str | None:
+    """What a connect or a send of ``sock`` (AF_INET or AF_INET6, a stream or a datagram socket) to ``address``
+    (host, port, ...) would reach outside the run, in words, else None: a process bound to that port on that
+    address of this host, or on every address while the destination is one of this host's."""
+    if sock.family not in (socket.AF_INET, getattr(socket, "AF_INET6", None)) or not isinstance(address, tuple):
+        return None
+    kind = _TABLES.get(sock.type & 0xF)
+    if kind is None or len(address) < 2 or not isinstance(address[1], int):
+        return None
+    destinations = _addresses(address[0])
+    if not destinations:
+        return None
+    tables, state = kind
+    local = _local_addresses()
+    links = set()
+    for table in tables:
+        for bound, port, inode in _bound(table, state):
+            if port == address[1] and any(_reaches(d, bound, local) for d in destinations):
+                links.add(f"socket:[{inode}]")
+    return held_outside(links, run)
+
+
+def _reaches(destination: ipaddress._BaseAddress, bound: ipaddress._BaseAddress, local: set) -> bool:
+    """Whether a packet to ``destination`` reaches a socket bound to ``bound`` (the wildcard: any address of this
+    host; an IPv6 socket also takes IPv4 as ``::ffff:a.b.c.d``)."""
+    if isinstance(bound, ipaddress.IPv6Address) and bound.ipv4_mapped is not None:
+        bound = bound.ipv4_mapped
+    if bound.is_unspecified:
+        return destination.is_loopback or destination.is_unspecified or destination in local
+    return destination == bound
+
+
+def _addresses(host: object) -> list:
+    """The addresses ``host`` names (a literal, or a name resolved the way a connect would)."""
+    if not isinstance(host, str):
+        return []
+    try:
+        found = ipaddress.ip_address(host.partition("%")[0] or "0.0.0.0")
+    except ValueError:
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except (OSError, UnicodeError):
+            return []
+        return list({ipaddress.ip_address(info[4][0].partition("%")[0]) for info in infos})
+    return [found.ipv4_mapped or found if isinstance(found, ipaddress.IPv6Address) else found]
+
+
+def _bound(table: str, state: str | None) -> list:
+    """``(address, port, inode)`` of each socket in ``table`` (in ``state``, when given)."""
+    found = []
+    try:
+        with open(table, encoding="ascii") as fh:
+            next(fh, None)  # the heading
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 10 or (state is not None and fields[3] != state):
+                    continue
+                host, _, port = fields[1].partition(":")
+                found.append((_unhex(host), int(port, 16), fields[9]))
+    except (OSError, ValueError):
+        return []
+    return found
+
+
+def _unhex(text: str) -> ipaddress._BaseAddress:
+    """An address as proc(5) prints it: 32-bit words in this host's byte order."""
+    raw = b"".join(int(text[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
+    return ipaddress.ip_address(raw)
+
+
+def _local_addresses() -> set:
+    """This host's own addresses (``/proc/net/fib_trie``'s ``/32 host LOCAL``, ``/proc/net/if_inet6``)."""
+    found: set = set()
+    try:
+        with open("/proc/net/fib_trie", encoding="ascii") as fh:
+            last = None
+            for line in fh:
+                text = line.strip()
+                if text.startswith("|--"):
+                    last = text[3:].strip()
+                elif text == "/32 host LOCAL" and last:
+                    found.add(ipaddress.ip_address(last))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/net/if_inet6", encoding="ascii") as fh:
+            found.update(ipaddress.ip_address(bytes.fromhex(line.split()[0])) for line in fh if line.strip())
+    except (OSError, ValueError):
+        pass
+    return found
