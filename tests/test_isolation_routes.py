@@ -1081,6 +1081,9 @@ def test_connects_to_a_loopback_port_outside_the_run():
 def test_connects_to_a_port_outside_the_run_through_an_address_of_the_host():
     socket.create_connection((os.environ["CHILD_HOST_ADDRESS"], int(os.environ["CHILD_TCP_PORT"])), timeout=5).close()
 
+def test_connects_to_a_port_outside_the_run_through_the_unspecified_address():
+    socket.create_connection(("0.0.0.0", int(os.environ["CHILD_LOOPBACK_PORT"])), timeout=5).close()  # loopback
+
 def test_sends_to_a_loopback_datagram_port_outside_the_run():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
         client.sendto(b"x", ("127.0.0.1", int(os.environ["CHILD_UDP_PORT"])))
@@ -1108,11 +1111,13 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
     relaying the operator's CAN bus, a debugger's port) acts on what it is sent: without the network namespace
     (the guard alone), a test's TCP connect or UDP send to its port, by name, by loopback or by an address of
     the host, and a child Python's, is refused at once, naming the test. A test's own ports are not."""
-    listening = socket.socket()
+    listening, on_loopback = socket.socket(), socket.socket()
     datagram = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         listening.bind(("0.0.0.0", 0))
         listening.listen()
+        on_loopback.bind(("127.0.0.1", 0))
+        on_loopback.listen()
         datagram.bind(("127.0.0.1", 0))
         host = "127.0.0.1"  # in a network namespace holding only loopback: the host has no other address
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, contextlib.suppress(OSError):
@@ -1121,14 +1126,17 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
         run, changed = run_batch(tmp_path_factory.mktemp("ports"), {"test_ports.py": PORTS},
                                  "-o", "canarchy_containment=false", "-o", "canarchy_network_namespace=false",
                                  env={"CHILD_TCP_PORT": str(listening.getsockname()[1]),
+                                      "CHILD_LOOPBACK_PORT": str(on_loopback.getsockname()[1]),
                                       "CHILD_UDP_PORT": str(datagram.getsockname()[1]), "CHILD_HOST_ADDRESS": host})
     finally:
-        listening.close()
-        datagram.close()
+        for sock in (listening, on_loopback, datagram):
+            sock.close()
     assert changed == []
     for test, operation in (("test_connects_to_a_loopback_port_outside_the_run", "connect to the port '"),
                             ("test_connects_to_a_port_outside_the_run_through_an_address_of_the_host",
                              f"connect to the port '{host}:"),
+                            ("test_connects_to_a_port_outside_the_run_through_the_unspecified_address",
+                             "connect to the port '0.0.0.0:"),
                             ("test_sends_to_a_loopback_datagram_port_outside_the_run", "send to the port '127.0.0.1:"),
                             ("test_a_child_python_connects_to_a_loopback_port_outside_the_run",
                              "connect to the port '127.0.0.1:")):

@@ -49,7 +49,7 @@ def _reaches(destination: ipaddress._BaseAddress, bound: ipaddress._BaseAddress,
     if isinstance(bound, ipaddress.IPv6Address) and bound.ipv4_mapped is not None:
         bound = bound.ipv4_mapped
     if bound.is_unspecified:
-        return destination.is_loopback or destination.is_unspecified or destination in local
+        return destination.is_loopback or destination in local
     return destination == bound
 
 
@@ -65,7 +65,11 @@ def _addresses(host: object) -> list:
         except (OSError, UnicodeError):
             return []
         return list({ipaddress.ip_address(info[4][0].partition("%")[0]) for info in infos})
-    return [found.ipv4_mapped or found if isinstance(found, ipaddress.IPv6Address) else found]
+    if isinstance(found, ipaddress.IPv6Address):
+        found = found.ipv4_mapped or found
+    if found.is_unspecified:  # Linux connects to loopback (ip_route_connect)
+        found = ipaddress.ip_address("::1" if found.version == 6 else "127.0.0.1")
+    return [found]
 
 
 def _bound(table: str, state: str | None) -> list:
