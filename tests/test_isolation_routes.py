@@ -988,7 +988,10 @@ def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
 
 
 UNIX_SOCKETS = """
-import multiprocessing, os, socket
+import multiprocessing.managers, os, shutil, socket, tempfile
+
+def _short_directory():
+    return tempfile.mkdtemp(dir="/tmp")  # a socket's name holds at most 107 bytes: not under a long tmp_path
 
 def _connect(address, kind=socket.SOCK_STREAM):
     with socket.socket(socket.AF_UNIX, kind) as client:
@@ -1000,9 +1003,13 @@ def test_connects_to_an_abstract_socket_outside_the_run():
 def test_connects_to_a_socket_file_outside_the_home():
     _connect(os.environ["CHILD_SOCKET_FILE"])
 
-def test_connects_through_a_hard_link_to_a_socket_file_outside_the_home(tmp_path):
-    os.link(os.environ["CHILD_SOCKET_FILE"], tmp_path / "linked.sock")  # a name /proc/net/unix does not show
-    _connect(str(tmp_path / "linked.sock"))
+def test_connects_through_a_hard_link_to_a_socket_file_outside_the_home():
+    where = _short_directory()
+    try:
+        os.link(os.environ["CHILD_SOCKET_FILE"], os.path.join(where, "l"))  # a name /proc/net/unix does not show
+        _connect(os.path.join(where, "l"))
+    finally:
+        shutil.rmtree(where)
 
 def test_sends_to_an_abstract_datagram_socket_outside_the_run():
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as client:
@@ -1017,16 +1024,21 @@ def test_a_child_python_connects_to_an_abstract_socket_outside_the_run():
 def _one():
     return 1
 
-def test_connects_to_its_own_sockets_and_its_children_s(tmp_path):
+def test_connects_to_its_own_sockets_and_its_children_s():
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(b"\\0canarchy-own-" + str(os.getpid()).encode())
         server.listen()
         _connect(server.getsockname())
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
-        server.bind(str(tmp_path / "own.sock"))
-        _connect(str(tmp_path / "own.sock"), socket.SOCK_DGRAM)
-    with multiprocessing.Manager() as manager:  # a server process of the run's, on a socket file
-        manager.dict()["x"] = 1
+    where = _short_directory()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+            server.bind(os.path.join(where, "own"))
+            _connect(os.path.join(where, "own"), socket.SOCK_DGRAM)
+        # a server process of the run's (forked: not dumpable, its descriptors unreadable), on a socket file
+        with multiprocessing.managers.SyncManager(address=os.path.join(where, "m")) as manager:
+            manager.dict()["x"] = 1
+    finally:
+        shutil.rmtree(where)
 """
 
 
@@ -1041,19 +1053,21 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
     datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     in_the_file_system = socket.socket(socket.AF_UNIX)
     base = tmp_path_factory.mktemp("sockets")
+    short = tempfile.mkdtemp(dir="/tmp")  # a socket's name holds at most 107 bytes
     try:
         listening.bind(b"\0" + tag.encode())
         listening.listen()
         datagram.bind(b"\0" + tag.encode() + b"-dgram")
-        in_the_file_system.bind(str(base / "daemon.sock"))
+        in_the_file_system.bind(os.path.join(short, "daemon.sock"))
         in_the_file_system.listen()
         run, changed = run_batch(base, {"test_unix_sockets.py": UNIX_SOCKETS}, "-o", "canarchy_containment=false",
                                  "-o", "canarchy_network_namespace=false",
                                  env={"CHILD_ABSTRACT": "@" + tag, "CHILD_DATAGRAM": f"@{tag}-dgram",
-                                      "CHILD_SOCKET_FILE": str(base / "daemon.sock")})
+                                      "CHILD_SOCKET_FILE": os.path.join(short, "daemon.sock")})
     finally:
         for sock in (listening, datagram, in_the_file_system):
             sock.close()
+        shutil.rmtree(short)
     assert changed == []
     for test, operation in (("test_connects_to_an_abstract_socket_outside_the_run",
                              f"connect to the Unix socket '@{tag}'"),
