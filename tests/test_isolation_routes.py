@@ -1596,7 +1596,7 @@ def test_a_mount_a_test_makes_over_proc_is_removed_and_named_and_what_it_hid_is_
 
 
 TYPES_INTO_THE_TERMINAL = """
-import os, subprocess, sys
+import errno, os, subprocess, sys
 
 TYPE = ("import fcntl, os, sys, termios\\n"
         "for path in ('/dev/tty', sys.argv[1]):\\n"
@@ -1611,52 +1611,177 @@ TYPE = ("import fcntl, os, sys, termios\\n"
 def test_types_a_command_into_the_operator_s_shell():
     done = subprocess.run([sys.executable, "-I", "-c", TYPE, os.environ["CHILD_TTY"]], capture_output=True, text=True)
     assert "typed through" not in done.stdout, done.stdout
+
+def test_a_child_that_is_not_python_has_no_controlling_terminal():  # no access guard in it, /dev/tty not covered
+    done = subprocess.run(["sh", "-c", "cat /proc/self/stat; exec 3</dev/tty && echo 'opened /dev/tty'"],
+                          capture_output=True, text=True)
+    tty_nr = done.stdout.rpartition(")")[2].split()[4]  # proc(5): the 7th field, 0 for none
+    assert tty_nr == "0" and "opened" not in done.stdout, (done.stdout, done.stderr)
+
+def test_asks_for_the_terminal_as_getpass_does():  # none (ENXIO), not a refusal: /dev/tty is no one's here
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError as exc:
+        assert exc.errno == errno.ENXIO, exc
+    else:
+        raise AssertionError("opened /dev/tty")
 """
+
+
+def _on_a_terminal(base: Path, test_source: str, *args: str, leader: bool = False) -> tuple[int, str, list[int]]:
+    """Run pytest on ``test_source`` (containment on) from a shell leading its session on a new pty, as a
+    terminal window starts one (``leader``: the shell execs pytest, which then leads the session): ``(exit code,
+    what the terminal showed, the pty's termios attributes and its description's status flags after the run)``."""
+    import fcntl
+    import pty
+    import select
+    import termios
+
+    project = base / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\ncanarchy_containment = true\n")
+    (project / "test_tty.py").write_text(test_source)
+    master, slave = pty.openpty()
+    env = {**operator_environment(make_operator_home(base), True), "CHILD_TTY": os.ttyname(slave)}
+
+    def with_the_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    command = shlex.join([*PYTEST, "-q", "-p", "no:randomly", "--color=no", "--rootdir", str(project), *args])
+    kept = os.dup(slave)  # pytest's standard streams share this description: its flags are the shell's
+    try:  # the shell runs pytest as its child (not exec): pytest shares the shell's session and terminal
+        proc = subprocess.Popen(["sh", "-c", f"exec {command}" if leader else f"{command}; code=$?; exit $code"],
+                                cwd=project, env=env,
+                                stdin=slave, stdout=slave, stderr=slave, preexec_fn=with_the_terminal)
+        os.close(slave)
+        output, deadline = b"", time.monotonic() + 120
+        while time.monotonic() < deadline:  # this process holds the pty open too: no end of file to wait for
+            if select.select([master], [], [], 0.2)[0]:
+                output += os.read(master, 65536)
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=1)
+        settings = [termios.tcgetattr(kept)[3], fcntl.fcntl(kept, fcntl.F_GETFL)]
+    finally:
+        os.close(master)
+        os.close(kept)
+    return code, output.decode(errors="replace"), settings
 
 
 def test_no_process_a_test_starts_can_type_into_the_operator_s_terminal(tmp_path_factory):
     """A process with pytest's controlling terminal may push keystrokes into it (TIOCSTI): the operator's shell
     would run them once pytest has exited. pytest gives the terminal up as it starts, so a process a test starts
-    has none; the terminal's device, opened by path, is not its own (TIOCSTI then needs privileges the run's
-    user namespace does not have)."""
-    import fcntl
-    import pty
+    has none: a shell child cannot open ``/dev/tty`` (ENXIO), and no layer but that one stops a child that is not
+    Python from typing through it (the access guard refuses the ioctl in a Python child; the containment covers
+    the terminal's node, not ``/dev/tty``). The terminal's device, opened by path, is not its own (TIOCSTI then
+    needs privileges the run's user namespace does not have)."""
+    _containment_or_skip()
+    code, text, _ = _on_a_terminal(tmp_path_factory.mktemp("tty"), TYPES_INTO_THE_TERMINAL)
+    assert code == 0 and "3 passed" in text, text
+    assert "TYPED-BY-A-TEST" not in text, text  # typed input would be echoed by the terminal
+
+
+CHANGES_THE_TERMINAL = """
+import fcntl, os, subprocess, termios
+
+def pytest_s_terminal():  # pytest's own copy of a standard stream it captures
+    return next(fd for fd in range(3, 256) if os.path.exists(f"/proc/self/fd/{fd}") and os.isatty(fd))
+
+def test_types_through_pytest_s_descriptor():
+    for byte in b"echo TYPED-" + b"THROUGH-PYTEST\\n":  # split: a traceback shows this line
+        fcntl.ioctl(pytest_s_terminal(), termios.TIOCSTI, bytes([byte]))
+
+def test_turns_the_echo_off():
+    attributes = termios.tcgetattr(pytest_s_terminal())
+    attributes[3] &= ~termios.ECHO
+    termios.tcsetattr(pytest_s_terminal(), termios.TCSANOW, attributes)
+
+def test_makes_the_terminal_non_blocking():
+    fd = pytest_s_terminal()
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+
+def test_opens_the_terminal_by_its_path():
+    os.close(os.open(os.environ["CHILD_TTY"], os.O_RDWR | os.O_NOCTTY))
+
+def test_a_shell_turns_the_echo_off():
+    subprocess.run(["sh", "-c", 'stty -echo < "$CHILD_TTY"'])
+
+def test_reads_its_settings():
+    termios.tcgetattr(pytest_s_terminal())
+"""
+
+
+def test_a_change_to_the_operator_s_terminal_is_refused_and_the_terminal_left_as_it_was(tmp_path_factory):
+    """A setting of the terminal pytest was started on stays after pytest exits (no echo, raw mode, a
+    non-blocking description the shell shares), and what is typed into it the shell runs: a change through a
+    descriptor pytest holds of it (termios, fcntl, ioctl) is refused at that moment, naming the test; its
+    device node is refused by path, and under the containment covered, so a shell child finds no terminal."""
     import termios
 
     _containment_or_skip()
-    base = tmp_path_factory.mktemp("tty")
-    project = base / "project"
-    project.mkdir()
-    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
-    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\ncanarchy_containment = true\n")
-    (project / "test_tty.py").write_text(TYPES_INTO_THE_TERMINAL)
+    code, text, (local_modes, flags) = _on_a_terminal(tmp_path_factory.mktemp("tty"), CHANGES_THE_TERMINAL)
+    assert code == 1 and "4 failed, 2 passed" in text, text  # the shell's stty and the read pass
+    for test, operation in (("types_through_pytest_s_descriptor", "(ioctl 0x5412)"),
+                            ("turns_the_echo_off", "(tcsetattr)"), ("makes_the_terminal_non_blocking", "(fcntl 0x4)")):
+        assert f"test_tty.py::test_{test} tried to change the terminal {operation} through" in text, text
+    assert "test_tty.py::test_opens_the_terminal_by_its_path tried to open for writing '/dev/pts/" in text, text
+    assert "the operator's terminal (/dev/pts/" in text, text
+    assert local_modes & termios.ECHO and not flags & os.O_NONBLOCK, text
+    assert "TYPED-THROUGH-PYTEST" not in text, text
+
+
+def test_the_controlling_terminal_is_found_by_its_device_number_not_as_dev_tty(tmp_path):
+    """``ttyname`` of an open ``/dev/tty`` answers ``/dev/tty``, which is no one terminal: refusing it would refuse
+    a test that only asks for its own controlling terminal (``getpass``), which has none once pytest gave the
+    operator's up. The node is found by ``tty_nr`` of ``/proc/self/stat`` (the kernel's encoding)."""
+    import pty
+
     master, slave = pty.openpty()
-    env = {**operator_environment(make_operator_home(base), True), "CHILD_TTY": os.ttyname(slave)}
-
-    def with_the_terminal() -> None:  # a shell leading its session on the pty, as a terminal window starts one
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    command = shlex.join([*PYTEST, "-q", "-p", "no:randomly", "--rootdir", str(project)])
-    try:  # the shell runs pytest as its child (not exec): pytest shares the shell's session and terminal
-        proc = subprocess.Popen(["sh", "-c", f"{command}; code=$?; exit $code"], cwd=project, env=env,
-                                stdin=slave, stdout=slave, stderr=slave, preexec_fn=with_the_terminal)
-        os.close(slave)
-        output = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the pty's last writer has gone
-                break
-            if not chunk:
-                break
-            output += chunk
-        code = proc.wait(timeout=120)
+    try:
+        rdev = os.fstat(slave).st_rdev
+        minor = os.minor(rdev)
+        number = (minor & 0xFF) | (os.major(rdev) << 8) | ((minor & ~0xFF) << 12)
+        stat_file = tmp_path / "stat"
+        for tty_nr, expected in ((number, [os.ttyname(slave)]), (0, []), ("x", [])):
+            stat_file.write_text(f"1 (a) b) S 0 1 1 {tty_nr} -1 4194304\n")  # a command name with ") "
+            assert protection.controlling_terminal(str(stat_file)) == expected, tty_nr
+        assert protection.controlling_terminal(str(tmp_path / "none")) == []
     finally:
         os.close(master)
-    text = output.decode(errors="replace")
-    assert code == 0, text
-    assert "TYPED-BY-A-TEST" not in text, text  # typed input would be echoed by the terminal
+        os.close(slave)
+
+
+KEEPS_THE_TERMINAL = """
+import fcntl, os, termios
+
+def test_types_through_dev_tty():
+    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)  # opened: not refused, a read changes nothing
+    for byte in b"echo TYPED-" + b"THROUGH-DEV-TTY\\n":  # split: a traceback shows this line
+        fcntl.ioctl(fd, termios.TIOCSTI, bytes([byte]))
+
+def test_turns_the_echo_off_through_dev_tty():
+    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    attributes = termios.tcgetattr(fd)
+    attributes[3] &= ~termios.ECHO
+    termios.tcsetattr(fd, termios.TCSANOW, attributes)
+"""
+
+
+def test_a_pytest_that_leads_its_session_keeps_dev_tty_from_its_tests(tmp_path_factory):
+    """pytest leading its session cannot give its terminal up (the header says so): ``/dev/tty`` then names the
+    operator's terminal for pytest and every process a test starts, and a change through it is refused."""
+    import termios
+
+    _containment_or_skip()
+    code, text, (local_modes, _) = _on_a_terminal(tmp_path_factory.mktemp("tty"), KEEPS_THE_TERMINAL, leader=True)
+    assert code == 1 and "2 failed" in text, text
+    for test, operation in (("types_through_dev_tty", "(ioctl 0x5412)"), ("turns_the_echo_off_through_dev_tty",
+                                                                           "(tcsetattr)")):
+        assert f"test_tty.py::test_{test} tried to change the terminal {operation} through" in text, text
+    assert local_modes & termios.ECHO, text
+    assert "TYPED-THROUGH-DEV-TTY" not in text, text
 
 
 def test_a_module_without_the_required_import_is_a_collection_error(tmp_path_factory):

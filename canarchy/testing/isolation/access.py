@@ -30,7 +30,7 @@ from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths, unix_listener_outside
 from canarchy.testing.isolation.ports import port_holder_outside
 from canarchy.testing.isolation.reportlog import ReportLog, append
-from canarchy.testing.isolation.signals import reached
+from canarchy.testing.isolation.signals import TERMINAL_EVENTS, reached, terminal_changed
 
 try:
     import fcntl
@@ -83,6 +83,7 @@ class AccessGuard:
         self.others_relink = False
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
         self.run_pid = os.getpid()  # the run's top pytest: it and what is below it are the run (signals)
+        self.terminals: frozenset[int] = frozenset()  # the operator's terminal's device numbers (signals.devices)
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
         #: After the sentinel's last look: called with every access recorded from then on, before it is
         #: recorded (the plugin's ends the process when the access would change what the look saw).
@@ -117,6 +118,7 @@ class AccessGuard:
         document = {f.name: list(getattr(self.protection, f.name)) for f in fields(Protection)}
         document["report_dir"] = str(self.report_dir) if self.report_dir is not None else None
         document["run_pid"] = self.run_pid
+        document["terminals"] = sorted(self.terminals)
         return {ENVIRONMENT_VARIABLE: json.dumps(document)}
 
     def busy(self) -> bool:
@@ -224,7 +226,14 @@ class AccessGuard:
 
     def _signal(self, event: str, args: tuple) -> None:
         """A signal or a change to a process (:data:`~.events.SIGNALS`): refused when it would reach a
-        process outside the run (:func:`~.signals.reached`)."""
+        process outside the run (:func:`~.signals.reached`); a change to the operator's terminal is refused."""
+        if event in TERMINAL_EVENTS:
+            changed = terminal_changed(event, args, self.terminals) if self.terminals else None
+            if changed is not None:
+                self._refuse_or_record(Access(self._owner(), changed[0], changed[1], "the operator's terminal",
+                                              "terminal", "the operator's terminal", os.getpid()))
+            if event.startswith("termios."):
+                return
         found = reached(event, args, self.run_pid)
         if found is not None:
             operation, shown, outside = found
@@ -567,11 +576,13 @@ def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
         protection = Protection(**{f.name: tuple(document[f.name]) for f in fields(Protection)})
         report_dir = document["report_dir"]
         run_pid = int(document["run_pid"])
+        terminals = frozenset(int(device) for device in document.get("terminals", ()))
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{ENVIRONMENT_VARIABLE} is not a configuration of the access guard: {error}") from None
     GUARD.configure(protection)
     GUARD.report_dir = Path(report_dir) if report_dir else None
     GUARD.run_pid = run_pid
+    GUARD.terminals = terminals
     GUARD.owner = _parent_nodeid(environ.get("PYTEST_CURRENT_TEST"))
     GUARD._memory_pid = None  # every record goes to report_dir, for the parent
     GUARD.enabled = True

@@ -1,8 +1,8 @@
 """C functions that open paths, start or change processes without an audit event of CPython's, wrapped so that
 the access guard (:mod:`~canarchy.testing.isolation.access`) sees them: readline's history and init files,
 SQLite's ATTACH, a Tcl interpreter, multiprocessing's ``fork_exec``, ``posix_spawn``'s file actions,
-``os.mkfifo``, ``os.mknod``, ``os.pidfd_open``, ``os.setpriority`` and ``os.sched_set*``, and a second instance
-of one of those modules. The seal keeps every wrapper in place (:func:`audited_c_openers`).
+``os.mkfifo``, ``os.mknod``, ``os.pidfd_open``, ``os.setpriority``, ``os.sched_set*`` and termios' setters, and a
+second instance of one of those modules. The seal keeps every wrapper in place (:func:`audited_c_openers`).
 Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from canarchy.testing.isolation.access import GUARD, observe
 from canarchy.testing.isolation.events import SPECIAL
 from canarchy.testing.isolation.refusal import Access
+from canarchy.testing.isolation.signals import TERMINAL_SETTERS
 
 
 def install() -> None:
@@ -28,6 +29,7 @@ def install() -> None:
     _refuse_tcl()
     _audit_fork_exec()
     _audit_spawn_file_actions()
+    _audit_terminal_setters()
     _audit_special_files()
     _one_instance()
 
@@ -276,6 +278,28 @@ def _audit_special_files() -> None:
         _replace((posix, os), name, changing(name, integers, count))
 
 
+def _audit_terminal_setters() -> None:
+    """Replace termios' setters (:data:`~.signals.TERMINAL_SETTERS`) with ones that raise ``termios.NAME`` (the
+    descriptor, asked of a file object once, then the other arguments) first: each changes a terminal, the
+    operator's too, and CPython raises no audit event for them."""
+    try:
+        import termios
+    except ImportError:  # Windows
+        return
+
+    def auditing(name: str) -> Callable[[Callable], Callable]:
+        def wrap(real: Callable) -> Callable:
+            def change(fd: Any, *args: Any) -> Any:  # positional only, as the C function's own
+                fd = fd if isinstance(fd, int) else fd.fileno()  # once: the descriptor judged is the one changed
+                sys.audit(f"termios.{name}", fd, *args)
+                return real(fd, *args)
+            return change
+        return wrap
+
+    for name in TERMINAL_SETTERS:
+        _replace((termios,), name, auditing(name))
+
+
 #: The functions that change another process with no audit event of CPython's: name -> (how many leading
 #: arguments are integers (asked once, :func:`converted`'s reason), how many arguments it takes):
 #: ``os.setpriority(which, who, priority)``, ``os.sched_setaffinity(pid, mask)``, ``os.sched_setscheduler(pid,
@@ -285,7 +309,7 @@ _PROCESS_CHANGES = {"setpriority": (3, 3), "sched_setaffinity": (1, 2), "sched_s
 
 
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
-_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "_imp")
+_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "termios", "_imp")
 
 
 def _one_instance() -> None:
@@ -327,4 +351,6 @@ def audited_c_openers() -> list[tuple[object, str]]:
     found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
     found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
               for name in (*_SPAWNS, *_MAKERS, "pidfd_open", *_PROCESS_CHANGES) if hasattr(module, name)]
+    termios = sys.modules.get("termios")
+    found += [(termios, name) for name in TERMINAL_SETTERS if termios is not None and hasattr(termios, name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]

@@ -175,7 +175,10 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
     #: ... and of a process or group made the owner of a descriptor (CPython's ``fcntl.fcntl`` ``F_SETOWN``,
     #: ``F_SETOWN_EX``, ``fcntl.ioctl`` ``FIOSETOWN``/``SIOCSPGRP`` (fd, command, argument)): the kernel signals
     #: it (SIGIO, or what ``F_SETSIG`` names: SIGKILL, SIGSTOP) each time the descriptor is ready
-    "fcntl.fcntl", "fcntl.ioctl")})
+    "fcntl.fcntl", "fcntl.ioctl",
+    #: ... and of a change to a terminal (termios' setters, no event of CPython's: raised by c_openers' wrappers;
+    #: those two fcntl events too): refused on the operator's terminal (:func:`~.signals.terminal_changed`)
+    "termios.tcsetattr", "termios.tcsendbreak", "termios.tcflush", "termios.tcflow", "termios.tcsetwinsize")})
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those

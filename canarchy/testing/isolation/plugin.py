@@ -112,11 +112,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """pytest-xdist: hand each worker the operator's environment (the controller's own is scrubbed), and the
-    session's as the controller entered it (what conftests set since is told apart by it)."""
-    sandbox = node.config.stash[_RUN].sandbox
-    node.workerinput["canarchy_operator_env"] = sandbox.operator_env
-    node.workerinput["canarchy_session_env"] = sandbox.session_env
+    """pytest-xdist: hand each worker the operator's environment (the controller's own is scrubbed) and terminal
+    (a worker has none to find: the controller gave it up, and the containment covers its node), and the
+    session's environment as the controller entered it (what conftests set since is told apart by it)."""
+    run = node.config.stash[_RUN]
+    node.workerinput["canarchy_operator_env"] = run.sandbox.operator_env
+    node.workerinput["canarchy_session_env"] = run.sandbox.session_env
+    node.workerinput["canarchy_terminals"] = [list(run.terminals), sorted(_access.GUARD.terminals)]
 
 
 @pytest.hookimpl(trylast=True)

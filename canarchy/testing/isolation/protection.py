@@ -156,6 +156,43 @@ def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[s
     return sorted({path for pattern in patterns for path in glob.glob(pattern)})
 
 
+def operator_terminals() -> list[str]:
+    """The device nodes of the terminal pytest was started on (its standard streams', its controlling one's), sorted:
+    a setting changed there (no echo, raw mode, a non-blocking description) stays after pytest exits, and what is
+    typed into it (``TIOCSTI``) the operator's shell runs. Not ``/dev/tty``: that names each process's own
+    controlling terminal, and pytest gives the operator's up (``procstate.give_up_the_terminal``), so a process a
+    test starts finds none there (ENXIO), as a program asking for a password expects. Call it before that."""
+    found = set()
+    for fd in (0, 1, 2):
+        try:
+            found.add(os.ttyname(fd))
+        except (OSError, AttributeError):  # not a terminal; Windows: no ttyname
+            pass
+    return sorted(found | set(controlling_terminal()))
+
+
+def controlling_terminal(stat_file: str = "/proc/self/stat") -> list[str]:
+    """The device nodes of this process's controlling terminal (proc(5): ``tty_nr``, the 7th field of
+    ``/proc/self/stat``; ``ttyname`` of ``/dev/tty`` answers ``/dev/tty``), sorted; [] for none, or no ``/proc``."""
+    try:
+        with open(stat_file, encoding="utf-8", errors="replace") as file:
+            number = int(file.read().rpartition(")")[2].split()[4])
+    except (OSError, ValueError, IndexError):
+        return []
+    if not number:
+        return []
+    # the kernel's encoding (new_encode_dev): the major in bits 8-19, the minor in bits 0-7 and 20-31
+    device = os.makedev((number >> 8) & 0xFFF, (number & 0xFF) | ((number >> 12) & 0xFFF00))
+    found = []
+    for path in (*glob.glob("/dev/pts/[0-9]*"), *glob.glob("/dev/tty?*"), "/dev/console"):
+        try:
+            if os.stat(path).st_rdev == device:
+                found.append(path)
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def unix_sockets(table: str = "/proc/net/unix") -> list[str]:
     """The absolute names of the Unix-domain sockets bound now in this network namespace (``/proc/net/unix``,
     proc(5): its last column), each once, sorted: every daemon reachable through the file system, whatever

@@ -109,10 +109,12 @@ class Access:
         if self.zone == "late":
             return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
                     f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
+        terminal = self.tree.startswith("/dev/pts/")  # a pseudo-terminal's node: the operator's terminal's
         what = {"refused": "the environment the operator started this process or one above it with (or the "
                 "command line of one above it, or the environment of another process outside the run)"
-                if self.tree.startswith("/proc/") else "a CAN adapter's device node (real hardware)"
-                if self.tree.startswith("/dev/") else "the operator's own state",
+                if self.tree.startswith("/proc/") else "the operator's terminal" if terminal
+                else "a CAN adapter's device node (real hardware)" if self.tree.startswith("/dev/")
+                else "the operator's own state",
                 "bytecode": "byte code not written by the import system, where an import would later run it "
                             "(outside any isolation)",
                 "start-up code": "code or configuration a later Python or pytest run loads without being asked "
@@ -131,6 +133,8 @@ class Access:
                            "end of a pipe, a program beside it, a daemon listening on a Unix socket or a port), "
                            "which a signal would end or stop, a change to its resource limits, nice level or CPUs "
                            "starve or end, and what is sent to its socket make act outside every isolation",
+                "terminal": "the terminal pytest was started on: a setting changed there stays after pytest "
+                            "exits, and what is typed into it (TIOCSTI) the operator's shell runs",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be"}.get(
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
@@ -138,4 +142,4 @@ class Access:
                        "checkout)")
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n"
-                f"{_numbered(BUS_FIXES if self.tree.startswith('/dev/') else ACCESS_FIXES)}")
+                f"{_numbered(BUS_FIXES if self.tree.startswith('/dev/') and not terminal else ACCESS_FIXES)}")

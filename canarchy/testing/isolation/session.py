@@ -16,7 +16,7 @@ import posix
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import kernel as _kernel
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import reaper as _reaper
+from canarchy.testing.isolation import signals as _signals
 from canarchy.testing.isolation import tempbase as _tempbase
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.procstate import erase_start_up_environment as _erase_start_up_environment
@@ -93,6 +94,8 @@ class _Run:
     unreached: frozenset[str] = frozenset()  # guarded paths the mount view made unreachable (plan._unreached)
     # CAN adapters' device nodes present at the start: refused and covered (none when -m asks for a real bus)
     adapter_devices: tuple[str, ...] = ()
+    # the device nodes of the operator's terminal (protection.operator_terminals): refused and covered too
+    terminals: tuple[str, ...] = ()
     # the operator's files the guard refuses beyond ``guarded`` that exist (./can.ini, ./.canarchy): covered too
     refused_files: tuple[str, ...] = ()
     network_note: str = ""
@@ -149,6 +152,27 @@ def _leave_the_operator_s_process_state(run: _Run) -> None:
             run.header.append(f"the operator's session keyring stays reachable from the tests ({exc.strerror})")
 
 
+def _take_the_terminals(config: pytest.Config, run: _Run) -> None:
+    """The operator's terminal: its device nodes (refused, covered) and numbers (a change through a descriptor of
+    it is refused): found before pytest gives it up and the containment covers them; a worker's from the
+    controller (:func:`~.plugin.pytest_configure_node`)."""
+    if _is_worker(config):
+        terminals, devices = config.workerinput.pop("canarchy_terminals", ((), ()))
+        run.terminals, _access.GUARD.terminals = tuple(terminals), frozenset(devices)
+    else:
+        run.terminals = tuple(_protection.operator_terminals())
+        _access.GUARD.terminals = _signals.devices(run.terminals)
+
+
+def _keep_dev_tty_from_the_tests() -> None:
+    """pytest keeps the operator's terminal (it leads its session, or could not give it up): ``/dev/tty``, each
+    process's own controlling terminal, is then the operator's for pytest and what a test starts, and a change
+    through a descriptor of it is refused like one through its node (:func:`_take_the_terminals`). Opened, it is
+    not refused, nor covered: a covered ``/dev/tty`` is a file, and a pytest a test runs on a terminal of its own
+    could not give that one up (canarchy's own tests do)."""
+    _access.GUARD.terminals |= _signals.devices(["/dev/tty"])
+
+
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
@@ -172,6 +196,7 @@ def _start(config: pytest.Config, where: str) -> None:
     atexit.register(sandbox.cleanup)  # also when pytest stops before pytest_unconfigure (a refused conftest)
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
     run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())
+    _take_the_terminals(config, run)
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run
@@ -185,12 +210,14 @@ def _start(config: pytest.Config, where: str) -> None:
     kept = _give_up_the_terminal()  # the operator's shell reads what a process with the terminal types into it
     if kept:
         run.header.append(kept)
+        _keep_dev_tty_from_the_tests()
     # A child that is not Python reads /proc/PID/environ with no guard: erase what it shows
     # (before the containment covers the file this reads to find it).
     if not _erase_start_up_environment():
         run.header.append("the environment pytest was started with stays in /proc/PID/environ (not found in "
                           "its memory): a child that is not Python can read it there")
     protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
+    protection = replace(protection, refused=(*protection.refused, *run.terminals))  # refused, and covered
     run.refused_files = tuple(p for p in protection.refused if p not in guarded and not p.startswith("/proc/")
                               and os.path.lexists(p))
     _enter_containment(config, run)

@@ -7,15 +7,18 @@ The events are :data:`~canarchy.testing.isolation.events.SIGNALS`; the access gu
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from typing import Any
+from collections.abc import Iterable
 
 from canarchy.testing.isolation.protection import signalled_outside
 
 try:
     import fcntl
+    import termios
 except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = termios = None  # type: ignore[assignment]
 
 
 def reached(event: str, args: tuple, run_pid: int) -> tuple[str, str, str] | None:
@@ -120,3 +123,46 @@ def _process_change(event: str, args: tuple) -> tuple[str, int | str | None, str
     if event == "resource.prlimit" and (len(args) < 3 or args[2] is None):
         return None
     return "os.pidfd_open", args[0] or os.getpid(), _CHANGES[event]
+
+
+#: The events of a change to a terminal: ``fcntl.ioctl`` (fd, request, argument) but a request that only reads
+#: (:data:`_TERMINAL_READS`), ``fcntl.fcntl`` (fd, ``F_SETFL``: flags of the description the operator's shell
+#: shares) and :mod:`termios`' setters (fd, ...; no event of CPython's: raised by c_openers' wrappers).
+TERMINAL_SETTERS = ("tcsetattr", "tcsendbreak", "tcflush", "tcflow", "tcsetwinsize")
+TERMINAL_EVENTS = frozenset({"fcntl.ioctl", "fcntl.fcntl", *(f"termios.{name}" for name in TERMINAL_SETTERS)})
+_TERMINAL_READS = frozenset(getattr(termios, name) for name in (
+    "TCGETS", "TCGETA", "TIOCGWINSZ", "TIOCGPGRP", "TIOCGSID", "FIONREAD", "TIOCINQ", "TIOCOUTQ", "TIOCMGET",
+    "TIOCGETD", "TIOCGSERIAL", "TIOCGSOFTCAR", "TIOCGLCKTRMIOS", "TIOCGICOUNT", "FIOCLEX", "FIONCLEX")
+    if termios is not None and hasattr(termios, name))
+
+
+def devices(paths: Iterable[str]) -> frozenset[int]:
+    """The device numbers (``st_rdev``) of the character devices among ``paths``."""
+    found = set()
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISCHR(status.st_mode):
+            found.add(status.st_rdev)
+    return frozenset(found)
+
+
+def terminal_changed(event: str, args: tuple, terminals: frozenset[int]) -> tuple[str, str] | None:
+    """``(operation, descriptor as shown)`` for an event of :data:`TERMINAL_EVENTS` that changes one of
+    ``terminals`` (device numbers, :func:`devices`) through a descriptor; None for any other."""
+    if (event == "fcntl.ioctl" and args[1] in _TERMINAL_READS) or (
+            event == "fcntl.fcntl" and args[1] != getattr(fcntl, "F_SETFL", None)):
+        return None
+    fd = args[0]
+    try:
+        fd = fd if fd.__class__ is int else fd.fileno()
+        status = os.fstat(fd)
+    except (AttributeError, TypeError, ValueError, OSError):
+        return None  # the C function refuses it too
+    if not stat.S_ISCHR(status.st_mode) or status.st_rdev not in terminals:
+        return None
+    how = event.partition(".")[2] + (f" {args[1]:#x}" if event.startswith("fcntl.") and args[1].__class__ is int
+                                     else "")
+    return f"change the terminal ({how}) through", f"descriptor {fd}"
