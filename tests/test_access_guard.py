@@ -519,6 +519,25 @@ def test_a_record_from_a_child_names_the_child_process():
     assert "child process" not in Access(**{**asdict(record), "pid": os.getpid()}).message()
 
 
+
+@pytest.mark.parametrize(("tree", "zone", "label", "fix"), [
+    ("/dev/pts/3", "refused", "the operator's terminal", "pty.openpty()"),
+    ("/dev/tty2", "refused", "the operator's terminal", "pty.openpty()"),
+    ("/dev/console", "refused", "the operator's terminal", "pty.openpty()"),
+    ("the operator's terminal", "terminal", "the terminal pytest was started on", "stdin=subprocess.DEVNULL"),
+    ("/dev/ttyS0", "refused", "a CAN adapter's device node", "interface=\"virtual\""),
+    ("/dev/ttyUSB0", "refused", "a CAN adapter's device node", "interface=\"virtual\""),
+    ("/h/.canrc", "refused", "the operator's own state", "tmp_path"),
+])
+def test_a_refusal_names_what_it_protects_and_the_fixes_that_fit(tree, zone, label, fix):
+    """A terminal's node or a change to it is told apart from a serial CAN adapter's by name, and each gets the
+    ways to fix it that fit (a console is no adapter; an adapter's are the bus's)."""
+    from canarchy.testing.isolation.refusal import Access
+
+    text = Access(OWNER, "open for writing", tree, tree, zone, tree, os.getpid()).message()
+    assert label in text and fix in text, text
+    assert ("pty.openpty()" in text) == (fix != "tmp_path" and "virtual" not in fix), text
+
 def test_the_environment_carries_the_configuration(tmp_path):
     guard = access.AccessGuard()  # a guard of its own: configuring it installs nothing
     protection = guard.configure(access.Protection(refused=(str(tmp_path / "s"),), read_only=(str(tmp_path),),

@@ -8,6 +8,7 @@ with the guards.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 #: What the plugin records in a test's JUnit case (``user_properties``), for the lanes to read: a write into
@@ -30,6 +31,14 @@ ACCESS_FIXES = (
     "write to pytest's tmp_path (or tmp_path_factory)",
     "if the test must see the operator's real home, mark it @pytest.mark.real_home and run it with -m real_home",
 )
+
+TERMINAL_FIXES = (
+    "give the code under test a terminal of the test's own (pty.openpty()) and pass it that descriptor",
+    "start a child with stdin=subprocess.DEVNULL and its output captured, not on pytest's streams",
+)
+#: The nodes of a terminal the operator types into (a pseudo-terminal, a virtual console, the console, each
+#: process's own ``/dev/tty``); a serial line (``ttyS``, ``ttyUSB``, ``ttyACM``) is a CAN adapter's.
+_TERMINAL_NODE = re.compile(r"/dev/(pts/[0-9]+|tty[0-9]*|console)")
 
 
 def _numbered(fixes: tuple[str, ...]) -> str:
@@ -109,7 +118,7 @@ class Access:
         if self.zone == "late":
             return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where} after the "
                     f"sentinel's last look ({self.tree or 'the run had its verdict'}). Refused.")
-        terminal = self.tree.startswith("/dev/pts/")  # a pseudo-terminal's node: the operator's terminal's
+        terminal = self.zone == "terminal" or _TERMINAL_NODE.fullmatch(self.tree) is not None
         what = {"refused": "the environment the operator started this process or one above it with (or the "
                 "command line of one above it, or the environment of another process outside the run)"
                 if self.tree.startswith("/proc/") else "the operator's terminal" if terminal
@@ -140,6 +149,6 @@ class Access:
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
                        "directories), or where a later Python loads code from (a virtual environment in the "
                        "checkout)")
+        fixes = TERMINAL_FIXES if terminal else BUS_FIXES if self.tree.startswith("/dev/") else ACCESS_FIXES
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
-                f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n"
-                f"{_numbered(BUS_FIXES if self.tree.startswith('/dev/') and not terminal else ACCESS_FIXES)}")
+                f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{_numbered(fixes)}")
