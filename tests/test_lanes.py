@@ -457,7 +457,7 @@ def test_an_ini_file_s_names_keep_their_case_as_pytest_reads_them(tmp_path):
     options = locate_config(tmp_path, [tmp_path])[2]  # pytest's own reading
     assert "testpaths" not in options and "canarchy_scrub_prefixes" not in options
     project = load_project(tmp_path)
-    assert (project.tests, project.scrub_prefixes) == (("tests",), ())
+    assert (project.tests, project.scrub_prefixes) == ((".",), ())
 
 
 @pytest.mark.parametrize("table, message", [
@@ -1314,3 +1314,20 @@ def test_the_lane_s_own_reports_pytest_s_cache_and_a_tool_s_database_fail_nothin
     out = capsys.readouterr().out
     assert code == 0 and "unit: PASSED - 2 passed" in out, out
     assert not (project.root / ".pytest_cache").exists()
+
+
+def test_without_testpaths_a_lane_runs_the_tests_pytest_collects_from_the_root(tmp_path):
+    """A project that sets no ``testpaths`` (python-dateutil 2.8: its tests in ``dateutil/test/``, its pytest
+    section in ``setup.cfg``) has pytest collect from the rootdir: the lanes ran ``tests``, which it lacks, and
+    said "no tests collected" of a suite of two thousand."""
+    (tmp_path / "setup.cfg").write_text("[metadata]\nname = pkg\n[tool:pytest]\npython_files = test_*.py\n")
+    (tmp_path / "pkg" / "test").mkdir(parents=True)
+    for init in ("pkg/__init__.py", "pkg/test/__init__.py"):
+        (tmp_path / init).write_text("")
+    (tmp_path / "pkg" / "test" / "test_a.py").write_text("def test_a():\n    pass\n")
+    project = load_project(tmp_path)
+    selection = lane_env.choose_tests([], default=project.tests, root=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", *selection], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert "pkg/test/test_a.py::test_a" in done.stdout, (selection, done.stdout, done.stderr)

@@ -219,7 +219,9 @@ def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
     else:
         testpaths = ini.get("testpaths")
         testpaths = testpaths.split() if isinstance(testpaths, str) else testpaths  # an ini file's: one string
-        tests = tuple(testpaths) if isinstance(testpaths, list) and testpaths else ("tests",)
+        # without testpaths pytest collects from the rootdir, where the lanes run it: a package's own tests
+        # (``pkg/test/``) and a docs directory's modules are run as a plain ``pytest`` runs them
+        tests = tuple(testpaths) if isinstance(testpaths, list) and testpaths else (".",)
     if "install" in table:
         install = _strings(table["install"], f"{where} install")
     else:
