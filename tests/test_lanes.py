@@ -340,6 +340,26 @@ def test_a_test_module_inside_the_package_is_no_module_a_mutation_may_edit(tmp_p
         project.module_of(file)
 
 
+@pytest.mark.parametrize("file", ["dateutil/test/_common.py", "dateutil/test/__init__.py",
+                                  "dateutil/test/property/__init__.py"])
+def test_a_helper_of_the_tests_inside_the_package_is_no_module_a_mutation_may_edit(tmp_path, file):
+    """python-dateutil 2.8 as released sets no testpaths: its tests' helpers (``dateutil/test/_common.py``)
+    were taken for code, a mutation of one said KILLED of a killer whose own helper it broke. A subpackage
+    holding a conftest.py or a module pytest collects (python_files) is the tests'; the top-level package and
+    the code beside it are not."""
+    for name in ("dateutil/__init__.py", "dateutil/easter.py", "dateutil/tz/__init__.py", "dateutil/test/__init__.py",
+                 "dateutil/test/conftest.py", "dateutil/test/_common.py", "dateutil/test/property/__init__.py",
+                 "dateutil/test/property/test_prop.py", "dateutil/conftest.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\npython_files = test_*.py *_solution.py\n")
+    project = load_project(tmp_path)
+    assert project.module_of("dateutil/easter.py") == "dateutil.easter"
+    assert project.module_of("dateutil/tz/__init__.py") == "dateutil.tz"
+    with pytest.raises(ProjectError, match=r"a module of the project's tests .*not a test or its conftest"):
+        project.module_of(file)
+
+
 @pytest.mark.parametrize("files, install", [
     ({"setup.cfg": "[metadata]\nname = x\n[options.extras_require]\ntest =\n    canarchy[lanes] @ file:///c\n"},
      ("-e", ".[test]")),

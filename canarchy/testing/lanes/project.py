@@ -92,11 +92,31 @@ class Project:
         if any(fnmatch.fnmatch(path.name, pattern) for pattern in self.python_files):
             return f"python_files {' '.join(self.python_files)}"
         source = self.source.resolve()
+        directory = self._test_directory_of(path, source)
+        if directory is not None:
+            return directory
         for test in self.tests:
             where = (self.root / test).resolve()
             inside = where.relative_to(source).parts if where.is_relative_to(source) else ()
             if len(inside) >= 2 and (path == where or where in path.parents):
                 return test
+        return None
+
+    def _test_directory_of(self, path: Path, source: Path) -> str | None:
+        """The subpackage of the tests ``path`` lies in (``dateutil/test/`` of ``dateutil/test/_common.py``), or
+        None: a directory below a top-level package that holds a conftest.py or a module named as
+        ``python_files`` says. The top-level package and the source directory hold code beside such files."""
+        import fnmatch
+
+        if not path.is_relative_to(source):
+            return None
+        parts = path.relative_to(source).parts[:-1]
+        for depth in range(2, len(parts) + 1):
+            directory = source.joinpath(*parts[:depth])
+            names = [entry.name for entry in directory.glob("*.py")]
+            if "conftest.py" in names or any(fnmatch.fnmatch(name, pattern)
+                                             for name in names for pattern in self.python_files):
+                return f"{PurePosixPath(*parts[:depth])}/, a directory of the tests"
         return None
 
     def import_root(self) -> str:
