@@ -529,7 +529,10 @@ def test_a_stray_configuration_that_drops_the_plugin_runs_no_test_in_any_lane(tm
     addopts would run the suite without the plugin: each lane loads the plugin itself
     (:func:`~canarchy.testing.lanes.runner.pytest_flags`), which names the stray file and refuses the run first."""
     ran = tmp_path / "ran"
-    project = _project(tmp_path / "p", f"def test_runs():\n    open({str(ran)!r}, 'a').write('ran')\n")
+    # testpaths: the lanes give pytest `tests`, from which it finds a tox.ini or setup.cfg there first (without
+    # testpaths they give `.`, as a plain pytest collects from the root, and the file is not pytest's)
+    project = _project(tmp_path / "p", f"def test_runs():\n    open({str(ran)!r}, 'a').write('ran')\n",
+                       pyproject=PYPROJECT.replace("xfail_strict", 'testpaths = ["tests"]\nxfail_strict'))
     (project.root / stray[0]).write_text(stray[1])
     code = lanes_cli.main(["--project", str(project.root), *lane])
     out = capsys.readouterr().out
