@@ -77,7 +77,8 @@ def test_order_lane_finds_and_names_the_polluter(pair):
     assert code == 1 and "order: FAILED" in out and "normal vs reverse: DIFFERENT" in out, out
     assert "tests/test_pair.py::test_victim_assumes_an_empty_registry  passed  failed" in out  # a node id to paste
     assert f"victim {VICTIM} (reverse run): polluted by {POLLUTER}" in out
-    assert "reproduce: python -m pytest -p randomly --randomly-seed=1 -k not test_filler_1 tests" in out
+    # the project sets no testpaths: pytest collects from the root, the line says "."
+    assert "reproduce: python -m pytest -p randomly --randomly-seed=1 -k not test_filler_1 ." in out
     md = (project.root / "reports" / "order.md").read_text()
     assert md.startswith("# Order lane: FAILED") and f"| `{VICTIM}` | reverse | polluter | `{POLLUTER}` |" in md
     assert f"| `{VICTIM}` | passed | failed |" in md
