@@ -10,6 +10,7 @@ cannot use.
 from __future__ import annotations
 
 import configparser
+import fnmatch
 import os
 import re
 import sys
@@ -85,8 +86,6 @@ class Project:
         (``python_files``); a module under a test path (``tests``, from ``testpaths``) inside a package
         (``pkg/tests/``). A test path that is a top-level package, the source directory or the root holds the
         code too (doctests: ``testpaths = pkg``) and says nothing by itself."""
-        import fnmatch
-
         if path.name == "conftest.py":
             return "conftest.py"
         if any(fnmatch.fnmatch(path.name, pattern) for pattern in self.python_files):
@@ -106,8 +105,6 @@ class Project:
         """The subpackage of the tests ``path`` lies in (``dateutil/test/`` of ``dateutil/test/_common.py``), or
         None: a directory below a top-level package that holds a conftest.py or a module named as
         ``python_files`` says. The top-level package and the source directory hold code beside such files."""
-        import fnmatch
-
         if not path.is_relative_to(source):
             return None
         parts = path.relative_to(source).parts[:-1]
