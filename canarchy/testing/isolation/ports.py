@@ -3,22 +3,27 @@
 An operator's daemon listening on loopback or on an address of the host (a database, socketcand or cannelloni
 relaying their CAN bus, a development server, a debugger's port) acts on what it is sent, outside every
 isolation. The network namespace of the containment leaves a test only its own loopback; without it, the
-access guard refuses a connect or a send to a port a process outside the run is bound to (Linux: the
-``/proc/net/tcp``, ``tcp6``, ``udp`` and ``udp6`` tables, proc(5), for the socket inodes, and
-:func:`~canarchy.testing.isolation.protection.held_outside` for their holders).
+access guard refuses a connect or a send to a port a process outside the run is bound to (Linux: the kernel's
+socket monitoring, sock_diag(7), else the ``/proc/net/tcp``, ``tcp6``, ``udp`` and ``udp6`` tables, proc(5), for
+the socket inodes, and :func:`~canarchy.testing.isolation.protection.held_outside` for their holders).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import struct
 import sys
 
 from canarchy.testing.isolation.protection import held_outside
 
-#: The tables of the sockets bound in this network namespace, per socket type; TCP only those listening (state 0A).
-_TABLES = {socket.SOCK_STREAM: (("/proc/net/tcp", "/proc/net/tcp6"), "0A"),
-           socket.SOCK_DGRAM: (("/proc/net/udp", "/proc/net/udp6"), None)}
+#: Per socket type: the protocol and the states asked of the kernel (TCP: listening, ``1 << TCP_LISTEN``; UDP:
+#: every socket), and the tables of this network namespace read where it cannot answer (TCP: state 0A).
+_KINDS = {socket.SOCK_STREAM: (socket.IPPROTO_TCP, 1 << 10, ("/proc/net/tcp", "/proc/net/tcp6"), "0A"),
+          socket.SOCK_DGRAM: (socket.IPPROTO_UDP, 0xFFFFFFFF, ("/proc/net/udp", "/proc/net/udp6"), None)}
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20  # linux/sock_diag.h
+_DUMP_REQUEST = 0x301  # NLM_F_REQUEST | NLM_F_DUMP, linux/netlink.h
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
 
 
 def port_holder_outside(sock: socket.socket, address: object, run: int) -> str | None:
@@ -27,20 +32,51 @@ def port_holder_outside(sock: socket.socket, address: object, run: int) -> str |
     address of this host, or on every address while the destination is one of this host's."""
     if sock.family not in (socket.AF_INET, getattr(socket, "AF_INET6", None)) or not isinstance(address, tuple):
         return None
-    kind = _TABLES.get(sock.type & 0xF)
+    kind = _KINDS.get(sock.type & 0xF)
     if kind is None or len(address) < 2 or not isinstance(address[1], int):
         return None
     destinations = _addresses(address[0])
     if not destinations:
         return None
-    tables, state = kind
     local = _local_addresses()
-    links = set()
-    for table in tables:
-        for bound, port, inode in _bound(table, state):
-            if port == address[1] and any(_reaches(d, bound, local) for d in destinations):
-                links.add(f"socket:[{inode}]")
+    links = {f"socket:[{inode}]" for bound, port, inode in _bound_sockets(*kind)
+             if port == address[1] and any(_reaches(d, bound, local) for d in destinations)}
     return held_outside(links, run)
+
+
+def _bound_sockets(protocol: int, states: int, tables: tuple[str, ...], state: str | None) -> list:
+    """``(address, port, inode)`` of the sockets of ``protocol`` in ``states``, from the kernel, which answers
+    with those alone; else (no sock_diag for the protocol: ``udp_diag`` not loaded) from the tables, which the
+    kernel writes walking every socket of the host (milliseconds on a busy one, for each connect)."""
+    try:
+        return [*_diag(socket.AF_INET, protocol, states), *_diag(socket.AF_INET6, protocol, states)]
+    except OSError:
+        return [entry for table in tables for entry in _bound(table, state)]
+
+
+def _diag(family: int, protocol: int, states: int) -> list:
+    """``(address, port, inode)`` of each socket of ``family`` and ``protocol`` in ``states`` (a mask of TCP
+    states): a dump of the kernel's socket monitoring (``NETLINK_SOCK_DIAG``, sock_diag(7): ``struct
+    inet_diag_req_v2`` asked, ``struct inet_diag_msg`` answered). Raises OSError where it cannot answer."""
+    request = struct.pack("=BBBBI48x", family, protocol, 0, 0, states)
+    found = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        link.sendall(struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _DUMP_REQUEST, 1, 0) + request)
+        while True:
+            data, offset = link.recv(1 << 16), 0
+            while offset + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, offset)
+                if kind == _NLMSG_DONE:
+                    return found
+                if kind == _NLMSG_ERROR or length < 16 + 72:
+                    raise OSError(f"sock_diag: no dump of protocol {protocol} (message type {kind})")
+                body = offset + 16  # inet_diag_msg: family, state, timer, retrans; its id (sport at 4, src at 8)
+                raw = data[body + 8:body + (24 if family == socket.AF_INET6 else 12)]
+                found.append((ipaddress.ip_address(raw), struct.unpack_from(">H", data, body + 4)[0],
+                              str(struct.unpack_from("=I", data, body + 68)[0])))  # its inode
+                offset += (length + 3) & ~3
+            if not data:
+                raise OSError("sock_diag: the dump ended without its end")
 
 
 def _reaches(destination: ipaddress._BaseAddress, bound: ipaddress._BaseAddress, local: set) -> bool:
