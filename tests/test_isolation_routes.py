@@ -1125,17 +1125,17 @@ def test_the_kernel_s_answer_and_the_tables_name_the_same_bound_sockets():
     """The guard asks the kernel for the sockets bound to ports (sock_diag), which answers with those alone; where
     it cannot, it reads proc(5)'s tables, which the kernel writes walking every socket of the host. Both name a
     listening TCP socket and a UDP socket of this test, by address, port and inode, alike."""
-    from canarchy.testing.isolation import ports
+    from canarchy.testing.isolation import listeners
 
     with socket.socket() as listening, socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as datagram:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         datagram.bind(("::", 0))
         for sock, kind in ((listening, socket.SOCK_STREAM), (datagram, socket.SOCK_DGRAM)):
-            protocol, states, tables, state = ports._KINDS[kind]
+            protocol, states, tables, state = listeners._KINDS[kind]
             asked = sorted(entry for family in (socket.AF_INET, socket.AF_INET6)
-                           for entry in ports._diag(family, protocol, states))
-            read = sorted(entry for table in tables for entry in ports._bound(table, state))
+                           for entry in listeners._diag(family, protocol, states))
+            read = sorted(entry for table in tables for entry in listeners._bound(table, state))
             host, port = sock.getsockname()[:2]
             own = (ipaddress.ip_address(host), port, str(os.fstat(sock.fileno()).st_ino))
             assert own in asked and asked == read, (own, asked, read)

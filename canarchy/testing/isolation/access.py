@@ -27,8 +27,8 @@ from canarchy.testing.isolation.events import (
     PROCESS_STARTS, READ, RELINKING, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
-from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths, unix_listener_outside
-from canarchy.testing.isolation.ports import port_holder_outside
+from canarchy.testing.isolation.listeners import port_holder_outside, unix_listener_outside
+from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
 from canarchy.testing.isolation.signals import TERMINAL_EVENTS, reached, terminal_changed
 
@@ -242,8 +242,8 @@ class AccessGuard:
 
     def _listener(self, event: str, args: tuple) -> None:
         """A connect or a send to a Unix-domain socket (:data:`~.events.UNIX_SENDS`), or to a port of this host:
-        refused when a process outside the run is bound there (:func:`~.protection.unix_listener_outside`, in
-        the file system or the abstract namespace; :func:`~.ports.port_holder_outside`)."""
+        refused when a process outside the run is bound there (:func:`~.listeners.unix_listener_outside`, in
+        the file system or the abstract namespace; :func:`~.listeners.port_holder_outside`)."""
         if not _LINUX:
             return
         address = unix_address(args)

@@ -7,7 +7,6 @@ protection compiled for the audit hook. Imports neither pytest nor python-can.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import re
@@ -16,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 
+from canarchy.testing.isolation.listeners import unix_table
 from canarchy.testing.isolation.loadable import is_start_up_code
 from canarchy.testing.isolation.reaper import at_or_below, command_line, group_members, this_and_above
 from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES
@@ -195,18 +195,11 @@ def controlling_terminal(stat_file: str = "/proc/self/stat") -> list[str]:
 
 
 def unix_sockets(table: str = "/proc/net/unix") -> list[str]:
-    """The absolute names of the Unix-domain sockets bound now in this network namespace (``/proc/net/unix``,
-    proc(5): its last column), each once, sorted: every daemon reachable through the file system, whatever
-    its name (a terminal multiplexer's server, D-Bus, a container engine, an X server, an SSH agent, a
-    database). Abstract names (``@...``) and relative ones are left out; none where there is no such table."""
-    try:
-        with open(table, encoding="utf-8", errors="surrogateescape") as fh:
-            next(fh, None)  # the heading
-            found = {fields[7] for fields in (line.rstrip("\n").split(None, 7) for line in fh)
-                     if len(fields) == 8 and fields[7].startswith("/")}
-    except OSError:
-        return []
-    return sorted(found)
+    """The absolute names of the Unix-domain sockets bound now in this network namespace, each once, sorted:
+    every daemon reachable through the file system, whatever its name (a terminal multiplexer's server, D-Bus,
+    a container engine, an X server, an SSH agent, a database). Abstract names (``@...``) and relative ones are
+    left out; none where there is no such table (:func:`~.listeners.unix_table`)."""
+    return sorted({os.fsdecode(name) for name, _inode in unix_table(table) if name[:1] == b"/"})
 
 
 def start_up_environments(pid: int | None = None) -> list[str]:
@@ -258,108 +251,6 @@ def signalled_outside(event: str, target: int, run: int) -> str | None:
         if not at_or_below(pid, top) and os.path.exists(f"/proc/{pid}"):  # one that has gone reaches none
             return f"pid {pid}: {command_line(pid)}"
     return None
-
-
-def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/net/unix") -> str | None:
-    """What a connect or a send to the Unix-domain socket ``address`` (a path, or an abstract name: its first
-    byte NUL) would reach outside the run whose top pytest is ``run``, in words, else None: a process not at or
-    below it holding a socket bound there (``/proc/net/unix``, proc(5), and the ``socket:[inode]`` links of
-    ``/proc/PID/fd``); when no process the guard can see holds one, and none of the run's it cannot see (not
-    dumpable: pytest's forked children) might, the process is one the run cannot see (another user's daemon).
-    The operator's daemon, agent, terminal multiplexer or bus, bound in the file system outside the home or in
-    the abstract namespace, acts on what it is sent, outside every isolation. None where there is no such
-    table, or nothing is bound there."""
-    name = os.fsencode(address)
-    try:
-        with open(table, "rb") as fh:
-            next(fh, None)  # the heading
-            bound = [(fields[7], fields[6]) for fields in (line.rstrip(b"\n").split(None, 7) for line in fh)
-                     if len(fields) == 8]
-    except OSError:
-        return None
-    if name[:1] == b"\0":
-        shown = b"@" + name[1:].replace(b"\0", b"@")
-        links = {f"socket:[{inode.decode()}]" for path, inode in bound if path == shown}
-    else:
-        links = {f"socket:[{inode.decode()}]" for path, inode in bound if _same_file(path, name)}
-    return held_outside(links, run)
-
-
-def held_outside(links: set[str], run: int) -> str | None:
-    """Who outside the run whose top pytest is ``run`` holds a socket whose ``/proc/PID/fd`` link is one of
-    ``links`` (``socket:[inode]``), in words, else None (see :func:`unix_listener_outside`)."""
-    if not links:
-        return None
-    me = os.getpid()
-    if _held_below(links, me):  # a test's own server: found without reading every process's descriptors
-        return None
-    top = run if at_or_below(me, run) else me
-    holders, unseen = _socket_holders(links)
-    for pid in holders:
-        if not at_or_below(pid, top):
-            return f"pid {pid}: {command_line(pid)}"
-    if holders or any(at_or_below(pid, top) for pid in unseen):
-        return None
-    return "a process the run cannot see (no process of the run holds a socket bound there)"
-
-
-def _held_below(links: set[str], pid: int) -> bool:
-    """Whether ``pid`` and the processes below it (``/proc/PID/task/TID/children``, proc(5)) hold a socket of
-    each of ``links``: then every socket bound there is the run's own (one an outside process shares, passed or
-    inherited from the run, is the run's too). False where a descriptor list or a children file cannot be read:
-    the caller then reads every process's."""
-    left, stack, seen = set(links), [pid], set()
-    while stack and left:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    left.discard(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
-                    stack += [int(child) for child in fh.read().split()]
-        except OSError:
-            continue
-    return not left
-
-
-def _same_file(bound: bytes, address: bytes) -> bool:
-    """Whether the socket file bound at ``bound`` (a name in ``/proc/net/unix``) is the file ``address`` names
-    (followed as a connect follows it): a symlink, a hard link, ``..`` or ``/proc/self/fd/N`` reach it too."""
-    if bound[:1] != b"/":
-        return False  # abstract, or bound by a relative name: not found by its file
-    try:
-        one, other = os.stat(bound), os.stat(address)
-    except (OSError, ValueError):
-        return False
-    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
-
-
-def _socket_holders(links: set[str]) -> tuple[list[int], list[int]]:
-    """The processes with a descriptor whose ``/proc/PID/fd`` link is one of ``links``, and those whose
-    descriptors cannot be read."""
-    found: list[int] = []
-    unseen: list[int] = []
-    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
-        try:
-            descriptors = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            unseen.append(pid)
-            continue
-        for fd in descriptors:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
-                    found.append(pid)
-                    break
-            except PermissionError:  # listed, but not readable (a process that is not dumpable)
-                unseen.append(pid)
-                break
-            except OSError:
-                continue
-    return found, unseen
 
 
 def normcase(path: str) -> str:

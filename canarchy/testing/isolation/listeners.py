@@ -1,21 +1,24 @@
-"""What a connect or a send to an Internet address of this host reaches: the process bound to that port.
+"""What a connect or a send reaches on this host: the process bound there, for the access guard to refuse one outside
+the run.
 
-An operator's daemon listening on loopback or on an address of the host (a database, socketcand or cannelloni
-relaying their CAN bus, a development server, a debugger's port) acts on what it is sent, outside every
-isolation. The network namespace of the containment leaves a test only its own loopback; without it, the
-access guard refuses a connect or a send to a port a process outside the run is bound to (Linux: the kernel's
-socket monitoring, sock_diag(7), else the ``/proc/net/tcp``, ``tcp6``, ``udp`` and ``udp6`` tables, proc(5), for
-the socket inodes, and :func:`~canarchy.testing.isolation.protection.held_outside` for their holders).
+An operator's daemon acts on what it is sent, outside every isolation: one listening on a Unix-domain socket (a
+terminal multiplexer's server, an agent, a bus), in the file system or the abstract namespace, or on a port of
+loopback or of the host (a database, socketcand or cannelloni relaying their CAN bus, a debugger's port). The
+sockets bound there come from ``/proc/net/unix`` and the kernel's socket monitoring, sock_diag(7) (else the
+``/proc/net/tcp``, ``tcp6``, ``udp`` and ``udp6`` tables, proc(5)); their holders from the ``socket:[inode]``
+links of ``/proc/PID/fd``. Linux only. Design: ``docs/design/test-isolation.md`` ("Layer 6: the access guard").
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import socket
 import struct
 import sys
 
-from canarchy.testing.isolation.protection import held_outside
+from canarchy.testing.isolation.reaper import at_or_below, command_line
 
 #: Per socket type: the protocol and the states asked of the kernel (TCP: listening, ``1 << TCP_LISTEN``; UDP:
 #: every socket), and the tables of this network namespace read where it cannot answer (TCP: state 0A).
@@ -151,3 +154,111 @@ def _local_addresses() -> set:
     except (OSError, ValueError):
         pass
     return found
+
+
+def unix_table(table: str = "/proc/net/unix") -> list[tuple[bytes, bytes]]:
+    """``(name, inode)`` of each Unix-domain socket bound in this network namespace (``/proc/net/unix``, proc(5):
+    its last and its seventh column; an abstract name as ``@name``), [] where there is no such table."""
+    try:
+        with open(table, "rb") as fh:
+            next(fh, None)  # the heading
+            return [(fields[7], fields[6]) for fields in (line.rstrip(b"\n").split(None, 7) for line in fh)
+                    if len(fields) == 8]
+    except OSError:
+        return []
+
+
+def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/net/unix") -> str | None:
+    """What a connect or a send to the Unix-domain socket ``address`` (a path, or an abstract name: its first
+    byte NUL) would reach outside the run whose top pytest is ``run``, in words, else None: a process not at or
+    below it holding a socket bound there (``/proc/net/unix``, proc(5), and the ``socket:[inode]`` links of
+    ``/proc/PID/fd``); when no process the guard can see holds one, and none of the run's it cannot see (not
+    dumpable: pytest's forked children) might, the process is one the run cannot see (another user's daemon).
+    The operator's daemon, agent, terminal multiplexer or bus, bound in the file system outside the home or in
+    the abstract namespace, acts on what it is sent, outside every isolation. None where there is no such
+    table, or nothing is bound there."""
+    name = os.fsencode(address)
+    bound = unix_table(table)
+    if name[:1] == b"\0":
+        shown = b"@" + name[1:].replace(b"\0", b"@")
+        links = {f"socket:[{inode.decode()}]" for path, inode in bound if path == shown}
+    else:
+        links = {f"socket:[{inode.decode()}]" for path, inode in bound if _same_file(path, name)}
+    return held_outside(links, run)
+
+
+def held_outside(links: set[str], run: int) -> str | None:
+    """Who outside the run whose top pytest is ``run`` holds a socket whose ``/proc/PID/fd`` link is one of
+    ``links`` (``socket:[inode]``), in words, else None (see :func:`unix_listener_outside`)."""
+    if not links:
+        return None
+    me = os.getpid()
+    if _held_below(links, me):  # a test's own server: found without reading every process's descriptors
+        return None
+    top = run if at_or_below(me, run) else me
+    holders, unseen = _socket_holders(links)
+    for pid in holders:
+        if not at_or_below(pid, top):
+            return f"pid {pid}: {command_line(pid)}"
+    if holders or any(at_or_below(pid, top) for pid in unseen):
+        return None
+    return "a process the run cannot see (no process of the run holds a socket bound there)"
+
+
+def _held_below(links: set[str], pid: int) -> bool:
+    """Whether ``pid`` and the processes below it (``/proc/PID/task/TID/children``, proc(5)) hold a socket of
+    each of ``links``: then every socket bound there is the run's own (one an outside process shares, passed or
+    inherited from the run, is the run's too). False where a descriptor list or a children file cannot be read:
+    the caller then reads every process's."""
+    left, stack, seen = set(links), [pid], set()
+    while stack and left:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    left.discard(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+                    stack += [int(child) for child in fh.read().split()]
+        except OSError:
+            continue
+    return not left
+
+
+def _same_file(bound: bytes, address: bytes) -> bool:
+    """Whether the socket file bound at ``bound`` (a name in ``/proc/net/unix``) is the file ``address`` names
+    (followed as a connect follows it): a symlink, a hard link, ``..`` or ``/proc/self/fd/N`` reach it too."""
+    if bound[:1] != b"/":
+        return False  # abstract, or bound by a relative name: not found by its file
+    try:
+        one, other = os.stat(bound), os.stat(address)
+    except (OSError, ValueError):
+        return False
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+
+
+def _socket_holders(links: set[str]) -> tuple[list[int], list[int]]:
+    """The processes with a descriptor whose ``/proc/PID/fd`` link is one of ``links``, and those whose
+    descriptors cannot be read."""
+    found: list[int] = []
+    unseen: list[int] = []
+    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            unseen.append(pid)
+            continue
+        for fd in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
+                    found.append(pid)
+                    break
+            except PermissionError:  # listed, but not readable (a process that is not dumpable)
+                unseen.append(pid)
+                break
+            except OSError:
+                continue
+    return found, unseen
