@@ -1797,8 +1797,11 @@ def test_a_pytest_that_leads_its_session_keeps_dev_tty_from_its_tests(tmp_path_f
     import termios
 
     _containment_or_skip()
-    code, text, (local_modes, _) = _on_a_terminal(tmp_path_factory.mktemp("tty"), KEEPS_THE_TERMINAL, leader=True)
+    code, text, (local_modes, _) = _on_a_terminal(tmp_path_factory.mktemp("tty"), KEEPS_THE_TERMINAL, "-v",
+                                                  leader=True)  # -q -v: the header, where the plugin says so
     assert code == 1 and "2 failed" in text, text
+    assert "pytest leads its session (setsid), so the processes a test starts keep its terminal: a change to it " \
+           "through /dev/tty is refused, but a program that is not Python can type into it there" in text, text
     for test, operation in (("types_through_dev_tty", "(ioctl 0x5412)"), ("turns_the_echo_off_through_dev_tty",
                                                                            "(tcsetattr)")):
         assert f"test_tty.py::test_{test} tried to change the terminal {operation} through" in text, text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import errno
 import os
 import signal
 import sys
@@ -64,11 +65,14 @@ def give_up_the_terminal() -> str | None:
         return None
     try:
         fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:  # none (a CI job, nox's pipes): nothing to give up
-        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ENOENT):  # none (a CI job, nox's pipes): nothing to give up
+            return None
+        return f"whether pytest has a terminal to give up could not be told (/dev/tty: {exc.strerror or exc})"
     try:
         if os.getsid(0) == os.getpid():  # a session leader's TIOCNOTTY would hang up its own process group
-            return "pytest leads its session (setsid): the processes a test starts keep its terminal"
+            return ("pytest leads its session (setsid), so the processes a test starts keep its terminal: a change "
+                    "to it through /dev/tty is refused, but a program that is not Python can type into it there")
         import fcntl
         import termios
 
