@@ -17,9 +17,8 @@ from typing import Any
 from collections.abc import Callable
 
 from canarchy.testing.isolation.access import GUARD, observe
-from canarchy.testing.isolation.events import SPECIAL
+from canarchy.testing.isolation.events import SPECIAL, TERMINAL_SETTERS
 from canarchy.testing.isolation.refusal import Access
-from canarchy.testing.isolation.signals import TERMINAL_SETTERS
 
 
 def install() -> None:
@@ -279,7 +278,7 @@ def _audit_special_files() -> None:
 
 
 def _audit_terminal_setters() -> None:
-    """Replace termios' setters (:data:`~.signals.TERMINAL_SETTERS`) with ones that raise ``termios.NAME`` (the
+    """Replace termios' setters (:data:`~.events.TERMINAL_SETTERS`) with ones that raise ``termios.NAME`` (the
     descriptor, asked of a file object once, then the other arguments) first: each changes a terminal, the
     operator's too, and CPython raises no audit event for them."""
     try:

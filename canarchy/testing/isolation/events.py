@@ -162,6 +162,8 @@ SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
     "socket.sendmsg": _unix_socket("send to the Unix socket at", WRITE),
     "ctypes.dlopen": _dlopen_targets,
 }
+#: termios' functions that change a terminal (c_openers wraps them to raise ``termios.NAME``).
+TERMINAL_SETTERS = ("tcsetattr", "tcsendbreak", "tcflush", "tcflow", "tcsetwinsize")
 #: The events of a signal sent (CPython's ``os.kill`` (pid, signal) and ``os.killpg`` (group, signal)) or of a
 #: process's descriptor taken to send one with (``os.pidfd_open`` (pid): no event of CPython's; raised by
 #: :mod:`~canarchy.testing.isolation.c_openers`' wrapper): judged by their target, not by a path.
@@ -178,7 +180,7 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
     "fcntl.fcntl", "fcntl.ioctl",
     #: ... and of a change to a terminal (termios' setters, no event of CPython's: raised by c_openers' wrappers;
     #: those two fcntl events too): refused on the operator's terminal (:func:`~.signals.terminal_changed`)
-    "termios.tcsetattr", "termios.tcsendbreak", "termios.tcflush", "termios.tcflow", "termios.tcsetwinsize")})
+    *(f"termios.{name}" for name in TERMINAL_SETTERS))})
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those

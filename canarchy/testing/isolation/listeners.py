@@ -11,7 +11,6 @@ links of ``/proc/PID/fd``. Linux only. Design: ``docs/design/test-isolation.md``
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import socket
@@ -38,13 +37,13 @@ def port_holder_outside(sock: socket.socket, address: object, run: int) -> str |
     kind = _KINDS.get(sock.type & 0xF)
     if kind is None or len(address) < 2 or not isinstance(address[1], int):
         return None
-    destinations = _addresses(address[0])
+    bound = [(where, inode) for where, port, inode in _bound_sockets(*kind) if port == address[1]]
+    destinations = _addresses(address[0]) if bound else []  # nothing bound to that port: no name resolved
     if not destinations:
         return None
     local = _local_addresses()
-    links = {f"socket:[{inode}]" for bound, port, inode in _bound_sockets(*kind)
-             if port == address[1] and any(_reaches(d, bound, local) for d in destinations)}
-    return held_outside(links, run)
+    return held_outside({f"socket:[{inode}]" for where, inode in bound
+                         if any(_reaches(d, where, local) for d in destinations)}, run)
 
 
 def _bound_sockets(protocol: int, states: int, tables: tuple[str, ...], state: str | None) -> list:
@@ -217,9 +216,7 @@ def _held_below(links: set[str], pid: int) -> bool:
             continue
         seen.add(pid)
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    left.discard(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            left -= _descriptor_links(pid)
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
                     stack += [int(child) for child in fh.read().split()]
@@ -247,18 +244,23 @@ def _socket_holders(links: set[str]) -> tuple[list[int], list[int]]:
     unseen: list[int] = []
     for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
         try:
-            descriptors = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
+            if not links.isdisjoint(_descriptor_links(pid)):
+                found.append(pid)
+        except OSError:  # not listed, or listed but not readable (a process that is not dumpable)
             unseen.append(pid)
-            continue
-        for fd in descriptors:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
-                    found.append(pid)
-                    break
-            except PermissionError:  # listed, but not readable (a process that is not dumpable)
-                unseen.append(pid)
-                break
-            except OSError:
-                continue
     return found, unseen
+
+
+def _descriptor_links(pid: int) -> set[str]:
+    """What each descriptor of ``pid`` names (``/proc/PID/fd``, proc(5): ``socket:[inode]`` for a socket); one
+    closed meanwhile is left out. Raises OSError where the list cannot be read, PermissionError where it is
+    listed but not readable (a process that is not dumpable)."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except PermissionError:
+            raise
+        except OSError:
+            continue
+    return found

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 from collections.abc import Iterable
 
+from canarchy.testing.isolation.events import TERMINAL_SETTERS
 from canarchy.testing.isolation.protection import signalled_outside
 
 try:
@@ -128,7 +129,6 @@ def _process_change(event: str, args: tuple) -> tuple[str, int | str | None, str
 #: The events of a change to a terminal: ``fcntl.ioctl`` (fd, request, argument) but a request that only reads
 #: (:data:`_TERMINAL_READS`), ``fcntl.fcntl`` (fd, ``F_SETFL``: flags of the description the operator's shell
 #: shares) and :mod:`termios`' setters (fd, ...; no event of CPython's: raised by c_openers' wrappers).
-TERMINAL_SETTERS = ("tcsetattr", "tcsendbreak", "tcflush", "tcflow", "tcsetwinsize")
 TERMINAL_EVENTS = frozenset({"fcntl.ioctl", "fcntl.fcntl", *(f"termios.{name}" for name in TERMINAL_SETTERS)})
 _TERMINAL_READS = frozenset(getattr(termios, name) for name in (
     "TCGETS", "TCGETA", "TIOCGWINSZ", "TIOCGPGRP", "TIOCGSID", "FIONREAD", "TIOCINQ", "TIOCOUTQ", "TIOCMGET",
