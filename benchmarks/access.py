@@ -1,7 +1,7 @@
 """What the access guard (``canarchy.testing.isolation.access``) costs.
 
 Per test, measured: the trivial suite of :mod:`benchmarks.isolation` runs
-bare; under canarchy's plugin with ``access.install`` made a no-op before the
+bare; under canarchy's plugin with ``audithook.install`` made a no-op before the
 plugin starts (no audit hook: neither the access guard nor the plugin's
 observers of ``os.putenv``); under the plugin as it is (the guard on, the
 hook installed once); and under the plugin with one more audit hook that
@@ -30,9 +30,9 @@ from benchmarks import isolation, measure, report
 TARGET_MS = 0.05
 VARIANTS = ("bare", "unguarded", "canarchy", "hook")
 _UNGUARDED = '''
-from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import audithook as _audithook
 
-_access.install = lambda: None  # before the plugin starts: no audit hook, so no access guard
+_audithook.install = lambda: None  # before the plugin starts: no audit hook, so no access guard
 '''
 _COUNTER = '''
 import collections
@@ -77,7 +77,7 @@ CASES = {
 _PER_CALL = '''
 import dataclasses, json, os, sys, tempfile, timeit
 from pathlib import Path
-from canarchy.testing.isolation import access, protection, tempbase
+from canarchy.testing.isolation import access, audithook, protection, tempbase
 calls = int(sys.argv[1])
 work = tempfile.mkdtemp(prefix="canarchy-bench-access-")
 target = os.path.join(work, "file")
@@ -91,7 +91,7 @@ without = {name: best(fn, n) for name, (fn, n) in cases.items()}
 operator = protection.default_protection(os.environ, tempbase.account_database_home())
 access.GUARD.configure(dataclasses.replace(operator, watched=(os.path.join(work, "watched"),)))
 access.GUARD.report_dir = Path(work)
-access.install()
+audithook.install()
 access.GUARD.enabled = True
 with_hook = {name: best(fn, n) for name, (fn, n) in cases.items()}
 # the judging alone, without the system call it precedes (which load disturbs most): what the hook runs

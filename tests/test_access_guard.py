@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import access as access_bench
 from benchmarks import isolation, measure
-from canarchy.testing.isolation import access, protection, tempbase
+from canarchy.testing.isolation import access, audithook, protection, tempbase
 from tests.helpers import PYTEST
 
 OWNER = "tests/test_scenario.py::test_operator_state"
@@ -31,7 +31,7 @@ GUARDED = """
 import json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading, types
 from dataclasses import asdict
 from pathlib import Path
-from canarchy.testing.isolation import access, tempbase
+from canarchy.testing.isolation import access, audithook, tempbase
 
 home, work = Path(sys.argv[1]), Path(sys.argv[2])
 STATE, CHECKOUT = home / ".canarchy", work / "checkout"
@@ -41,7 +41,7 @@ access.GUARD.configure(access.Protection(
 ))
 access.GUARD.owner = {owner!r}
 access.GUARD.report_dir = work / "reports"
-access.install()
+audithook.install()
 access.GUARD.enabled = True
 outcomes = {{}}
 
@@ -439,7 +439,7 @@ def test_writing_a_record_does_not_recurse(tmp_path):
     report = run_guarded("""
         access.GUARD.report_dir = CHECKOUT  # every record written there is itself a write into a watched tree
         os.environ.update(access.GUARD.to_environment())
-        access.activate_from_environment()  # as a child process: each record is written to report_dir
+        audithook.activate_from_environment()  # as a child process: each record is written to report_dir
         attempt("watched write", lambda: (CHECKOUT / "tracked.txt").write_text("changed"))
         attempt("refused read", lambda: (STATE / "config.toml").read_text())
         outcomes["lines"] = len([line for line in (CHECKOUT / access.REPORT_FILE).read_text().splitlines() if line])
@@ -476,8 +476,8 @@ def test_a_thread_is_judged_while_another_thread_is_being_judged(tmp_path):
 GRANDCHILD = """
 import sys
 from pathlib import Path
-from canarchy.testing.isolation import access, tempbase
-assert access.activate_from_environment()
+from canarchy.testing.isolation import audithook, tempbase
+assert audithook.activate_from_environment()
 try:
     Path(sys.argv[1], ".canarchy", "config.toml").read_text()
 except Exception:  # swallowed: the parent must learn of it all the same
@@ -548,9 +548,9 @@ def test_the_environment_carries_the_configuration(tmp_path):
     document = json.loads(value)
     assert document["refused"] == list(protection.refused) and document["report_dir"] == str(tmp_path / "r")
     assert document["unwatched_names"] == [".git"]
-    assert access.activate_from_environment({}) is False
+    assert audithook.activate_from_environment({}) is False
     with pytest.raises(ValueError, match=access.ENVIRONMENT_VARIABLE):
-        access.activate_from_environment({access.ENVIRONMENT_VARIABLE: "{not json"})
+        audithook.activate_from_environment({access.ENVIRONMENT_VARIABLE: "{not json"})
 
 
 # -- the default protection ---------------------------------------------------------------

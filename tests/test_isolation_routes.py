@@ -305,7 +305,7 @@ import can  # python-can imported (and its hooks installed) before any test
 import can.interfaces.virtual
 import pytest
 from pathlib import Path
-from canarchy.testing.isolation import access, pertest
+from canarchy.testing.isolation import access, audithook, pertest
 
 def read_real_config(sandbox):
     (sandbox.real_home / ".canarchy" / "config.toml").read_text()
@@ -317,7 +317,7 @@ def test_after_the_switch(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
 
 def test_empties_the_judged_events():
-    access._EVENTS.clear()
+    audithook._EVENTS.clear()
 
 def test_after_the_events(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
@@ -1280,7 +1280,7 @@ def test_the_next_test_sees_the_state_put_back(routes, test):
 
 TAMPERING = [
     ("test_switches_the_access_guard_off", "access guard switched off", "test_after_the_switch"),
-    ("test_empties_the_judged_events", "access._EVENTS changed", "test_after_the_events"),
+    ("test_empties_the_judged_events", "audithook._EVENTS changed", "test_after_the_events"),
     ("test_marks_its_thread_exempt", "told this thread was exempt", "test_after_the_exemption"),
     ("test_configures_an_empty_protection", "AccessGuard.protection replaced", "test_after_the_protection"),
     ("test_replaces_a_method", "access.AccessGuard._judge replaced", "test_after_the_method"),

@@ -22,9 +22,9 @@ def parent_nodeid(current_test: str | None) -> str:
 
 def activate() -> None:
     """Enable the bus guard and the access guard in this process, owned by the parent's current test."""
-    from canarchy.testing.isolation import access
+    from canarchy.testing.isolation import audithook
 
-    access.activate_from_environment()
+    audithook.activate_from_environment()
     guard.GUARD.owner = parent_nodeid(os.environ.get("PYTEST_CURRENT_TEST"))
     report_dir = os.environ.get("PYTEST_CANARCHY_GUARD_DIR")
     guard.GUARD.report_dir = Path(report_dir) if report_dir else None

@@ -1,6 +1,7 @@
 """The access guard: a test neither reads nor writes the operator's state.
 
-A CPython audit hook (PEP 578) sees each file operation with its path before the OS does; the guard resolves
+The process's audit hook (PEP 578; :mod:`~canarchy.testing.isolation.audithook`) hands the guard each file
+operation with its path before the OS sees it; the guard resolves
 the path and raises :class:`OperatorStateRefused` for a read or write of a refused path and for a write under
 a read-only tree outside its writable trees (writes into watched trees are recorded). Every refusal is also
 recorded, so a test that catches it still fails. The hook cannot be removed: ``GUARD.enabled`` switches it.
@@ -15,16 +16,15 @@ import json
 import os
 import stat
 import sys
-import sysconfig
 import threading
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
-    DESCRIPTOR_WALKERS, DIRECTORY, JUDGED_EVENTS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
-    PROCESS_STARTS, READ, RELINKING, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
+    DESCRIPTOR_WALKERS, DIRECTORY, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
+    READ, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.listeners import port_holder_outside, unix_listener_outside
@@ -468,129 +468,3 @@ def _directory_descriptors() -> list[str]:
 
 
 GUARD = AccessGuard()
-
-
-#: Other watchers of audit events, sharing the one hook (an audit hook costs on every event of
-#: the process): event -> callbacks ``callback(args)``, called whether or not the guard is enabled.
-_OBSERVERS: dict[str, list[Callable[[tuple], None]]] = {}
-_EVENTS: set[str] = set(JUDGED_EVENTS)
-
-
-def observe(event: str, callback: Callable[[tuple], None]) -> None:
-    """Call ``callback(args)`` on every ``event`` from now on (once :func:`install` has run);
-    a callback already registered for ``event`` is not added twice."""
-    callbacks = _OBSERVERS.setdefault(event, [])
-    if callback not in callbacks:
-        callbacks.append(callback)
-    _EVENTS.add(event)
-
-
-def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
-    events = _EVENTS
-    observers = _OBSERVERS
-    relinking = RELINKING
-    local = guard._local
-    audit = guard._audit
-    forget = guard.forget_resolutions
-
-    def hook(event: str, args: tuple) -> None:
-        if event not in events:  # the fast path: every audited event of the process comes here
-            return
-        watchers = observers.get(event)
-        if watchers is not None:
-            for watcher in watchers:
-                watcher(args)
-            if event not in JUDGED_EVENTS:
-                return
-        if event in relinking:
-            forget()
-        if not guard.enabled:
-            return
-        busy = getattr(local, "busy", False)
-        if busy and _own_work():
-            return  # what the judging itself does (a record written, a cache filled), the harness's own reads
-        local.busy = True
-        try:
-            audit(event, args)
-        finally:
-            local.busy = busy
-
-    return hook
-
-
-_OWN_CODE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIR = os.path.dirname(os.__file__)
-_STANDARD_LIBRARY = tuple(dict.fromkeys(
-    os.path.join(p, "") for p in (_STDLIB_DIR, os.path.realpath(_STDLIB_DIR), sysconfig.get_path("stdlib"))))
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")  # under the stdlib, not of it
-
-
-def _own_work() -> bool:
-    """Whether the event comes from the isolation's own code, when its thread is exempt: going out from the code
-    that raised it, a frame of this package comes before any frame of code outside it and the standard library.
-    A test's audit hook, trace function, finalizer or signal handler that runs on the thread meanwhile is not."""
-    frame = sys._getframe(2)  # 0 this, 1 the hook, 2 the code that raised the event
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(_OWN_CODE):
-            return True
-        if not (name.startswith(_STANDARD_LIBRARY) and not any(part in name for part in _INSTALLED)) and (
-                not name.startswith("<frozen ")):
-            return False
-        frame = frame.f_back
-    return False
-
-
-_installed = False
-_install_lock = threading.Lock()
-
-
-def install() -> None:
-    """Add the audit hook to this process (once; idempotent), with the audit events of the C functions that
-    open paths without one (:mod:`~canarchy.testing.isolation.c_openers`). Does not enable the guard: set
-    ``GUARD.enabled``."""
-    global _installed
-    from canarchy.testing.isolation import c_openers  # here: it imports this module; before the hook sees imports
-
-    with _install_lock:
-        if not _installed:
-            sys.addaudithook(_make_hook(GUARD))
-            for event in PROCESS_STARTS:
-                observe(event, GUARD.process_started)
-            c_openers.install()
-            _installed = True
-
-
-def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
-    """In a child process: configure, install and enable :data:`GUARD` from the
-    variable :meth:`AccessGuard.to_environment` made (``environ``, default
-    ``os.environ``), owned by the parent's test (``PYTEST_CURRENT_TEST``).
-    Returns False when the variable is absent; raises ``ValueError`` when it is
-    malformed."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get(ENVIRONMENT_VARIABLE)
-    if not raw:
-        return False
-    try:
-        document = json.loads(raw)
-        protection = Protection(**{f.name: tuple(document[f.name]) for f in fields(Protection)})
-        report_dir = document["report_dir"]
-        run_pid = int(document["run_pid"])
-        terminals = frozenset(int(device) for device in document.get("terminals", ()))
-    except (ValueError, TypeError, KeyError) as error:
-        raise ValueError(f"{ENVIRONMENT_VARIABLE} is not a configuration of the access guard: {error}") from None
-    GUARD.configure(protection)
-    GUARD.report_dir = Path(report_dir) if report_dir else None
-    GUARD.run_pid = run_pid
-    GUARD.terminals = terminals
-    GUARD.owner = _parent_nodeid(environ.get("PYTEST_CURRENT_TEST"))
-    GUARD._memory_pid = None  # every record goes to report_dir, for the parent
-    GUARD.enabled = True
-    install()
-    return True
-
-
-def _parent_nodeid(current_test: str | None) -> str:
-    from canarchy.testing.isolation._child import parent_nodeid  # here: _child will import this module
-
-    return parent_nodeid(current_test)

@@ -16,7 +16,8 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
-from canarchy.testing.isolation.access import GUARD, observe
+from canarchy.testing.isolation.access import GUARD
+from canarchy.testing.isolation.audithook import observe
 from canarchy.testing.isolation.events import SPECIAL, TERMINAL_SETTERS
 from canarchy.testing.isolation.refusal import Access
 

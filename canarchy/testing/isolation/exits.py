@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation.events import PROCESS_STARTS
 from canarchy.testing.isolation.refusal import Access
@@ -60,9 +61,9 @@ def _guard_the_exit(run: _Run) -> None:
             guard.late(Access(guard.owner, "start a process", what, what, "late", "", pid))
 
     os._exit = posix._exit = _exit
-    _access.observe("os.exec", _exec)
+    _audithook.observe("os.exec", _exec)
     for event in PROCESS_STARTS:
-        _access.observe(event, _start_late)
+        _audithook.observe(event, _start_late)
 
 
 class _ExitHandler:

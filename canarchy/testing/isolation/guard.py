@@ -307,10 +307,10 @@ def install() -> None:
     """Install the guard hooks now if python-can is imported, else as soon as it is.
 
     Does not enable the guard: set ``GUARD.enabled``. The raw-socket check rides on the access
-    guard's audit hook (:func:`canarchy.testing.isolation.access.observe`; one hook per process).
+    guard's audit hook (:func:`canarchy.testing.isolation.audithook.observe`; one hook per process).
     """
-    from canarchy.testing.isolation import access
+    from canarchy.testing.isolation import audithook
 
-    access.observe("socket.__new__", GUARD.check_socket)
+    audithook.observe("socket.__new__", GUARD.check_socket)
     after_import("can.interface", _patch_python_can)
 

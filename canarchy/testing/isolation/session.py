@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import c_openers as _c_openers
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
@@ -234,9 +235,9 @@ def _start(config: pytest.Config, where: str) -> None:
     _access.GUARD.run_pid = os.getppid() if _is_worker(config) else os.getpid()
     _access.GUARD.owner = _START_UP
     _STATE.expected_python_can = sandbox.python_can_expected
-    _access.observe("os.putenv", _STATE.on_putenv)
-    _access.observe("os.unsetenv", _STATE.on_unsetenv)
-    _access.install()
+    _audithook.observe("os.putenv", _STATE.on_putenv)
+    _audithook.observe("os.unsetenv", _STATE.on_unsetenv)
+    _audithook.install()
     _access.GUARD.enabled = True
     set_early = _set_before_the_start(config)
     pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
