@@ -63,6 +63,32 @@ def test_tiso01_home_is_a_fresh_temporary_directory(canarchy_sandbox):
     assert home != canarchy_sandbox.real_home
 
 
+def test_a_home_a_test_replaced_by_a_symlink_is_not_handed_to_the_next_test(tmp_path):
+    """A test's home and working directory go to the next test only if they are still the empty
+    directories the plugin made: a symlink a test put in their place (to an empty directory outside
+    the run) would make the next test's home a directory that outlives the run."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    run = run_child(tmp_path, {"test_relink.py": """
+        import os
+        from pathlib import Path
+
+        def test_puts_a_symlink_in_place_of_its_home_and_cwd():
+            home, cwd = Path.home(), Path.cwd()
+            os.chdir(home.parent)
+            home.rmdir()
+            home.symlink_to(os.environ["CHILD_ELSEWHERE"])
+            cwd.rmdir()
+            cwd.symlink_to(os.environ["CHILD_ELSEWHERE"])
+
+        def test_gets_directories_of_its_own():
+            for path in (Path.home(), Path.cwd()):
+                assert not path.is_symlink() and path.resolve() != Path(os.environ["CHILD_ELSEWHERE"]), path
+    """}, "-p", "no:randomly", env={"CHILD_ELSEWHERE": str(elsewhere)})
+    assert run.returncode == 0, run.output
+    assert run.results["test_gets_directories_of_its_own"] == [("passed", "")], run.output
+
+
 def test_tiso02_home_variable_and_path_home_agree():
     assert Path(os.environ["HOME"]) == Path.home()
     for name in ("USERPROFILE", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "APPDATA", "LOCALAPPDATA"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path, PurePath
@@ -258,10 +259,11 @@ class Sandbox:
         return home, cwd
 
     def release_test_dirs(self, home: Path, cwd: Path) -> None:
-        """Offer a test's directories for reuse if they are still empty and unchanged."""
+        """Offer a test's directories for reuse if they are still empty, unchanged directories (not a
+        symlink a test put in their place: the next test's home would be wherever it points)."""
         try:
             for path in (home, cwd):
-                if os.stat(path).st_mode & 0o7777 != 0o700:
+                if os.lstat(path).st_mode != stat.S_IFDIR | 0o700:
                     return
                 with os.scandir(path) as entries:
                     if next(entries, None) is not None:
