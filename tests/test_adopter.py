@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.lanes import __main__ as lanes_cli
-from canarchy.testing.lanes import mutation, parity
+from canarchy.testing.lanes import mutation, mutation_report, parity
 from canarchy.testing.lanes.project import Project, load_project
 from tests.helpers import PYTEST
 
@@ -111,7 +111,7 @@ def test_parity_reports_the_load_sensitive_test_as_flaky(parity_lane):
 
 def test_the_mutation_is_killed_with_the_import_proof_covering_a_child(mutation_lane):
     result = mutation_lane
-    assert result.status == "killed", mutation.render(result)
+    assert result.status == "killed", mutation_report.render(result)
     assert [r.verdict for r in result.rows] == ["killed", "killed", "passes (ok)"]
     assert result.imported[0].endswith("src/busprobe/frames.py")
     assert len(result.importers) >= 2 and any("-m busprobe encode" in p for p in result.importers), result.importers

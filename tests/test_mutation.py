@@ -23,7 +23,7 @@ import pytest
 from canarchy.testing.lanes import __main__ as lanes_cli
 from canarchy.testing.lanes import env as lane_env
 from canarchy.testing.isolation.tree import WHOLE, changes, snapshot
-from canarchy.testing.lanes import mutation
+from canarchy.testing.lanes import mutation, mutation_report
 from canarchy.testing.lanes.mutation_file import load_mutation
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes import starts
@@ -217,7 +217,7 @@ def test_a_mutant_caught_by_every_killer_is_killed(batch):
     assert (result.status, result.exit_code) == ("killed", 0), result.reason
     rows = {r.node_id: (r.baseline, r.mutant, r.verdict) for r in result.rows}
     assert rows == {CONTROL: ("passed", "failed", "killed"), KILLER: ("passed", "passed", "passes (ok)")}
-    assert "killed by 1/1: test_control" in mutation.render(result)
+    assert "killed by 1/1: test_control" in mutation_report.render(result)
     # The import proof saw the mutant in the temporary copy, and the pytest run import from it.
     assert result.imported[0].startswith(str(batch["temp_root"])) and result.imported[0].endswith("tinypkg/guard.py")
     assert len(result.importers) == 1 and "pytest" in result.importers[0]
@@ -232,7 +232,7 @@ def test_only_a_test_phase_failure_counts_as_a_kill(batch):
         UNRELATED: ("passed", "SURVIVED"),
         SETUP_KILLER: ("error", "not killed: error outside the test phase"),
     }
-    assert "killed by 1/3: test_killer" in mutation.render(result)
+    assert "killed by 1/3: test_killer" in mutation_report.render(result)
 
 
 def test_import_error_is_not_a_kill_and_a_broken_control_cannot_decide(batch):
@@ -280,12 +280,12 @@ def test_a_mutation_that_needs_a_namespace_runs_in_the_plugin_s(batch):
 
 def test_the_summary_has_one_row_per_mutation(batch):
     results = list(batch["results"].values())
-    table = mutation.render_summary(results).splitlines()
+    table = mutation_report.render_summary(results).splitlines()
     assert table[0].startswith(f"mutations: {sum(r.status == 'killed' for r in results)}/{len(BATCH)} killed")
     rows = {line.split()[0]: line.split()[1:4] for line in table[4:] if line.strip()}
     assert rows["typed-channel"] == ["1", "1", "KILLED"] and rows["phase-only"] == ["3", "1", "SURVIVED"]
     assert rows["twice"] == ["1", "0", "CANNOT"]
-    md = mutation.render_summary_markdown(results)
+    md = mutation_report.render_summary_markdown(results)
     assert md.startswith("# Mutations: FAILED") and "| [typed-channel](mutation-typed-channel.md) |" in md
 
 
@@ -380,7 +380,7 @@ def test_a_child_that_imports_a_stale_copy_makes_the_mutation_undecidable(projec
                                                                         elsewhere=str(tmp_path / "elsewhere")))
     killers = ("tests/test_child.py::test_child_says_reference",)
     result = _run(project, _mutation_file(tmp_path / "m.toml", killers=killers, controls=()))
-    assert result.status == "cannot decide", mutation.render(result)
+    assert result.status == "cannot decide", mutation_report.render(result)
     assert f"imported tinypkg from {stale}" in result.reason and "not from the copy" in result.reason
     assert "-c from tinypkg.guard import decide" in result.reason  # the process is named by its argv
 
@@ -427,14 +427,14 @@ def test_a_survivor_whose_killer_started_a_python_the_proof_cannot_see_cannot_de
     for name, why in names.items():
         result = results[name]
         if why is None:
-            assert result.status == "killed" and not result.unseen, mutation.render(result)
+            assert result.status == "killed" and not result.unseen, mutation_report.render(result)
             assert any("-c from tinypkg.guard import decide" in i for i in result.importers), result.importers
             continue
-        assert result.status == "cannot decide", mutation.render(result)
+        assert result.status == "cannot decide", mutation_report.render(result)
         assert [r.verdict for r in result.rows] == ["SURVIVED"]  # the killer's child did test the checkout
         assert "could not see these processes" in result.reason and why in result.reason, result.reason
         assert f"{sys.executable} " in result.reason and "sys.path.insert" in result.reason  # the command line
-        assert "not seen by the import proof: 1 process(es)" in mutation.render(result)
+        assert "not seen by the import proof: 1 process(es)" in mutation_report.render(result)
     assert list(temp_root.iterdir()) == []
 
 

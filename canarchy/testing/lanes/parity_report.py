@@ -1,16 +1,12 @@
-"""What the parity lane prints and writes: the terminal view of a :class:`~canarchy.testing.lanes.parity.ParityResult`
-and ``reports/parity.md``."""
+"""What the parity lane prints and writes: the terminal view of a
+:class:`~canarchy.testing.lanes.parity_result.ParityResult` and ``reports/parity.md``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from canarchy.testing.lanes.parity_result import ParityResult
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import totals_text
 from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, NOT_ISOLATED, isolated_run
-
-if TYPE_CHECKING:
-    from canarchy.testing.lanes.parity import ParityResult
 
 NOT_SHUT_DOWN = "was not properly shut down"  # python-can's log line for a bus a test left open
 
