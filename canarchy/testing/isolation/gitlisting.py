@@ -1,4 +1,4 @@
-"""git, run for what it lists under a work tree: its files, what it ignores, whether it tracks anything.
+"""git, run for what it lists under a work tree: its files, what it ignores.
 
 Each listing is read as git writes it, with git's metadata comparison fixed here rather than by the
 operator's configuration, and without the variables that would point git at another repository.
@@ -113,12 +113,3 @@ def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | No
     for _ in listing.batches():  # --quiet: no output, the exit status says
         pass
     return listing.ok
-
-
-def tracks_anything(root: str, env: Mapping[str, str] | None) -> bool:
-    """Whether git tracks a path under ``root`` (a clean checkout, not an ignored directory)."""
-    batches = GitListing(root, ["ls-files", "-z", "--cached"], env).batches()
-    try:
-        return next(batches, None) is not None  # the first batch is enough
-    finally:
-        batches.close()

@@ -17,7 +17,7 @@ import stat
 from typing import NamedTuple
 from collections.abc import Iterable, Mapping
 
-from canarchy.testing.isolation.gitlisting import GitListing, tracks_anything
+from canarchy.testing.isolation.gitlisting import GitListing
 from canarchy.testing.isolation.loadable import (IMPORTABLE_SUFFIXES, NEVER_CODE, VENV_MARKER, is_module,
                                                  is_start_up_code, site_packages, virtual_environments)
 
@@ -151,14 +151,15 @@ def _scan(out: dict[str, Entry], root: str, start: str, skip: bool) -> None:
                 stack.append(prefix + name)
 
 
-def _from_git(out: dict[str, Entry], root: str, listing: GitListing, note: str = "", parents: bool = True) -> bool:
-    """``lstat`` each path git lists (with ``parents``, every directory above one too); the hot
-    loop, kept flat. A listed path that is gone is left out, or with ``note`` recorded as kind
-    ``missing`` (a tracked file deleted in the work tree)."""
+def _from_git(out: dict[str, Entry], root: str, listing: GitListing | list[str], note: str = "",
+              parents: bool = True) -> bool:
+    """``lstat`` each path git lists (or has listed: a list) (with ``parents``, every directory above one too);
+    the hot loop, kept flat. A listed path that is gone is left out, or with ``note`` recorded as kind
+    ``missing`` (a tracked file deleted in the work tree). False, ``out`` emptied, when git gave no view."""
     prefix = os.path.join(root, "")
     lstat, new, file_type, regular = os.lstat, _new, stat.S_IFMT(0o177777), stat.S_IFREG
     dirs: set[str] = set()
-    for names in listing.batches():
+    for names in listing.batches() if isinstance(listing, GitListing) else [listing]:
         for name in names:
             try:
                 st = lstat(prefix + name)
@@ -177,7 +178,7 @@ def _from_git(out: dict[str, Entry], root: str, listing: GitListing, note: str =
                 _record(out, name.rstrip("/"), prefix + name.rstrip("/"), note)
         if parents:
             dirs.update(name.rstrip("/").rpartition("/")[0] for name in names)
-    if not listing.ok:
+    if isinstance(listing, GitListing) and not listing.ok:
         out.clear()
         return False
     for name in list(dirs):
@@ -236,17 +237,16 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     base = os.fspath(root)
     out: dict[str, Entry] = {}
     changed = GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
-    untracked = GitListing.files(base, None, env, "--others").start()
     repository = GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
     staged = GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
-    flagged = GitListing(base, ["ls-files", "-z", "-v"], env).start()
-    sources = GitListing(base, ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
-                                *PYTHON_SOURCES], env, empty_ok=True).start()
+    # every path of git's view, each after its tag: "? " untracked, else tracked (see _FLAGGED)
+    listing = GitListing(base, ["ls-files", "-z", "-v", "--cached", "--others", "--exclude-standard"], env).start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
-    ok = _from_git(out, base, untracked, parents=False) and ok  # read (and so end) both
-    state = repository.text(), staged.text(), flagged.text()
-    listed = sources.text()
-    if not (ok and (out or tracks_anything(base, env))):
+    state = repository.text(), staged.text(), listing.text()
+    listed = state[2].split("\0") if state[2] is not None else None
+    if listed is not None:
+        ok = _from_git(out, base, [entry[2:] for entry in listed if entry[:2] == "? "], parents=False) and ok
+    if not (ok and listed and (out or any(entry[:2] != "? " for entry in listed if entry))):
         out.clear()
         _scan(out, base, "", True)
         listed = None
@@ -254,13 +254,14 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
         _git_rules(out, base, state[2] or "")
         _git_state(out, base, *state)
     _loadable_code(out, base, search_dirs)
-    names = listed.split("\0") if listed is not None else [rel for rel in list(out) if rel.endswith((".py", ".pyw"))]
+    names = ([entry[2:] for entry in listed if entry.endswith(PYTHON_SOURCES)] if listed is not None
+             else [rel for rel in list(out) if rel.endswith(PYTHON_SOURCES)])
     _cached_beside_sources(out, base, names)
     return out
 
 
-#: What :func:`checkout_state` asks git for: the sources an import may have cached byte code of (pathspecs).
-PYTHON_SOURCES = ("*.py", "*.pyw")
+#: The suffixes of the sources an import may have cached byte code of (:func:`checkout_state`).
+PYTHON_SOURCES = (".py", ".pyw")
 
 
 def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[str]) -> None:
