@@ -243,10 +243,9 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     listing = GitListing(base, ["ls-files", "-z", "-v", "--cached", "--others", "--exclude-standard"], env).start()
     ok = _from_git(out, base, changed, TRACKED, parents=False)
     state = repository.text(), staged.text(), listing.text()
-    listed = state[2].split("\0") if state[2] is not None else None
-    if listed is not None:
-        ok = _from_git(out, base, [entry[2:] for entry in listed if entry[:2] == "? "], parents=False) and ok
-    if not (ok and listed and (out or any(entry[:2] != "? " for entry in listed if entry))):
+    listed = state[2]
+    ok = ok and listed is not None and _from_git(out, base, _UNTRACKED.findall(listed), parents=False)
+    if not (ok and (out or _TRACKED.search(listed))):
         out.clear()
         _scan(out, base, "", True)
         listed = None
@@ -254,7 +253,7 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
         _git_rules(out, base, state[2] or "")
         _git_state(out, base, *state)
     _loadable_code(out, base, search_dirs)
-    names = ([entry[2:] for entry in listed if entry.endswith(PYTHON_SOURCES)] if listed is not None
+    names = (_SOURCE.findall(listed) if listed is not None
              else [rel for rel in list(out) if rel.endswith(PYTHON_SOURCES)])
     _cached_beside_sources(out, base, names)
     return out
@@ -282,6 +281,9 @@ def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[s
 GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
             "info/sparse-checkout", "info/grafts", "refs/replace", "packed-refs")
 _FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
+_UNTRACKED = re.compile(r"(?:^|\0)\? ([^\0]+)")  # ls-files -v --others: "? " before an untracked path
+_TRACKED = re.compile(r"(?:^|\0)[^?\0] ")  # any other tag: a tracked path
+_SOURCE = re.compile(r"(?:^|\0). ([^\0]*\.pyw?)(?=\0|$)")  # a listed path of Python source
 _LISTED_DIRECTORY = re.compile(r"(?:^|\0). ([^\0]*)/[^\0/]*")  # ls-files -v: the directory of a path in one
 
 
