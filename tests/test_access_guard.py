@@ -434,6 +434,31 @@ def test_a_checkout_inside_the_home_is_watched_not_read_only(tmp_path):
     assert [Path(r["path"]).name for r in report["watched"]] == ["x.txt", "z.txt"]
 
 
+def test_a_relative_path_from_a_removed_working_directory_is_judged_or_refused(tmp_path):
+    """Linux still resolves ``..`` from a removed working directory, to its parent, and ``os.getcwd`` fails
+    there: the guard judges the path from the directory's name in ``/proc/self/cwd``, and where it cannot
+    name it, refuses the access rather than let it through unjudged."""
+    home, work = make_operator(tmp_path)
+    report = run_guarded("""
+        def from_removed(name):
+            gone = work / name
+            gone.mkdir()
+            os.chdir(gone)
+            gone.rmdir()
+            return "../" * (len(gone.parts) - 1) + str(STATE / "config.toml").lstrip("/")
+        def beside(name):
+            return from_removed(name).replace(".canarchy/config.toml", "planted")
+        attempt("named by /proc", lambda: open(from_removed("gone-1")).close())
+        attempt("beside it, named by /proc", lambda: open(beside("gone-2"), "w").close())
+        access._CWD_LINK = str(work / "no-proc")  # a system where the directory cannot be named
+        attempt("not named", lambda: open(beside("gone-3"), "w").close())
+    """, home, work)
+    read, write, unnamed = (report["outcomes"][k] for k in ("named by /proc", "beside it, named by /proc", "not named"))
+    assert read.startswith("refused: ") and "the operator's own state" in read, read
+    assert write.startswith("refused: ") and "may only read" in write, write
+    assert unnamed.startswith("refused: ") and "cannot be named" in unnamed, unnamed
+
+
 def test_writing_a_record_does_not_recurse(tmp_path):
     home, work = make_operator(tmp_path)
     report = run_guarded("""

@@ -74,6 +74,22 @@ def test_a_dotdot_path(canarchy_sandbox):
 def test_sqlite_in_the_operator_home(canarchy_sandbox):
     sqlite3.connect(canarchy_sandbox.real_home / ".canarchy" / "state.db")
 
+def test_a_relative_path_from_a_removed_working_directory(canarchy_sandbox, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    os.chdir(gone)
+    gone.rmdir()  # Linux still resolves .. from it, to its parent
+    up = "../" * (len(gone.parts) - 1)
+    open(up + str(real_config(canarchy_sandbox)).lstrip("/"))
+
+def test_a_relative_path_from_a_removed_directory_descriptor(canarchy_sandbox, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    fd = os.open(gone, os.O_RDONLY | os.O_DIRECTORY)
+    gone.rmdir()
+    up = "../" * (len(gone.parts) - 1)
+    os.open(up + str(real_config(canarchy_sandbox)).lstrip("/"), os.O_RDONLY, dir_fd=fd)
+
 def test_a_caught_refusal(canarchy_sandbox):
     try:
         real_config(canarchy_sandbox).read_text()
@@ -917,6 +933,8 @@ HOME_ROUTE_CASES = [
     ("test_a_symlink_out_of_the_test_home", "open for reading"),
     ("test_a_dotdot_path", "open for reading"),
     ("test_sqlite_in_the_operator_home", "sqlite3.connect"),
+    ("test_a_relative_path_from_a_removed_working_directory", "open for reading"),
+    ("test_a_relative_path_from_a_removed_directory_descriptor", "open for reading"),
 ]
 
 

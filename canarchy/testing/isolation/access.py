@@ -47,6 +47,8 @@ REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended 
 _scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
 _readlink, _stat, _listdir = os.readlink, os.stat, os.listdir
 _FD_DIR = "/proc/self/fd"  # Linux: each open descriptor as a link to what it names
+_CWD_LINK = "/proc/self/cwd"  # Linux: the working directory, named even once removed
+_DELETED = " (deleted)"  # what Linux's /proc puts after the path of what was removed while held
 _WINDOWS = os.name == "nt"
 _LINUX = sys.platform.startswith("linux")
 _SEP = os.sep
@@ -299,7 +301,10 @@ class AccessGuard:
         text = path_text(value)
         if text is None or os.path.isabs(text):
             return text
-        base = _descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else _getcwd()
+        try:
+            base = _descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else _working_directory()
+        except OSError:
+            return None
         return None if base is None else os.path.join(base, text)
 
     # radon D by design: the audit hook's per-event path, one function to spare calls (docs/benchmarks.md, 5)
@@ -327,7 +332,10 @@ class AccessGuard:
                     resolved = self._directory(text)
                 else:
                     resolved = self._resolve(text, not flags & NOFOLLOW)
-            except (OSError, ValueError):
+            except ValueError:  # a NUL in the path: the call itself fails
+                return
+            except OSError:  # no working directory to resolve a relative path from: refused, not let through
+                self._refuse_or_record(Access(self._owner(), operation, text, text, "unresolved", text, os.getpid()))
                 return
         zones = self._zones
         if flags & OPEN and (found := zones.descriptor_verdict(resolved)) is not None and _isdir(resolved):
@@ -383,7 +391,7 @@ class AccessGuard:
         existing directory), then the final component, followed when ``follow`` and a symlink."""
         dirs = self._dirs
         if _WINDOWS or text[:1] != _SEP:
-            text = text if os.path.isabs(text) else os.path.join(_getcwd(), text)  # not abspath: it folds '..'
+            text = text if os.path.isabs(text) else os.path.join(_working_directory(), text)  # not abspath: folds '..'
             head, name = os.path.split(text)
         else:
             cut = text.rfind(_SEP)
@@ -447,6 +455,18 @@ def _descriptor_path(fd: int) -> str | None:
     except (OSError, ValueError):
         return None
     return path if path[:1] == _SEP else None  # "socket:[...]", "anon_inode:..." name no path
+
+
+def _working_directory() -> str:
+    """The working directory, also once removed: Linux still resolves ``..`` from it, to its parent, and names
+    it in ``/proc/self/cwd`` with :data:`_DELETED` after its path. ``OSError`` where it cannot be named."""
+    try:
+        return _getcwd()
+    except FileNotFoundError:
+        link = _readlink(_CWD_LINK)
+        if not link.endswith(_DELETED):
+            raise
+        return link[:-len(_DELETED)]
 
 
 def _directory_descriptors() -> list[str]:

@@ -92,7 +92,7 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"unjudged"``, ``"late"`` or
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or
     ``"watched"``), the protected
     ``tree`` (or file) it fell in, and the pid."""
 
@@ -145,7 +145,9 @@ class Access:
                 "terminal": "the terminal pytest was started on: a setting changed there stays after pytest "
                             "exits, and what is typed into it (TIOCSTI) the operator's shell runs",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
-                              "by a relative path (dir_fd) could not be"}.get(
+                              "by a relative path (dir_fd) could not be",
+                "unresolved": "a path relative to a working directory that cannot be named (removed, with no "
+                              "/proc to name it): where it leads cannot be judged"}.get(
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
                        "directories), or where a later Python loads code from (a virtual environment in the "
                        "checkout)")
