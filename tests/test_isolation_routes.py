@@ -20,6 +20,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -1103,6 +1104,64 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
         assert "a process outside the run" in messages, messages
     test = "test_connects_to_its_own_sockets_and_its_children_s"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+LATE_SOCKET = """
+import os, socket, tempfile, time
+
+def test_connects_to_a_socket_bound_outside_the_run_after_it_started():
+    with open(os.environ["CHILD_READY"], "w") as ready:  # the run's network namespace
+        ready.write(str(os.stat("/proc/self/ns/net").st_ino))
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.environ["CHILD_SOCKET_FILE"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    socket.socket(socket.AF_UNIX).connect(os.environ["CHILD_SOCKET_FILE"])
+
+def test_connects_to_its_own_socket_file():
+    path = os.path.join(tempfile.mkdtemp(dir="/tmp"), "own.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    socket.socket(socket.AF_UNIX).connect(path)
+"""
+
+
+def test_a_socket_file_bound_outside_the_run_after_it_started_is_refused_in_its_network_namespace(
+        tmp_path_factory):
+    """In the run's private network namespace ``/proc/net/unix`` shows the run's own sockets only, and the mount
+    view covers the sockets bound when the run started: a daemon of the operator's that binds a socket file later
+    (outside the run's namespaces) would be reached, from the test itself, unjudged. A socket file the run's
+    namespace does not show is bound in another: refused at once, naming the test; the test's own still works."""
+    short = tempfile.mkdtemp(dir="/tmp")  # a socket's name holds at most 107 bytes
+    ready, path = os.path.join(short, "ready"), os.path.join(short, "late.sock")
+    daemon = socket.socket(socket.AF_UNIX)
+
+    def bind_once_the_run_started() -> None:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        daemon.bind(path)
+        daemon.listen()
+
+    binder = threading.Thread(target=bind_once_the_run_started, daemon=True)
+    binder.start()
+    try:
+        run, changed = run_batch(tmp_path_factory.mktemp("late-socket"), {"test_late_socket.py": LATE_SOCKET},
+                                 "-o", "canarchy_containment=true", "-o", "canarchy_network_namespace=true",
+                                 env={"CHILD_READY": ready, "CHILD_SOCKET_FILE": path})
+        private = Path(ready).read_text() != str(os.stat("/proc/self/ns/net").st_ino)
+    finally:
+        binder.join(5)
+        daemon.close()
+        shutil.rmtree(short)
+    assert changed == []
+    test = "test_connects_to_a_socket_bound_outside_the_run_after_it_started"
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, run.output
+    assert f"test_late_socket.py::{test} tried to connect to the Unix socket '{path}'" in messages, messages
+    assert ("outside the run's network namespace" if private else "a process outside the run") in messages, messages
+    assert run.outcomes("test_connects_to_its_own_socket_file") == {"passed"}, run.output
 
 
 PORTS = """

@@ -86,6 +86,7 @@ class AccessGuard:
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
         self.run_pid = os.getpid()  # the run's top pytest: it and what is below it are the run (signals)
         self.terminals: frozenset[int] = frozenset()  # the operator's terminal's device numbers (signals.devices)
+        self.network_namespace = 0  # the inode of the run's private network namespace, 0 where it has none
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
         #: After the sentinel's last look: called with every access recorded from then on, before it is
         #: recorded (the plugin's ends the process when the access would change what the look saw).
@@ -121,6 +122,7 @@ class AccessGuard:
         document["report_dir"] = str(self.report_dir) if self.report_dir is not None else None
         document["run_pid"] = self.run_pid
         document["terminals"] = sorted(self.terminals)
+        document["network_namespace"] = self.network_namespace
         return {ENVIRONMENT_VARIABLE: json.dumps(document)}
 
     def busy(self) -> bool:
@@ -250,7 +252,7 @@ class AccessGuard:
             return
         address = unix_address(args)
         if address is not None:
-            outside = unix_listener_outside(address, self.run_pid)
+            outside = unix_listener_outside(address, self.run_pid, network_namespace=self.network_namespace)
             shown, what = os.fsdecode(address).replace("\0", "@"), "the Unix socket"
         else:
             outside = port_holder_outside(args[0], args[1], self.run_pid) if hasattr(args[0], "family") else None

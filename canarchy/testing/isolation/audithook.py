@@ -127,12 +127,14 @@ def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
         report_dir = document["report_dir"]
         run_pid = int(document["run_pid"])
         terminals = frozenset(int(device) for device in document.get("terminals", ()))
+        network_namespace = int(document.get("network_namespace", 0))
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{ENVIRONMENT_VARIABLE} is not a configuration of the access guard: {error}") from None
     GUARD.configure(protection)
     GUARD.report_dir = Path(report_dir) if report_dir else None
     GUARD.run_pid = run_pid
     GUARD.terminals = terminals
+    GUARD.network_namespace = network_namespace
     GUARD.owner = parent_nodeid(environ.get("PYTEST_CURRENT_TEST"))
     GUARD._memory_pid = None  # every record goes to report_dir, for the parent
     GUARD.enabled = True

@@ -14,10 +14,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import stat
 import struct
 import sys
 
 from canarchy.testing.isolation.reaper import at_or_below, command_line
+
+#: This process's network namespace (Linux, namespaces(7)): its inode tells one namespace from another.
+NETWORK_NAMESPACE = "/proc/self/ns/net"
 
 #: Per socket type: the protocol and the states asked of the kernel (TCP: listening, ``1 << TCP_LISTEN``; UDP:
 #: every socket), and the tables of this network namespace read where it cannot answer (TCP: state 0A).
@@ -167,15 +171,18 @@ def unix_table(table: str = "/proc/net/unix") -> list[tuple[bytes, bytes]]:
         return []
 
 
-def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/net/unix") -> str | None:
+def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/net/unix",
+                          network_namespace: int = 0) -> str | None:
     """What a connect or a send to the Unix-domain socket ``address`` (a path, or an abstract name: its first
     byte NUL) would reach outside the run whose top pytest is ``run``, in words, else None: a process not at or
     below it holding a socket bound there (``/proc/net/unix``, proc(5), and the ``socket:[inode]`` links of
     ``/proc/PID/fd``); when no process the guard can see holds one, and none of the run's it cannot see (not
     dumpable: pytest's forked children) might, the process is one the run cannot see (another user's daemon).
     The operator's daemon, agent, terminal multiplexer or bus, bound in the file system outside the home or in
-    the abstract namespace, acts on what it is sent, outside every isolation. None where there is no such
-    table, or nothing is bound there."""
+    the abstract namespace, acts on what it is sent, outside every isolation. ``network_namespace``: the inode
+    of the run's private network namespace; in it, the table shows its own sockets only, and a socket file it
+    does not show is bound in another (the host's, the operator's daemon). None where there is no such table,
+    or nothing is bound there."""
     name = os.fsencode(address)
     bound = unix_table(table)
     if name[:1] == b"\0":
@@ -183,7 +190,18 @@ def unix_listener_outside(address: str | bytes, run: int, table: str = "/proc/ne
         links = {f"socket:[{inode.decode()}]" for path, inode in bound if path == shown}
     else:
         links = {f"socket:[{inode.decode()}]" for path, inode in bound if _same_file(path, name)}
+        if not links and network_namespace and _bound_elsewhere(name, network_namespace):
+            return "a process outside the run's network namespace (the socket is bound in another: the host's)"
     return held_outside(links, run)
+
+
+def _bound_elsewhere(address: bytes, network_namespace: int) -> bool:
+    """Whether ``address`` is a socket file while this process is in the run's private network namespace
+    ``network_namespace`` (a nested one of a test's child shows other sockets)."""
+    try:
+        return stat.S_ISSOCK(os.stat(address).st_mode) and os.stat(NETWORK_NAMESPACE).st_ino == network_namespace
+    except OSError:
+        return False
 
 
 def held_outside(links: set[str], run: int) -> str | None:

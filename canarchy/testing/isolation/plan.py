@@ -21,6 +21,7 @@ from canarchy.testing.isolation import loadable as _loadable
 from canarchy.testing.isolation import mountview as _mountview
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import tree as _tree
+from canarchy.testing.isolation.listeners import NETWORK_NAMESPACE
 from canarchy.testing.isolation.settings import Settings, _is_worker, real_bus_asked
 
 if TYPE_CHECKING:
@@ -196,6 +197,11 @@ def _enter_containment(config: pytest.Config, run: _Run, *, network: bool | None
     with _access.GUARD.exempt():
         run.containment = _containment.enter(_containment_plan(config, run, want_network))
         run.unreached = _unreached(run)
+        network = run.containment.protection("network")
+        if network is not None and network.in_force:  # a socket bound in another one is outside the run
+            _access.GUARD.network_namespace = os.stat(NETWORK_NAMESPACE).st_ino
+            if run.seal is not None:  # entered late, for a project's conftest (session.require_containment)
+                run.seal.renew(_access.GUARD, "network_namespace")
         view = run.containment.protection("mount view")
         if view is not None and view.in_force:  # what a test's process mounts in this view, the last look removes
             run.proc_device = os.stat("/proc").st_dev

@@ -119,6 +119,7 @@ def pytest_configure_node(node) -> None:
     node.workerinput["canarchy_operator_env"] = run.sandbox.operator_env
     node.workerinput["canarchy_session_env"] = run.sandbox.session_env
     node.workerinput["canarchy_terminals"] = [list(run.terminals), sorted(_access.GUARD.terminals)]
+    node.workerinput["canarchy_network_namespace"] = _access.GUARD.network_namespace
 
 
 @pytest.hookimpl(trylast=True)

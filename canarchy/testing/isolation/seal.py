@@ -107,6 +107,14 @@ class Seal:
                 label = f"{getattr(holder, '__name__', type(holder).__name__)}.{name}"
                 self._keep(label, holder, name, value[0] if value else _raw(holder, name), contents)
 
+    def renew(self, holder: Any, name: str) -> None:
+        """Seal ``holder.name`` as it is now: the isolation itself changed it after the seal was made (a
+        containment a project's conftest asked for)."""
+        self._fast = None
+        self._kept = [entry if entry[2] is not holder or entry[3] != name else
+                      (*entry[:4], _raw(holder, name), None if entry[5] is None else _contents(_raw(holder, name)))
+                      for entry in self._kept]
+
     def _keep(self, label: str, holder: Any, name: str, value: Any, contents: bool = True) -> None:
         self._fast = None
         self._keys.add((id(holder), name))

@@ -198,6 +198,8 @@ def _start(config: pytest.Config, where: str) -> None:
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
     run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())
     _take_the_terminals(config, run)
+    if _is_worker(config):  # the controller's private network namespace, which the worker shares
+        _access.GUARD.network_namespace = config.workerinput.pop("canarchy_network_namespace", 0)
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run
