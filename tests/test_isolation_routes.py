@@ -1477,9 +1477,14 @@ def test_a_descriptor_of_a_directory_holding_the_operator_s_state_is_refused(rou
 
 
 def test_a_run_started_with_a_directory_or_operator_descriptor_open_is_refused(tmp_path_factory):
+    """A descriptor pytest inherits is one its protections cannot see through: a directory's, one on the
+    operator's state, or one open for writing on a file of the home (``4>>~/.bashrc``); the run is refused."""
     home = make_operator_home(tmp_path_factory.mktemp("descriptor-home"))
-    for path, what in ((home.parent, "on the directory"), (home / ".canrc", "the operator's own state")):
-        fd = os.open(path, os.O_RDONLY)
+    (home / ".bashrc").write_text("")
+    for path, what, flags in ((home.parent, "on the directory", os.O_RDONLY),
+                              (home / ".canrc", "the operator's own state", os.O_RDONLY),
+                              (home / ".bashrc", "open for writing on", os.O_WRONLY | os.O_APPEND)):
+        fd = os.open(path, flags)
         try:
             run = run_child(tmp_path_factory.mktemp("descriptors"), {"test_one.py": "def test_one():\n    pass\n"},
                             *EARLY, pass_fds=(fd,), env={"HOME": str(home), "USERPROFILE": str(home)})

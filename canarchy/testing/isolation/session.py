@@ -183,7 +183,7 @@ def _start(config: pytest.Config, where: str) -> None:
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = settings.guarded_under(homes)
     if not _is_worker(config):
-        _refuse_inherited_descriptors(guarded)
+        _refuse_inherited_descriptors(guarded, homes, os.path.realpath(config.rootpath))
         if os.path.realpath(config.rootpath) in homes:
             raise pytest.UsageError(
                 f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
@@ -341,9 +341,11 @@ def _import_machinery() -> list[tuple[object, str]]:
     return found
 
 
-def _refuse_inherited_descriptors(guarded: list[str]) -> None:
+def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir: str) -> None:
     """Refuse a run started with a directory descriptor open (paths resolved through it pass by
-    the containment's view and the access guard) or one open on the operator's state."""
+    the containment's view and the access guard), one open on the operator's state, or one beyond the standard
+    streams open for writing on a file of an operator home outside the checkout (``4>>~/.bashrc``: a write
+    through it is never judged)."""
     fd_dir = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
     try:
         names = os.listdir(fd_dir)
@@ -353,22 +355,34 @@ def _refuse_inherited_descriptors(guarded: list[str]) -> None:
     for name in names:
         try:
             fd = int(name)
-            mode = os.fstat(fd).st_mode
+            status = os.fstat(fd)
         except (ValueError, OSError):  # the listing's own descriptor, closed by now
             continue
         try:
             target = os.readlink(os.path.join(fd_dir, name))
         except OSError:
             target = "?"
-        if stat.S_ISDIR(mode):
+        if stat.S_ISDIR(status.st_mode):
             found.append(f"descriptor {fd} is open on the directory {target}")
         elif any(_inside(target, g) for g in guarded):
             found.append(f"descriptor {fd} is open on {target}, the operator's own state")
+        elif fd > 2 and status.st_nlink and _writable(fd) and any(_inside(target, h) for h in homes) and (
+                not _inside(target, rootdir)):  # not an unlinked file (pytest's capture in a TMPDIR there)
+            found.append(f"descriptor {fd} is open for writing on {target}, in the operator's home")
     if found:
         raise pytest.UsageError(
             "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
             "through (files opened through it pass by the containment's view and the access guard): "
             + "; ".join(found) + ". Start pytest without it (in a shell, `exec N<&-` closes descriptor N).")
+
+
+def _writable(fd: int) -> bool:
+    """Whether descriptor ``fd`` was opened for writing (``fcntl(F_GETFL)``; False where it cannot say)."""
+    try:
+        import fcntl  # POSIX only
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except (ImportError, OSError):
+        return False
 
 
 def _guarded_manifest(run: _Run) -> dict:
