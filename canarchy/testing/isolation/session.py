@@ -165,6 +165,13 @@ def _take_the_terminals(config: pytest.Config, run: _Run) -> None:
         _access.GUARD.terminals = _signals.devices(run.terminals)
 
 
+def _take_the_network_namespace(config: pytest.Config) -> None:
+    """A worker's: the controller's private network namespace, which it shares (the controller's is taken when
+    it enters the containment, :func:`~.plan._enter_containment`)."""
+    if _is_worker(config):
+        _access.GUARD.network_namespace = config.workerinput.pop("canarchy_network_namespace", 0)
+
+
 def _keep_dev_tty_from_the_tests() -> None:
     """pytest keeps the operator's terminal (it leads its session, or could not give it up): ``/dev/tty``, each
     process's own controlling terminal, is then the operator's for pytest and what a test starts, and a change
@@ -198,8 +205,7 @@ def _start(config: pytest.Config, where: str) -> None:
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
     run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())
     _take_the_terminals(config, run)
-    if _is_worker(config):  # the controller's private network namespace, which the worker shares
-        _access.GUARD.network_namespace = config.workerinput.pop("canarchy_network_namespace", 0)
+    _take_the_network_namespace(config)
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run
