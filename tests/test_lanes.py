@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -710,33 +709,6 @@ def test_the_unit_lane_runs_the_suite_in_workers_and_contains_what_it_starts(tmp
     assert code == 0, out
     assert "unit: 1 pytest-xdist workers" in out and f"unit: PASSED - {3 if contained else 2} passed" in out, out
     assert (project.root / "reports" / "unit.md").read_text().startswith("# unit: PASSED")
-
-
-WORKER_OF_EACH_TEST = "import os\n\n" + "".join(
-    f"def test_{n}(record_property):\n    record_property('worker', os.environ['PYTEST_XDIST_WORKER'])\n\n"
-    for n in range(8))
-
-
-@pytest.mark.parametrize("dist, apart", [("load", True), ("loadscope", False)])
-def test_the_project_s_dist_says_how_the_unit_lane_hands_out_tests(tmp_path, capsys, dist, apart):
-    """``dist`` in [tool.canarchy.lanes] is pytest-xdist's --dist for the unit lane's workers: with ``loadscope``
-    a module's tests all go to one worker (its module-scoped fixtures run once), with ``load`` to several."""
-    project = _project(tmp_path / "p", WORKER_OF_EACH_TEST, pyproject=PYPROJECT + f'dist = "{dist}"\n')
-    (project.root / "tests" / "test_q.py").write_text(WORKER_OF_EACH_TEST)
-    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "2"])
-    out = capsys.readouterr().out
-    assert code == 0 and f"--dist {dist}" in out, out
-    workers: dict[str, set[str]] = {}
-    for case in ET.parse(project.root / "reports" / "unit.xml").getroot().iter("testcase"):
-        [worker] = [p.get("value") for p in case.iter("property") if p.get("name") == "worker"]
-        workers.setdefault(case.get("classname"), set()).add(worker)
-    assert len(workers) == 2 and any(len(w) > 1 for w in workers.values()) == apart, workers
-
-
-def test_a_dist_pytest_xdist_does_not_have_is_named(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.canarchy.lanes]\ndist = "each"\n')
-    with pytest.raises(ProjectError, match=r"dist: 'each' is not one of load, loadscope"):
-        load_project(tmp_path)
 
 
 FAILING_AND_STRAY = """

@@ -75,11 +75,10 @@ def _stem(twin: Twin, index: int) -> str:
 
 
 def _run_shard(twin: Twin, index: int, selection: Sequence[str], out: Path, python: str, isolated: bool,
-               jobs: int, dist: str) -> None:
+               jobs: int) -> None:
     shard, count, stem = twin.shards[index], len(twin.shards), _stem(twin, index)
     # detect-test-pollution writes the collected node ids (each pytest-xdist worker, and each shard, the same list)
-    args = [*twin.flags, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS,
-            *(xdist_options(jobs, dist) if jobs else ()),
+    args = [*twin.flags, f"--junitxml={out / f'{stem}.xml'}", *_LOG_RECORDS, *(xdist_options(jobs) if jobs else ()),
             "-p", "detect_test_pollution", f"--dtp-testids-output-file={out / f'{stem}-ids.txt'}",
             *(["-p", SHARD_PLUGIN, f"{SHARD_OPTION}={index}/{count}"] if count > 1 else []), *selection]
     shard.run = run_pytest(args, env=shard.env, cwd=shard.copy, python=python)
@@ -227,8 +226,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         twins = {name: _make_twin(name, seed, project, files, base, op_home, source_env, extra_env, count)
                  for name, seed in zip(TWINS, seeds, strict=True)}
         copies_before = {name: [snapshot(s.copy) for s in t.shards] for name, t in twins.items()}
-        jobs_ = [lambda t=t, i=i: _run_shard(t, i, selection, work, python, project.uses_plugin, per_twin,
-                                               project.dist)
+        jobs_ = [lambda t=t, i=i: _run_shard(t, i, selection, work, python, project.uses_plugin, per_twin)
                  for t in twins.values() for i in range(count)]
         concurrently(jobs_, workers=len(jobs_))
         for twin in twins.values():

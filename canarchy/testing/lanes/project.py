@@ -32,10 +32,7 @@ else:  # loaded by path (nox): the plugin's list of pytest's configuration files
 
 PLUGIN = "canarchy.testing.isolation.plugin"
 _KEYS = {"packages", "source", "tests", "install", "operator_home", "operator_env", "parity_allowlist", "mutations",
-         "leaks", "dist"}
-#: How pytest-xdist may hand a lane's workers their tests (its ``--dist``): ``load`` (its default) test by test,
-#: ``loadscope``/``loadfile`` a module (or class) at a time, so a module's wider fixtures run once.
-DIST_MODES = ("load", "loadscope", "loadfile", "worksteal")
+         "leaks"}
 
 
 class ProjectError(ValueError):
@@ -59,7 +56,6 @@ class Project:
     addopts_workers: bool = False  # its addopts start pytest-xdist workers (``-n auto``): the lanes give ``-n 0``
     operator_env: tuple[tuple[str, str], ...] = ()  # the operator's shell for parity, beside canarchy's own
     scrub_prefixes: tuple[str, ...] = ()  # canarchy_scrub_prefixes of its pytest configuration
-    dist: str = "load"  # how pytest-xdist hands the unit lane's workers their tests (DIST_MODES)
     plugin_ini: tuple[tuple[str, str], ...] = ()  # its canarchy_* pytest settings, as pytest.ini lines would give them
     pytest_config: str = "pyproject.toml"  # the file pytest takes its configuration from, relative to root
     python_files: tuple[str, ...] = ("test_*.py", "*_test.py")  # its test modules' names (pytest's python_files)
@@ -280,11 +276,8 @@ def _pytest_settings(table: dict, where: str, ini: dict) -> dict:
     prefixes = tuple(p for p in (prefixes if isinstance(prefixes, list) else str(prefixes).split())
                      if isinstance(p, str))
     plugin_ini = tuple((key, _ini_text(value)) for key, value in ini.items() if key.startswith("canarchy_"))
-    dist = table.get("dist", "load")
-    if dist not in DIST_MODES:
-        raise ProjectError(f"{where} dist: {dist!r} is not one of {', '.join(DIST_MODES)}")
     return {"uses_plugin": uses_plugin, "operator_env": tuple(operator_env.items()), "scrub_prefixes": prefixes,
-            "plugin_ini": plugin_ini, "addopts_workers": _starts_workers(ini), "dist": dist}
+            "plugin_ini": plugin_ini, "addopts_workers": _starts_workers(ini)}
 
 
 def _addopts(ini: dict) -> str:

@@ -378,10 +378,9 @@ def workers(requested: int | None = None) -> int:
     return 2 * cores()
 
 
-def xdist_options(count: int, dist: str = "load") -> list[str]:
-    """pytest's arguments for ``count`` pytest-xdist workers (0: the tests run in the pytest process), handed
-    their tests as ``dist`` says (pytest-xdist's ``--dist``)."""
-    return ["-p", "xdist", "-n", str(count), *(["--dist", dist] if count else [])]
+def xdist_options(count: int) -> list[str]:
+    """pytest's arguments for ``count`` pytest-xdist workers (0: the tests run in the pytest process)."""
+    return ["-p", "xdist", "-n", str(count)]
 
 
 def stopping() -> bool:

@@ -112,8 +112,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
     """``python -m canarchy.testing.lanes unit [--jobs N] [-- SELECTION]``."""
     jobs = workers(args.jobs)
-    options = xdist_options(jobs, project.dist)
-    note = f"{jobs} pytest-xdist workers (--dist {project.dist})" if jobs else "one process (no pytest-xdist workers)"
+    options = xdist_options(jobs)
+    note = f"{jobs} pytest-xdist workers" if jobs else "one process (no pytest-xdist workers)"
     print(f"unit: {note}")
     return _report("unit", project, run_suite(project, "unit", selection, options=options, notes=[note]))
 
