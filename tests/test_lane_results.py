@@ -428,7 +428,7 @@ def test_repository_allowlist_starts_empty():
         ('[[allowed]]\nid = "m::t"\nreason = "r"\n[[allowed]]\nid = "m::t"\nreason = "again"\n', "listed twice"),
         ('[[allowed]]\nid = "m::t"\nreason = "r"\nextra = 1\n', "only `id` and `reason`"),
         ('[other]\n', "unknown top-level"),
-        ("[[allowed]\n", "cannot be read"),
+        ("[[allowed]\n", "cannot read the allow-list"),
     ],
 )
 def test_invalid_allowlist_cannot_decide(tmp_path, content, message):

@@ -1,11 +1,7 @@
-"""canarchy's hermetic test machinery and verification harness.
+"""canarchy's test machinery, in two parts (docs/design/tree.md maps them):
 
-- :mod:`canarchy.testing.isolation.guard`: the CAN bus guard (no pytest dependency, so a
-  child Python process can install it too).
-- :mod:`canarchy.testing.isolation.sandbox`: the disposable home, the environment scrub,
-  the re-pointing of import-time paths and the operator-state manifest.
-- :mod:`canarchy.testing.isolation.plugin`: the pytest plugin that wires both into a run.
-  It is activated explicitly, by ``pytest_plugins = ["canarchy.testing.isolation.plugin"]``
-  in a conftest.py, never by an entry point, so installing canarchy changes no
-  other project's test runs.
+- :mod:`canarchy.testing.isolation`: the hermetic pytest plugin a project's pytest loads, with
+  ``-p canarchy.testing.isolation.plugin`` (its ``addopts``) or ``pytest_plugins`` in a conftest,
+  never by an entry point: installing canarchy changes no other project's runs;
+- :mod:`canarchy.testing.lanes`: the verification lanes nox runs.
 """

@@ -45,7 +45,7 @@ REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended 
 # The file system calls the guard makes itself, bound once: a test that patches os.scandir or
 # os.lstat (to count calls) sees only its own, and cannot steer the guard.
 _scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
-_readlink, _stat, _listdir = os.readlink, os.stat, os.listdir
+_readlink, _fstat, _listdir = os.readlink, os.fstat, os.listdir
 _FD_DIR = "/proc/self/fd"  # Linux: each open descriptor as a link to what it names
 _CWD_LINK = "/proc/self/cwd"  # Linux: the working directory, named even once removed
 _DELETED = " (deleted)"  # what Linux's /proc puts after the path of what was removed while held
@@ -182,9 +182,7 @@ class AccessGuard:
         report_dir = self.report_dir
         if report_dir is None:
             return
-        local = self._local
-        before, local.busy = getattr(local, "busy", False), True  # reading the reports is not judged
-        try:
+        with self.exempt():  # reading the reports is not judged
             for record in self._log.read_new(report_dir):
                 try:
                     access = Access(**record)
@@ -196,8 +194,6 @@ class AccessGuard:
                             self._cached.append(access.resolved)
                         else:
                             (self._refusals if access.refused else self._watched).append(access)
-        finally:
-            local.busy = before
 
     def _record(self, access: Access) -> None:
         with self._lock:
@@ -304,7 +300,7 @@ class AccessGuard:
         if text is None or os.path.isabs(text):
             return text
         try:
-            base = _descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else _working_directory()
+            base = descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else _working_directory()
         except OSError:
             return None
         return None if base is None else os.path.join(base, text)
@@ -314,7 +310,7 @@ class AccessGuard:
         text = value if value.__class__ is str else path_text(value)
         if text is None:
             if value.__class__ is int and flags & WRITE:  # os.chmod(fd), os.utime(fd): what it names now
-                text = _descriptor_path(value)
+                text = descriptor_path(value)
                 flags |= NOFOLLOW
                 if text is None:
                     return
@@ -323,7 +319,7 @@ class AccessGuard:
             else:
                 text = os.curdir
         if dir_fd is not None and dir_fd.__class__ is int and dir_fd >= 0 and not os.path.isabs(text):
-            base = _descriptor_path(dir_fd)  # relative to a directory descriptor: under what it names now
+            base = descriptor_path(dir_fd)  # relative to a directory descriptor: under what it names now
             if base is None:
                 return
             text = os.path.join(base, text)
@@ -448,7 +444,7 @@ class AccessGuard:
         return links
 
 
-def _descriptor_path(fd: int) -> str | None:
+def descriptor_path(fd: int) -> str | None:
     """The absolute path descriptor ``fd`` names now (Linux ``/proc/self/fd``, macOS ``F_GETPATH``), or None."""
     try:
         if _F_GETPATH is not None:
@@ -473,20 +469,33 @@ def _working_directory() -> str:
 
 def _directory_descriptors() -> list[str]:
     """The paths of the directories this process holds open descriptors of (Linux; elsewhere none)."""
+    return [path for fd, status in open_descriptors() if stat.S_ISDIR(status.st_mode) and (
+        path := descriptor_path(fd)) and not path.startswith("/proc/")]  # the listing's own descriptor
+
+
+def open_descriptors() -> list[tuple[int, os.stat_result]]:
+    """Each descriptor this process holds open, and the status of what it is open on (Linux ``/proc/self/fd``,
+    macOS ``/dev/fd``; elsewhere none)."""
     try:
-        names = _listdir(_FD_DIR)
+        names = _listdir(_FD_DIR if _LINUX else "/dev/fd")
     except OSError:
         return []
     found = []
     for name in names:
-        link = f"{_FD_DIR}/{name}"
         try:
-            if stat.S_ISDIR(_stat(link).st_mode) and (path := _readlink(link))[:1] == _SEP and (
-                    not path.startswith("/proc/")):  # the listing's own descriptor
-                found.append(path)
-        except OSError:
+            fd = int(name)
+            found.append((fd, _fstat(fd)))
+        except (OSError, ValueError):  # the listing's own descriptor, closed by now
             continue
     return found
+
+
+def opened_for_writing(fd: int) -> bool:
+    """Whether descriptor ``fd`` was opened for writing (``fcntl(F_GETFL)``; False where it cannot say)."""
+    try:
+        return fcntl is not None and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except OSError:
+        return False
 
 
 GUARD = AccessGuard()

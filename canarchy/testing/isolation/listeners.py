@@ -18,7 +18,7 @@ import stat
 import struct
 import sys
 
-from canarchy.testing.isolation.reaper import at_or_below, command_line
+from canarchy.testing.isolation.reaper import at_or_below, first_outside, pids
 
 #: This process's network namespace (Linux, namespaces(7)): its inode tells one namespace from another.
 NETWORK_NAMESPACE = "/proc/self/ns/net"
@@ -212,12 +212,11 @@ def held_outside(links: set[str], run: int) -> str | None:
     me = os.getpid()
     if _held_below(links, me):  # a test's own server: found without reading every process's descriptors
         return None
-    top = run if at_or_below(me, run) else me
     holders, unseen = _socket_holders(links)
-    for pid in holders:
-        if not at_or_below(pid, top):
-            return f"pid {pid}: {command_line(pid)}"
-    if holders or any(at_or_below(pid, top) for pid in unseen):
+    if holders:
+        return first_outside(holders, run)
+    top = run if at_or_below(me, run) else me
+    if any(at_or_below(pid, top) for pid in unseen):
         return None
     return "a process the run cannot see (no process of the run holds a socket bound there)"
 
@@ -234,7 +233,7 @@ def _held_below(links: set[str], pid: int) -> bool:
             continue
         seen.add(pid)
         try:
-            left -= _descriptor_links(pid)
+            left -= descriptor_links(pid)
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
                     stack += [int(child) for child in fh.read().split()]
@@ -260,16 +259,16 @@ def _socket_holders(links: set[str]) -> tuple[list[int], list[int]]:
     descriptors cannot be read."""
     found: list[int] = []
     unseen: list[int] = []
-    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+    for pid in pids():
         try:
-            if not links.isdisjoint(_descriptor_links(pid)):
+            if not links.isdisjoint(descriptor_links(pid)):
                 found.append(pid)
         except OSError:  # not listed, or listed but not readable (a process that is not dumpable)
             unseen.append(pid)
     return found, unseen
 
 
-def _descriptor_links(pid: int) -> set[str]:
+def descriptor_links(pid: int) -> set[str]:
     """What each descriptor of ``pid`` names (``/proc/PID/fd``, proc(5): ``socket:[inode]`` for a socket); one
     closed meanwhile is left out. Raises OSError where the list cannot be read, PermissionError where it is
     listed but not readable (a process that is not dumpable)."""

@@ -22,7 +22,8 @@ VENV_HOLDERS = ("envs", "venvs")
 #: hooks, pytest's configuration files and conftests, the project's tools' (:func:`is_start_up_code`).
 START_UP_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".pth", ".pyc", ".pyo")
 #: Directories that hold no code of the checkout's to import: version control's own, byte-code caches, node's.
-NEVER_CODE = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "__pycache__", "node_modules"})
+VERSION_CONTROL_DIRS = (".git", ".hg", ".svn", ".bzr", "_darcs", ".jj")
+NEVER_CODE = frozenset({*VERSION_CONTROL_DIRS, "__pycache__", "node_modules"})
 #: What an import runs besides a ``.py`` file: byte code, and this interpreter's extension modules.
 IMPORTABLE_SUFFIXES = (".pyc", *importlib.machinery.EXTENSION_SUFFIXES)
 #: Every file an import finds a module in: source, byte code, extension modules.

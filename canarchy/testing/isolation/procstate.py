@@ -16,6 +16,8 @@ import signal
 import sys
 from typing import Any
 
+from canarchy.testing.isolation.reaper import stat_fields
+
 _ENVIRON = os.environ
 _SIGNALS = tuple(s for s in signal.Signals if s not in (signal.SIGKILL, getattr(signal, "SIGSTOP", None)))
 try:  # signal.getsignal wraps this one, turning SIG_DFL/SIG_IGN into enums by a failed lookup for every
@@ -110,8 +112,7 @@ def erase_start_up_environment() -> bool:
     the old bytes. The caller lets this process read ``/proc/self/environ``. False, and
     nothing changed, where that record cannot be found or does not match the memory."""
     try:
-        with open("/proc/self/stat", "rb") as handle:  # "PID (COMM) STATE ...": COMM may hold spaces
-            fields = handle.read().rsplit(b")", 1)[1].split()
+        fields = stat_fields()
         start, end = int(fields[47]), int(fields[48])  # env_start, env_end: fields 50 and 51
         with open("/proc/self/environ", "rb") as handle:  # the kernel's read: never faults
             shown = handle.read()

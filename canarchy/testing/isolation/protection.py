@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.listeners import unix_table
 from canarchy.testing.isolation.loadable import is_start_up_code
-from canarchy.testing.isolation.reaper import at_or_below, command_line, group_members, this_and_above
+from canarchy.testing.isolation.reaper import at_or_below, first_outside, group_members, stat_fields, this_and_above
 from canarchy.testing.isolation.tree import OPERATOR_STATE, VERSION_CONTROL_NAMES
 
 # python-can's configuration files, from ``CONFIG_FILES`` in can/util.py (python-can 4.6): "~/can.conf"
@@ -176,9 +176,8 @@ def controlling_terminal(stat_file: str = "/proc/self/stat") -> list[str]:
     """The device nodes of this process's controlling terminal (proc(5): ``tty_nr``, the 7th field of
     ``/proc/self/stat``; ``ttyname`` of ``/dev/tty`` answers ``/dev/tty``), sorted; [] for none, or no ``/proc``."""
     try:
-        with open(stat_file, encoding="utf-8", errors="replace") as file:
-            number = int(file.read().rpartition(")")[2].split()[4])
-    except (OSError, ValueError, IndexError):
+        number = int(stat_fields(stat_file)[4])
+    except (ValueError, IndexError):
         return []
     if not number:
         return []
@@ -240,17 +239,9 @@ def signalled_outside(event: str, target: int, run: int) -> str | None:
     outside: nothing of the run may end or stop it."""
     if event == "os.kill" and target == -1:
         return "every process the user may signal (pid -1)"
-    me = os.getpid()
-    top = run if at_or_below(me, run) else me
     if event != "os.killpg" and target > 0:
-        pids = [target]
-    else:
-        group = os.getpgrp() if target == 0 else abs(target)
-        pids = group_members(group)
-    for pid in pids:
-        if not at_or_below(pid, top) and os.path.exists(f"/proc/{pid}"):  # one that has gone reaches none
-            return f"pid {pid}: {command_line(pid)}"
-    return None
+        return first_outside([target], run)
+    return first_outside(group_members(os.getpgrp() if target == 0 else abs(target)), run)
 
 
 def normcase(path: str) -> str:

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -34,7 +34,7 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     """``pid``'s parent pid and state (``R``, ``S``, ... ``Z``; proc(5) ``/proc/PID/stat``), None once
     it has gone. A process whose main thread has ended (``pthread_exit``) while another runs shows ``Z``
     there: it has the state of a thread still running (``/proc/PID/task``), ``Z`` only once all have ended."""
-    fields = _stat(f"/proc/{pid}/stat")
+    fields = stat_fields(f"/proc/{pid}/stat")
     try:
         parent, state = int(fields[1]), fields[0].decode()
     except (IndexError, ValueError):
@@ -42,15 +42,15 @@ def parent_and_state(pid: int) -> tuple[int, str] | None:
     if state == "Z":
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{pid}/task"):
-                running = _stat(f"/proc/{pid}/task/{task}/stat")[:1]
+                running = stat_fields(f"/proc/{pid}/task/{task}/stat")[:1]
                 if task != str(pid) and running and running[0] not in (b"Z", b"X"):
                     return parent, running[0].decode()
     return parent, state
 
 
-def _stat(path: str) -> list[bytes]:
-    """The fields of a ``stat`` file of ``/proc`` after ``(COMM)`` (which may hold spaces): state, parent pid,
-    ...; [] once it has gone."""
+def stat_fields(path: str = "/proc/self/stat") -> list[bytes]:
+    """The fields of a ``stat`` file of ``/proc`` after ``(COMM)``, which may hold spaces (proc(5), from field
+    3): state, parent pid, process group, session, tty_nr, ...; [] once it has gone."""
     try:
         with open(path, "rb") as handle:
             return handle.read().rsplit(b")", 1)[1].split()
@@ -58,14 +58,17 @@ def _stat(path: str) -> list[bytes]:
         return []
 
 
+def pids() -> list[int]:
+    """Every process ``/proc`` shows; [] where there is none."""
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
 def _processes() -> dict[int, tuple[int, str]]:
     """Every visible process: pid -> (parent pid, state)."""
-    found = {}
-    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
-        for entry in entries:
-            if entry.name.isdigit() and (known := parent_and_state(int(entry.name))) is not None:
-                found[int(entry.name)] = known
-    return found
+    return {pid: known for pid in pids() if (known := parent_and_state(pid)) is not None}
 
 
 def children(exclude: Collection[int] = ()) -> dict[int, str]:
@@ -107,25 +110,36 @@ def at_or_below(pid: int, top: int) -> bool:
     return top in this_and_above(pid)
 
 
+def first_outside(candidates: Iterable[int], run: int) -> str | None:
+    """The first of ``candidates`` that is not in the run whose top pytest is ``run`` (where this process is below
+    it; else this process's own tree), as ``pid N: COMMAND``; None if there is none. One that has gone counts
+    as inside."""
+    me = os.getpid()
+    top = run if at_or_below(me, run) else me
+    for pid in candidates:
+        if not at_or_below(pid, top) and os.path.exists(f"/proc/{pid}"):
+            return f"pid {pid}: {command_line(pid)}"
+    return None
+
+
 def group_members(group: int) -> list[int]:
     """The processes of process group ``group`` (``/proc/PID/stat``: the field after the parent's pid)."""
-    found = []
-    with contextlib.suppress(OSError), os.scandir("/proc") as entries:
-        for entry in entries:
-            if entry.name.isdigit():
-                fields = _stat(f"/proc/{entry.name}/stat")
-                if fields[2:3] == [str(group).encode()]:
-                    found.append(int(entry.name))
-    return found
+    wanted = [str(group).encode()]
+    return [pid for pid in pids() if stat_fields(f"/proc/{pid}/stat")[2:3] == wanted]
 
 
 def command_line(pid: int) -> str:
     """``pid``'s command line, for a message (``?`` once it has gone)."""
+    return " ".join(a.decode(errors="replace") for a in arguments(pid) or () if a) or "?"
+
+
+def arguments(pid: int) -> list[bytes] | None:
+    """``pid``'s arguments (``/proc/PID/cmdline``, split at each NUL: the last is ``b""``), None once it has gone."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return " ".join(a.decode(errors="replace") for a in handle.read().split(b"\0") if a) or "?"
+            return handle.read().split(b"\0")
     except OSError:
-        return "?"
+        return None
 
 
 def stop_children(exclude: Collection[int] = (), grace: float = 1.0, *, keep: Collection[int] = (),

@@ -57,6 +57,9 @@ class RealCanBusRefused(AssertionError):
     """
 
 
+#: What a refusal of a real bus says after the test's name.
+REAL_BUS_REFUSED = "tried to open a real CAN bus"
+
 @dataclass(frozen=True)
 class Refusal:
     """One refused attempt: the test node id, the interface, the channel and
@@ -71,7 +74,7 @@ class Refusal:
     def message(self) -> str:
         """The refusal text: names the test, interface and channel, and lists the fixes."""
         return (
-            f"canarchy test isolation: {self.nodeid} tried to open a real CAN bus{_where(self.pid)}: "
+            f"canarchy test isolation: {self.nodeid} {REAL_BUS_REFUSED}{_where(self.pid)}: "
             f"interface={self.interface!r}, channel={self.channel!r}.\n"
             f"Unit tests may use only python-can's in-process 'virtual' interface. Ways to fix it:\n"
             f"{_numbered(BUS_FIXES)}"

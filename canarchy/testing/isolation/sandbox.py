@@ -20,6 +20,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
+from canarchy.testing.isolation.protection import PYTHON_CAN_SYSTEM_FILES
 from canarchy.testing.isolation.tempbase import inside
 
 # Variables that decide where "home" is, on POSIX and Windows.
@@ -65,9 +66,6 @@ CODE_VARIABLES = frozenset({
     "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_DIR", "CONDA_PREFIX", "CONDA_EXE", "CONDA_PYTHON_EXE", "CONDA_ROOT",
     "RUSTUP_HOME", "JAVA_HOME", "GOROOT", "LD_LIBRARY_PATH", "LD_PRELOAD", "DYLD_LIBRARY_PATH", "SHELL"})
 
-# python-can's user config files live under "~"; the absolute one does not.
-PYTHON_CAN_ABSOLUTE_CONFIG_FILES = ("/etc/can.conf",)
-
 
 def scrub_python_can() -> list[str] | None:
     """Empty ``can.rc`` and keep python-can's config-file search inside the home
@@ -83,7 +81,7 @@ def scrub_python_can() -> list[str] | None:
     if not isinstance(files, list):
         return None
     original = list(files)
-    files[:] = [f for f in files if f not in PYTHON_CAN_ABSOLUTE_CONFIG_FILES]
+    files[:] = [f for f in files if f not in PYTHON_CAN_SYSTEM_FILES]
     return original
 
 
@@ -287,7 +285,7 @@ class Sandbox:
         """What isolated tests find in python-can's globals: ``(can.rc, CONFIG_FILES)`` contents."""
         if self._python_can_files is None:
             return None
-        return {}, [f for f in self._python_can_files if f not in PYTHON_CAN_ABSOLUTE_CONFIG_FILES]
+        return {}, [f for f in self._python_can_files if f not in PYTHON_CAN_SYSTEM_FILES]
 
     def restore_python_can(self) -> None:
         """Give python-can back its original config-file list (for opt-out tests)."""

@@ -20,6 +20,7 @@ from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import gitlisting as _git
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import listeners as _listeners
 from canarchy.testing.isolation import loadable as _loadable
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
@@ -212,24 +213,15 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
 
 def _left_open_for_writing(run: _Run, config: pytest.Config) -> list[str]:
     """Descriptors of this process still open for writing on a file in the checkout (not its standard streams,
-    not the run's own reports), each named with the test that opened it (Linux: ``/proc/self/fdinfo``): what
-    is written through them later (a buffer flushed at exit, a thread's ``os.write``) raises no audit event.
-    Naming one fails the run, which ends at once (``os._exit``): nothing is flushed or written after."""
+    not the run's own reports), each named with the test that opened it: what is written through them later
+    (a buffer flushed at exit, a thread's ``os.write``) raises no audit event. Naming one fails the run, which
+    ends at once (``os._exit``): nothing is flushed or written after."""
     root = os.path.realpath(config.rootpath)
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return []
     found = []
-    for fd in sorted(int(n) for n in names if n.isdigit() and int(n) > 2):
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            with open(f"/proc/self/fdinfo/{fd}") as info:
-                flags = next((int(line.split()[1], 8) for line in info if line.startswith("flags:")), 0)
-        except (OSError, ValueError):
-            continue
-        rel = os.path.relpath(path, root)
-        if flags & 3 and path.startswith(root + os.sep) and rel not in run.own_outputs:  # O_WRONLY, O_RDWR
+    for fd, _ in sorted(_access.open_descriptors()):
+        path = _access.descriptor_path(fd) or "?"
+        if fd > 2 and path.startswith(root + os.sep) and _access.opened_for_writing(fd) and (
+                rel := os.path.relpath(path, root)) not in run.own_outputs:
             owner = run.writes.get(path)
             found.append(f"left open for writing in the checkout: {rel}" + (f" (opened by {owner})" if owner else ""))
     return found
@@ -309,18 +301,9 @@ def _holds_the_other_end(pid: int, fd: int) -> bool:
     ``pipe:[INODE]`` links under ``/proc/PID/fd``): the helper ``multiprocessing`` started reads it."""
     try:
         pipe = os.readlink(f"/proc/self/fd/{fd}")
-        names = os.listdir(f"/proc/{pid}/fd")
+        return pipe.startswith("pipe:") and pipe in _listeners.descriptor_links(pid)
     except OSError:
         return False
-    if not pipe.startswith("pipe:"):
-        return False
-    for name in names:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{name}") == pipe:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 #: Where ``multiprocessing`` keeps each helper's pid and its end of the helper's pipe (CPython 3.11-3.13).
@@ -377,11 +360,7 @@ def _runs_the_main_of(pid: int, module: str) -> bool:
     """Whether ``pid`` is a child of this process started as ``python [flags] -c 'from MODULE import main;...'``."""
     if (_reaper.parent_and_state(pid) or (0, ""))[0] != os.getpid():
         return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = handle.read().split(b"\0")
-    except OSError:
-        return False
+    argv = _reaper.arguments(pid) or []
     code = argv[argv.index(b"-c") + 1] if b"-c" in argv[:-1] else b""
     return code.startswith(f"from {module} import main;".encode())
 

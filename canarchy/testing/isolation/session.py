@@ -18,10 +18,10 @@ import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
+from canarchy.testing.isolation import CHILD_HOOK_DIR, PACKAGE_PARENT
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import c_openers as _c_openers
@@ -53,8 +53,6 @@ MARKERS = {
 }
 
 
-_CHILD_HOOK_DIR = str(Path(__file__).with_name("_subprocess"))
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _BETWEEN_TESTS = "<between tests: collection or a module/class/session-scoped fixture>"
 _SESSION_END = "<the session's end: pytest and its plugins>"
 _START_UP = "<pytest start-up, before collection>"
@@ -155,21 +153,16 @@ def _leave_the_operator_s_process_state(run: _Run) -> None:
 
 def _take_the_terminals(config: pytest.Config, run: _Run) -> None:
     """The operator's terminal: its device nodes (refused, covered) and numbers (a change through a descriptor of
-    it is refused): found before pytest gives it up and the containment covers them; a worker's from the
-    controller (:func:`~.plugin.pytest_configure_node`)."""
+    it is refused): found before pytest gives it up and the containment covers them. A worker takes them, and
+    the private network namespace it shares, from the controller (:func:`~.plugin.pytest_configure_node`; the
+    controller's namespace is taken as it enters the containment, :func:`~.plan._enter_containment`)."""
     if _is_worker(config):
         terminals, devices = config.workerinput.pop("canarchy_terminals", ((), ()))
         run.terminals, _access.GUARD.terminals = tuple(terminals), frozenset(devices)
+        _access.GUARD.network_namespace = config.workerinput.pop("canarchy_network_namespace", 0)
     else:
         run.terminals = tuple(_protection.operator_terminals())
         _access.GUARD.terminals = _signals.devices(run.terminals)
-
-
-def _take_the_network_namespace(config: pytest.Config) -> None:
-    """A worker's: the controller's private network namespace, which it shares (the controller's is taken when
-    it enters the containment, :func:`~.plan._enter_containment`)."""
-    if _is_worker(config):
-        _access.GUARD.network_namespace = config.workerinput.pop("canarchy_network_namespace", 0)
 
 
 def _keep_dev_tty_from_the_tests() -> None:
@@ -205,7 +198,6 @@ def _start(config: pytest.Config, where: str) -> None:
     run = _Run(settings, sandbox, where, homes, guarded, temp_base=temp_base)
     run.adapter_devices = () if real_bus_asked(config) else tuple(_protection.can_adapter_devices())
     _take_the_terminals(config, run)
-    _take_the_network_namespace(config)
     if temp_note:
         run.header.append(temp_note)
     config.stash[_RUN] = run
@@ -248,7 +240,7 @@ def _start(config: pytest.Config, where: str) -> None:
     _audithook.install()
     _access.GUARD.enabled = True
     set_early = _set_before_the_start(config)
-    pythonpath = [_CHILD_HOOK_DIR, _PACKAGE_PARENT]
+    pythonpath = [CHILD_HOOK_DIR, PACKAGE_PARENT]
     if operator_env.get("PYTHONPATH"):
         pythonpath.append(operator_env["PYTHONPATH"])
     sandbox.enter_session({
@@ -352,43 +344,21 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir:
     the containment's view and the access guard), one open on the operator's state, or one beyond the standard
     streams open for writing on a file of an operator home outside the checkout (``4>>~/.bashrc``: a write
     through it is never judged)."""
-    fd_dir = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return
     found = []
-    for name in names:
-        try:
-            fd = int(name)
-            status = os.fstat(fd)
-        except (ValueError, OSError):  # the listing's own descriptor, closed by now
-            continue
-        try:
-            target = os.readlink(os.path.join(fd_dir, name))
-        except OSError:
-            target = "?"
+    for fd, status in _access.open_descriptors():
+        target = _access.descriptor_path(fd) or "?"
         if stat.S_ISDIR(status.st_mode):
             found.append(f"descriptor {fd} is open on the directory {target}")
         elif any(_inside(target, g) for g in guarded):
             found.append(f"descriptor {fd} is open on {target}, the operator's own state")
-        elif fd > 2 and status.st_nlink and _writable(fd) and any(_inside(target, h) for h in homes) and (
-                not _inside(target, rootdir)):  # not an unlinked file (pytest's capture in a TMPDIR there)
+        elif fd > 2 and status.st_nlink and _access.opened_for_writing(fd) and (  # unlinked: pytest's capture
+                any(_inside(target, h) for h in homes) and not _inside(target, rootdir)):  # in a home TMPDIR
             found.append(f"descriptor {fd} is open for writing on {target}, in the operator's home")
     if found:
         raise pytest.UsageError(
             "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
             "through (files opened through it pass by the containment's view and the access guard): "
             + "; ".join(found) + ". Start pytest without it (in a shell, `exec N<&-` closes descriptor N).")
-
-
-def _writable(fd: int) -> bool:
-    """Whether descriptor ``fd`` was opened for writing (``fcntl(F_GETFL)``; False where it cannot say)."""
-    try:
-        import fcntl  # POSIX only
-        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
-    except (ImportError, OSError):
-        return False
 
 
 def _guarded_manifest(run: _Run) -> dict:

@@ -18,8 +18,8 @@ from typing import NamedTuple
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.gitlisting import GitListing
-from canarchy.testing.isolation.loadable import (IMPORTABLE_SUFFIXES, NEVER_CODE, VENV_MARKER, is_module,
-                                                 is_start_up_code, site_packages, virtual_environments)
+from canarchy.testing.isolation.loadable import (IMPORTABLE_SUFFIXES, NEVER_CODE, VENV_MARKER, VERSION_CONTROL_DIRS,
+                                                 is_module, is_start_up_code, site_packages, virtual_environments)
 
 #: The operator's canarchy and python-can state under a home (``snapshot(home, only=OPERATOR_STATE)``).
 OPERATOR_STATE = (".canarchy", ".canrc", "can.conf", ".can")
@@ -32,8 +32,7 @@ TOOL_CACHES = (".hypothesis",)
 #: version-control data, tool environments and caches, build and lane outputs. Also left
 #: out: ``*.egg-info`` and any directory holding ``pyvenv.cfg`` (a virtualenv, whatever its name).
 SKIPPED_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".bzr", "_darcs", ".jj",
-    ".nox", ".tox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules",
+    *VERSION_CONTROL_DIRS, ".nox", ".tox", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules",
     "build", "dist", "reports", *TOOL_CACHES,
 })
 SKIPPED_SUFFIXES = (".egg-info",)
@@ -159,7 +158,8 @@ def _from_git(out: dict[str, Entry], root: str, listing: GitListing | list[str],
     prefix = os.path.join(root, "")
     lstat, new, file_type, regular = os.lstat, _new, stat.S_IFMT(0o177777), stat.S_IFREG
     dirs: set[str] = set()
-    for names in listing.batches() if isinstance(listing, GitListing) else [listing]:
+    streamed = isinstance(listing, GitListing)
+    for names in listing.batches() if streamed else [listing]:
         for name in names:
             try:
                 st = lstat(prefix + name)
@@ -178,7 +178,7 @@ def _from_git(out: dict[str, Entry], root: str, listing: GitListing | list[str],
                 _record(out, name.rstrip("/"), prefix + name.rstrip("/"), note)
         if parents:
             dirs.update(name.rstrip("/").rpartition("/")[0] for name in names)
-    if isinstance(listing, GitListing) and not listing.ok:
+    if streamed and not listing.ok:
         out.clear()
         return False
     for name in list(dirs):
@@ -283,7 +283,8 @@ GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "
 _FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
 _UNTRACKED = re.compile(r"(?:^|\0)\? ([^\0]+)")  # ls-files -v --others: "? " before an untracked path
 _TRACKED = re.compile(r"(?:^|\0)[^?\0] ")  # any other tag: a tracked path
-_SOURCE = re.compile(r"(?:^|\0). ([^\0]*\.pyw?)(?=\0|$)")  # a listed path of Python source
+_SUFFIXES = "|".join(map(re.escape, PYTHON_SOURCES))
+_SOURCE = re.compile(rf"(?:^|\0). ([^\0]*(?:{_SUFFIXES}))(?=\0|$)")  # a listed path of Python source
 _LISTED_DIRECTORY = re.compile(r"(?:^|\0). ([^\0]*)/[^\0/]*")  # ls-files -v: the directory of a path in one
 
 

@@ -26,6 +26,7 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import build_env
 from canarchy.testing.lanes.mutation_file import Mutation, load_mutation
 from canarchy.testing.lanes.mutation_report import render, render_markdown, render_summary, render_summary_markdown
+from canarchy.testing.isolation import CHILD_HOOK_DIR
 from canarchy.testing.isolation.tempbase import inside
 from canarchy.testing.isolation.tree import SKIP_LIST, changes, snapshot
 from canarchy.testing.lanes.netns import netns_support
@@ -37,7 +38,7 @@ from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT
 from canarchy.testing.lanes.workspace import CopyError, clear_reports, copy_tree, temporary_tree, tree_files
 from canarchy.testing.lanes.verdict import stopped_text
 
-HOOK_DIR = Path(__file__).resolve().parents[1] / "isolation" / "_subprocess"
+HOOK_DIR = Path(CHILD_HOOK_DIR)
 
 
 @dataclass

@@ -7,10 +7,10 @@ Format: ``fixtures/mutations/README.md``. :func:`load_mutation` returns a :class
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from canarchy.testing.lanes.project import read_toml
 from canarchy.testing.lanes.results import CannotDecide
 
 DEFAULT_EXCLUDED = ("ImportError", "ModuleNotFoundError", "SyntaxError")
@@ -101,10 +101,7 @@ def _excluded(p: Path, doc: dict) -> tuple[str, ...]:
 def load_mutation(path: str | Path) -> Mutation:
     """Read and validate a mutation TOML file; :class:`CannotDecide` names the problem."""
     p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise CannotDecide(f"{p}: cannot read the mutation ({exc})") from None
+    doc = read_toml(p, CannotDecide, "the mutation")
     required = {"name", "issue", "description", "killers"} | ({"file", "search", "replace"} - (
         {"search", "replace", "file"} if "edits" in doc else set()))
     if set(doc) - _KEYS or required - set(doc):

@@ -7,13 +7,10 @@ from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
 from canarchy.testing.lanes.render import markdown_table, table
+from canarchy.testing.lanes.results import short_id
 
 if TYPE_CHECKING:
     from canarchy.testing.lanes.mutation import MutationResult
-
-
-def _short(node_id: str) -> str:
-    return node_id.rsplit("::", 1)[-1]
 
 
 def render(result: MutationResult) -> str:
@@ -21,7 +18,7 @@ def render(result: MutationResult) -> str:
     m = result.mutation
     lines = [f"mutation {m.name} (issue {m.issue}): {result.status.upper()}",
              f"killed by {len(result.killed)}/{len(m.killers)}: "
-             f"{', '.join(_short(r.node_id) for r in result.killed) or '-'}",
+             f"{', '.join(short_id(r.node_id) for r in result.killed) or '-'}",
              f"reason: {result.reason}"]
     lines += [f"imported mutant: {f} (in the temporary copy, now removed)" for f in result.imported]
     if result.importers:
@@ -41,7 +38,7 @@ def _summary_rows(results: Sequence[MutationResult]) -> list[list[str]]:
     rows = []
     for r in results:
         killers = [row for row in r.rows if row.role == "killer"]
-        missed = [_short(row.node_id) for row in killers if row.verdict != "killed"]
+        missed = [short_id(row.node_id) for row in killers if row.verdict != "killed"]
         detail = (r.reason.splitlines()[0] if r.reason else "-") if r.status == "cannot decide" else (
             "not failed: " + ", ".join(missed) if missed else "-")
         rows.append([r.mutation.name, str(len(killers)), str(len(r.killed)), r.status.upper(), detail])

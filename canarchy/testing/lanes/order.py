@@ -26,7 +26,7 @@ from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import build_env
 from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.render import comparison_table, markdown_table
-from canarchy.testing.lanes.results import (CannotDecide, Comparison, Report, Row, case_key, compare, load_report,
+from canarchy.testing.lanes.results import (Comparison, Report, Row, case_key, compare, report_or_none,
                                              totals_text)
 from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, pytest_flags, run, run_pytest,
@@ -173,10 +173,7 @@ def _passes_after(entry: OrderRun, victim: str, first: Sequence[str], stem: Path
     files = list(dict.fromkeys(n.split("::")[0] for n in [*first, victim]))
     done = run_pytest([*entry.flags, f"--junitxml={stem.with_suffix('.xml')}", "-p", "detect_test_pollution",
                        f"--dtp-testids-input-file={listing}", *files], env=entry.env, cwd=entry.copy, python=python)
-    try:
-        case = load_report(done.junit).cases.get(case_key(victim))
-    except CannotDecide:
-        return None
+    case = report.cases.get(case_key(victim)) if (report := report_or_none(done.junit)) else None
     return None if case is None else not _failed(case.outcome)
 
 

@@ -24,8 +24,8 @@ from canarchy.testing.isolation.tree import Entry, changes, checkout_state, cont
 from canarchy.testing.lanes.parity_report import NOT_SHUT_DOWN, render, render_markdown
 from canarchy.testing.lanes.parity_result import Finding, ParityResult, Shard, Twin
 from canarchy.testing.lanes.project import Project
-from canarchy.testing.lanes.results import (ABSENT, CannotDecide, Comparison, Report, Row, case_key, compare,
-                                           load_allowlist, load_report, merge_reports)
+from canarchy.testing.lanes.results import (ABSENT, Comparison, Report, Row, case_key, compare,
+                                           load_allowlist, merge_reports, report_or_none)
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, concurrently, cores,
                                           pytest_flags, run_pytest, workers, xdist_options)
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
@@ -106,12 +106,9 @@ def _join_shards(twin: Twin, out: Path) -> None:
 def _collection_errors(junit: Path) -> dict[str, str]:
     """What a run could not collect (its report's collection errors: serial pytest stops there with exit
     code 2, pytest-xdist goes on and exits 1), case key -> the error's first line; {} without a report."""
-    try:
-        report = load_report(junit)
-    except CannotDecide:
-        return {}
+    report = report_or_none(junit)
     found = {}
-    for key, case in report.cases.items():
+    for key, case in report.cases.items() if report else ():
         errors = [r for r in case.results if r.kind == "error" and r.phase == "collection"]
         if errors:
             found[key] = next((line for r in errors for line in (r.text or r.message).splitlines()

@@ -121,6 +121,15 @@ class Project:
         return str(self.source)
 
 
+def read_toml(path: Path, error: type[Exception], what: str = "it") -> dict:
+    """``path`` parsed as TOML; ``error`` naming it and ``what`` it is where it cannot be read or parsed
+    (``FileNotFoundError`` too)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise error(f"{path}: cannot read {what} ({exc})") from None
+
+
 def _strings(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
@@ -154,12 +163,7 @@ def load_project(root: str | os.PathLike[str] = ".") -> Project:
     ``setup.cfg``) gets what an empty ``[tool.canarchy.lanes]`` gives."""
     base = Path(root).resolve()
     pyproject = base / "pyproject.toml"
-    try:
-        doc = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        doc = {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ProjectError(f"{pyproject}: cannot read it ({exc})") from None
+    doc = read_toml(pyproject, ProjectError) if pyproject.exists() else {}
     table = doc.get("tool", {}).get("canarchy", {}).get("lanes", {})
     where = f"{pyproject} [tool.canarchy.lanes]"
     if not isinstance(table, dict):

@@ -11,11 +11,12 @@ pytest's terminal output.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterable, Sequence
+
+from canarchy.testing.lanes.project import read_toml
 
 EXIT_IDENTICAL = 0
 EXIT_DIFFERENT = 1
@@ -208,6 +209,19 @@ def _outcome(results: Sequence[ResultElement]) -> str:
     return f"{main}+error" if teardown else main
 
 
+def report_or_none(path: str | os.PathLike[str]) -> Report | None:
+    """:func:`load_report`, None where there is no report to read."""
+    try:
+        return load_report(path)
+    except CannotDecide:
+        return None
+
+
+def short_id(node_id: str) -> str:
+    """A test's name without its file and class (``tests/test_a.py::C::test_b`` -> ``test_b``)."""
+    return node_id.rsplit("::", 1)[-1]
+
+
 def load_report(path: str | os.PathLike[str]) -> Report:
     """Load a pytest JUnit XML report (root ``<testsuites>`` or a bare ``<testsuite>``).
 
@@ -288,10 +302,7 @@ def load_allowlist(path: str | os.PathLike[str] | None) -> list[AllowEntry]:
     if path is None:
         return []
     p = Path(path)
-    try:
-        document = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise CannotDecide(f"{p}: the allow-list cannot be read ({exc})") from None
+    document = read_toml(p, CannotDecide, "the allow-list")
     unknown = set(document) - {"allowed"}
     if unknown:
         raise CannotDecide(f"{p}: unknown top-level key(s) {sorted(unknown)}; only [[allowed]] entries")

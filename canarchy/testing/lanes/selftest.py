@@ -16,21 +16,23 @@ import os
 import re
 import shutil
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from canarchy.fileio import write_text_atomic
+from canarchy.testing.isolation import PACKAGE_PARENT
 from canarchy.testing.isolation.plugin import DESELECTED_PROPERTY
+from canarchy.testing.isolation.refusal import REAL_BUS_REFUSED
 from canarchy.testing.lanes.env import build_env, hostile_env
 from canarchy.testing.isolation.tree import content_differences
 from canarchy.testing.lanes.parity import run_parity
-from canarchy.testing.lanes.project import PLUGIN, Project
+from canarchy.testing.lanes.project import PLUGIN, Project, read_toml
 from canarchy.testing.lanes.render import markdown_table, table
-from canarchy.testing.lanes.results import CannotDecide, load_report, totals_text
+from canarchy.testing.lanes.results import report_or_none, short_id, totals_text
 from canarchy.testing.lanes.runner import Run, run_pytest
+from canarchy.testing.lanes.verdict import SENTINEL_MARK
 from canarchy.testing.lanes.workspace import temporary_tree
 
 EXIT_CAUGHT = 0
@@ -38,10 +40,7 @@ EXIT_MISSED = 1
 EXIT_CANNOT_DECIDE = 2
 
 DETECTORS = ("guard", "isolation", "sentinel", "parity", "order", "deselect")
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
-_SENTINEL_SECTION = "canarchy isolation sentinel"
 
-_GUARD_TEXT = "tried to open a real CAN bus"
 
 
 class CorpusError(Exception):
@@ -84,10 +83,7 @@ def load_corpus(folder: str | os.PathLike[str]) -> list[Entry]:
     """Read ``folder/manifest.toml``; raises :class:`CorpusError` naming the problem."""
     base = Path(folder)
     path = base / "manifest.toml"
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise CorpusError(f"{path}: cannot read the manifest ({exc})") from None
+    doc = read_toml(path, CorpusError, "the manifest")
     if set(doc) - {"defect", "control"}:
         raise CorpusError(f"{path}: unknown tables {sorted(set(doc) - {'defect', 'control'})}")
     entries = [_corpus_entry(base, f"{path}: {kind} {index}", kind, raw)
@@ -153,7 +149,7 @@ def _source_env() -> dict[str, str]:
 
 
 # This checkout's plugin is what the corpus tests, whatever is installed.
-_EXTRA = {"PYTHONPATH": _PACKAGE_PARENT}
+_EXTRA = {"PYTHONPATH": PACKAGE_PARENT}
 _LOG_RECORDS = ("-o", "log_cli=true", "--log-cli-level=WARNING")
 
 
@@ -168,16 +164,9 @@ def _hostile_run(project: Path, base: Path, operator_home: Path) -> tuple[Run, P
     return run_pytest(args, env=env, cwd=project, log=base / "selftest.log"), home
 
 
-def _report(run: Run):  # type: ignore[no-untyped-def]
-    try:
-        return load_report(run.junit)
-    except CannotDecide:
-        return None
-
-
 def _case(run: Run, test: str):  # type: ignore[no-untyped-def]
-    report = _report(run)
-    return next((c for k, c in (report.cases.items() if report else ()) if k.rsplit("::", 1)[-1] == test), None)
+    report = report_or_none(run.junit)
+    return next((c for k, c in (report.cases.items() if report else ()) if short_id(k) == test), None)
 
 
 def _case_text(case) -> str:  # type: ignore[no-untyped-def]
@@ -191,7 +180,7 @@ def _check_test_failure(entry: Entry, run: Run, *, guard: bool) -> tuple[bool, s
     if not case.is_failing:
         return False, f"{entry.test} {case.outcome}: nothing caught it"
     text = _case_text(case)
-    if guard and entry.expect != "left 1 python-can bus(es) open" and _GUARD_TEXT not in text:
+    if guard and entry.expect != "left 1 python-can bus(es) open" and REAL_BUS_REFUSED not in text:
         return False, f"{entry.test} {case.outcome}, but not by the guard"
     if entry.expect and entry.expect not in text:
         return False, f"{entry.test} {case.outcome}, but its report lacks {entry.expect!r}"
@@ -199,12 +188,12 @@ def _check_test_failure(entry: Entry, run: Run, *, guard: bool) -> tuple[bool, s
 
 
 def _check_deselected(entry: Entry, run: Run) -> tuple[bool, str]:
-    report = _report(run)
+    report = report_or_none(run.junit)
     if report is None:
         return False, f"no report (exit code {run.returncode})"
     if _case(run, entry.test or "") is not None:
         return False, f"{entry.test} ran in a plain run"
-    deselected = [n for n in report.properties_named(DESELECTED_PROPERTY) if n.rsplit("::", 1)[-1] == entry.test]
+    deselected = [n for n in report.properties_named(DESELECTED_PROPERTY) if short_id(n) == entry.test]
     if not deselected:
         return False, f"{entry.test} neither ran nor was deselected by the plugin (exit code {run.returncode})"
     return True, f"{entry.test} kept out of a plain run (the report names it deselected)"
@@ -212,9 +201,9 @@ def _check_deselected(entry: Entry, run: Run) -> tuple[bool, str]:
 
 def _check_sentinel(entry: Entry, run: Run) -> tuple[bool, str]:
     output = run.output
-    if _SENTINEL_SECTION not in output:
+    if SENTINEL_MARK not in output:
         return False, f"no sentinel section (exit code {run.returncode})"
-    section = output[output.index(_SENTINEL_SECTION):]
+    section = output[output.index(SENTINEL_MARK):]
     if entry.expect and entry.expect not in section:
         return False, f"sentinel section lacks {entry.expect!r}"
     if run.returncode == 0:
@@ -244,16 +233,16 @@ def run_entry(entry: Entry, *, operator_home: Path, settings: Project | None = N
         project = _project(base, entry, settings)
         if entry.detector == "parity":
             result = _parity(project, operator_home, settings)
-            rows = {r.id.rsplit("::", 1)[-1]: f"{r.outcome_a} -> {r.outcome_b}" for r in result.comparison.differences}
+            rows = {short_id(r.id): f"{r.outcome_a} -> {r.outcome_b}" for r in result.comparison.differences}
             seen = rows.get(entry.test or "")
             ok = seen is not None and (not entry.expect or seen == entry.expect)
             evidence = (f"{entry.test}: {seen} (without -> with config)" if seen
                         else f"twins {result.comparison.verdict}")
         elif entry.detector == "order":
             result = _order(project, operator_home, settings)
-            found = [b for b in result.bisections if b.victim.rsplit("::", 1)[-1] == entry.test]
+            found = [b for b in result.bisections if short_id(b.victim) == entry.test]
             culprit = found[0].culprit if found else None
-            ok = culprit is not None and culprit.rsplit("::", 1)[-1] == entry.expect
+            ok = culprit is not None and short_id(culprit) == entry.expect
             evidence = (f"{entry.test}: {found[0].finding()} ({found[0].run_label} run)" if found
                         else f"order lane {result.status}: no victim named")
         else:
@@ -280,8 +269,8 @@ def _first_line(case) -> str:  # type: ignore[no-untyped-def]
 def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, home: Path,
                    settings: Project | None) -> tuple[bool, str]:
     problems = []
-    if run.returncode != 0 or _SENTINEL_SECTION in run.output:
-        report = _report(run)
+    if run.returncode != 0 or SENTINEL_MARK in run.output:
+        report = report_or_none(run.junit)
         failing = [f"{key.rsplit('::', 1)[-1]} {case.outcome}: {_first_line(case)}"
                    for key, case in (report.cases.items() if report else ()) if case.is_failing]
         problems.append(f"hostile run exit code {run.returncode}" + (f" ({'; '.join(failing[:3])})" if failing else ""))
@@ -299,7 +288,7 @@ def _check_control(entry: Entry, run: Run, project: Path, operator_home: Path, h
         problems.append(f"order lane {ordered.status}")
     if problems:
         return False, "; ".join(problems)
-    return True, f"{totals_text(_report(run))} under the plugin; parity identical; every order identical"
+    return True, f"{totals_text(report_or_none(run.junit))} under the plugin; parity identical; every order identical"
 
 
 # --------------------------------------------------------------------------- the corpus
