@@ -12,15 +12,20 @@ import json
 import os
 from typing import Any
 
+# Bound once: a test that replaces os.pread or json.loads (and leaves it so) cannot keep its children's
+# records from the parent; the seal keeps these globals in place.
+_open, _write, _close, _pread, _fstat = os.open, os.write, os.close, os.pread, os.fstat
+_dumps, _loads = json.dumps, json.loads
+
 
 def append(directory: Any, name: str, record: dict) -> None:
     """Append ``record`` as one line to ``directory/name``, starting a line of its own (bytes a
     test left without a newline end up on a line before it, not in it). Raises ``OSError``."""
-    fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = _open(os.path.join(directory, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, ("\n" + json.dumps(record) + "\n").encode("utf-8"))
+        _write(fd, ("\n" + _dumps(record) + "\n").encode("utf-8"))
     finally:
-        os.close(fd)
+        _close(fd)
 
 
 class ReportLog:
@@ -56,7 +61,7 @@ class ReportLog:
                 self.offset = 0
             if size == self.offset:
                 return []
-            new = os.pread(self.fd, size - self.offset, self.offset)
+            new = _pread(self.fd, size - self.offset, self.offset)
         except OSError:
             return []
         complete = new[:new.rfind(b"\n") + 1]
@@ -64,7 +69,7 @@ class ReportLog:
         records = []
         for line in complete.splitlines():
             try:
-                record = json.loads(line)
+                record = _loads(line)
             except ValueError:
                 continue
             if isinstance(record, dict):
@@ -72,20 +77,20 @@ class ReportLog:
         return records
 
     def _size(self) -> tuple[int, int]:
-        st = os.fstat(self.fd)  # type: ignore[arg-type]
+        st = _fstat(self.fd)  # type: ignore[arg-type]
         return st.st_size, st.st_nlink
 
     def _open(self, directory: Any) -> None:
         self.close()
         path = os.path.join(directory, self.name)
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
-            self.fd = os.open(path, os.O_RDONLY)
+            _close(_open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+            self.fd = _open(path, os.O_RDONLY)
         except OSError:  # no report directory (yet)
             self.fd = None
 
     def close(self) -> None:
         if self.fd is not None:
             with contextlib.suppress(OSError):
-                os.close(self.fd)
+                _close(self.fd)
         self.fd, self.offset = None, 0
