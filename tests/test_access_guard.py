@@ -222,6 +222,10 @@ WRITES = {
     "remove under a descriptor of another directory": "os.remove(os.path.relpath(STATE / 'victim.txt', "
                                                       "work / 'own'), dir_fd=own_descriptor())",
     "chmod of a descriptor": "os.chmod(os.open(home / 'notes.txt', os.O_RDONLY), 0o600)",
+    # a file opened for reading (allowed), opened again for writing by its number under /proc/self/fd
+    "reopen for writing under a descriptor of /proc/self/fd": "os.open(str(os.open(home / 'notes.txt', os.O_RDONLY)), "
+                                                              "os.O_WRONLY, dir_fd=os.open('/proc/self/fd', "
+                                                              "os.O_RDONLY | os.O_DIRECTORY))",
     "rmtree's code with its helper replaced": "forged_rmtree(work / 'forged', STATE / 'victim.txt')",
     "hard link of a home file (written through the new name)": "os.link(home / 'notes.txt', work / 'notes-alias')",
 }

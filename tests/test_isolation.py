@@ -38,7 +38,8 @@ def batch(tmp_path_factory):
     base = tmp_path_factory.mktemp("batch")
     files = {"conftest.py": SCOPES_CONFTEST, "test_view.py": VIEW, "test_scopes.py": SCOPES,
              "test_routes.py": ROUTES, "test_swallow.py": SWALLOW, "test_env.py": ENVIRONMENT,
-             "test_child.py": SWALLOWED_CHILD, "test_blinded.py": BLINDED_PARENT, "test_open.py": LEFT_OPEN, "test_fresh.py": FRESH,
+             "test_child.py": SWALLOWED_CHILD, "test_blinded.py": BLINDED_PARENT, "test_open.py": LEFT_OPEN,
+             "test_fresh.py": FRESH,
              "test_can_env.py": CAN_ENVIRONMENT, "test_constants.py": CONSTANTS,
              "test_home_variables.py": HOME_FILE_VARIABLES}
     operator_home = base / "operator-home"

@@ -468,9 +468,10 @@ def _working_directory() -> str:
 
 
 def _directory_descriptors() -> list[str]:
-    """The paths of the directories this process holds open descriptors of (Linux; elsewhere none)."""
+    """The paths of the directories this process holds open descriptors of (Linux; elsewhere none), ``/proc``'s
+    too: a name under ``/proc/PID/fd`` is a file already open, reopened with new flags."""
     return [path for fd, status in open_descriptors() if stat.S_ISDIR(status.st_mode) and (
-        path := descriptor_path(fd)) and not path.startswith("/proc/")]  # the listing's own descriptor
+        path := descriptor_path(fd))]
 
 
 def open_descriptors() -> list[tuple[int, os.stat_result]]:
