@@ -2284,6 +2284,38 @@ def test_a_test_s_audit_hook_running_in_the_sentinel_s_work_is_judged(tmp_path):
     assert "PLANTED.txt" in late and not (project / "PLANTED.txt").exists(), late
 
 
+def test_a_standard_library_function_a_test_forged_runs_judged_in_the_harness_s_own_work(tmp_path):
+    """The harness's own work passes the guard unjudged (the per-test look at a test's home, the sentinel's reads
+    of the operator's state), but only the code of the plugin's own modules, known by identity. A test that puts,
+    in the place of a standard-library function that work calls, code compiled under the standard library's file
+    name has that code judged: its read of ``~/.canarchy`` at the test's teardown is refused, naming the test."""
+    run = run_child(tmp_path, {"test_forge.py": """
+        import os, sys
+
+        SOURCE = (
+            "def lstat(path, *args, **kwargs):\\n"
+            "    if sys._getframe(1).f_code.co_name == 'release_test_dirs' and not DONE:\\n"
+            "        DONE.append(path)\\n"
+            "        try:\\n"
+            "            open(os.environ['CHILD_OPERATOR_CONFIG']).close()\\n"
+            "        except Exception:\\n"
+            "            pass\\n"
+            "    return REAL(path, *args, **kwargs)\\n")
+
+        def test_forges_os_lstat():
+            space = {"os": os, "sys": sys, "REAL": os.lstat, "DONE": []}
+            exec(compile(SOURCE, os.__file__, "exec"), space)
+            os.lstat = space["lstat"]
+
+        def test_after_it():
+            pass
+    """}, "-o", "canarchy_containment=false",
+        env={"CHILD_OPERATOR_CONFIG": str(tmp_path / "operator-home" / ".canarchy" / "config.toml")})
+    test = "test_forge.py::test_forges_os_lstat"
+    assert f"{test} tried to open for reading" in run.output and "config.toml" in run.output, run.output
+    assert run.returncode == 1, run.output
+
+
 def test_what_is_left_where_git_does_not_show_it_outside_a_test_s_body_fails_the_run(tmp_path):
     """A file written into the checkout where git ignores it, by code that is no test's body — a module at
     collection, a session fixture's teardown, a thread a test left running — fails the run, each named with

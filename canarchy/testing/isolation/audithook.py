@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import sysconfig
 import threading
 from dataclasses import fields
+from types import CodeType, FunctionType, ModuleType
 from pathlib import Path
 from collections.abc import Callable, Mapping
 
@@ -68,27 +68,77 @@ def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
     return hook
 
 
-_OWN_CODE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIR = os.path.dirname(os.__file__)
-_STANDARD_LIBRARY = tuple(dict.fromkeys(
-    os.path.join(p, "") for p in (_STDLIB_DIR, os.path.realpath(_STDLIB_DIR), sysconfig.get_path("stdlib"))))
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")  # under the stdlib, not of it
+_PACKAGE = __name__.rpartition(".")[0]
+_WRAPPERS = f"{_PACKAGE}.c_openers"  # raises the events of C functions for their callers
+_OWN: set[CodeType] = set()  # the code of this package's functions, as each module was when first looked at
+_RAISING: set[CodeType] = set()  # ... of those in _WRAPPERS
+_LOOKED_AT: set[str] = set()
+_SKIPPED = (str, bytes, int, float, type(None), ModuleType, tuple, set, frozenset)
+#: They grow as modules of the package are loaded: the seal keeps them by identity only (:func:`~.session._seal`).
+SEAL_SKIPS = ("_OWN", "_RAISING", "_LOOKED_AT")
 
 
 def _own_work() -> bool:
-    """Whether the event comes from the isolation's own code, when its thread is exempt: going out from the code
-    that raised it, a frame of this package comes before any frame of code outside it and the standard library.
-    A test's audit hook, trace function, finalizer or signal handler that runs on the thread meanwhile is not."""
+    """Whether the event comes from the isolation's own code, when its thread is exempt: the code that raised it,
+    past the wrappers that raise the events of C functions for their callers, is a function of this package (by
+    identity: code compiled under one of its file names is not). The code of anyone else that the harness's
+    work runs is judged: the standard library's, a function a test put in the place of one, a test's audit
+    hook, trace function, finalizer or signal handler that runs on the thread meanwhile."""
+    if not _LOOKED_AT:
+        _look_at(list(sys.modules))  # the first time: every module of the package loaded by now
     frame = sys._getframe(2)  # 0 this, 1 the hook, 2 the code that raised the event
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(_OWN_CODE):
-            return True
-        if not (name.startswith(_STANDARD_LIBRARY) and not any(part in name for part in _INSTALLED)) and (
-                not name.startswith("<frozen ")):
-            return False
+    while frame is not None and frame.f_code in _RAISING:  # install() imported them before any event
         frame = frame.f_back
-    return False
+    if frame is None:
+        return False
+    code = frame.f_code
+    return code in _OWN or (frame.f_globals.get("__name__") not in _LOOKED_AT and _look_at(
+        [frame.f_globals.get("__name__")]) and code in _OWN)  # a module loaded since
+
+
+def _look_at(names: list) -> bool:
+    """Add the code of those of ``names`` that are modules of this package, loaded and not looked at yet, to
+    :data:`_OWN` (:data:`_RAISING` for :data:`_WRAPPERS`); True if there was one."""
+    added = False
+    for name in names:
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is not None and name not in _LOOKED_AT and (name == _PACKAGE or name.startswith(_PACKAGE + ".")):
+            _LOOKED_AT.add(name)
+            found = _RAISING if name == _WRAPPERS else _OWN
+            _codes([v for k, v in vars(module).items() if k != "__builtins__"], name, getattr(module, "__file__", None),
+                   found)
+            _OWN.update(found)
+            added = True
+    return added
+
+
+def _codes(todo: list, module: str, file: str | None, found: set[CodeType]) -> None:
+    """Add to ``found`` the code of ``module``'s functions (compiled from ``file``) among ``todo``: its functions,
+    classes and tables of them, what each defines inside, what a decorator wraps (``__wrapped__``)."""
+    seen: set[int] = set()
+    while todo:
+        value = todo.pop()
+        if isinstance(value, _SKIPPED) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, (dict, list)):  # a table of functions (events.SPECIAL)
+            todo += value.values() if isinstance(value, dict) else value
+        elif isinstance(value, (staticmethod, classmethod)):
+            todo.append(value.__func__)
+        elif isinstance(value, property):
+            todo += [value.fget, value.fset, value.fdel]
+        elif isinstance(value, type):
+            if value.__module__ == module:
+                todo += vars(value).values()
+            continue
+        elif isinstance(value, FunctionType) and value.__code__.co_filename == file:
+            codes = [value.__code__]
+            while codes:
+                code = codes.pop()
+                found.add(code)
+                codes += [c for c in code.co_consts if isinstance(c, CodeType)]
+        if callable(value) and (wrapped := getattr(value, "__wrapped__", None)) is not None:
+            todo.append(wrapped)
 
 
 _installed = False

@@ -305,6 +305,7 @@ def _seal(sandbox: Sandbox) -> Seal:
                   *_c_openers.audited_c_openers()]
     seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
     seal.extend(_guard_state(), contents=False)
+    seal.extend([(_audithook, name) for name in _audithook.SEAL_SKIPS], contents=False)
     zones = _access.GUARD._zones  # made once by configure; its tables never change afterwards
     seal.extend([(zones, "__class__"), *((zones, name) for name in type(zones).__slots__)])
     return seal
