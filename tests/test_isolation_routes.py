@@ -1495,14 +1495,38 @@ def test_a_run_started_with_a_directory_or_operator_descriptor_open_is_refused(t
 
 
 def test_a_tmpdir_in_the_operator_home_is_not_used(tmp_path_factory):
+    """pytest's own ``TMPDIR`` there: the run's temporary files go elsewhere, and the home stays read-only (the
+    guard's writable trees are the run's temporary directory, not the one ``TMPDIR`` named)."""
     base = tmp_path_factory.mktemp("tmpdir")
     home = base / "operator-home"
     files = {"test_tmp.py": "import os, tempfile\n\ndef test_tmp(tmp_path):\n"
                             "    home = os.environ['CHILD_HOME']\n"
                             "    assert not tempfile.gettempdir().startswith(home)\n"
-                            "    assert not str(tmp_path).startswith(home)\n"}
+                            "    assert not str(tmp_path).startswith(home)\n\n"
+                            "def test_writes_where_tmpdir_pointed():\n"
+                            "    open(os.path.join(os.environ['CHILD_HOME'], 'by-test.txt'), 'w').close()\n"}
     run = run_child(base, files, *EARLY, env={"TMPDIR": str(home), "CHILD_HOME": str(home)})
     assert run.outcomes("test_tmp") == {"passed"}, run.output
+    messages = run.messages("test_writes_where_tmpdir_pointed")
+    assert "test_writes_where_tmpdir_pointed tried to open for writing" in messages, run.output
+    assert not (home / "by-test.txt").exists()
+
+
+def test_a_tmpdir_in_the_checkout_is_no_writable_tree(tmp_path_factory):
+    """A ``TMPDIR`` inside the checkout: a write there is judged as one into the checkout (a ``.gitignore``
+    that would hide what is beside it, refused), and pytest's own capture files there, removed as soon as made,
+    are no file left open in the checkout."""
+    base = tmp_path_factory.mktemp("tmpdir-checkout")
+    tmpdir = base / "project" / "tmpd"
+    tmpdir.mkdir(parents=True)
+    files = {"test_tmp.py": "import os\n\ndef test_nothing():\n    pass\n\n"
+                            "def test_writes_a_gitignore_there():\n"
+                            "    open(os.path.join(os.environ['CHILD_TMPDIR'], '.gitignore'), 'w').close()\n"}
+    run = run_child(base, files, *EARLY, env={"TMPDIR": str(tmpdir), "CHILD_TMPDIR": str(tmpdir)})
+    assert run.outcomes("test_nothing") == {"passed"} and "left open for writing" not in run.output, run.output
+    messages = run.messages("test_writes_a_gitignore_there")
+    assert "test_writes_a_gitignore_there tried to open for writing" in messages, run.output
+    assert not (tmpdir / ".gitignore").exists()
 
 
 def test_the_operator_s_home_as_the_rootdir_is_refused(tmp_path_factory):

@@ -114,7 +114,7 @@ def operator_homes(environ: Mapping[str, str], account_home: str | None) -> list
 
 
 def default_protection(environ: Mapping[str, str], account_home: str | None, *,
-                       cwd: str | None = None) -> Protection:
+                       cwd: str | None = None, temp: str | None = None) -> Protection:
     """The default :class:`Protection` for an operator whose environment is
     ``environ`` (the one pytest started with) and whose account database home
     is ``account_home`` (:func:`.tempbase.account_database_home`).
@@ -126,8 +126,10 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     python-can's ``CONFIG_FILES`` when it is imported, and the environments this process and those
     above it started with (:func:`start_up_environments`). Read-only: each home
     but ``/``, the kernel's settings and ``/proc`` (each process's files: the run reaches none outside it).
-    Writable: the temporary directory, the run's own namespaces' settings, this process's ``/proc``
-    entry. The caller adds the sandbox (writable) and the checkout (watched).
+    Writable: ``temp``, the run's temporary directory (default ``tempfile.gettempdir()``; a ``TMPDIR`` in a home
+    or the checkout is no temporary directory of the run's: :func:`.tempbase.temp_base`), the run's own
+    namespaces' settings, this process's ``/proc`` entry. The caller adds the sandbox (writable) and the
+    checkout (watched).
     """
     homes = operator_homes(environ, account_home)
     refused = [os.path.join(home, name) for home in homes for name in OPERATOR_STATE]
@@ -148,7 +150,7 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     read_only = [home for home in homes if os.path.dirname(home) != home] + ["/proc", *(
         k for k in KERNEL_SETTINGS if not k.startswith("/proc/")), *KERNEL_DEVICES]
     return Protection(refused=_unique(refused), read_only=tuple(read_only),
-                      writable=(tempfile.gettempdir(), *NAMESPACE_SETTINGS, OWN_PROC))
+                      writable=(temp or tempfile.gettempdir(), *NAMESPACE_SETTINGS, OWN_PROC))
 
 
 def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[str]:

@@ -213,14 +213,15 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
 
 def _left_open_for_writing(run: _Run, config: pytest.Config) -> list[str]:
     """Descriptors of this process still open for writing on a file in the checkout (not its standard streams,
-    not the run's own reports), each named with the test that opened it: what is written through them later
-    (a buffer flushed at exit, a thread's ``os.write``) raises no audit event. Naming one fails the run, which
-    ends at once (``os._exit``): nothing is flushed or written after."""
+    not the run's own reports, not a file already removed: pytest's capture in a ``TMPDIR`` there), each named
+    with the test that opened it: what is written through them later (a buffer flushed at exit, a thread's
+    ``os.write``) raises no audit event. Naming one fails the run, which ends at once (``os._exit``): nothing is
+    flushed or written after."""
     root = os.path.realpath(config.rootpath)
     found = []
-    for fd, _ in sorted(_access.open_descriptors()):
+    for fd, status in sorted(_access.open_descriptors()):
         path = _access.descriptor_path(fd) or "?"
-        if fd > 2 and path.startswith(root + os.sep) and _access.opened_for_writing(fd) and (
+        if fd > 2 and status.st_nlink and path.startswith(root + os.sep) and _access.opened_for_writing(fd) and (
                 rel := os.path.relpath(path, root)) not in run.own_outputs:
             owner = run.writes.get(path)
             found.append(f"left open for writing in the checkout: {rel}" + (f" (opened by {owner})" if owner else ""))

@@ -217,7 +217,8 @@ def _start(config: pytest.Config, where: str) -> None:
     if not _erase_start_up_environment():
         run.header.append("the environment pytest was started with stays in /proc/PID/environ (not found in "
                           "its memory): a child that is not Python can read it there")
-    protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir))
+    protection = _protection.default_protection(operator_env, account_home, cwd=str(config.invocation_params.dir),
+                                                temp=run.temp_base)
     protection = replace(protection, refused=(*protection.refused, *run.terminals))  # refused, and covered
     run.refused_files = tuple(p for p in protection.refused if p not in guarded and not p.startswith("/proc/")
                               and os.path.lexists(p))
