@@ -2269,6 +2269,25 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     assert not list((tmp_path / "import" / "project").glob("__pycache__/latemod.*"))
 
 
+def test_what_a_pytest_xdist_worker_does_at_exit_is_judged(tmp_path):
+    """A worker's process ends after its pytest's work, as pytest's own does: the guards stay on, so a test's
+    ``atexit`` handler that reads the operator's state there is refused (nothing of it is written out)."""
+    run = run_child(tmp_path, {"test_exit.py": """
+        import atexit, os
+
+        def _late():
+            with open(os.environ["CHILD_OPERATOR_CONFIG"]) as config, open(os.environ["CHILD_LEAK"], "w") as leak:
+                leak.write(config.read())
+
+        def test_registers_a_read_at_exit():
+            atexit.register(_late)
+    """}, "-p", "xdist", "-n", "1", "-o", "canarchy_containment=false",
+        env={"CHILD_OPERATOR_CONFIG": str(tmp_path / "operator-home" / ".canarchy" / "config.toml"),
+             "CHILD_LEAK": str(tmp_path / "leak.txt")})
+    assert run.outcomes("test_registers_a_read_at_exit") == {"passed"}, run.output
+    assert not (tmp_path / "leak.txt").exists(), run.output
+
+
 def test_a_test_s_audit_hook_running_in_the_sentinel_s_work_is_judged(tmp_path):
     """A test's audit hook is called on whatever thread raises an event, the sentinel's too, while the guard
     lets the sentinel's own reads of the operator's state pass: the hook's own accesses are judged there (its

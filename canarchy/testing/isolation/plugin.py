@@ -125,15 +125,19 @@ def pytest_configure_node(node) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The end of pytest's work. When pytest is the program, the sentinel's last look, then the guard
-    stays on until the process ends, and what would still change anything ends it (:func:`_after_the_verdict`)."""
+    stays on until the process ends, and what would still change anything ends it (:func:`_after_the_verdict`).
+    A pytest-xdist worker's process ends with it too: its guards stay on (what its ``atexit`` handlers and
+    finalizers do is judged) and the operator's variables stay out; the controller's sentinel looks last."""
     run = config.stash.get(_RUN, None)
     if run is None:
         return
-    if _the_process_ends_with(config):
+    if _the_process_ends_with(config) or _is_worker(config):
         _guard.GUARD.owner = _access.GUARD.owner = _AT_EXIT
         _guard.GUARD.report_dir = _access.GUARD.report_dir = None
         run.sandbox.cleanup()
         _ACTIVE.clear()
+        if _is_worker(config):
+            return
         look, run.last_look = run.last_look, None
         sys.dont_write_bytecode = True  # nothing compares byte code with its source from now on
         _access.GUARD.late = functools.partial(_after_the_verdict, run, config)  # during the look too

@@ -27,10 +27,14 @@ PYTHON_CAN_SYSTEM_FILES = ("/etc/can.conf",)
 #: Device nodes through which a CAN adapter is reached without a network interface, so that no network
 #: namespace stops it: serial and USB-serial ports (python-can's slcan, serial, seeedstudio and robotell
 #: interfaces open them through pyserial; a shell can write to one), udev's links to them, raw USB devices
-#: (its gs_usb, cantact and usb2can interfaces, through libusb), PEAK's character-device driver, and macOS's
+#: (its gs_usb, cantact and usb2can interfaces, through libusb), PEAK's character-device driver, Kvaser's
+#: (linuxcan: ``leaf``, ``mhydra``), can4linux's and esd's (``can*``), Bluetooth serial ports (an ELM327 or
+#: OBDLink dongle), the UARTs of boards' systems on chip (Jetson, i.MX, OMAP, Zynq; Exynos' are ttyS*), and macOS's
 #: serial ports. Glob patterns.
 CAN_ADAPTER_DEVICES = ("/dev/ttyS*", "/dev/ttyUSB*", "/dev/ttyACM*", "/dev/ttyAMA*", "/dev/serial", "/dev/bus/usb",
-                       "/dev/pcan*", "/dev/cu.*", "/dev/tty.*")
+                       "/dev/pcan*", "/dev/leaf*", "/dev/mhydra*", "/dev/can*", "/dev/rfcomm*", "/dev/ttyTHS*",
+                       "/dev/ttymxc*", "/dev/ttyLP*", "/dev/ttyO[0-9]*", "/dev/ttyPS*", "/dev/cu.*",
+                       "/dev/tty.*")
 #: The kernel's settings, read-only in the mount view: a root run that writes them acts outside every namespace
 #: (``kernel.core_pattern`` names a program the kernel runs as root in the initial namespaces at the next
 #: crash; ``kernel.modprobe``, sysfs's ``uevent_helper`` alike; ``/proc/sysrq-trigger`` reboots the machine).
