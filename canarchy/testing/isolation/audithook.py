@@ -89,11 +89,10 @@ def _own_work() -> bool:
     frame = sys._getframe(2)  # 0 this, 1 the hook, 2 the code that raised the event
     while frame is not None and frame.f_code in _RAISING:  # install() imported them before any event
         frame = frame.f_back
-    if frame is None:
-        return False
-    code = frame.f_code
-    return code in _OWN or (frame.f_globals.get("__name__") not in _LOOKED_AT and _look_at(
-        [frame.f_globals.get("__name__")]) and code in _OWN)  # a module loaded since
+    if frame is None or frame.f_code in _OWN:
+        return frame is not None
+    module = frame.f_globals.get("__name__")  # a module of the package loaded since the last look?
+    return module not in _LOOKED_AT and _look_at([module]) and frame.f_code in _OWN
 
 
 def _look_at(names: list) -> bool:
@@ -104,10 +103,12 @@ def _look_at(names: list) -> bool:
         module = sys.modules.get(name) if isinstance(name, str) else None
         if module is not None and name not in _LOOKED_AT and (name == _PACKAGE or name.startswith(_PACKAGE + ".")):
             _LOOKED_AT.add(name)
-            found = _RAISING if name == _WRAPPERS else _OWN
+            found: set[CodeType] = set()
             _codes([v for k, v in vars(module).items() if k != "__builtins__"], name, getattr(module, "__file__", None),
                    found)
             _OWN.update(found)
+            if name == _WRAPPERS:
+                _RAISING.update(found)
             added = True
     return added
 
