@@ -1107,7 +1107,7 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
 
 
 LATE_SOCKET = """
-import os, socket, tempfile, time
+import os, shutil, socket, tempfile, time
 
 def test_connects_to_a_socket_bound_outside_the_run_after_it_started():
     with open(os.environ["CHILD_READY"], "w") as ready:  # the run's network namespace
@@ -1119,11 +1119,14 @@ def test_connects_to_a_socket_bound_outside_the_run_after_it_started():
     socket.socket(socket.AF_UNIX).connect(os.environ["CHILD_SOCKET_FILE"])
 
 def test_connects_to_its_own_socket_file():
-    path = os.path.join(tempfile.mkdtemp(dir="/tmp"), "own.sock")
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen()
-    socket.socket(socket.AF_UNIX).connect(path)
+    where = tempfile.mkdtemp(dir="/tmp")  # a short path: a socket's name holds at most 107 bytes
+    try:
+        with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as client:
+            server.bind(os.path.join(where, "own.sock"))
+            server.listen()
+            client.connect(os.path.join(where, "own.sock"))
+    finally:
+        shutil.rmtree(where)
 """
 
 
