@@ -2279,26 +2279,23 @@ def test_a_thread_started_without_threading_is_named_after_the_test_that_left_it
     run = run_child(tmp_path, {"test_raw_thread.py": """
         import _thread, os, time
 
-        STARTED, GO, DONE = _thread.allocate_lock(), _thread.allocate_lock(), _thread.allocate_lock()
-        for lock in (STARTED, GO, DONE):
-            lock.acquire()
+        STARTED = _thread.allocate_lock()
+        STARTED.acquire()
 
         def _later():
             STARTED.release()
-            GO.acquire()
+            time.sleep(1)
             try:
                 open(os.environ["CHILD_OPERATOR_CONFIG"]).close()
             except Exception:
                 pass
-            DONE.release()
 
         def test_a_starts_a_raw_thread():
             _thread.start_new_thread(_later, ())
             STARTED.acquire()  # it runs before the test ends (one that has not run yet by then is not seen)
 
         def test_b_innocent():
-            GO.release()  # the thread reads while this test runs
-            assert DONE.acquire(timeout=60)
+            time.sleep(2)
     """}, "-p", "no:randomly", "-o", "canarchy_containment=false",
         env={"CHILD_OPERATOR_CONFIG": str(tmp_path / "operator-home" / ".canarchy" / "config.toml")})
     assert run.outcomes("test_b_innocent") == {"passed"}, run.output

@@ -201,8 +201,8 @@ def guard_operator_access(request: pytest.FixtureRequest):
         switched = [name for name, g, down in (("bus", bus, bus_down), ("access", files, files_down))
                     if not g.enabled and not down]
         bus.enabled = files.enabled = True
-        _own_left_threads(nodeid, threads_before, running_before)  # before the owner changes: a left thread
-        _set_owners(_BETWEEN_TESTS)  # acting meanwhile acts for this test
+        _set_owners(_BETWEEN_TESTS)
+        _own_left_threads(nodeid, threads_before, running_before)
         _own_left_processes(run, nodeid)
     try:
         _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
