@@ -2272,32 +2272,6 @@ def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):
     assert not list((tmp_path / "import" / "project").glob("__pycache__/latemod.*"))
 
 
-def test_a_thread_started_without_threading_is_named_after_the_test_that_left_it(tmp_path):
-    """A thread ``_thread.start_new_thread`` starts is not listed by ``threading.enumerate``: what it does after
-    its test has ended (a read of ``~/.canarchy``) is refused in the name of the test that started it, not of
-    the test that runs then."""
-    run = run_child(tmp_path, {"test_raw_thread.py": """
-        import _thread, os, time
-
-        def _later():
-            time.sleep(1)
-            try:
-                open(os.environ["CHILD_OPERATOR_CONFIG"]).close()
-            except Exception:
-                pass
-
-        def test_a_starts_a_raw_thread():
-            _thread.start_new_thread(_later, ())
-
-        def test_b_innocent():
-            time.sleep(2)
-    """}, "-p", "no:randomly", "-o", "canarchy_containment=false",
-        env={"CHILD_OPERATOR_CONFIG": str(tmp_path / "operator-home" / ".canarchy" / "config.toml")})
-    assert run.outcomes("test_b_innocent") == {"passed"}, run.output
-    assert "test_raw_thread.py::test_a_starts_a_raw_thread tried to open for reading" in run.output, run.output
-    assert run.returncode == 1, run.output
-
-
 def test_what_a_pytest_xdist_worker_does_at_exit_is_judged(tmp_path):
     """A worker's process ends after its pytest's work, as pytest's own does: the guards stay on, so a test's
     ``atexit`` handler that reads the operator's state there is refused (nothing of it is written out)."""

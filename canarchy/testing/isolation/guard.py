@@ -49,7 +49,7 @@ class BusGuard:
         self.report_dir: Path | None = None
         self._created: list[tuple[weakref.ReferenceType, str]] = []
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (not owner)
-        self.left_threads: dict[int, threading.Thread | None] = {}  # thread id -> that thread (an id is reused)
+        self.left_threads: dict[int, threading.Thread] = {}  # thread id -> that thread (an id is reused)
         self._lock = threading.Lock()
         self._log = ReportLog(REPORT_FILE)  # the report file of report_dir, and how far it was read
 

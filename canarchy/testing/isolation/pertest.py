@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import sys
 import threading
-from collections.abc import Collection
 
 import pytest
 
@@ -194,7 +192,6 @@ def guard_operator_access(request: pytest.FixtureRequest):
     bus.enabled, files.enabled = not bus_down, not files_down
     run.finished.discard(nodeid)  # a test run again in the session (a rerun plugin) is running now
     threads_before = set(_THREADS())  # the thread objects: an ended thread's id goes to the next one started
-    running_before = _FRAMES().keys()
     try:
         yield bus
     finally:
@@ -202,7 +199,7 @@ def guard_operator_access(request: pytest.FixtureRequest):
                     if not g.enabled and not down]
         bus.enabled = files.enabled = True
         _set_owners(_BETWEEN_TESTS)
-        _own_left_threads(nodeid, threads_before, running_before)
+        _own_left_threads(nodeid, threads_before)
         _own_left_processes(run, nodeid)
     try:
         _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
@@ -224,26 +221,20 @@ def _own_left_processes(run: _Run, nodeid: str) -> None:
 
 _CHDIR = os.chdir  # taken at import: the fixture's own moves are not judged, and a test cannot replace them
 _THREADS = threading.enumerate  # taken at import: a test that replaced it could hide its threads
-_FRAMES = sys._current_frames  # every thread running Python code, those threading does not list (_thread's) too
 
 
-def _own_left_threads(nodeid: str, before: set[threading.Thread], running_before: Collection[int]) -> None:
+def _own_left_threads(nodeid: str, before: set[threading.Thread]) -> None:
     """Name ``nodeid`` in what a thread it started and left running does later (not the test that
     runs then); forget the threads that have ended. Threads are compared as objects: the id of
     one that ended (a timer of the plugin's, another test's) is reused by the next thread started.
-    A thread ``_thread.start_new_thread`` started has no object: its id counts while it runs
-    (``running_before``: the ids running at the test's start). Both guards read the one map
-    (``thread_owners``: id -> node id; ``left_threads``: id -> the thread, None for one without object)."""
-    alive, running = set(_THREADS()), _FRAMES()
+    Both guards read the one map (``thread_owners``: id -> node id)."""
+    alive = set(_THREADS())
     owners, threads = _guard.GUARD.thread_owners, _guard.GUARD.left_threads
-    for ident in [i for i, thread in threads.items() if (thread not in alive if thread else i not in running)]:
+    for ident in [i for i, thread in threads.items() if thread not in alive]:
         del owners[ident], threads[ident]
     for thread in alive - before:
         if thread.ident is not None and thread.ident not in owners:
             owners[thread.ident], threads[thread.ident] = nodeid, thread
-    for ident in running.keys() - running_before - {thread.ident for thread in alive}:
-        owners.setdefault(ident, nodeid)
-        threads.setdefault(ident, None)
 
 
 def _refusal_messages(run: _Run, bus_refusals: list, accesses: list) -> list[str]:
