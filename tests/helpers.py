@@ -75,8 +75,8 @@ class Interrupted:
 
 
 def interrupt_once_started(argv: list[str], *, started: Path, runs: int, cwd: Path,
-                           env: dict[str, str], signals: int = 1) -> Interrupted:
-    """Start ``argv`` as from a terminal, send SIGINT (``signals`` times, 150 ms apart) once
+                           env: dict[str, str], signals: int = 1, signum: int = signal.SIGINT) -> Interrupted:
+    """Start ``argv`` as from a terminal, send ``signum`` (``signals`` times, 150 ms apart) once
     ``runs`` waiting tests have written their pids into ``started``, and collect what it did
     (a second later, so a run that wrongly starts after the interrupt has had time to write
     its pid too)."""
@@ -92,7 +92,7 @@ def interrupt_once_started(argv: list[str], *, started: Path, runs: int, cwd: Pa
         for i in range(signals):
             if i:
                 time.sleep(0.15)
-            lane.send_signal(signal.SIGINT)
+            lane.send_signal(signum)
         out, err = lane.communicate(timeout=60)
     finally:
         if lane.poll() is None:

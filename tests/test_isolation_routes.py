@@ -16,6 +16,7 @@ import ipaddress
 import os
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -2511,6 +2512,34 @@ def test_the_last_look_stops_a_child_a_test_put_in_another_s_process_group_and_n
     finally:
         outside.kill()
         outside.wait()
+
+
+def test_a_sigterm_ends_the_run_as_ctrl_c_does(tmp_path):
+    """``timeout``, a cancelled CI job: SIGTERM would end pytest at once, leaving the run's temporary tree and
+    what its tests started behind. The first one stops the run as Ctrl+C does: the test interrupted, what it
+    left running stopped and named, the tree removed."""
+    from tests.helpers import WAITING_TEST, interrupt_once_started
+
+    project, started, temp = tmp_path / "project", tmp_path / "started", tmp_path / "tmp"
+    for directory in (project, started, temp):
+        directory.mkdir()
+    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
+    leaves = ("def test_waits():\n    left = subprocess.Popen(['sleep', '61'], start_new_session=True)\n"
+              f"    Path({str(tmp_path / 'left.pid')!r}).write_text(str(left.pid))\n")
+    (project / "test_waits.py").write_text(
+        "import subprocess\n" + WAITING_TEST.format(started=str(started)).replace("def test_waits():\n", leaves))
+    env = {**operator_environment(make_operator_home(tmp_path), True), "TMPDIR": str(temp)}
+    try:
+        run = interrupt_once_started([*PYTEST, "-q", "-p", "no:randomly", "--rootdir", str(project)],
+                                     started=started, runs=1, cwd=project, env=env, signum=signal.SIGTERM)
+    finally:  # where the run did not stop it, it is this run's to stop
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((tmp_path / "left.pid").read_text()), signal.SIGKILL)
+    output = run.out + run.err
+    assert "KeyboardInterrupt: SIGTERM received" in output, output
+    assert run.returncode == 2 and "the run fails (exit code 2)" in output, output  # pytest's: interrupted
+    assert "sleep 61 (left running by test_waits.py::test_waits)" in output, output
+    assert not list(temp.iterdir()), output  # the run's temporary tree
 
 
 def reaper_state(pid: int) -> str | None:

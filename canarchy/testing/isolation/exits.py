@@ -2,7 +2,8 @@
 
 Until the sentinel's last look, ``os._exit`` takes that look first and ``os.exec*`` of the process is
 refused; afterwards an exit with another status, and the start of a process, are late. An atexit
-handler a test registered runs named after that test. Design: ``docs/design/test-isolation.md``.
+handler a test registered runs named after that test. A first SIGTERM stops the run as Ctrl+C does.
+Design: ``docs/design/test-isolation.md``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import posix
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -85,6 +87,26 @@ class _ExitHandler:
         return other is self or other == self.func
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _stop_on_sigterm() -> None:
+    """Where SIGTERM would end the process at once (its default action), the first one raises
+    ``KeyboardInterrupt`` instead, so that pytest ends as on Ctrl+C: what tests left running stopped, the
+    last look taken, the run's temporary tree removed (``timeout``, a CI job cancelled); a second one
+    ends the process at once with the default's status, 128 + 15."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+_TERMINATED: list[int] = []  # the SIGTERM already received
+SEAL_SKIPS = ("_TERMINATED",)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    if _TERMINATED:
+        _REAL_EXIT(128 + signum)
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
 def _name_exit_handlers() -> None:

@@ -205,10 +205,12 @@ def _after_the_session(run: _Run, config: pytest.Config, cut_short: str | None =
     capture = config.pluginmanager.getplugin("capturemanager")
     if cut_short and capture is not None:  # a test's os._exit: its output is captured, this is not
         capture.suspend_global_capture(in_=False)
-    sys.stderr.write(f"\ncanarchy isolation sentinel, {when}:\n" + "\n".join(lines) + "\nthe run fails (exit code 1)\n")
+    status = run.exit_status or 1  # pytest's own, where it failed already (2: interrupted)
+    sys.stderr.write(f"\ncanarchy isolation sentinel, {when}:\n" + "\n".join(lines)
+                     + f"\nthe run fails (exit code {status})\n")
     sys.stderr.flush()
     run.sandbox.cleanup()
-    _REAL_EXIT(run.exit_status or 1)
+    _REAL_EXIT(status)
 
 
 def _left_open_for_writing(run: _Run, config: pytest.Config) -> list[str]:

@@ -39,7 +39,8 @@ from canarchy.testing.isolation.procstate import keep_memory_private as _keep_me
 from canarchy.testing.isolation import tree as _tree
 from canarchy.testing.isolation.sandbox import Sandbox, SandboxView, changes_since
 from canarchy.testing.isolation.seal import Seal
-from canarchy.testing.isolation.exits import _guard_the_exit, _name_exit_handlers, _the_process_ends_with
+from canarchy.testing.isolation.exits import (_guard_the_exit, _name_exit_handlers, _stop_on_sigterm,
+                                             _the_process_ends_with)
 from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_own_trees,
                                              _pytest_s_staging, _reachable)
 from canarchy.testing.isolation.settings import Settings, _is_worker, real_bus_asked
@@ -208,6 +209,8 @@ def _start(config: pytest.Config, where: str) -> None:
             run.subreaper = _reaper.become_subreaper()
             _guard_the_exit(run)
             _name_exit_handlers()
+    if _the_process_ends_with(config) or _is_worker(config):
+        _stop_on_sigterm()
     kept = _give_up_the_terminal()  # the operator's shell reads what a process with the terminal types into it
     if kept:
         run.header.append(kept)
