@@ -271,7 +271,8 @@ def enter(plan: Plan) -> Report:
         cwd = None
     try:
         # IPC: System V shared memory, semaphores and message queues (and POSIX message queues) of the
-        # operator's processes are out of reach, and none the run makes outlives it
+        # operator's processes are out of reach, and none the run makes outlives it (POSIX shared memory:
+        # _private_shared_memory)
         kernel.unshare((0 if many else kernel.CLONE_NEWUSER) | kernel.CLONE_NEWNS | kernel.CLONE_NEWIPC
                        | (kernel.CLONE_NEWNET if plan.network else 0))
     except OSError as exc:
@@ -314,6 +315,7 @@ def _mount_view(plan: Plan, view: mountview.View, cwd: str | None) -> tuple[bool
         kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)  # before any mount: nothing propagates out
         if plan.mounts:
             view.apply()
+            _private_shared_memory(view)
     except OSError as exc:
         view.problems.insert(0, str(exc))
     try:
@@ -324,6 +326,24 @@ def _mount_view(plan: Plan, view: mountview.View, cwd: str | None) -> tuple[bool
     if not plan.mounts:
         return False, "not asked for: every path stays as it is"
     return not view.problems, "; ".join(view.problems + [view.detail()])
+
+
+def _private_shared_memory(view: mountview.View) -> None:
+    """A fresh, empty tmpfs on ``/dev/shm``: POSIX shared memory and named semaphores live there
+    (shm_open(3), sem_open(3)), which ``CLONE_NEWIPC`` does not reach; the operator's are out of sight,
+    and none the run makes outlives it."""
+    if not os.path.isdir("/dev/shm"):
+        return
+    try:
+        fresh = kernel._new_fs("tmpfs")
+        try:
+            kernel._move_mount(fresh, "/dev/shm")
+        finally:
+            os.close(fresh)
+    except OSError as exc:
+        view.problems.append(f"/dev/shm stays the host's ({exc.strerror})")
+        return
+    view.fresh.append("/dev/shm")
 
 
 def _set_up_network() -> tuple[bool, str]:

@@ -93,6 +93,7 @@ class View:
     hidden: list[str] = field(default_factory=list)          # the processes' /proc files: made empty
     pins: list[str] = field(default_factory=list)            # ancestors of read-only trees: mount points
     uncreatable: list[str] = field(default_factory=list)     # missing: a read-only tree holds their parent
+    fresh: list[str] = field(default_factory=list)           # a new, empty file system mounted there
     layers: list[tuple[str, bool]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -206,6 +207,7 @@ class View:
         devices = [path for path in self.covers if path.startswith("/dev/")]
         files = [path for path in self.covers if path not in devices]
         parts = [f"empty, read-only: {', '.join(files)}" if files else "",
+                 f"a fresh tmpfs: {', '.join(self.fresh)}" if self.fresh else "",
                  f"device nodes empty, read-only: {len(devices)} under /dev" if devices else "",
                  f"start-up environment hidden: processes {', '.join(map(str, pids))}" if pids else "",
                  f"sockets of processes outside empty: {len(self.sockets)}" if self.sockets else "",

@@ -158,6 +158,7 @@ def _containment_plan(config: pytest.Config, run: _Run, network: bool) -> _conta
     # start, as unreachable as the operator's files (nothing reads them: not in run.guarded).
     covered = [*run.guarded, *run.refused_files, *run.adapter_devices]
     covered += [d for d in _protection.KERNEL_DEVICES if os.path.exists(d)]  # the kernel's log: covered alike
+    covered += [d for d in _protection.KEY_LISTS if os.path.exists(d)]  # and its lists of keys
     return _containment.Plan(covered=covered, read_only=read_only, writable=sorted(writable), network=network,
                              processes=tuple(_protection.this_and_above()), sockets=tuple(_protection.unix_sockets()))
 
