@@ -4,7 +4,8 @@ Hooks on python-can 4.x, installed once per process, switched by ``GUARD.enabled
 ``can.interface._get_class_for_interface`` (every construction by name, before a driver is imported),
 ``can.BusABC.__new__`` (every bus class, before its ``__init__`` opens anything), the ``__init__`` of every
 bus class but ``BusABC`` itself (an instance made without ``__new__``), and an observer of the audit event
-``socket.__new__`` (a raw ``AF_CAN`` socket, whatever opens it). A refusal raises
+``socket.__new__`` (a raw ``AF_CAN`` socket, whatever opens it, and the other families of
+:data:`REFUSED_FAMILIES`). A refusal raises
 :class:`RealCanBusRefused` and is recorded (also in ``report_dir`` when set), so code that catches it cannot
 turn it into a pass; the buses let through are kept weakly, to check each was shut down. Design:
 ``docs/design/test-isolation.md`` ("Layer 3"). Imports neither pytest nor python-can at import time.
@@ -30,6 +31,17 @@ from canarchy.testing.isolation.reportlog import ReportLog, append
 
 ALLOWED_INTERFACE = "virtual"
 AF_CAN = getattr(socket, "AF_CAN", 29)  # PF_CAN in Linux's include/linux/socket.h
+#: Socket families that reach a bus or another machine whatever the network namespace, by the name a refusal
+#: gives them: a raw CAN socket (every SocketCAN driver's); a packet socket (frames onto any interface, a CAN one
+#: included); Bluetooth (a wireless OBD or CAN adapter); vsock (the hypervisor's host).
+#: ``{family: (name, constant)}``; Linux's numbers (include/linux/socket.h) where this Python lacks the
+#: constant, since the kernel takes the number.
+REFUSED_FAMILIES: dict[int, tuple[str, str]] = {}
+for _name, _constant, _linux in (("socketcan", "AF_CAN", 29), ("packet", "AF_PACKET", 17),
+                                 ("bluetooth", "AF_BLUETOOTH", 31), ("vsock", "AF_VSOCK", 40)):
+    _family = getattr(socket, _constant, _linux if sys.platform.startswith("linux") else None)
+    if _family is not None:
+        REFUSED_FAMILIES[_family] = (_name, _constant)
 REPORT_FILE = "bus.jsonl"  # in report_dir: one refusal a line, appended by every process
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
 
@@ -119,10 +131,11 @@ class BusGuard:
         raise self.refuse(_interface_name_of(cls), channel, route)
 
     def check_socket(self, args: tuple) -> None:
-        """Observer of the audit event ``socket.__new__`` (socket, family, type, protocol):
-        refuse a raw CAN socket (route ``"socket"``), the one every SocketCAN driver opens."""
-        if self.enabled and args[1] == AF_CAN:
-            raise self.refuse("socketcan", f"<an AF_CAN socket, type {args[2]}, protocol {args[3]}>", "socket")
+        """Observer of the audit event ``socket.__new__`` (socket, family, type, protocol): refuse a
+        socket of :data:`REFUSED_FAMILIES` (route ``"socket"``), a raw CAN one among them."""
+        refused = REFUSED_FAMILIES.get(args[1]) if self.enabled else None
+        if refused is not None:
+            raise self.refuse(refused[0], f"<an {refused[1]} socket, type {args[2]}, protocol {args[3]}>", "socket")
 
 
 GUARD = BusGuard()
