@@ -883,6 +883,16 @@ BYTECODE = {
             left.write_bytes(b"")
             left.unlink()
 
+        def test_removes_an_ignored_report_and_a_built_wheel(request):
+            os.remove(Path(request.config.rootpath) / "dist" / "built.whl")
+            shutil.rmtree(Path(request.config.rootpath) / "reports")
+
+        def test_removes_nothing_that_is_there(request):
+            try:
+                os.remove(Path(request.config.rootpath) / "dist" / "absent.whl")
+            except FileNotFoundError:
+                pass
+
         def test_writes_hypothesis_s_database_in_the_rootdir(request):
             database = Path(request.config.rootpath) / ".hypothesis" / "examples"
             database.mkdir(parents=True, exist_ok=True)
@@ -2000,8 +2010,11 @@ def bytecode(tmp_path_factory):
     base = tmp_path_factory.mktemp("bytecode")
     (base / "project").mkdir()
     (base / "project" / ".gitignore").write_text("__pycache__/\n*.py[cod]\n*.egg-info/\n*.so\n.hypothesis/\n"
-                                                 "/tools-venv/\n.hatch/\n")
+                                                 "/tools-venv/\n.hatch/\n/dist/\n/reports/\n")
     subprocess.run(["git", "init", "-q", str(base / "project")], check=True)
+    for built in ("dist/built.whl", "reports/unit.xml"):  # what a build and a lane left, git ignores
+        (base / "project" / built).parent.mkdir()
+        (base / "project" / built).write_text("built before the run")
     log = base / "project" / "own" / "own.log"
     return run_batch(base, BYTECODE, *EARLY, env={"PYTHONDONTWRITEBYTECODE": "",
                                                  "PYTEST_CANARCHY_OWN_OUTPUT": str(log)})
@@ -2165,6 +2178,18 @@ def test_a_write_left_where_git_does_not_show_it_fails_its_test(bytecode):
     for test in ("test_writes_an_ignored_file_and_removes_it", "test_walks_and_removes_a_tree_of_its_own",
                  "test_writes_hypothesis_s_database_in_the_rootdir"):  # a tool's cache, not a leftover
         assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+def test_what_a_test_removes_where_git_does_not_show_it_fails_its_test(bytecode):
+    """A built wheel, a lane's report, ``.coverage``: git ignores them, so neither git nor the sentinel finds
+    them gone. A test that removes one fails, naming it; removing what is not there removes nothing."""
+    run, _ = bytecode
+    test = "test_removes_an_ignored_report_and_a_built_wheel"
+    messages = run.messages(test)
+    assert "error" in run.outcomes(test), run.output  # its call passed; its teardown fails it
+    assert f"test_hiding.py::{test} removed from the checkout what git does not show" in messages, messages
+    assert "dist/built.whl" in messages and "reports" in messages, messages
+    assert run.outcomes("test_removes_nothing_that_is_there") == {"passed"}, run.messages(test)
 
 
 def test_the_run_s_own_outputs_are_left_out_of_the_sentinel_s_look(bytecode):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
-    READ, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
+    READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
 )
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.listeners import port_holder_outside, unix_listener_outside
@@ -55,6 +55,12 @@ _SEP = os.sep
 _FOLD_CASE = sys.platform in ("win32", "darwin")  # file systems that ignore case by default
 _CACHED = 4096  # directories remembered, and entries listed per directory, at most
 _UNSCANNED: Any = object()
+
+
+def _removes_nothing(zone: str, operation: str, path: str) -> bool:
+    """A removal from the checkout of a path that is not there: the call fails, and a record of it would be
+    taken for a removal at the test's end."""
+    return zone == "watched" and operation in REMOVALS and not os.path.lexists(path)
 
 
 class AccessGuard:
@@ -346,7 +352,7 @@ class AccessGuard:
                 and not resolved.startswith("/proc/")):
             return
         verdict = zones.verdict(resolved, flags & WRITE, flags & TREE)
-        if verdict is None:
+        if verdict is None or _removes_nothing(verdict[0], operation, resolved):
             return
         if verdict[0] == "cached":
             self._note_cached(resolved)

@@ -13,6 +13,9 @@ import socket
 from typing import Any
 from collections.abc import Callable, Iterable
 
+#: The operations of :data:`SPECS` that take a path out of its directory: what they removed from the checkout
+#: where git does not show it (an ignored report, a built wheel) no later look can find gone.
+REMOVALS = frozenset({"rmdir", "remove", "rename from", "rmtree", "move from"})
 READ, WRITE, NOFOLLOW, TREE, NONE_IS_CWD, DIRECTORY, OPEN = 0, 1, 2, 4, 8, 16, 32
 O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 _AF_UNIX = getattr(socket, "AF_UNIX", None)

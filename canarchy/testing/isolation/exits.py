@@ -23,6 +23,7 @@ from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation.events import PROCESS_STARTS
 from canarchy.testing.isolation.refusal import Access
+from canarchy.testing.isolation.settings import _is_worker
 
 if TYPE_CHECKING:
     from canarchy.testing.isolation.session import _Run
@@ -89,12 +90,13 @@ class _ExitHandler:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _stop_on_sigterm() -> None:
-    """Where SIGTERM would end the process at once (its default action), the first one raises
+def _stop_on_sigterm(config: pytest.Config) -> None:
+    """When pytest is the program, or a pytest-xdist worker (``timeout`` signals the whole group), and
+    SIGTERM would end the process at once (its default action), the first one raises
     ``KeyboardInterrupt`` instead, so that pytest ends as on Ctrl+C: what tests left running stopped, the
     last look taken, the run's temporary tree removed (``timeout``, a CI job cancelled); a second one
     ends the process at once with the default's status, 128 + 15."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if (_the_process_ends_with(config) or _is_worker(config)) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupted)
 
 

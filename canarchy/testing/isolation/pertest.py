@@ -19,6 +19,7 @@ from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation import reaper as _reaper
 from canarchy.testing.isolation import tree as _tree
+from canarchy.testing.isolation.events import REMOVALS
 from canarchy.testing.isolation.procstate import STATE as _STATE
 from canarchy.testing.isolation.sandbox import HOME_VARIABLES, SandboxView, changes_since
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, EXPECTED_REFUSAL_PROPERTY, REFUSED_PROPERTY
@@ -295,6 +296,7 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
     for access in own:
         request.node.user_properties.append((CHECKOUT_WRITE_PROPERTY, f"{access.operation} {access.resolved}"))
     hidden = _hidden_leftovers(run, request.config, own)
+    removed = _hidden_removals(run, request.config, own)
     unclosed = bus.take_unclosed()
     for open_bus, _owner in unclosed:
         open_bus.shutdown()
@@ -305,8 +307,9 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
         unclosed, records = [], []
     for message in refusals:
         request.node.user_properties.append((REFUSED_PROPERTY, message.splitlines()[0] if message else message))
-    if refusals or unclosed or records or tampered or hidden:
-        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered, hidden), pytrace=False)
+    if refusals or unclosed or records or tampered or hidden or removed:
+        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered, hidden, removed),
+                    pytrace=False)
 
 
 def _remember_writes(run: _Run, watched: list) -> None:
@@ -318,6 +321,22 @@ def _hidden_leftovers(run: _Run, config: pytest.Config, writes: list) -> list[st
     """What a test wrote into the checkout and left where the sentinel cannot see it (relative to the
     rootdir): a path git ignores or does not list (:func:`~canarchy.testing.isolation.tree.unseen`)."""
     return unseen_writes(run, config, [a.resolved for a in writes])
+
+
+def _hidden_removals(run: _Run, config: pytest.Config, writes: list) -> list[str]:
+    """What a test removed from the checkout that it had not written itself, where git does not show it
+    (an ignored report, a built wheel, ``.coverage``), relative to the rootdir: no later look finds it gone."""
+    root = os.path.realpath(config.rootpath)
+    written, removed = set(), []
+    for access in writes:
+        if access.operation not in REMOVALS:
+            written.add(access.resolved)
+        elif access.resolved not in written and not os.path.lexists(access.resolved):
+            removed.append(os.path.relpath(access.resolved, root))
+    if not removed:
+        return []
+    with _access.GUARD.exempt():
+        return _tree.unseen(root, removed, run.sandbox.tool_env)
 
 
 def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[str]:
@@ -336,7 +355,7 @@ def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[st
 
 
 def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str],
-            hidden: list[str] = ()) -> str:
+            hidden: list[str] = (), removed: list[str] = ()) -> str:
     parts = []
     if tampered:
         parts.append(f"canarchy test isolation: {nodeid} changed the isolation's own code or state (put back for "
@@ -354,6 +373,10 @@ def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str]
         parts.append(f"canarchy test isolation: {nodeid} left in the checkout, where git does not show it (ignored, "
                      "or in a repository of its own), so no sentinel sees it and a later run may load it: "
                      + ", ".join(hidden) + ". Remove it; tests write to tmp_path, never into the working tree.")
+    if removed:
+        parts.append(f"canarchy test isolation: {nodeid} removed from the checkout what git does not show (ignored, "
+                     "or not yet added), so no later look finds it gone: " + ", ".join(removed)
+                     + ". Tests write to tmp_path, never into the working tree.")
     return "\n".join(parts)
 
 

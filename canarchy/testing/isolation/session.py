@@ -209,8 +209,7 @@ def _start(config: pytest.Config, where: str) -> None:
             run.subreaper = _reaper.become_subreaper()
             _guard_the_exit(run)
             _name_exit_handlers()
-    if _the_process_ends_with(config) or _is_worker(config):
-        _stop_on_sigterm()
+    _stop_on_sigterm(config)
     kept = _give_up_the_terminal()  # the operator's shell reads what a process with the terminal types into it
     if kept:
         run.header.append(kept)
