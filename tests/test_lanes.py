@@ -442,6 +442,30 @@ def test_a_nox_session_whose_install_brings_no_canarchy_stops_saying_what_to_lis
         assert session.installed == [noxsessions.PROJECT.install]
 
 
+SIGTERM_TO_NOX = """
+import os, signal
+from canarchy.testing.lanes import noxsessions
+
+class Session:  # what noxsessions.lane uses of a nox session
+    posargs = []
+    def run(self, *args, env=None, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # nox's own process gets it, as from `timeout nox`
+
+noxsessions.lane(Session(), "unit")
+"""
+
+
+def test_a_sigterm_to_nox_during_a_lane_ends_it_as_ctrl_c_and_removes_the_lane_s_home(tmp_path):
+    """SIGTERM's default action ends nox at once, before the session removes the home it made for the lane:
+    within the lane a SIGTERM is a Ctrl+C, which nox passes on to the lane, and the home goes."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, "-c", SIGTERM_TO_NOX], cwd=REPO, env={**os.environ, "TMPDIR": str(temp)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT and "KeyboardInterrupt" in done.stderr, done  # not -SIGTERM
+    assert not list(temp.iterdir()), done  # canarchy-lane-unit-home-*
+
+
 @pytest.mark.parametrize("files, config", [
     ({"tox.ini": "[tox]\nenvlist = py\n[pytest]\n{options}"}, "tox.ini"),
     ({"setup.cfg": "[metadata]\nname = x\n[tool:pytest]\n{options}", "tox.ini": "[tox]\nenvlist = py\n"}, "setup.cfg"),

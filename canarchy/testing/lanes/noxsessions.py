@@ -9,8 +9,10 @@ project's dependencies (this file and its two siblings are loaded by path).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -88,11 +90,26 @@ def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str,
     base = temp_outside()
     home = tempfile.mkdtemp(prefix=f"canarchy-lane-{name}-home-", dir=base)
     try:
-        session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
-                    env=_env.build_env(home=home, passthrough=passthrough, extra={"TMPDIR": base}),
-                    include_outer_env=False, **STOP_IN_TIME)
+        with _sigterm_as_ctrl_c():
+            session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
+                        env=_env.build_env(home=home, passthrough=passthrough, extra={"TMPDIR": base}),
+                        include_outer_env=False, **STOP_IN_TIME)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():  # type: ignore[no-untyped-def]
+    """Within the block, a SIGTERM to nox (``timeout``, a cancelled CI job) is a Ctrl+C: nox passes it on to the
+    lane, waits for it and ends the session, and the lane's home is removed; by default nox would end at once."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def temp_outside() -> str:
