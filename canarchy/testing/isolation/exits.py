@@ -105,6 +105,7 @@ SEAL_SKIPS = ("_TERMINATED",)
 
 
 def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM's handler: ``KeyboardInterrupt`` the first time, the default's exit afterwards."""
     if _TERMINATED:
         _REAL_EXIT(128 + signum)
     _TERMINATED.append(signum)

@@ -31,17 +31,25 @@ from canarchy.testing.isolation.reportlog import ReportLog, append
 
 ALLOWED_INTERFACE = "virtual"
 AF_CAN = getattr(socket, "AF_CAN", 29)  # PF_CAN in Linux's include/linux/socket.h
+
+
+def _families(*known: tuple[str, str, int]) -> dict[int, tuple[str, str]]:
+    """``{family: (name, constant)}`` of ``(name, constant, Linux's number)``; the number where this Python
+    lacks the constant on Linux (include/linux/socket.h: the kernel takes it), else left out."""
+    linux = sys.platform.startswith("linux")
+    found = {}
+    for name, constant, number in known:
+        family = getattr(socket, constant, number if linux else None)
+        if family is not None:
+            found[family] = (name, constant)
+    return found
+
+
 #: Socket families that reach a bus or another machine whatever the network namespace, by the name a refusal
 #: gives them: a raw CAN socket (every SocketCAN driver's); a packet socket (frames onto any interface, a CAN one
 #: included); Bluetooth (a wireless OBD or CAN adapter); vsock (the hypervisor's host).
-#: ``{family: (name, constant)}``; Linux's numbers (include/linux/socket.h) where this Python lacks the
-#: constant, since the kernel takes the number.
-REFUSED_FAMILIES: dict[int, tuple[str, str]] = {}
-for _name, _constant, _linux in (("socketcan", "AF_CAN", 29), ("packet", "AF_PACKET", 17),
-                                 ("bluetooth", "AF_BLUETOOTH", 31), ("vsock", "AF_VSOCK", 40)):
-    _family = getattr(socket, _constant, _linux if sys.platform.startswith("linux") else None)
-    if _family is not None:
-        REFUSED_FAMILIES[_family] = (_name, _constant)
+REFUSED_FAMILIES = _families(("socketcan", "AF_CAN", 29), ("packet", "AF_PACKET", 17),
+                             ("bluetooth", "AF_BLUETOOTH", 31), ("vsock", "AF_VSOCK", 40))
 REPORT_FILE = "bus.jsonl"  # in report_dir: one refusal a line, appended by every process
 _VIRTUAL_BACKEND = ("can.interfaces.virtual", "VirtualBus")
 
