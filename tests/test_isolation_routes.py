@@ -98,6 +98,16 @@ def test_a_caught_refusal(canarchy_sandbox):
     except Exception:
         pass
 
+def test_a_chroot_into_the_operator_state(canarchy_sandbox):  # "/config.toml" is no path the guard refuses
+    pid = os.fork()  # a forked child: the test's own process keeps its root whatever happens
+    if pid == 0:
+        try:
+            os.chroot(canarchy_sandbox.real_home / ".canarchy")
+            open("/config.toml").read()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
 def test_a_child_python_reads_it(canarchy_sandbox):
     code = f"open({str(real_config(canarchy_sandbox))!r}).read()"
     subprocess.run([sys.executable, "-c", code], capture_output=True)
@@ -947,6 +957,7 @@ HOME_ROUTE_CASES = [
     ("test_sqlite_in_the_operator_home", "sqlite3.connect"),
     ("test_a_relative_path_from_a_removed_working_directory", "open for reading"),
     ("test_a_relative_path_from_a_removed_directory_descriptor", "open for reading"),
+    ("test_a_chroot_into_the_operator_state", "chroot to"),
 ]
 
 
@@ -1113,6 +1124,8 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
         assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
         assert f"test_unix_sockets.py::{test} tried to {operation}" in messages, messages
         assert "a process outside the run" in messages, messages
+        # the ways out a process needs: not the home's
+        assert "@pytest.mark.integration" in messages and "real_home" not in messages, messages
     test = "test_connects_to_its_own_sockets_and_its_children_s"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
 

@@ -220,6 +220,10 @@ class AccessGuard:
             if event in SIGNALS:
                 self._signal(event, args)
                 return
+            if event == "os.chroot":  # raised by c_openers' wrapper
+                self._refuse_or_record(Access(self._owner(), "chroot to", str(path_text(args[0])), "/", "root",
+                                              "the root directory", os.getpid()))
+                return
             for value, dir_fd, operation, flags in SPECIAL[event](args):
                 self._judge(value, dir_fd, operation, flags)
             if event in UNIX_SENDS:

@@ -233,7 +233,7 @@ _MAKERS = {"mkfifo": (("mode", 0o666), ("dir_fd", None)), "mknod": (("mode", 0o6
 def _audit_special_files() -> None:
     """Replace ``os.mkfifo`` and ``os.mknod`` with ones that raise ``os.mkfifo``/``os.mknod`` (the path, the
     other arguments, the ``dir_fd``) first: each makes an entry in the file system (a FIFO, a device node, a
-    regular file) and CPython raises no audit event for them."""
+    regular file) and CPython raises no audit event for them; ``os.pidfd_open`` and ``os.chroot`` alike."""
     try:
         import posix
     except ImportError:  # Windows
@@ -263,6 +263,15 @@ def _audit_special_files() -> None:
         return pidfd_open
 
     _replace((posix, os), "pidfd_open", pidfd)
+
+    def rooting(real: Callable) -> Callable:
+        def chroot(path: Any) -> Any:
+            path = converted(path)  # once: the path judged is the root set
+            sys.audit("os.chroot", path)  # no event of CPython's: every path after it names another file
+            return real(path)
+        return chroot
+
+    _replace((posix, os), "chroot", rooting)
 
     def changing(name: str, integers: int, count: int) -> Callable[[Callable], Callable]:
         def wrap(real: Callable) -> Callable:
@@ -350,7 +359,7 @@ def audited_c_openers() -> list[tuple[object, str]]:
         found.append((sys.modules["_tkinter"], "create"))
     found += [(sys.modules["_posixsubprocess"], "fork_exec")] if "_posixsubprocess" in sys.modules else []
     found += [(module, name) for module in (os, sys.modules.get("posix")) if module is not None
-              for name in (*_SPAWNS, *_MAKERS, "pidfd_open", *_PROCESS_CHANGES) if hasattr(module, name)]
+              for name in (*_SPAWNS, *_MAKERS, "pidfd_open", "chroot", *_PROCESS_CHANGES) if hasattr(module, name)]
     termios = sys.modules.get("termios")
     found += [(termios, name) for name in TERMINAL_SETTERS if termios is not None and hasattr(termios, name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]

@@ -32,6 +32,14 @@ ACCESS_FIXES = (
     "if the test must see the operator's real home, mark it @pytest.mark.real_home and run it with -m real_home",
 )
 
+PROCESS_FIXES = (
+    "start what the test signals or talks to inside the test (a subprocess, a server on a port or a socket of its "
+    "own) and stop it there",
+    "if the test must reach what runs outside it, mark it @pytest.mark.integration and run it with -m integration",
+)
+ROOT_FIXES = (
+    "pass the code under test the directory to work under (a tmp_path) instead of changing the process's root",
+)
 TERMINAL_FIXES = (
     "give the code under test a terminal of the test's own (pty.openpty()) and pass it that descriptor",
     "start a child with stdin=subprocess.DEVNULL and its output captured, not on pytest's streams",
@@ -141,6 +149,8 @@ class Access:
                             "connection without the guard's authorizer; a Tcl interpreter's open, source and exec)",
                 "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
                         "run, and the run's exit status would be the new program's)",
+                "root": "the process's root directory (after os.chroot every path names another file than the one "
+                        "the guard judges, the operator's state among them)",
                 "process": "a process outside the run (the operator's: the shell that started pytest, the other "
                            "end of a pipe, a program beside it, a daemon listening on a Unix socket or a port), "
                            "which a signal would end or stop, a change to its resource limits, nice level or CPUs "
@@ -149,11 +159,14 @@ class Access:
                             "exits, and what is typed into it (TIOCSTI) the operator's shell runs",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be",
-                "unresolved": "a path relative to a working directory that cannot be named (removed, with no "
-                              "/proc to name it): where it leads cannot be judged"}.get(
+                "unresolved": "a path whose target cannot be named (relative to a working directory that was "
+                              "removed, with no /proc to name it, or through a link the guard may not read): "
+                              "where it leads cannot be judged"}.get(
             self.zone, "a tree the run may only read: the operator's home (outside the checkout and the temporary "
                        "directories), or where a later Python loads code from (a virtual environment in the "
                        "checkout)")
-        fixes = TERMINAL_FIXES if terminal else BUS_FIXES if self.tree.startswith("/dev/") else ACCESS_FIXES
+        fixes = (TERMINAL_FIXES if terminal else BUS_FIXES if self.tree.startswith("/dev/")
+                 else ROOT_FIXES if self.zone == "root"
+                 else PROCESS_FIXES if self.zone in ("process", "exec") else ACCESS_FIXES)
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{_numbered(fixes)}")
