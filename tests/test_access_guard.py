@@ -557,15 +557,19 @@ def test_a_record_from_a_child_names_the_child_process():
     ("/dev/ttyS0", "refused", "a CAN adapter's device node", "interface=\"virtual\""),
     ("/dev/ttyUSB0", "refused", "a CAN adapter's device node", "interface=\"virtual\""),
     ("/h/.canrc", "refused", "the operator's own state", "tmp_path"),
+    ("a process outside the run", "process", "a process outside the run", "@pytest.mark.integration"),
+    ("the root directory", "root", "the process's root directory", "instead of changing the process's root"),
 ])
 def test_a_refusal_names_what_it_protects_and_the_fixes_that_fit(tree, zone, label, fix):
     """A terminal's node or a change to it is told apart from a serial CAN adapter's by name, and each gets the
-    ways to fix it that fit (a console is no adapter; an adapter's are the bus's)."""
+    ways to fix it that fit (a console is no adapter; an adapter's are the bus's; a process's or the root's are
+    not the home's)."""
     from canarchy.testing.isolation.refusal import Access
 
     text = Access(OWNER, "open for writing", tree, tree, zone, tree, os.getpid()).message()
     assert label in text and fix in text, text
-    assert ("pty.openpty()" in text) == (fix != "tmp_path" and "virtual" not in fix), text
+    assert ("pty.openpty()" in text) == (fix in ("pty.openpty()", "stdin=subprocess.DEVNULL")), text
+    assert ("real_home" in text) == (fix == "tmp_path"), text  # the home's way out, for the home only
 
 def test_the_environment_carries_the_configuration(tmp_path):
     guard = access.AccessGuard()  # a guard of its own: configuring it installs nothing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import locale
 import os
 import shutil
 import signal
@@ -905,6 +906,17 @@ def test_parity_names_the_time_zone_operator_env_or_no_one_part_alone(tmp_path):
         "test_home_and_time_zone_together"] and why["test_home_and_time_zone_together"].endswith("together they do")
     assert "with the time zone and locale" in parity.render(result) and "together they do" in \
         parity.render_markdown(result)
+    # where this machine has no de_DE.UTF-8, a test that sets the locale fails in that twin for that alone
+    missing = parity.unavailable_locales({"LANG": "de_DE.UTF-8"})
+    for text in (parity.render(result), parity.render_markdown(result)):
+        assert ("LANG=de_DE.UTF-8: no such locale on this machine" in text) == bool(missing), text
+
+
+def test_a_locale_this_machine_lacks_is_told_apart_from_one_it_has():
+    """``setlocale`` refuses a locale that is not installed; the process's own locale is put back."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    found = parity.unavailable_locales({"LANG": "xx_XX.UTF-8", "LC_TIME": "C.UTF-8", "TZ": "NST+3:30", "LC_ALL": ""})
+    assert found == ["LANG=xx_XX.UTF-8"] and locale.setlocale(locale.LC_CTYPE) == before
 
 
 def test_parity_checks_the_operator_home_the_logs_and_the_checkout(every_kind):

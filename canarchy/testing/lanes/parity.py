@@ -11,6 +11,7 @@ fails) from a flaky or hash-seed-dependent test (reported; ``--strict`` fails it
 from __future__ import annotations
 
 import argparse
+import locale
 import os
 import random
 import shutil
@@ -233,6 +234,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         result = ParityResult(comparison, twins, strict=strict, root=project.root)
         result.unexercised = [p for p in project.scrub_prefixes
                               if not any(k.startswith(p) for k in twins["operator"].env)]
+        result.unavailable_locales = unavailable_locales(twins["operator"].env)
         if apart:
             result.findings = apart
         elif not comparison.undecided:
@@ -346,6 +348,23 @@ def operator_parts(clean_env: Mapping[str, str], operator_env: Mapping[str, str]
             label = "operator_env"
         groups.setdefault(label, {})[name] = value
     return {f"{label} ({_names(groups[label], label)})": groups[label] for label in _PARTS if label in groups}
+
+
+def unavailable_locales(env: Mapping[str, str]) -> list[str]:
+    """``NAME=value`` of the locale variables in ``env`` (``LANG``, ``LC_*``) that name a locale this machine does
+    not have (``setlocale`` refuses it), sorted. Asked of this process's ``LC_CTYPE``, put back after."""
+    previous = locale.setlocale(locale.LC_CTYPE)
+    missing = []
+    try:
+        for name, value in sorted(env.items()):
+            if (name == "LANG" or name.startswith("LC_")) and value:
+                try:
+                    locale.setlocale(locale.LC_CTYPE, value)
+                except locale.Error:
+                    missing.append(f"{name}={value}")
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
+    return missing
 
 
 def _names(part: Mapping[str, str], label: str) -> str:

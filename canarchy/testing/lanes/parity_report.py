@@ -37,7 +37,17 @@ def _check_lines(result: ParityResult) -> list[str]:
     lines += [f"  the checkout itself changed: {line}" for line in result.checkout_changes]
     lines += [f"  not exercised: the operator twin exports no {prefix}* variable, so a test that depends on one "
               "cannot differ ([tool.canarchy.lanes] operator_env)" for prefix in result.unexercised]
+    lines += [f"  {line}" for line in _locale_lines(result)]
     return lines
+
+
+def _locale_lines(result: ParityResult) -> list[str]:
+    """A line for the operator twin's locale variables that name no locale of this machine's, if any."""
+    if not result.unavailable_locales:
+        return []
+    return [f"the operator twin's {', '.join(result.unavailable_locales)}: no such locale on this machine, so a test "
+            "that sets the locale from the environment (locale.setlocale(LC_ALL, \"\")) fails in that twin for that "
+            "alone (install it, e.g. with locale-gen, for a finding that says more)"]
 
 
 def render(result: ParityResult) -> str:
@@ -90,7 +100,8 @@ def render_markdown(result: ParityResult) -> str:
             f"- checkout unchanged: {'yes' if not result.checkout_changes else 'NO'}",
             *(f"  - {line}" for line in result.checkout_changes[:50]),
             f"- writes into a copy of the checkout (reported, not differences): {len(result.checkout_writes)}",
-            *(f"  - {line}" for line in result.checkout_writes[:50])]
+            *(f"  - {line}" for line in result.checkout_writes[:50]),
+            *(f"- {line}" for line in _locale_lines(result))]
     for name, lines in result.not_shut_down.items():
         out.append(f"- `{NOT_SHUT_DOWN}` in the {name} log: {len(lines)}")
     return "\n".join(out) + "\n"

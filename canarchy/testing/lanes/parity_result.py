@@ -93,6 +93,7 @@ class ParityResult:
     not_shut_down: dict[str, list[str]] = field(default_factory=dict)
     strict: bool = False
     unexercised: list[str] = field(default_factory=list)  # scrub prefixes the operator twin exports nothing of
+    unavailable_locales: list[str] = field(default_factory=list)  # the operator twin's LANG/LC_* this machine lacks
     root: Path | None = None  # the project's checkout: a finding's test is shown by its node id there
 
     def show(self, key: str) -> str:
