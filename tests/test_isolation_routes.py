@@ -2641,6 +2641,21 @@ def reaper_state(pid: int) -> str | None:
     return None if known is None else known[1]
 
 
+def test_the_sentinel_watches_the_home_state_the_guard_refuses_whatever_the_guarded_paths(tmp_path):
+    """A project that names its own guarded paths (``~/.busprobe``) still has ``~/.canarchy``, ``~/.canrc``,
+    ``~/can.conf`` and ``~/.can`` refused by the guard: the sentinel watches them too, so a shell child's write
+    there fails the run (no containment here: nothing else stops a shell)."""
+    run = run_child(tmp_path, {"test_shell.py": """
+        import os, subprocess
+
+        def test_a_shell_plants_a_file_in_the_operator_s_canarchy_state(canarchy_sandbox):
+            state = canarchy_sandbox.real_home / ".canarchy"
+            subprocess.run(["sh", "-c", f"mkdir -p '{state}' && echo x > '{state}/planted'"], check=True)
+    """}, "-o", "canarchy_guarded_paths=~/.busprobe")
+    assert run.returncode == 1 and "canarchy isolation sentinel" in run.output, run.output
+    assert ".canarchy/planted" in run.output, run.output
+
+
 def test_what_a_run_leaves_running_is_stopped_at_the_last_look_and_named(tmp_path):
     """Processes a test detached, dressed up or chained: the sentinel's last look stops each (pytest is
     their subreaper), names it, and the process exits 1."""

@@ -126,6 +126,11 @@ def operator_homes(environ: Mapping[str, str], account_home: str | None) -> list
     return homes
 
 
+def home_state(homes: Iterable[str]) -> list[str]:
+    """The operator-state names (``tree.OPERATOR_STATE``) in each of ``homes``: refused whatever the settings."""
+    return [os.path.join(home, name) for home in homes for name in OPERATOR_STATE]
+
+
 def default_protection(environ: Mapping[str, str], account_home: str | None, *,
                        cwd: str | None = None, temp: str | None = None) -> Protection:
     """The default :class:`Protection` for an operator whose environment is
@@ -145,7 +150,7 @@ def default_protection(environ: Mapping[str, str], account_home: str | None, *,
     checkout (watched).
     """
     homes = operator_homes(environ, account_home)
-    refused = [os.path.join(home, name) for home in homes for name in OPERATOR_STATE]
+    refused = home_state(homes)
     refused += [os.path.join(home, "AppData", "Roaming", PYTHON_CAN_INI) for home in homes]
     if environ.get("APPDATA"):
         refused.append(os.path.join(environ["APPDATA"], PYTHON_CAN_INI))

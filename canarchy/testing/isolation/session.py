@@ -175,6 +175,12 @@ def _keep_dev_tty_from_the_tests() -> None:
     _access.GUARD.terminals |= _signals.devices(["/dev/tty"])
 
 
+def _watched_state(settings: Settings, homes: list[str]) -> list[str]:
+    """The guarded paths (``canarchy_guarded_paths``), and in each home the operator state the guard refuses
+    whatever they say (:func:`~.protection.home_state`): the sentinel watches what the guard refuses."""
+    return list(dict.fromkeys([*settings.guarded_under(homes), *_protection.home_state(homes)]))
+
+
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
@@ -182,7 +188,7 @@ def _start(config: pytest.Config, where: str) -> None:
     operator_env = config.workerinput.pop("canarchy_operator_env") if _is_worker(config) else dict(os.environ)
     account_home = _tempbase.account_database_home()
     homes = _protection.operator_homes(operator_env, account_home)
-    guarded = settings.guarded_under(homes)
+    guarded = _watched_state(settings, homes)
     if not _is_worker(config):
         _refuse_inherited_descriptors(guarded, homes, os.path.realpath(config.rootpath))
         if os.path.realpath(config.rootpath) in homes:
