@@ -652,3 +652,30 @@ def test_the_benchmark_enters_in_fresh_children_and_reports_against_the_target(p
     assert all(f"<= {bench.TARGET_MS:.0f} ms" in line for line in lines if line.startswith("| user"))
     rows[0].ms, rows[0].in_force = [bench.TARGET_MS + 1], [True]
     assert "**missed**" in bench.containment_lines(rows)[4]
+
+
+COVERS = r'''
+import importlib.util, json, os, sys
+found = importlib.util.spec_from_file_location("containment", sys.argv[1])
+m = sys.modules["containment"] = importlib.util.module_from_spec(found)
+found.loader.exec_module(m)
+k = m.kernel
+uid, gid = os.geteuid(), os.getegid()
+k.unshare(k.CLONE_NEWUSER | k.CLONE_NEWNS)
+k._map_ids(uid, gid)
+k.mount(None, "/", None, k.MS_REC | k.MS_PRIVATE)
+view = m.mountview.View(covers=[sys.argv[2], sys.argv[3]])
+view.apply()
+print(json.dumps({"problems": view.problems, "covered": open(sys.argv[3]).read()}))
+'''
+
+
+def test_a_path_gone_before_its_cover_is_nothing_to_cover(possible, tmp_path):
+    """A terminal closed, a file removed between the moment the view was worked out and its mounting: nothing is
+    there to cover, and the mount view stays in force; the other covers are made."""
+    present = tmp_path / "present"
+    present.write_text("the operator's")
+    done = subprocess.run([sys.executable, "-I", "-c", COVERS, str(MODULE), str(tmp_path / "gone"), str(present)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"problems": [], "covered": ""}, done.stdout

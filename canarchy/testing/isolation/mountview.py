@@ -176,15 +176,13 @@ class View:
             # modes that let the owner past the permission check, so a write meets EROFS
             os.mkdir("empty-dir", 0o755, dir_fd=staging)
             os.close(os.open("empty-file", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=staging))
-            for path in self.covers:
-                self._try(path, self._cover, staging, path)
             for path in self.hidden:
                 with contextlib.suppress(OSError):  # a thread or process that has ended since
                     self._cover(staging, path)
-            for path in self.sockets:
+            for path in (*self.covers, *self.sockets):
                 try:
                     self._cover(staging, path)
-                except FileNotFoundError:  # its daemon has removed it since
+                except FileNotFoundError:  # gone since the view was worked out: a terminal closed, a socket removed
                     pass
                 except OSError as exc:
                     self.problems.append(f"{path}: {exc.strerror or exc}")
