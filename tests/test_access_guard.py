@@ -741,6 +741,8 @@ con.execute("CREATE TABLE t(x)")
 attempt("attach", lambda: con.execute(f"ATTACH '{STATE / 'captures.db'}' AS a"))
 attempt("vacuum into", lambda: con.execute(f"VACUUM INTO '{home / 'copy.db'}'"))
 attempt("attach in the work tree", lambda: con.execute(f"ATTACH '{work / 'own.db'}' AS b"))
+attempt("attach by a bound parameter", lambda: con.execute("ATTACH ? AS p", (str(STATE / 'bound.db'),)))
+attempt("attach by an expression", lambda: con.execute(f"ATTACH '{home}/' || 'made.db' AS e"))
 attempt("read history", lambda: readline.read_history_file(str(STATE / 'config.toml')))
 attempt("append history", lambda: readline.append_history_file(1, str(home / 'notes.txt')))
 attempt("read an init file", lambda: readline.read_init_file(str(home / '.canrc')))
@@ -803,6 +805,9 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes
+    # the file is not named when SQLite asks: the guard cannot judge it, so it is refused whatever it is
+    assert outcomes["attach by a bound parameter"].startswith("error: DatabaseError"), outcomes
+    assert outcomes["attach by an expression"].startswith("error: DatabaseError"), outcomes
     assert outcomes["a spawned child's open in the work tree"] == "allowed", outcomes
     for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter",
                  "a spawned child's open of a home file", "a spawned child's new file in the state",
@@ -817,6 +822,7 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     recorded = [(r["operation"], r["path"]) for r in report["refusals"]]
     assert ("attach the database", str(home / ".canarchy" / "captures.db")) in recorded, recorded
     assert ("attach the database", str(home / "copy.db")) in recorded, recorded
+    assert any(op == "attach a database SQLite names only as it runs" for op, _ in recorded), recorded
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
 
 

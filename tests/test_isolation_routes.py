@@ -1053,6 +1053,17 @@ def test_connects_through_a_hard_link_to_a_socket_file_outside_the_home():
     finally:
         shutil.rmtree(where)
 
+def test_moves_a_socket_file_outside_the_run_then_connects():
+    where = _short_directory()
+    moved = os.path.join(where, "moved")  # no name /proc/net/unix shows
+    try:
+        os.rename(os.environ["CHILD_SOCKET_FILE"], moved)
+        _connect(moved)
+    finally:
+        if os.path.lexists(moved):
+            os.rename(moved, os.environ["CHILD_SOCKET_FILE"])  # the daemon's name back, for the tests after it
+        shutil.rmtree(where)
+
 def test_sends_to_an_abstract_datagram_socket_outside_the_run():
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as client:
         client.sendto(b"x", bytearray(os.environ["CHILD_DATAGRAM"].encode().replace(b"@", b"\\0", 1)))
@@ -1116,6 +1127,7 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
                             ("test_connects_to_a_socket_file_outside_the_home", "connect to the Unix socket '/"),
                             ("test_connects_through_a_hard_link_to_a_socket_file_outside_the_home",
                              "connect to the Unix socket '/"),
+                            ("test_moves_a_socket_file_outside_the_run_then_connects", "move the Unix socket '/"),
                             ("test_sends_to_an_abstract_datagram_socket_outside_the_run",
                              f"send to the Unix socket '@{tag}-dgram'"),
                             ("test_a_child_python_connects_to_an_abstract_socket_outside_the_run",
@@ -1207,6 +1219,12 @@ def test_sends_to_a_loopback_datagram_port_outside_the_run():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
         client.sendto(b"x", ("127.0.0.1", int(os.environ["CHILD_UDP_PORT"])))
 
+def test_connects_through_other_spellings_of_the_unspecified_address():
+    for host in ("0", "0x0", "0.0", b"0", bytearray(b"0.0.0.0")):  # what inet_aton and getaddrinfo take
+        with socket.socket() as client:
+            client.settimeout(5)
+            client.connect_ex((host, int(os.environ["CHILD_LOOPBACK_PORT"])))
+
 def test_a_child_python_connects_to_a_loopback_port_outside_the_run():
     import subprocess, sys
     code = f"import socket; socket.create_connection(('127.0.0.1', {os.environ['CHILD_TCP_PORT']})).close()"
@@ -1278,6 +1296,8 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
                             ("test_connects_to_a_port_outside_the_run_through_the_unspecified_address",
                              "connect to the port '0.0.0.0:"),
                             ("test_sends_to_a_loopback_datagram_port_outside_the_run", "send to the port '127.0.0.1:"),
+                            ("test_connects_through_other_spellings_of_the_unspecified_address",
+                             "connect to the port '0:"),
                             ("test_a_child_python_connects_to_a_loopback_port_outside_the_run",
                              "connect to the port '127.0.0.1:")):
         messages = run.messages(test)

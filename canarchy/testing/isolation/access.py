@@ -233,6 +233,7 @@ class AccessGuard:
             self._judge(args[index], None if dir_fd_index is None else args[dir_fd_index], operation, flags)
         if event == "os.rename":
             self._moved_tree(args)
+            self._moved_socket(args)
 
     def _signal(self, event: str, args: tuple) -> None:
         """A signal or a change to a process (:data:`~.events.SIGNALS`): refused when it would reach a
@@ -288,6 +289,21 @@ class AccessGuard:
             # os.open: the event carries no dir_fd, so the name is judged under every directory open here
             for base in _directory_descriptors():
                 self._judge(os.path.join(base, text), None, operation, flags | OPEN if dir_fd else flags)
+
+    def _moved_socket(self, args: tuple) -> None:
+        """``os.rename`` (source, destination, their dir_fds) of a socket file a process outside the run is bound
+        to: ``/proc/net/unix`` names it by the old name, so a connect by the new one would reach that process
+        unjudged. Refused."""
+        source = self._absolute(args[0], args[2]) if _LINUX else None
+        try:
+            if source is None or not stat.S_ISSOCK(os.lstat(source).st_mode):
+                return
+        except OSError:
+            return
+        outside = unix_listener_outside(source, self.run_pid, network_namespace=self.network_namespace)
+        if outside is not None:
+            self._refuse_or_record(Access(self._owner(), "move the Unix socket", source, outside, "process",
+                                          "a process outside the run", os.getpid()))
 
     def _moved_tree(self, args: tuple) -> None:
         """``os.rename`` (source, destination, their dir_fds) of a directory into a watched or read-only tree:

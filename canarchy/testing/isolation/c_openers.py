@@ -152,6 +152,10 @@ def _refuse_a_bare_connection(args: tuple) -> None:
 def _attach_authorizer(action: int, name: Any, *rest: Any) -> int:
     if action == _SQLITE_ATTACH and name and name != ":memory:":
         sys.audit("sqlite3.attach", _sqlite_file(name))  # a refusal raises: SQLite denies the statement
+    elif action == _SQLITE_ATTACH and not name and GUARD.enabled and not GUARD.busy():
+        # a bound parameter or an expression ('' too): SQLite names the file only as the statement runs
+        GUARD.refuse(Access(GUARD._owner(), "attach a database SQLite names only as it runs", "ATTACH <expression>",
+                            "ATTACH <expression>", "unjudged", "sqlite3.Connection", os.getpid()))
     return 0  # SQLITE_OK
 
 

@@ -96,22 +96,32 @@ def _reaches(destination: ipaddress._BaseAddress, bound: ipaddress._BaseAddress,
 
 
 def _addresses(host: object) -> list:
-    """The addresses ``host`` names (a literal, or a name resolved the way a connect would)."""
+    """The addresses ``host`` names, as a connect reaches them: a literal, or a name (``str``, ``bytes``,
+    ``bytearray``, which CPython takes alike) resolved the way a connect would (``getaddrinfo``: ``"0"`` and
+    ``"0x0"`` too); the unspecified address is loopback (Linux's ip_route_connect)."""
+    if isinstance(host, (bytes, bytearray)):
+        try:
+            host = bytes(host).decode("ascii")
+        except UnicodeDecodeError:
+            return []
     if not isinstance(host, str):
         return []
     try:
-        found = ipaddress.ip_address(host.partition("%")[0] or "0.0.0.0")
+        found = [ipaddress.ip_address(host.partition("%")[0] or "0.0.0.0")]
     except ValueError:
         try:
             infos = socket.getaddrinfo(host, None)
         except (OSError, UnicodeError):
             return []
-        return list({ipaddress.ip_address(info[4][0].partition("%")[0]) for info in infos})
-    if isinstance(found, ipaddress.IPv6Address):
-        found = found.ipv4_mapped or found
-    if found.is_unspecified:  # Linux connects to loopback (ip_route_connect)
-        found = ipaddress.ip_address("::1" if found.version == 6 else "127.0.0.1")
-    return [found]
+        found = list({ipaddress.ip_address(info[4][0].partition("%")[0]) for info in infos})
+    connected = []
+    for address in found:
+        if isinstance(address, ipaddress.IPv6Address):
+            address = address.ipv4_mapped or address
+        if address.is_unspecified:
+            address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+        connected.append(address)
+    return connected
 
 
 def _bound(table: str, state: str | None) -> list:

@@ -146,7 +146,8 @@ class Access:
                                    "command runs, a nested repository, or rules that hide a path from git "
                                    "and from the sentinel)",
                 "unjudged": "a way to open files the guard could not judge (SQLite's ATTACH and VACUUM INTO on a "
-                            "connection without the guard's authorizer; a Tcl interpreter's open, source and exec)",
+                            "connection without the guard's authorizer, or whose file SQLite names only as it runs; "
+                            "a Tcl interpreter's open, source and exec)",
                 "exec": "the pytest process itself (os.exec* replaces it: the sentinel's last look would never "
                         "run, and the run's exit status would be the new program's)",
                 "root": "the process's root directory (after os.chroot every path names another file than the one "
