@@ -7,11 +7,9 @@ protection compiled for the audit hook. Imports neither pytest nor python-can.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import re
-import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -46,9 +44,6 @@ KERNEL_SETTINGS = ("/proc/sys", "/proc/sysrq-trigger", "/sys")
 #: log, which no one can take back): covered in the mount view, since a read-only mount does not stop a write
 #: to a device node; read-only to the access guard.
 KERNEL_DEVICES = ("/dev/kmsg",)
-#: Terminals' device nodes (pseudo-terminals, virtual consoles; beside them ``/dev/console``), found by name: those
-#: present at the start are the operator's (a test's own pty comes later).
-TERMINALS = ("/dev/pts/[0-9]*", "/dev/tty[0-9]*")
 #: The kernel's lists of keys (keyrings(7)): ``/proc/keys`` shows the serial number of each key the process may
 #: view, the operator's user keyring among them, and with it C code links that keyring into its own and reads
 #: or changes it. Covered in the mount view.
@@ -178,23 +173,17 @@ def can_adapter_devices(patterns: Iterable[str] = CAN_ADAPTER_DEVICES) -> list[s
 
 
 def operator_terminals() -> list[str]:
-    """The device nodes of every terminal present now, sorted: the one pytest was started on (its standard
-    streams', its controlling one's) and the operator's others (another window, a multiplexer's pane, an SSH
-    session: :data:`TERMINALS`). A setting changed there (no echo, raw mode, a window size whose SIGWINCH goes
-    to the job in it) stays after pytest exits, and what is written or typed into it (``TIOCSTI``) the operator
-    sees or their shell runs. Not ``/dev/tty``: that names each process's own controlling terminal, and pytest
-    gives the operator's up (``procstate.give_up_the_terminal``), so a process a test starts finds none there
-    (ENXIO), as a program asking for a password expects. Call it before that."""
+    """The device nodes of the terminal pytest was started on (its standard streams', its controlling one's), sorted:
+    a setting changed there (no echo, raw mode, a non-blocking description) stays after pytest exits, and what is
+    typed into it (``TIOCSTI``) the operator's shell runs. Not ``/dev/tty``: that names each process's own
+    controlling terminal, and pytest gives the operator's up (``procstate.give_up_the_terminal``), so a process a
+    test starts finds none there (ENXIO), as a program asking for a password expects. Call it before that."""
     found = set()
     for fd in (0, 1, 2):
         try:
             found.add(os.ttyname(fd))
         except (OSError, AttributeError):  # not a terminal; Windows: no ttyname
             pass
-    for path in [*(p for pattern in TERMINALS for p in glob.glob(pattern)), "/dev/console"]:
-        with contextlib.suppress(OSError):
-            if stat.S_ISCHR(os.stat(path).st_mode):  # not a cover an outer run left there
-                found.add(path)
     return sorted(found | set(controlling_terminal()))
 
 
