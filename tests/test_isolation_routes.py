@@ -1204,7 +1204,9 @@ def test_a_socket_file_bound_outside_the_run_after_it_started_is_refused_in_its_
 
 
 PORTS = """
-import os, socket
+import contextlib, os, socket
+
+SPELLINGS = ("0", "0x0", "0.0", b"0", bytearray(b"0.0.0.0"))
 
 def test_connects_to_a_loopback_port_outside_the_run():
     socket.create_connection(("localhost", int(os.environ["CHILD_TCP_PORT"])), timeout=5).close()
@@ -1220,8 +1222,8 @@ def test_sends_to_a_loopback_datagram_port_outside_the_run():
         client.sendto(b"x", ("127.0.0.1", int(os.environ["CHILD_UDP_PORT"])))
 
 def test_connects_through_other_spellings_of_the_unspecified_address():
-    for host in ("0", "0x0", "0.0", b"0", bytearray(b"0.0.0.0")):  # what inet_aton and getaddrinfo take
-        with socket.socket() as client:
+    for host in SPELLINGS:  # what inet_aton and getaddrinfo take; each refusal caught, to try the next
+        with socket.socket() as client, contextlib.suppress(AssertionError):
             client.settimeout(5)
             client.connect_ex((host, int(os.environ["CHILD_LOOPBACK_PORT"])))
 
@@ -1304,6 +1306,9 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
         assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
         assert f"test_ports.py::{test} tried to {operation}" in messages, messages
         assert "a process outside the run" in messages, messages
+    messages = run.messages("test_connects_through_other_spellings_of_the_unspecified_address")
+    for shown in ("'0:", "'0x0:", "'0.0:", '"b\'0\':', '"bytearray(b\'0.0.0.0\'):'):  # each refused, repr'd
+        assert f"connect to the port {shown}" in messages, (shown, messages)
     assert run.outcomes("test_connects_to_its_own_ports") == {"passed"}, run.messages("test_connects_to_its_own_ports")
 
 

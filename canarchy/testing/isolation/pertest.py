@@ -333,10 +333,15 @@ def _hidden_removals(run: _Run, config: pytest.Config, writes: list) -> list[str
             written.add(access.resolved)
         elif access.resolved not in written and not os.path.lexists(access.resolved):
             removed.append(os.path.relpath(access.resolved, root))
-    if not removed:
+    return _not_shown(run, root, removed)
+
+
+def _not_shown(run: _Run, root: str, paths: list[str]) -> list[str]:
+    """Those of ``paths`` (relative to ``root``) git does not show (:func:`~canarchy.testing.isolation.tree.unseen`)."""
+    if not paths:
         return []
     with _access.GUARD.exempt():
-        return _tree.unseen(root, removed, run.sandbox.tool_env)
+        return _tree.unseen(root, paths, run.sandbox.tool_env)
 
 
 def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[str]:
@@ -346,10 +351,7 @@ def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[st
         return []
     root = os.path.realpath(config.rootpath)
     left = [os.path.relpath(p, root) for p in paths if p.startswith(root + os.sep) and os.path.lexists(p)]
-    if not left:
-        return []
-    with _access.GUARD.exempt():
-        found = _tree.unseen(root, left, run.sandbox.tool_env)
+    found = _not_shown(run, root, left)
     run.hidden_named.update(os.path.join(root, rel) for rel in found)
     return found
 
