@@ -127,7 +127,7 @@ def worker(checkout: str, home: str) -> dict[str, float | int]:
     before_kib = _rss_kib()
     wall, cpu = time.perf_counter(), cpu_now()
     first = tree.checkout_state(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
-    second = tree.checkout_state(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
+    second = tree.checkout_state(checkout, previous=first[0]), tree.snapshot(home, only=tree.OPERATOR_STATE)
     found = tree.changes(first[0], second[0]) + tree.changes(first[1], second[1])
     wall, cpu = time.perf_counter() - wall, cpu_now() - cpu
     return {"seconds": wall, "cpu_seconds": cpu, "rss_before_kib": before_kib, "peak_kib": _peak_kib(),

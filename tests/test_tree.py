@@ -672,6 +672,23 @@ def test_git_s_own_state_is_part_of_the_checkout_s(tmp_path: Path):
     assert "added: .git/hooks/pre-commit" in found and any(line.startswith("changed: .git/config") for line in found)
 
 
+def test_the_next_look_lists_git_s_index_again_only_when_the_index_file_changed(tmp_path: Path):
+    """The sentinel's next look reuses its listing of the index while the index file is the same (a checkout
+    of many tracked files pays for one listing a run); a change to the index, a flag or a staged file, gives
+    a new one, which sees it."""
+    repo = make_repo(tmp_path / "repo", {"notes.txt": "notes\n", "tests/test_a.py": "def test(): pass\n"})
+    first = tree.checkout_state(repo)
+    (repo / "notes.txt").write_text("a change in the work tree, not in the index\n")
+    second = tree.checkout_state(repo, previous=first)
+    assert second.tracked is first.tracked and second.tracked.sources == ("tests/test_a.py",)
+    assert tree.changes(first, second) == ["changed: notes.txt (now differs from git's index)"]
+    git(repo, "update-index", "--assume-unchanged", "notes.txt")
+    third = tree.checkout_state(repo, previous=second)
+    assert third.tracked is not second.tracked and third.tracked.flagged == (("h", "notes.txt"),)
+    assert tree.changes(second, third) == ["added: .git:flag/notes.txt",
+                                           "changed: notes.txt (matches git's index again)"]
+
+
 def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Path):
     """A shell child that tells git to skip a file (``--skip-worktree``, ``--assume-unchanged``) and then
     changes it, makes another commit stand for HEAD (``git replace``), or points git at another common
@@ -681,7 +698,7 @@ def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Pa
     git(repo, "update-index", "--skip-worktree", "notes.txt")
     git(repo, "update-index", "--assume-unchanged", "data.txt")
     (repo / "notes.txt").write_text("changed where git does not look\n")
-    found = tree.changes(before, tree.checkout_state(repo))
+    found = tree.changes(before, tree.checkout_state(repo, previous=before))  # as the sentinel's next look
     assert "added: .git:flag/notes.txt" in found and "added: .git:flag/data.txt" in found, found
     git(repo, "update-index", "--no-skip-worktree", "notes.txt")
     git(repo, "update-index", "--no-assume-unchanged", "data.txt")

@@ -222,8 +222,31 @@ def snapshot(root: str | os.PathLike[str], *, only: Iterable[str] | None = None,
     return out
 
 
+class CheckoutState(dict):
+    """:func:`checkout_state`'s ``{relative POSIX path: Entry}``; ``tracked``: git's view of the index it was
+    taken with (:class:`TrackedView`; None outside git), which the next state of the same checkout reuses while
+    the index file is unchanged."""
+
+    tracked: TrackedView | None = None
+
+
+class TrackedView(NamedTuple):
+    """What ``git ls-files -v --cached`` said of the index of ``git_dir`` (one stat ``index`` of the index file
+    before it ran: device, inode, size, mtime, ctime; None without one) for the work tree at ``root``: whether it
+    lists any path, the directories holding one, the paths flagged (:data:`_FLAGGED`: ``(flag, path)``) and
+    the Python sources."""
+
+    root: str
+    git_dir: str
+    index: tuple[int, ...] | None
+    any: bool
+    directories: frozenset[str]
+    flagged: tuple[tuple[str, str], ...]
+    sources: tuple[str, ...]
+
+
 def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None = None,
-                   search_dirs: Iterable[str] = ()) -> dict[str, Entry]:
+                   search_dirs: Iterable[str] = (), previous: CheckoutState | None = None) -> CheckoutState:
     """What a run could have changed in a checkout, at a cost that grows with what changed, not
     with the checkout: in a git work tree, the tracked paths whose metadata differs from git's
     index (``git diff-files``, which compares size, times, inode and mode in C and opens no file),
@@ -233,30 +256,57 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     of ``root`` and of ``search_dirs`` (directories under it where a later run looks for code: ``sys.path``'s)
     and in their packages, ignored by git or not; in a work tree also what tells git to leave a path out
     (:func:`_git_rules`) in every directory of its view. Two states compare with :func:`changes`; git runs with
-    ``env``."""
+    ``env``. ``previous``: an earlier state of this checkout, whose listing of the index is reused when the
+    index file's metadata has not changed since (:func:`_tracked_view`)."""
     base = os.fspath(root)
-    out: dict[str, Entry] = {}
+    out = CheckoutState()
     changed = GitListing(base, ["diff-files", "-z", "--name-only", "--relative"], env, empty_ok=True).start()
     repository = GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
     staged = GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
-    # every path of git's view, each after its tag: "? " untracked, else tracked (see _FLAGGED)
-    listing = GitListing(base, ["ls-files", "-z", "-v", "--cached", "--others", "--exclude-standard"], env).start()
+    untracked = GitListing.files(base, None, env, "--others").start()
+    described = repository.text()
+    out.tracked = tracked = _tracked_view(base, env, described, previous)
     ok = _from_git(out, base, changed, TRACKED, parents=False)
-    state = repository.text(), staged.text(), listing.text()
-    listed = state[2]
-    ok = ok and listed is not None and _from_git(out, base, _UNTRACKED.findall(listed), parents=False)
-    if not (ok and (out or _TRACKED.search(listed))):
+    ok = ok and tracked is not None and _from_git(out, base, untracked, parents=False)
+    if not (ok and (out or tracked.any)):
         out.clear()
         _scan(out, base, "", True)
-        listed = None
-    elif state[0]:
-        _git_rules(out, base, state[2] or "")
-        _git_state(out, base, *state)
+        names = [rel for rel in list(out) if rel.endswith(PYTHON_SOURCES)]
+    else:
+        names = list(dict.fromkeys([*tracked.sources, *(rel for rel in out if rel.endswith(PYTHON_SOURCES))]))
+        if described:
+            _git_rules(out, base, tracked.directories)
+            _git_state(out, base, described, staged.text(), tracked.flagged)
     _loadable_code(out, base, search_dirs)
-    names = (_SOURCE.findall(listed) if listed is not None
-             else [rel for rel in list(out) if rel.endswith(PYTHON_SOURCES)])
     _cached_beside_sources(out, base, names)
     return out
+
+
+def _index_key(git_dir: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(os.path.join(git_dir, "index"))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _tracked_view(root: str, env: Mapping[str, str] | None, described: str | None,
+                  previous: CheckoutState | None) -> TrackedView | None:
+    """``previous``'s view of the index when it is of this work tree and git directory and the index file's
+    metadata is unchanged (git writes a new index file, renamed into place, for every change to it); else
+    ``git ls-files -z -v --cached`` run now, after the index file was looked at. None where git gives no view."""
+    git_dir = (described or "").partition("\n")[0]
+    key = _index_key(git_dir) if git_dir else None
+    before = getattr(previous, "tracked", None)
+    if key is not None and before is not None and (before.root, before.git_dir, before.index) == (root, git_dir, key):
+        return before
+    listed = GitListing(root, ["ls-files", "-z", "-v", "--cached"], env).text()
+    if listed is None:
+        return None
+    return TrackedView(root, git_dir, key, bool(listed), frozenset(_LISTED_DIRECTORY.findall(listed)),
+                       tuple((os.fsdecode(flag), os.fsdecode(name)) for flag, name in _FLAGGED.findall(
+                           os.fsencode(listed))),
+                       tuple(_SOURCE.findall(listed)))
 
 
 #: The suffixes of the sources an import may have cached byte code of (:func:`checkout_state`).
@@ -281,21 +331,18 @@ def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[s
 GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
             "info/sparse-checkout", "info/grafts", "refs/replace", "packed-refs")
 _FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
-_UNTRACKED = re.compile(r"(?:^|\0)\? ([^\0]+)")  # ls-files -v --others: "? " before an untracked path
-_TRACKED = re.compile(r"(?:^|\0)[^?\0] ")  # any other tag: a tracked path
 _SUFFIXES = "|".join(map(re.escape, PYTHON_SOURCES))
 _SOURCE = re.compile(rf"(?:^|\0). ([^\0]*(?:{_SUFFIXES}))(?=\0|$)")  # a listed path of Python source
 _LISTED_DIRECTORY = re.compile(r"(?:^|\0). ([^\0]*)/[^\0/]*")  # ls-files -v: the directory of a path in one
 
 
-def _git_rules(out: dict[str, Entry], root: str, flagged: str) -> None:
+def _git_rules(out: dict[str, Entry], root: str, listed_dirs: Iterable[str]) -> None:
     """Add to ``out`` each :data:`GIT_RULES` file, ignored by git or not, in the directories of git's view: each
-    directory holding a tracked path (``flagged``: ``git ls-files -z -v``) or a path already in ``out`` (listed
-    by git), those above it, ``root`` itself. A rule planted there (``*``, in a ``.gitignore`` that so hides
-    itself too) takes what it names out of git's view and so out of the rest of the state. One ``lstat`` per
-    name and directory; the listing is scanned, not split."""
+    directory holding a tracked path (``listed_dirs``) or a path already in ``out`` (listed by git), those above
+    it, ``root`` itself. A rule planted there (``*``, in a ``.gitignore`` that so hides itself too) takes what it
+    names out of git's view and so out of the rest of the state. One ``lstat`` per name and directory."""
     parents = {name.rstrip("/").rpartition("/")[0] for name in out}
-    parents.update(match[1] for match in _LISTED_DIRECTORY.finditer(flagged))
+    parents.update(listed_dirs)
     dirs = {""}
     for parent in parents:
         while parent not in dirs:
@@ -308,7 +355,8 @@ def _git_rules(out: dict[str, Entry], root: str, flagged: str) -> None:
                 _record(out, path, os.path.join(root, path))
 
 
-def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | None, flagged: str | None) -> None:
+def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | None,
+               flagged: Iterable[tuple[str, str]]) -> None:
     """Add to ``out`` what the git view above cannot show changed, as a shell child changes it: ``HEAD``'s
     commit (key ``.git:HEAD``, the commit as the entry's target), each path staged in the index against it
     (``.git:staged/PATH``), so that ``git add`` or ``git commit`` in the checkout does not make a change
@@ -322,8 +370,8 @@ def _git_state(out: dict[str, Entry], root: str, repository: str, staged: str | 
     for name in (staged or "").split("\0"):
         if name:
             out[f".git:staged/{name}"] = Entry("other", 0, 0, 0, 0, 0, target="staged")
-    for flag, name in _FLAGGED.findall(os.fsencode(flagged or "")):
-        out[f".git:flag/{os.fsdecode(name)}"] = Entry("other", 0, 0, 0, 0, 0, target=flag.decode())
+    for flag, name in flagged:
+        out[f".git:flag/{name}"] = Entry("other", 0, 0, 0, 0, 0, target=flag)
     _record(out, ".git", os.path.join(root, ".git"))
     prefix = os.path.relpath(git_dir, root).replace(os.sep, "/")
     for name in GIT_RUNS:
