@@ -9,8 +9,10 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 # the events judged is allowed, a path judged on its text lets a symlink or '..'
 # through, a record not kept lets a swallowed refusal pass.
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -743,6 +745,14 @@ attempt("vacuum into", lambda: con.execute(f"VACUUM INTO '{home / 'copy.db'}'"))
 attempt("attach in the work tree", lambda: con.execute(f"ATTACH '{work / 'own.db'}' AS b"))
 attempt("attach by a bound parameter", lambda: con.execute("ATTACH ? AS p", (str(STATE / 'bound.db'),)))
 attempt("attach by an expression", lambda: con.execute(f"ATTACH '{home}/' || 'made.db' AS e"))
+attempt("a temporary store under the home", lambda: con.execute(f"PRAGMA temp_store_directory = '{home}'"))
+attempt("a temporary store in the work tree", lambda: con.execute(f"PRAGMA temp_store_directory = '{work}'"))
+def read_only(uri):  # a database under the home, which the run may read: SQLite may still make files beside it
+    return sqlite3.connect(f"file:{home}/{uri}", uri=True).execute("SELECT * FROM t").fetchall()
+attempt("read-only, a WAL database", lambda: read_only("wal.db?mode=ro"))
+attempt("read-only, dot-file locks", lambda: read_only("notes.db?mode=ro&vfs=unix-dotfile"))
+attempt("read-only and immutable", lambda: read_only("wal.db?mode=ro&immutable=1"))
+attempt("immutable last, not first", lambda: read_only("wal.db?mode=ro&imm%75table=0&immutable=1"))
 attempt("read history", lambda: readline.read_history_file(str(STATE / 'config.toml')))
 attempt("append history", lambda: readline.append_history_file(1, str(home / 'notes.txt')))
 attempt("read an init file", lambda: readline.read_init_file(str(home / '.canrc')))
@@ -799,9 +809,17 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     paths ``os.posix_spawn``'s file actions have the child open, a FIFO or node ``os.mkfifo``/``os.mknod``
     make, and a library ``ctypes`` or an extension module's spec has the dynamic loader open."""
     home, work = make_operator(tmp_path)
+    for name, journal in (("wal.db", "wal"), ("notes.db", "delete")):
+        with contextlib.closing(sqlite3.connect(home / name)) as con:
+            con.executescript(f"PRAGMA journal_mode={journal}; CREATE TABLE t(x);")
     before = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     report = run_guarded(C_OPENERS, home, work)
     outcomes = report["outcomes"]
+    # a pragma that points SQLite's own files elsewhere; a read-only connection that may still write beside the file
+    for name in ("a temporary store under the home", "read-only, a WAL database", "read-only, dot-file locks",
+                 "immutable last, not first"):
+        assert outcomes[name].startswith(("error: DatabaseError", "refused: ")), (name, outcomes[name])
+    assert outcomes["a temporary store in the work tree"] == outcomes["read-only and immutable"] == "allowed", outcomes
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes

@@ -111,11 +111,15 @@ def _refuse_tcl() -> None:
 
 
 _SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
+_SQLITE_PRAGMA = 19  # its action code for PRAGMA: the pragma's name, then its argument (sqlite3.h)
+#: The pragmas that name a directory SQLite then writes its files in (deprecated, still obeyed; SQLite's pragma.html)
+_SQLITE_DIRECTORY_PRAGMAS = frozenset({"temp_store_directory", "data_store_directory"})
 
 
 def _audit_sqlite() -> None:
     """Replace ``sqlite3.connect`` (and ``_sqlite3.connect`` under it) with one that gives each connection an
     authorizer raising ``sqlite3.attach`` (the file name) before SQLite opens a file for ATTACH or VACUUM INTO
+    and ``sqlite3.temp_store_directory`` (the directory) before a pragma points SQLite's own files elsewhere
     (its C code; no audit event). A connection made otherwise (``sqlite3.Connection(...)``) is refused at its
     ``sqlite3.connect/handle`` event, which comes before it could take an authorizer (CPython 3.11)."""
     try:
@@ -149,8 +153,10 @@ def _refuse_a_bare_connection(args: tuple) -> None:
                             repr(args[0]), "unjudged", "sqlite3.Connection", os.getpid()))
 
 
-def _attach_authorizer(action: int, name: Any, *rest: Any) -> int:
-    if action == _SQLITE_ATTACH and name and name != ":memory:":
+def _attach_authorizer(action: int, name: Any, argument: Any = None, *rest: Any) -> int:
+    if action == _SQLITE_PRAGMA and argument and str(name).lower() in _SQLITE_DIRECTORY_PRAGMAS:
+        sys.audit("sqlite3.temp_store_directory", argument)  # a refusal raises: SQLite denies the statement
+    elif action == _SQLITE_ATTACH and name and name != ":memory:":
         sys.audit("sqlite3.attach", _sqlite_file(name))  # a refusal raises: SQLite denies the statement
     elif action == _SQLITE_ATTACH and not name and GUARD.enabled and not GUARD.busy():
         # a bound parameter or an expression ('' too): SQLite names the file only as the statement runs

@@ -67,6 +67,7 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "readline.write_history_file": ((0, None, "write history to", WRITE),),
     "readline.append_history_file": ((0, None, "append history to", WRITE),),
     "sqlite3.attach": ((0, None, "attach the database", WRITE),),
+    "sqlite3.temp_store_directory": ((0, None, "let SQLite write its temporary files in", WRITE | DIRECTORY),),
     "os.mkfifo": ((0, 2, "make a FIFO", WRITE | NOFOLLOW),),  # (path, mode, dir_fd)
     "os.mknod": ((0, 3, "make a file system node", WRITE | NOFOLLOW),),  # (path, mode, device, dir_fd)
     "_imp.create_dynamic": ((0, None, "load the extension module", READ),),  # (the spec's origin)
@@ -96,8 +97,14 @@ def _glob_targets(args: tuple) -> Iterable[Target]:
     return ((directory or os.curdir, args[3], "glob", READ | DIRECTORY),)
 
 
+_SQLITE_TRUE = frozenset({"1", "yes", "true", "on"})  # what sqlite3_uri_boolean takes for true (case aside)
+
+
 def _sqlite_targets(args: tuple) -> Iterable[Target]:
-    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (``mode=ro`` reads, ``mode=memory`` is none)."""
+    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (``mode=memory`` is none). A write unless
+    every ``mode`` is ``ro`` and every ``immutable`` true, with no ``vfs``: read-only, SQLite still makes a WAL
+    database's ``-shm`` and ``-wal`` files beside it, and a dot-file VFS its lock directory (SQLite's URI
+    parameters, percent-decoded as SQLite decodes them: the last ``mode`` counts, the first ``immutable``)."""
     database = path_text(args[0])
     if not database or database == ":memory:":
         return ()
@@ -108,10 +115,14 @@ def _sqlite_targets(args: tuple) -> Iterable[Target]:
         if rest.startswith("//"):  # file://authority/path: the authority is "" or "localhost"
             rest = rest[2:]
             rest = rest[rest.find("/"):] if "/" in rest else ""
-        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
-        if options.get("mode") == "memory" or rest in ("", ":memory:"):
+        options = [(_unquote(name), _unquote(value)) for name, _, value in
+                   (part.partition("=") for part in query.split("&") if part)]
+        modes = [value for name, value in options if name == "mode"]
+        if modes[-1:] == ["memory"] or rest in ("", ":memory:"):
             return ()
-        write = options.get("mode") != "ro"
+        immutable = [value.lower() in _SQLITE_TRUE for name, value in options if name == "immutable"]
+        write = not (modes and set(modes) == {"ro"} and immutable and all(immutable)
+                     and all(name != "vfs" for name, _ in options))
         database = _unquote(rest)
     return ((database, None, "sqlite3.connect", WRITE if write else READ),)
 
