@@ -118,6 +118,7 @@ def worker(checkout: str, home: str) -> dict[str, float | int]:
     """What the sentinel does, with :mod:`canarchy.testing.isolation.tree`, timed in this process."""
     from benchmarks.captures import _peak_kib, _reset_peak, _rss_kib
     from canarchy.testing.isolation import tree
+    from canarchy.testing.isolation.checkout import checkout_state
 
     def cpu_now() -> float:  # this process and the git processes it waited for (µs resolution)
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -126,8 +127,8 @@ def worker(checkout: str, home: str) -> dict[str, float | int]:
     _reset_peak()
     before_kib = _rss_kib()
     wall, cpu = time.perf_counter(), cpu_now()
-    first = tree.checkout_state(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
-    second = tree.checkout_state(checkout, previous=first[0]), tree.snapshot(home, only=tree.OPERATOR_STATE)
+    first = checkout_state(checkout), tree.snapshot(home, only=tree.OPERATOR_STATE)
+    second = checkout_state(checkout, previous=first[0]), tree.snapshot(home, only=tree.OPERATOR_STATE)
     found = tree.changes(first[0], second[0]) + tree.changes(first[1], second[1])
     wall, cpu = time.perf_counter() - wall, cpu_now() - cpu
     return {"seconds": wall, "cpu_seconds": cpu, "rss_before_kib": before_kib, "peak_kib": _peak_kib(),

@@ -19,6 +19,7 @@ import pytest
 
 from benchmarks import sentinel
 from canarchy.testing.isolation import tree
+from canarchy.testing.isolation.checkout import checkout_state
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -172,19 +173,19 @@ def test_every_kind_of_change_is_reported(checkout: Path):
 def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout: Path):
     """The sentinel's view: a clean tracked file is not recorded at all (git compares its
     metadata with the index), so a change to it shows up as a new entry against the index."""
-    before = tree.checkout_state(checkout)
+    before = checkout_state(checkout)
     if (checkout / ".git").exists():
         # a clean checkout: nothing of the work tree to record but what an import finds at its top, by metadata
         assert sorted(work_tree(before)) == ["pkg"], before
         assert before[".git:HEAD"].target and ".git/config" in before and ".git/hooks" in before, before
     (checkout / "dirty.txt").write_text("untracked before the run\n")
-    before = tree.checkout_state(checkout)
-    assert tree.changes(before, tree.checkout_state(checkout)) == []
+    before = checkout_state(checkout)
+    assert tree.changes(before, checkout_state(checkout)) == []
 
     (checkout / "dirty.txt").write_text("written again\n")
     change_every_kind(checkout)
 
-    found = tree.changes(before, tree.checkout_state(checkout))
+    found = tree.changes(before, checkout_state(checkout))
     if (checkout / ".git").exists():
         assert found == [
             "changed: dirty.txt (size 25 -> 14)",
@@ -210,7 +211,7 @@ def test_the_checkout_state_reads_no_clean_file_and_walks_no_ignored_directory(t
         opened: list[str] = []
         real_open = builtins.open
         m.setattr(builtins, "open", lambda f, *a, **k: opened.append(os.fsdecode(f)) or real_open(f, *a, **k))
-        state = tree.checkout_state(repo)
+        state = checkout_state(repo)
     assert sorted(work_tree(state)) == ["src", "src/m7.py", "venv"] and state["src/m7.py"].note == tree.TRACKED
     # one file stat'ed; a listing of the top (start-up code is looked for there, ignored or not), each directory
     # there stat'ed (an import finds a package in it) and probed: is it a package (where an import would find
@@ -232,10 +233,10 @@ def test_the_checkout_state_of_an_ignored_directory_or_without_git_is_the_skip_l
     repo = make_repo(tmp_path / "repo", {"a.py": "a\n"}, gitignore="/data/\n")
     (repo / "data" / "sub").mkdir(parents=True)
     (repo / "data" / "sub" / "f.txt").write_text("x\n")
-    assert sorted(tree.checkout_state(repo / "data")) == ["sub", "sub/f.txt"]  # git sees nothing here
-    assert sorted(work_tree(tree.checkout_state(repo))) == ["a.py", "data"]  # at the top, by metadata only
+    assert sorted(checkout_state(repo / "data")) == ["sub", "sub/f.txt"]  # git sees nothing here
+    assert sorted(work_tree(checkout_state(repo))) == ["a.py", "data"]  # at the top, by metadata only
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
-    assert sorted(tree.checkout_state(repo)) == [".gitignore", "a.py", "data", "data/sub", "data/sub/f.txt"]
+    assert sorted(checkout_state(repo)) == [".gitignore", "a.py", "data", "data/sub", "data/sub/f.txt"]
 
 
 def test_a_file_replaced_by_another_of_the_same_size_and_times_is_reported(tmp_path: Path):
@@ -621,7 +622,7 @@ def test_the_benchmark_measures_a_real_run_with_and_without_the_plugin(tmp_path:
     # a clean checkout: nothing differs from git's index, so the sentinel records of it only what a
     # later run loads unasked (its pytest.ini and conftest.py) or imports (the tests directory at its top),
     # its .gitignore (what git leaves out), clean or not, and git's own
-    own = len(tree.checkout_state(make_repo(tmp_path / "r", {"a": "a\n"})))
+    own = len(checkout_state(make_repo(tmp_path / "r", {"a": "a\n"})))
     assert result.figures()["empty"]["entries"] == 4 + own and result.figures()["home"]["entries"] == 6 + own
     assert sentinel.main(["bad"]) == 2
 
@@ -655,20 +656,20 @@ def test_git_s_own_state_is_part_of_the_checkout_s(tmp_path: Path):
     index, and the change would vanish from the view above), committing it, or planting what the next git
     runs (``core.fsmonitor`` in ``.git/config``, a hook)."""
     repo = make_repo(tmp_path / "repo", {"notes.txt": "notes\n"})
-    before = tree.checkout_state(repo)
+    before = checkout_state(repo)
     (repo / "notes.txt").write_text("changed by a test\n")
     (repo / "new.py").write_text("planted = True\n")
     git(repo, "add", "-A")
-    staged = tree.checkout_state(repo)
+    staged = checkout_state(repo)
     assert tree.changes(before, staged) == ["added: .git:staged/new.py", "added: .git:staged/notes.txt",
                                             "added: new.py"]
     git(repo, "commit", "-q", "-m", "hidden")
-    assert tree.changes(before, tree.checkout_state(repo))[0].startswith("changed: .git:HEAD (link target ")
+    assert tree.changes(before, checkout_state(repo))[0].startswith("changed: .git:HEAD (link target ")
     settle()
     with open(repo / ".git" / "config", "a") as config:
         config.write('[core]\n\tfsmonitor = "touch planted"\n')
     (repo / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\ntouch planted\n")
-    found = tree.changes(staged, tree.checkout_state(repo))
+    found = tree.changes(staged, checkout_state(repo))
     assert "added: .git/hooks/pre-commit" in found and any(line.startswith("changed: .git/config") for line in found)
 
 
@@ -677,13 +678,13 @@ def test_the_next_look_lists_git_s_index_again_only_when_the_index_file_changed(
     of many tracked files pays for one listing a run); a change to the index, a flag or a staged file, gives
     a new one, which sees it."""
     repo = make_repo(tmp_path / "repo", {"notes.txt": "notes\n", "tests/test_a.py": "def test(): pass\n"})
-    first = tree.checkout_state(repo)
+    first = checkout_state(repo)
     (repo / "notes.txt").write_text("a change in the work tree, not in the index\n")
-    second = tree.checkout_state(repo, previous=first)
+    second = checkout_state(repo, previous=first)
     assert second.tracked is first.tracked and second.tracked.sources == ("tests/test_a.py",)
     assert tree.changes(first, second) == ["changed: notes.txt (now differs from git's index)"]
     git(repo, "update-index", "--assume-unchanged", "notes.txt")
-    third = tree.checkout_state(repo, previous=second)
+    third = checkout_state(repo, previous=second)
     assert third.tracked is not second.tracked and third.tracked.flagged == (("h", "notes.txt"),)
     assert tree.changes(second, third) == ["added: .git:flag/notes.txt",
                                            "changed: notes.txt (matches git's index again)"]
@@ -694,11 +695,11 @@ def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Pa
     changes it, makes another commit stand for HEAD (``git replace``), or points git at another common
     directory (``.git/commondir``, with a config of its own): each shows."""
     repo = make_repo(tmp_path / "repo", {"notes.txt": "notes\n", "data.txt": "data\n"})
-    before = tree.checkout_state(repo)
+    before = checkout_state(repo)
     git(repo, "update-index", "--skip-worktree", "notes.txt")
     git(repo, "update-index", "--assume-unchanged", "data.txt")
     (repo / "notes.txt").write_text("changed where git does not look\n")
-    found = tree.changes(before, tree.checkout_state(repo, previous=before))  # as the sentinel's next look
+    found = tree.changes(before, checkout_state(repo, previous=before))  # as the sentinel's next look
     assert "added: .git:flag/notes.txt" in found and "added: .git:flag/data.txt" in found, found
     git(repo, "update-index", "--no-skip-worktree", "notes.txt")
     git(repo, "update-index", "--no-assume-unchanged", "data.txt")
@@ -706,16 +707,16 @@ def test_what_tells_git_not_to_look_is_part_of_the_checkout_s_state(tmp_path: Pa
     tree_id = git(repo, "write-tree").strip()
     fake = git(repo, "commit-tree", tree_id, "-p", "HEAD", "-m", "stands for HEAD").strip()
     git(repo, "replace", git(repo, "rev-parse", "HEAD").strip(), fake)
-    found = tree.changes(before, tree.checkout_state(repo))
+    found = tree.changes(before, checkout_state(repo))
     assert "added: .git:staged/notes.txt" in found and "added: .git/refs/replace" in found, found
     git(repo, "pack-refs", "--all")  # the replace ref moves into packed-refs
-    assert "added: .git/packed-refs" in tree.changes(before, tree.checkout_state(repo))
+    assert "added: .git/packed-refs" in tree.changes(before, checkout_state(repo))
     elsewhere = tmp_path / "elsewhere"  # a common directory of its own: refs, the objects, a config to plant in
     shutil.copytree(repo / ".git" / "refs", elsewhere / "refs")
     (elsewhere / "objects").symlink_to(repo / ".git" / "objects")
     shutil.copy(repo / ".git" / "config", elsewhere / "config")
     (repo / ".git" / "commondir").write_text(str(elsewhere) + "\n")
-    assert "added: .git/commondir" in tree.changes(before, tree.checkout_state(repo))
+    assert "added: .git/commondir" in tree.changes(before, checkout_state(repo))
 
 
 def test_what_a_shell_hides_from_git_where_an_import_finds_it_is_part_of_the_checkout_s_state(tmp_path: Path):
@@ -727,7 +728,7 @@ def test_what_a_shell_hides_from_git_where_an_import_finds_it_is_part_of_the_che
                                          "pkg/__init__.py": ""}, gitignore="/data/\n")
     (repo / "data" / "sub").mkdir(parents=True)
     (repo / "data" / "sub" / "f.txt").write_text("x\n")
-    before = tree.checkout_state(repo, search_dirs=["tests"])
+    before = checkout_state(repo, search_dirs=["tests"])
     subprocess.run(["sh", "-c", "cd tests && printf '*\\n' > .gitignore && echo 'import os' > msgpack.py "
                                 "&& mkdir ns planted && echo x > ns/m.py && printf '*\\n' > ns/.gitignore "
                                 "&& touch planted/__init__.py && printf '*\\n' > planted/.gitignore "
@@ -735,14 +736,14 @@ def test_what_a_shell_hides_from_git_where_an_import_finds_it_is_part_of_the_che
                                 "&& echo '*.md -diff' > .gitattributes "
                                 "&& echo x > ../../data/sub/g.py"], cwd=repo, check=True)
     assert git(repo, "status", "--porcelain") == ""  # git shows nothing
-    assert tree.changes(before, tree.checkout_state(repo, search_dirs=["tests"])) == [
+    assert tree.changes(before, checkout_state(repo, search_dirs=["tests"])) == [
         "added: docs/guide/.gitattributes", "added: docs/guide/.gitignore", "added: tests/.gitignore",
         "added: tests/msgpack.py", "added: tests/ns", "added: tests/planted", "added: tests/planted/.gitignore",
         "added: tests/planted/__init__.py"]
     with open(repo / ".git" / "info" / "exclude", "a") as exclude:  # git's own rules: in its state already
         exclude.write("tests/hidden.py\n")
     (repo / "tests" / "hidden.py").write_text("X = 1\n")
-    found = tree.changes(before, tree.checkout_state(repo, search_dirs=["tests"]))
+    found = tree.changes(before, checkout_state(repo, search_dirs=["tests"]))
     assert "added: tests/hidden.py" in found and any(line.startswith("changed: .git/info/exclude") for line in found)
 
 
@@ -750,19 +751,19 @@ def test_a_package_s_entries_are_part_of_the_checkout_s_state(tmp_path: Path):
     """A subpackage that shadows a module (``pkg/helper/__init__.py`` runs ahead of ``pkg/helper.py``),
     hidden from git by a ``.gitignore`` of its own: the entries of a package are recorded, ignored or not."""
     repo = make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/helper.py": "X = 1\n"})
-    before = tree.checkout_state(repo)
+    before = checkout_state(repo)
     (repo / "pkg" / "helper").mkdir()
     (repo / "pkg" / "helper" / ".gitignore").write_text("*\n")
     (repo / "pkg" / "helper" / "__init__.py").write_text("X = 'shadowed'\n")
     assert git(repo, "status", "--porcelain") == ""  # git shows nothing
-    assert tree.changes(before, tree.checkout_state(repo)) == [
+    assert tree.changes(before, checkout_state(repo)) == [
         "added: pkg/helper", "added: pkg/helper/.gitignore", "added: pkg/helper/__init__.py"]
     (repo / ".gitignore").write_text("build/\n")  # what git and the skip-list walk leave out, as a package
     git(repo, "add", ".gitignore")
     git(repo, "commit", "-q", "-m", "ignore build/")
-    before = tree.checkout_state(repo)
+    before = checkout_state(repo)
     (repo / "build").mkdir()
     (repo / "build" / "__init__.py").write_text("")
     (repo / "build" / "__main__.py").write_text("print('planted')\n")  # python -m build runs it
-    assert tree.changes(before, tree.checkout_state(repo)) == [
+    assert tree.changes(before, checkout_state(repo)) == [
         "added: build", "added: build/__init__.py", "added: build/__main__.py"]

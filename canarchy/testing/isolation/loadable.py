@@ -1,7 +1,7 @@
 """Where a later Python loads code from in a tree without being asked, or on import: the names of start-up
 code (distribution metadata, ``.pth`` files, the ``site`` hooks, pytest's configuration and conftests), what an
 import runs besides source, what it finds a module in, and the virtual environments (PEP 405) with their
-``site-packages``. Names and places only: :func:`~canarchy.testing.isolation.tree.checkout_state` records what is
+``site-packages``. Names and places only: :func:`~canarchy.testing.isolation.checkout.checkout_state` records what is
 there, the access guard protects it (:mod:`~canarchy.testing.isolation.protection`). Standard library only.
 """
 

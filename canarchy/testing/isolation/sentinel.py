@@ -17,6 +17,7 @@ import pytest
 
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import bytecode as _bytecode
+from canarchy.testing.isolation import checkout as _checkout
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import gitlisting as _git
 from canarchy.testing.isolation import guard as _guard
@@ -67,8 +68,8 @@ def _checkout_manifest(run: _Run, root: Path) -> dict:
     not ignore), git run with the operator's environment but the scrubbed variables (their global configuration:
     ``safe.directory``, ``core.excludesFile``); and, ignored or not, what a later run loads unasked or imports
     at the top of the checkout and of ``run.search_dirs`` and git's rules in each directory of its view."""
-    state = _tree.checkout_state(root, env=run.sandbox.tool_env, search_dirs=run.search_dirs,
-                                 previous=run.checkout_before)
+    state = _checkout.checkout_state(root, env=run.sandbox.tool_env, search_dirs=run.search_dirs,
+                                     previous=run.checkout_before)
     for path in run.own_outputs:
         state.pop(path, None)
     return state

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from canarchy.fileio import write_text_atomic
 from canarchy.testing.lanes.env import HOSTILE_ENV, build_env, hostile_env
 from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY, REFUSED_PROPERTY
-from canarchy.testing.isolation.tree import Entry, changes, checkout_state, content_differences, snapshot
+from canarchy.testing.isolation.checkout import checkout_state
+from canarchy.testing.isolation.tree import Entry, changes, content_differences, snapshot
 from canarchy.testing.lanes.parity_report import NOT_SHUT_DOWN, render, render_markdown
 from canarchy.testing.lanes.parity_result import Finding, ParityResult, Shard, Twin
 from canarchy.testing.lanes.project import Project
