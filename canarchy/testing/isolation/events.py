@@ -101,30 +101,36 @@ _SQLITE_TRUE = frozenset({"1", "yes", "true", "on"})  # what sqlite3_uri_boolean
 
 
 def _sqlite_targets(args: tuple) -> Iterable[Target]:
-    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (``mode=memory`` is none). A write unless
-    every ``mode`` is ``ro`` and every ``immutable`` true, with no ``vfs``: read-only, SQLite still makes a WAL
-    database's ``-shm`` and ``-wal`` files beside it, and a dot-file VFS its lock directory (SQLite's URI
-    parameters, percent-decoded as SQLite decodes them: the last ``mode`` counts, the first ``immutable``)."""
+    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (:func:`_sqlite_uri`); ``:memory:`` is none."""
     database = path_text(args[0])
     if not database or database == ":memory:":
         return ()
     write = True
     if database.startswith("file:"):
-        rest, _, query = database[5:].partition("?")
-        rest = rest.partition("#")[0]
-        if rest.startswith("//"):  # file://authority/path: the authority is "" or "localhost"
-            rest = rest[2:]
-            rest = rest[rest.find("/"):] if "/" in rest else ""
-        options = [(_unquote(name), _unquote(value)) for name, _, value in
-                   (part.partition("=") for part in query.split("&") if part)]
-        modes = [value for name, value in options if name == "mode"]
-        if modes[-1:] == ["memory"] or rest in ("", ":memory:"):
+        database, write = _sqlite_uri(database[5:])
+        if database is None:
             return ()
-        immutable = [value.lower() in _SQLITE_TRUE for name, value in options if name == "immutable"]
-        write = not (modes and set(modes) == {"ro"} and immutable and all(immutable)
-                     and all(name != "vfs" for name, _ in options))
-        database = _unquote(rest)
     return ((database, None, "sqlite3.connect", WRITE if write else READ),)
+
+
+def _sqlite_uri(uri: str) -> tuple[str | None, bool]:
+    """A ``file:`` URI's path (None: an in-memory database) and whether SQLite may write there: unless every
+    ``mode`` is ``ro`` and every ``immutable`` true, with no ``vfs``; read-only, SQLite still makes a WAL
+    database's ``-shm`` and ``-wal`` files beside it, and a dot-file VFS its lock directory (SQLite's URI
+    parameters, percent-decoded as SQLite decodes them: the last ``mode`` counts, the first ``immutable``)."""
+    rest, _, query = uri.partition("?")
+    rest = rest.partition("#")[0]
+    if rest.startswith("//"):  # file://authority/path: the authority is "" or "localhost"
+        rest = rest[2:]
+        rest = rest[rest.find("/"):] if "/" in rest else ""
+    options = [(_unquote(name), _unquote(value)) for name, _, value in
+               (part.partition("=") for part in query.split("&") if part)]
+    modes = [value for name, value in options if name == "mode"]
+    if modes[-1:] == ["memory"] or rest in ("", ":memory:"):
+        return None, False
+    immutable = [value.lower() in _SQLITE_TRUE for name, value in options if name == "immutable"]
+    read_only = set(modes) == {"ro"} and bool(immutable) and all(immutable) and all(n != "vfs" for n, _ in options)
+    return _unquote(rest), not read_only
 
 
 #: The events of a connect or a send to a Unix-domain socket, and what the refusal of one says: it reaches the
