@@ -1227,6 +1227,24 @@ def test_connects_through_other_spellings_of_the_unspecified_address():
             client.settimeout(5)
             client.connect_ex((host, int(os.environ["CHILD_LOOPBACK_PORT"])))
 
+def test_sends_to_a_multicast_group_on_a_port_outside_the_run():  # python-can's udp_multicast bus
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)  # were it sent: this host only
+        client.sendto(b"x", ("239.255.74.1", int(os.environ["CHILD_GROUP_PORT"])))
+
+def test_opens_a_netlink_socket():  # rtnetlink: a CAN interface up or down, its bitrate
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()
+
+def test_sets_the_flags_of_a_network_interface():
+    import fcntl, struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:  # SIOCSIFFLAGS, of no such interface
+        fcntl.ioctl(client, 0x8914, struct.pack("16sH14x", b"canarchy-none0", 0))
+
+def test_reads_the_flags_of_a_network_interface():
+    import fcntl, struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:  # SIOCGIFFLAGS of loopback: a read
+        fcntl.ioctl(client, 0x8913, struct.pack("16sH14x", b"lo", 0))
+
 def test_a_child_python_connects_to_a_loopback_port_outside_the_run():
     import subprocess, sys
     code = f"import socket; socket.create_connection(('127.0.0.1', {os.environ['CHILD_TCP_PORT']})).close()"
@@ -1268,12 +1286,15 @@ def test_the_kernel_s_answer_and_the_tables_name_the_same_bound_sockets():
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="no /proc/net/tcp on this system")
 def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tmp_path_factory):
     """A daemon beside the run listening on loopback or on every address of the host (a database, socketcand
-    relaying the operator's CAN bus, a debugger's port) acts on what it is sent: without the network namespace
-    (the guard alone), a test's TCP connect or UDP send to its port, by name, by loopback or by an address of
-    the host, and a child Python's, is refused at once, naming the test. A test's own ports are not."""
+    relaying the operator's CAN bus, a debugger's port, python-can's ``udp_multicast`` bus) acts on what it is
+    sent: without the network namespace (the guard alone), a test's TCP connect or UDP send to its port, by name,
+    by loopback, by an address of the host or to a multicast group, and a child Python's, is refused at once,
+    naming the test. A test's own ports are not. Nor, in that run, may a test change the host's network
+    interfaces (a netlink socket, an ioctl that sets an interface's flags); one that reads them may."""
     listening, on_loopback = socket.socket(), socket.socket()
-    datagram = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    datagram, group = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
+        group.bind(("0.0.0.0", 0))  # on every address: the groups' datagrams to its port too
         listening.bind(("0.0.0.0", 0))
         listening.listen()
         on_loopback.bind(("127.0.0.1", 0))
@@ -1287,9 +1308,10 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
                                  "-o", "canarchy_containment=false", "-o", "canarchy_network_namespace=false",
                                  env={"CHILD_TCP_PORT": str(listening.getsockname()[1]),
                                       "CHILD_LOOPBACK_PORT": str(on_loopback.getsockname()[1]),
-                                      "CHILD_UDP_PORT": str(datagram.getsockname()[1]), "CHILD_HOST_ADDRESS": host})
+                                      "CHILD_UDP_PORT": str(datagram.getsockname()[1]), "CHILD_HOST_ADDRESS": host,
+                                      "CHILD_GROUP_PORT": str(group.getsockname()[1])})
     finally:
-        for sock in (listening, on_loopback, datagram):
+        for sock in (listening, on_loopback, datagram, group):
             sock.close()
     assert changed == []
     for test, operation in (("test_connects_to_a_loopback_port_outside_the_run", "connect to the port '"),
@@ -1298,6 +1320,8 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
                             ("test_connects_to_a_port_outside_the_run_through_the_unspecified_address",
                              "connect to the port '0.0.0.0:"),
                             ("test_sends_to_a_loopback_datagram_port_outside_the_run", "send to the port '127.0.0.1:"),
+                            ("test_sends_to_a_multicast_group_on_a_port_outside_the_run",
+                             "send to the port '239.255.74.1:"),
                             ("test_connects_through_other_spellings_of_the_unspecified_address",
                              "connect to the port '0:"),
                             ("test_a_child_python_connects_to_a_loopback_port_outside_the_run",
@@ -1310,6 +1334,14 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
     for shown in ("'0:", "'0x0:", "'0.0:", '"b\'0\':', '"bytearray(b\'0.0.0.0\'):'):  # each refused, repr'd
         assert f"connect to the port {shown}" in messages, (shown, messages)
     assert run.outcomes("test_connects_to_its_own_ports") == {"passed"}, run.messages("test_connects_to_its_own_ports")
+    # the host's network interfaces, which the run shares without a network namespace of its own
+    for test, operation in (("test_opens_a_netlink_socket", "open a netlink socket (protocol 0) to"),
+                            ("test_sets_the_flags_of_a_network_interface",
+                             "change a network interface (ioctl 0x8914)")):
+        messages = run.messages(test)
+        assert f"test_ports.py::{test} tried to {operation}" in messages, messages
+        assert "the host's network interfaces (a CAN interface among them" in messages, messages
+    assert run.outcomes("test_reads_the_flags_of_a_network_interface") == {"passed"}, run.output
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity on this system")

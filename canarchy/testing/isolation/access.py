@@ -26,6 +26,7 @@ from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
     READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
 )
+from canarchy.testing.isolation.interfaces import EVENTS as INTERFACE_EVENTS, interface_change
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.listeners import port_holder_outside, unix_listener_outside
 from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
@@ -220,6 +221,9 @@ class AccessGuard:
             if event in SIGNALS:
                 self._signal(event, args)
                 return
+            if event == "socket.__new__":
+                self._interfaces(event, args)
+                return
             if event == "os.chroot":  # raised by c_openers' wrapper
                 self._refuse_or_record(Access(self._owner(), "chroot to", str(path_text(args[0])), "/", "root",
                                               "the root directory", os.getpid()))
@@ -238,6 +242,8 @@ class AccessGuard:
     def _signal(self, event: str, args: tuple) -> None:
         """A signal or a change to a process (:data:`~.events.SIGNALS`): refused when it would reach a
         process outside the run (:func:`~.signals.reached`); a change to the operator's terminal is refused."""
+        if event == "fcntl.ioctl":
+            self._interfaces(event, args)
         if event in TERMINAL_EVENTS:
             changed = terminal_changed(event, args, self.terminals) if self.terminals else None
             if changed is not None:
@@ -250,6 +256,15 @@ class AccessGuard:
             operation, shown, outside = found
             self._refuse_or_record(Access(self._owner(), operation, shown, outside, "process",
                                           "a process outside the run", os.getpid()))
+
+    def _interfaces(self, event: str, args: tuple) -> None:
+        """A change to the host's network interfaces (:func:`~.interfaces.interface_change`): refused where the
+        run has no network namespace of its own (a CAN interface taken down, its bitrate changed)."""
+        if not self.network_namespace and event in INTERFACE_EVENTS:
+            change = interface_change(event, args)
+            if change is not None:
+                self._refuse_or_record(Access(self._owner(), change[0], change[1], "the host's network interfaces",
+                                              "network", "the host's network interfaces", os.getpid()))
 
     def _listener(self, event: str, args: tuple) -> None:
         """A connect or a send to a Unix-domain socket (:data:`~.events.UNIX_SENDS`), or to a port of this host:

@@ -201,7 +201,7 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
     #: ... and of a change to a terminal (termios' setters, no event of CPython's: raised by c_openers' wrappers;
     #: those two fcntl events too): refused on the operator's terminal (:func:`~.signals.terminal_changed`)
     *(f"termios.{name}" for name in TERMINAL_SETTERS))})
-JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open", "os.chroot"}
+JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open", "os.chroot", "socket.__new__"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
 #: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``: code -> the globals it runs

@@ -11,6 +11,8 @@ links of ``/proc/PID/fd``. Linux only. Design: ``docs/design/test-isolation.md``
 
 from __future__ import annotations
 
+import _socket
+import contextlib
 import ipaddress
 import os
 import socket
@@ -66,7 +68,8 @@ def _diag(family: int, protocol: int, states: int) -> list:
     inet_diag_req_v2`` asked, ``struct inet_diag_msg`` answered). Raises OSError where it cannot answer."""
     request = struct.pack("=BBBBI48x", family, protocol, 0, 0, states)
     found = []
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+    # _socket's own: made by this function, the audit event of the netlink socket is the guard's own work
+    with contextlib.closing(_socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)) as link:
         link.sendall(struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _DUMP_REQUEST, 1, 0) + request)
         while True:
             data, offset = link.recv(1 << 16), 0
@@ -87,11 +90,12 @@ def _diag(family: int, protocol: int, states: int) -> list:
 
 def _reaches(destination: ipaddress._BaseAddress, bound: ipaddress._BaseAddress, local: set) -> bool:
     """Whether a packet to ``destination`` reaches a socket bound to ``bound`` (the wildcard: any address of this
-    host; an IPv6 socket also takes IPv4 as ``::ffff:a.b.c.d``)."""
+    host and any multicast group, which Linux delivers to every such socket of the port (``IP_MULTICAST_ALL``):
+    python-can's ``udp_multicast`` bus; an IPv6 socket also takes IPv4 as ``::ffff:a.b.c.d``)."""
     if isinstance(bound, ipaddress.IPv6Address) and bound.ipv4_mapped is not None:
         bound = bound.ipv4_mapped
-    if bound.is_unspecified:
-        return destination.is_loopback or destination in local
+    if bound.is_unspecified:  # a group's datagrams reach every socket of the host bound to their port
+        return destination.is_loopback or destination.is_multicast or destination in local
     return destination == bound
 
 

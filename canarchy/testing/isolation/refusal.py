@@ -37,6 +37,11 @@ PROCESS_FIXES = (
     "own) and stop it there",
     "if the test must reach what runs outside it, mark it @pytest.mark.integration and run it with -m integration",
 )
+NETWORK_FIXES = (
+    "set canarchy_network_namespace = true: the run then has a network namespace of its own, holding only "
+    "loopback, whose interfaces a test may change",
+    "if the test must change the host's interfaces, mark it @pytest.mark.integration and run it with -m integration",
+)
 ROOT_FIXES = (
     "pass the code under test the directory to work under (a tmp_path) instead of changing the process's root",
 )
@@ -156,6 +161,9 @@ class Access:
                            "end of a pipe, a program beside it, a daemon listening on a Unix socket or a port), "
                            "which a signal would end or stop, a change to its resource limits, nice level or CPUs "
                            "starve or end, and what is sent to its socket make act outside every isolation",
+                "network": "the host's network interfaces (a CAN interface among them: up or down, its bitrate, "
+                           "its addresses and routes), which the run shares with the operator: it has no network "
+                           "namespace of its own",
                 "terminal": "the terminal pytest was started on: a setting changed there stays after pytest "
                             "exits, and what is typed into it (TIOCSTI) the operator's shell runs",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
@@ -167,7 +175,7 @@ class Access:
                        "directories), or where a later Python loads code from (a virtual environment in the "
                        "checkout)")
         fixes = (TERMINAL_FIXES if terminal else BUS_FIXES if self.tree.startswith("/dev/")
-                 else ROOT_FIXES if self.zone == "root"
+                 else ROOT_FIXES if self.zone == "root" else NETWORK_FIXES if self.zone == "network"
                  else PROCESS_FIXES if self.zone in ("process", "exec") else ACCESS_FIXES)
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{_numbered(fixes)}")

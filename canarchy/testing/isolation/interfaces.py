@@ -1,0 +1,32 @@
+"""What changes the host's network interfaces from a test's Python code, where the run has no network namespace
+of its own: a netlink socket (``AF_NETLINK``; rtnetlink sets a link up or down, a CAN interface's bitrate, an
+address or a route, sock_diag destroys another process's sockets, generic netlink reaches ethtool) and a
+socket-configuration ioctl that is not a read (linux/sockios.h, ``0x890B``-``0x89FF``: ``SIOCSIFFLAGS``,
+``SIOCSIFMTU``, ``SIOCETHTOOL``, a device's private ones). Linux only; standard library only.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+AF_NETLINK = getattr(socket, "AF_NETLINK", 16)
+#: The socket-configuration requests of linux/sockios.h (routes, interfaces, ARP, bridges, device-private ones).
+_SOCKIOS = range(0x890B, 0x8A00)
+#: Those that only read: SIOCGIFNAME, GIFCONF, GIFFLAGS, GIFADDR, GIFDSTADDR, GIFBRDADDR, GIFNETMASK, GIFMETRIC,
+#: GIFMTU, GIFHWADDR, GIFINDEX, GIFPFLAGS, GIFCOUNT, GIFTXQLEN, OUTQNSD, GARP, GIFMAP, GHWTSTAMP (linux/sockios.h).
+_READS = frozenset({0x8910, 0x8912, 0x8913, 0x8915, 0x8917, 0x8919, 0x891B, 0x891D, 0x8921, 0x8927, 0x8933, 0x8935,
+                    0x8938, 0x8942, 0x894B, 0x8951, 0x8960, 0x89B1})
+#: The audit events judged here (CPython 3.11 "Audit events table"): (socket, family, type, protocol), and
+#: (fd, request, argument), the request already an unsigned int.
+EVENTS = frozenset({"socket.__new__", "fcntl.ioctl"}) if sys.platform.startswith("linux") else frozenset()
+
+
+def interface_change(event: str, args: tuple) -> tuple[str, str] | None:
+    """``(operation, what)`` in words for an event of :data:`EVENTS` that can change the host's network
+    interfaces, else None."""
+    if event == "socket.__new__" and args[1] == AF_NETLINK:
+        return f"open a netlink socket (protocol {args[3]}) to", "the kernel's network configuration"
+    if event == "fcntl.ioctl" and args[1].__class__ is int and args[1] in _SOCKIOS and args[1] not in _READS:
+        return f"change a network interface (ioctl {args[1]:#06x}) through", f"descriptor {args[0]}"
+    return None
