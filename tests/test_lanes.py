@@ -467,6 +467,33 @@ def test_a_sigterm_to_nox_during_a_lane_ends_it_as_ctrl_c_and_removes_the_lane_s
     assert not list(temp.iterdir()), done  # canarchy-lane-unit-home-*
 
 
+@pytest.mark.parametrize("name, posargs, own", [
+    ("unit", ["--jobs", "1", "tests/test_a.py", "-k", "json"], ["--jobs", "1"]),
+    ("unit", ["tests/test_a.py", "--jobs=0"], ["--jobs=0"]),
+    ("parity", ["--strict", "tests/test_a.py", "--shards", "2"], ["--strict", "--shards", "2"]),
+    ("order", ["--seeds", "3", "-k", "json"], ["--seeds", "3"]),
+])
+def test_a_nox_session_passes_its_lane_s_own_options_and_leaves_the_rest_to_choose_tests(monkeypatch, name, posargs,
+                                                                                         own):
+    """``nox -s unit -- --jobs 1 tests/...``: the session gives the lane its own options before ``--`` and the
+    rest after it, as the lane's parser expects (a lane's option after ``--`` would be refused as a test choice)."""
+    from canarchy.testing.lanes import noxsessions
+
+    class Session:  # what the sessions use of a nox session
+        def __init__(self) -> None:
+            self.posargs, self.ran = list(posargs), []
+
+        def run(self, *args, **kwargs):
+            self.ran.append(args)
+
+    monkeypatch.setattr(noxsessions, "install", lambda session: None)
+    session = Session()
+    getattr(noxsessions, name)(session)
+    [ran] = session.ran
+    rest = [arg for arg in posargs if arg not in own]
+    assert list(ran) == ["python", "-m", "canarchy.testing.lanes", name, *own, "--", *rest], ran
+
+
 @pytest.mark.parametrize("files, config", [
     ({"tox.ini": "[tox]\nenvlist = py\n[pytest]\n{options}"}, "tox.ini"),
     ({"setup.cfg": "[metadata]\nname = x\n[tool:pytest]\n{options}", "tox.ini": "[tox]\nenvlist = py\n"}, "setup.cfg"),

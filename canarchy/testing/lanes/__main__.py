@@ -76,6 +76,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one lane (see the module docstring) and return its exit code."""
+    # each line as it is printed: the pytest children write to the same stream (a pipe, a CI log) meanwhile
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)
     own, posargs = split_pytest_args(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(own)
     if args.lane == "compare":

@@ -129,9 +129,12 @@ def _lane_options(session: nox.Session, **kinds: tuple[str, ...]) -> list[str]:
 
 @nox.session(tags=["tests"])
 def unit(session: nox.Session) -> None:
-    """Run the isolated suite (two pytest-xdist workers per core; reports/unit.xml)."""
+    """Run the isolated suite (two pytest-xdist workers per core; reports/unit.xml).
+
+    ``nox -s unit -- --jobs N``: N pytest-xdist workers (0: one process); other posargs choose tests.
+    """
     install(session)
-    lane(session, "unit")
+    lane(session, "unit", *_lane_options(session, valued=("--jobs",)))
 
 
 @nox.session(tags=["tests", "bus"])
