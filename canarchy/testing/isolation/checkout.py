@@ -98,10 +98,9 @@ def _tracked_view(root: str, env: Mapping[str, str] | None, described: str | Non
     listed = GitListing(root, ["ls-files", "-z", "-v", "--cached"], env).text()
     if listed is None:
         return None
+    entries = "\0" + listed  # each entry after a NUL: a pattern led by one is scanned for at C speed
     return TrackedView(root, git_dir, key, bool(listed), frozenset(_LISTED_DIRECTORY.findall(listed)),
-                       tuple((os.fsdecode(flag), os.fsdecode(name)) for flag, name in _FLAGGED.findall(
-                           os.fsencode(listed))),
-                       tuple(_SOURCE.findall(listed)))
+                       tuple(_FLAGGED.findall(entries)), tuple(_SOURCE.findall(entries)))
 
 
 #: The suffixes of the sources an import may have cached byte code of (:func:`checkout_state`).
@@ -125,9 +124,10 @@ def _cached_beside_sources(out: dict[str, Entry], root: str, sources: Iterable[s
 #: its git directory; a directory with every file in it.
 GIT_RUNS = ("config", "config.worktree", "commondir", "hooks", "info/exclude", "info/attributes",
             "info/sparse-checkout", "info/grafts", "refs/replace", "packed-refs")
-_FLAGGED = re.compile(rb"(?:^|\0)([a-zS]) ([^\0]*)")  # ls-files -v: lowercase assume-unchanged, S skip-worktree
+# In ``ls-files -z -v`` output with a NUL put before it (every entry, the last too, then ends in one):
+_FLAGGED = re.compile(r"\0([a-zS]) ([^\0]*)")  # lowercase: assume-unchanged; S: skip-worktree
 _SUFFIXES = "|".join(map(re.escape, PYTHON_SOURCES))
-_SOURCE = re.compile(rf"(?:^|\0). ([^\0]*(?:{_SUFFIXES}))(?=\0|$)")  # a listed path of Python source
+_SOURCE = re.compile(rf"\0. ([^\0]*(?:{_SUFFIXES}))(?=\0)")  # a listed path of Python source
 _LISTED_DIRECTORY = re.compile(r"(?:^|\0). ([^\0]*)/[^\0/]*")  # ls-files -v: the directory of a path in one
 
 
