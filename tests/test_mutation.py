@@ -355,6 +355,7 @@ def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, t
     assert result.status == "cannot decide"
     assert "baseline" in result.reason and "not run" in result.reason, result.reason
     assert "ERROR: not found:" in result.reason and "test_no_such_test" in result.reason  # pytest's own words
+    assert "not found: tests/test_guard.py::test_no_such_test" in result.reason, result.reason  # as the project's
 
 
 CHILD_TEST = """

@@ -172,7 +172,8 @@ class _Workspace:
                                + "; ".join(f"{n}: {', '.join(k.rpartition('::')[2] for k in found)}"
                                            for n, found in cases.items() if found) + ")")
         if missing:
-            why = "no such test?" if done.returncode in (0, 1) else f"the run stopped first: {stopped_text(done)}"
+            why = "no such test?" if done.returncode in (0, 1) else (  # pytest's words name the copy's paths
+                "the run stopped first: " + stopped_text(done).replace(os.path.join(str(self.tree), ""), ""))
             raise CannotDecide(f"{label}: not run ({why}): {', '.join(missing)}")
         records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(proof.glob("*.json"))]
         blind = unseen(load_starts(proof), proof=proof, packages=packages, hook_dir=HOOK_DIR)
