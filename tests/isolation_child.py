@@ -61,9 +61,11 @@ def operator_environment(home: Path, hostile: bool = True) -> dict[str, str]:
 
 
 def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = True,
-              env: dict[str, str] | None = None, timeout: float = 120, pass_fds: tuple[int, ...] = ()) -> ChildRun:
+              env: dict[str, str] | None = None, timeout: float = 120, pass_fds: tuple[int, ...] = (),
+              stdin: int | None = None) -> ChildRun:
     """Write ``files`` (name -> source, dedented) into a project under ``base``
-    and run pytest there with canarchy's plugin and an operator environment."""
+    and run pytest there with canarchy's plugin and an operator environment (``stdin``: a descriptor its
+    standard input is a copy of)."""
     project = base / "project"
     project.mkdir(parents=True, exist_ok=True)
     files = {"conftest.py": 'pytest_plugins = ["canarchy.testing.isolation.plugin"]\n', **files}
@@ -78,7 +80,7 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     command = [*PYTEST, "-q", "--strict-markers", f"--junitxml={report}", "--rootdir", str(project),
                "-o", "canarchy_keep_variables=CHILD_", *args]
     proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout,
-                          pass_fds=pass_fds)
+                          pass_fds=pass_fds, stdin=stdin)
     run = ChildRun(proc.returncode, proc.stdout + proc.stderr, home=home)
     if report.exists():
         for case in ET.parse(report).getroot().iter("testcase"):

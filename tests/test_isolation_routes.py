@@ -683,6 +683,11 @@ def test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty():
                                               f"/proc/{pid}/cmdline /proc/{pid}/task/*/cmdline"],
                                  capture_output=True).stdout for pid in above}
     assert above and all(out == b"" for out in shown.values()), {pid: len(out) for pid, out in shown.items()}
+    # nor a thread of one of them by its own /proc/TID, which /proc does not list
+    thread = os.environ["CHILD_ANCESTOR_THREAD"]
+    by_thread = subprocess.run(["sh", "-c", f"cat /proc/{thread}/cmdline /proc/{thread}/environ"],
+                               capture_output=True)
+    assert by_thread.stdout == b"" and os.path.exists(f"/proc/{thread}"), by_thread
     # and no thread one of them starts later shows its own: each one's task directory is empty
     threads = {pid: subprocess.run(["ls", f"/proc/{pid}/task"], capture_output=True).stdout for pid in above}
     assert all(out == b"" for out in threads.values()), threads
@@ -1562,20 +1567,33 @@ def test_a_descriptor_of_a_directory_holding_the_operator_s_state_is_refused(rou
 
 def test_a_run_started_with_a_directory_or_operator_descriptor_open_is_refused(tmp_path_factory):
     """A descriptor pytest inherits is one its protections cannot see through: a directory's, one on the
-    operator's state, or one open for writing on a file of the home (``4>>~/.bashrc``); the run is refused."""
+    operator's state, or one open for writing on a file of the home (``4>>~/.bashrc``); with the containment,
+    also one open to read a file of the home, standard input among them (``pytest < ~/.bashrc``): a shell
+    child's ``>> /proc/self/fd/0`` reopens it on the mount it was opened on, not the read-only view. The run is
+    refused; without the containment, that read-only one is not (the guard judges what Python reopens)."""
     home = make_operator_home(tmp_path_factory.mktemp("descriptor-home"))
     (home / ".bashrc").write_text("")
-    for path, what, flags in ((home.parent, "on the directory", os.O_RDONLY),
-                              (home / ".canrc", "the operator's own state", os.O_RDONLY),
-                              (home / ".bashrc", "open for writing on", os.O_WRONLY | os.O_APPEND)):
+    contained = ("-o", "canarchy_containment=true")
+    for path, expected, flags, options, stdin in (
+            (home.parent, "is open on the directory", os.O_RDONLY, (), False),
+            (home / ".canrc", "the operator's own state", os.O_RDONLY, (), False),
+            (home / ".bashrc", "is open for writing on", os.O_WRONLY | os.O_APPEND, (), False),
+            (home / ".bashrc", f"is open (to read) on {home / '.bashrc'}", os.O_RDONLY, contained, True),
+            (home / ".bashrc", f"is open (to read) on {home / '.bashrc'}", os.O_RDONLY, contained, False),
+            (home / ".bashrc", None, os.O_RDONLY, (), True)):
         fd = os.open(path, flags)
         try:
             run = run_child(tmp_path_factory.mktemp("descriptors"), {"test_one.py": "def test_one():\n    pass\n"},
-                            *EARLY, pass_fds=(fd,), env={"HOME": str(home), "USERPROFILE": str(home)})
+                            *EARLY, *options, pass_fds=() if stdin else (fd,), stdin=fd if stdin else None,
+                            env={"HOME": str(home), "USERPROFILE": str(home)})
         finally:
             os.close(fd)
+        if expected is None:
+            assert run.outcomes("test_one") == {"passed"}, run.output
+            continue
         assert run.returncode == 4 and "test_one" not in run.results, run.output
-        assert f"descriptor {fd} is open" in run.output and what in run.output, run.output
+        # standard input is named as the copy of it pytest's capture keeps
+        assert "descriptor " + ("" if stdin else f"{fd} ") in run.output and expected in run.output, run.output
 
 
 def test_a_tmpdir_in_the_operator_home_is_not_used(tmp_path_factory):
@@ -1735,6 +1753,9 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
     # listening before the child pytest starts, as a daemon outside; in a short directory of its own: a Unix
     # socket's path holds at most 107 bytes, and a lane's temporary trees nest deep
     where = tempfile.mkdtemp(prefix="canarchy-daemon-", dir="/tmp")
+    stop = threading.Event()
+    ancestor_thread = threading.Thread(target=stop.wait, daemon=True)  # a thread of a process above the run
+    ancestor_thread.start()
     try:
         daemon = socket.socket(socket.AF_UNIX)
         daemon.bind(os.path.join(where, "d.sock"))
@@ -1745,10 +1766,13 @@ def test_a_shell_an_env_i_child_and_a_c_level_open_find_the_operator_state_empty
                                                                                 / "config.toml"),
                                                       "CHILD_HOST_SOCKET": os.path.join(where, "d.sock"),
                                                       "CHILD_SHM_KEY": str(key), "CHILD_KEY": description,
-                                                      "CHILD_KEYCTL": str(keyctl if add_key else "")})
+                                                      "CHILD_KEYCTL": str(keyctl if add_key else ""),
+                                                      "CHILD_ANCESTOR_THREAD": str(ancestor_thread.native_id)})
             with pytest.raises(BlockingIOError):
                 daemon.accept()  # nothing reached it
     finally:
+        stop.set()
+        ancestor_thread.join()
         shutil.rmtree(where, ignore_errors=True)
     libc.shmctl(segment, 0, None)  # IPC_RMID
     if operator_key > 0:

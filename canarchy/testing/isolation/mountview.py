@@ -49,22 +49,28 @@ def _ancestors(path: str) -> list[str]:
     return out
 
 
-def _tasks(pid: int) -> list[str]:
-    """``""`` and ``task/TID/`` for each thread of ``pid`` now: where its /proc files are."""
+def _threads(pid: int) -> list[str]:
+    """The thread ids of ``pid`` now (its own among them)."""
     try:
-        return ["", *(f"task/{tid}/" for tid in os.listdir(f"/proc/{pid}/task"))]
+        return os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return [""]
+        return []
 
 
 def _hidden(processes: tuple[int, ...]) -> list[str]:
     """What each of ``processes`` (the calling one first) shows any process of its start-up environment: its
     ``environ`` and its ``mem``, for the first and each of its threads now; for those above it, their
     ``cmdline`` too (``env VAR=value pytest``, ``sh -c 'VAR=value ...'`` name variables there), and their
-    whole ``task`` directory, so that a thread one of them starts later shows nothing either."""
+    whole ``task`` directory, so that a thread one of them starts later shows nothing there. Each thread now
+    also by its own ``/proc/TID``, which ``/proc`` does not list but opens."""
     first, above = processes[:1], processes[1:]
-    return ([f"/proc/{pid}/{where}{name}" for pid in first for where in _tasks(pid) for name in ("environ", "mem")]
-            + [f"/proc/{pid}/{name}" for pid in above for name in ("environ", "mem", "cmdline", "task")])
+    shown = {pid: ("environ", "mem") if pid in first else ("environ", "mem", "cmdline") for pid in processes}
+    threads = {pid: _threads(pid) for pid in processes}
+    return ([f"/proc/{pid}/{where}{name}" for pid in first for where in ("", *(f"task/{tid}/" for tid in threads[pid]))
+             for name in shown[pid]]
+            + [f"/proc/{pid}/{name}" for pid in above for name in (*shown[pid], "task")]
+            + [f"/proc/{tid}/{name}" for pid in processes for tid in threads[pid] if tid != str(pid)
+               for name in shown[pid]])
 
 
 def _is_socket(path: str) -> bool:

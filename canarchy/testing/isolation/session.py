@@ -190,7 +190,7 @@ def _start(config: pytest.Config, where: str) -> None:
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = _watched_state(settings, homes)
     if not _is_worker(config):
-        _refuse_inherited_descriptors(guarded, homes, os.path.realpath(config.rootpath))
+        _refuse_inherited_descriptors(guarded, homes, os.path.realpath(config.rootpath), settings.containment)
         if os.path.realpath(config.rootpath) in homes:
             raise pytest.UsageError(
                 f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
@@ -349,12 +349,16 @@ def _import_machinery() -> list[tuple[object, str]]:
     return found
 
 
-def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir: str) -> None:
+def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir: str, contained: bool) -> None:
     """Refuse a run started with a directory descriptor open (paths resolved through it pass by
     the containment's view and the access guard), one open on the operator's state, or one beyond the standard
     streams open for writing on a file of an operator home outside the checkout (``4>>~/.bashrc``: a write
-    through it is never judged)."""
+    through it is never judged); with the containment (``contained``), one open to read a file of a tree its
+    view makes read-only (an operator home outside the checkout, the interpreter's trees; ``pytest <
+    ~/.bashrc``): a child reopens it for writing by ``/proc/self/fd/N``, which names the file on the mount it
+    was opened on, not the view's."""
     found = []
+    read_only = [*homes, *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}]
     for fd, status in _access.open_descriptors():
         target = _access.descriptor_path(fd) or "?"
         if stat.S_ISDIR(status.st_mode):
@@ -364,6 +368,10 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir:
         elif fd > 2 and status.st_nlink and _access.opened_for_writing(fd) and (  # unlinked: pytest's capture
                 any(_inside(target, h) for h in homes) and not _inside(target, rootdir)):  # in a home TMPDIR
             found.append(f"descriptor {fd} is open for writing on {target}, in the operator's home")
+        elif contained and stat.S_ISREG(status.st_mode) and status.st_nlink and not _access.opened_for_writing(fd) \
+                and not _inside(target, rootdir) and any(_inside(target, tree) for tree in read_only):
+            found.append(f"descriptor {fd} is open (to read) on {target}, in a tree the containment makes "
+                         f"read-only: a child would reopen it for writing by /proc/self/fd/{fd}")
     if found:
         raise pytest.UsageError(
             "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
