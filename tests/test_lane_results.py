@@ -479,6 +479,27 @@ def test_c_fails():
 """
 
 
+SKIPS_ONE = """
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    return True if "broken" in item.nodeid else None  # the test is never run, and nothing is reported
+"""
+
+
+def test_a_run_in_workers_that_never_ran_a_test_is_no_pass(tmp_path):
+    """Under pytest-xdist the controller collects nothing itself: the count of tests the run was to run comes
+    from the workers' collection, so a test a conftest keeps from running is missed there too."""
+    (tmp_path / "test_some.py").write_text("def test_one():\n    pass\n\ndef test_broken():\n    assert False\n")
+    (tmp_path / "conftest.py").write_text(SKIPS_ONE)
+    junit, output, code = _run_pytest(tmp_path, "-p", "canarchy.testing.isolation.plugin", "-p", "no:randomly",
+                                      "-p", "xdist", "-n", "2", "test_some.py")
+    assert code == 0, output
+    judged = verdict.judge("unit", _run(junit, code))
+    assert judged.status == "CANNOT DECIDE" and "holds 1 of the 2 tests" in judged.detail, judged.detail
+
+
 def test_a_run_that_stopped_before_its_last_tests_is_no_pass(tmp_path):
     """A test's ``pytest.exit(returncode=0)``: pytest exits 0 with a report of the tests that ran; the isolation
     records how many the run was to run, and a lane that reads fewer cannot decide (the rest never ran)."""

@@ -1083,6 +1083,21 @@ def test_a_module_only_the_operator_twin_cannot_collect_fails_parity_and_is_name
     assert "the operator twin alone could not collect 1 module(s)" in shown
 
 
+def test_a_test_a_late_hook_keeps_from_running_in_the_operator_twin_alone_fails_parity(tmp_path):
+    """A project's ``trylast`` hook that drops a test where the time zone is not UTC: the operator twin's collected
+    ids (listed before that hook) still name it, but it never runs there. Which tests a twin ran is what its
+    report holds, so this is the operator's doing, not the hash seed's."""
+    project = _project(tmp_path / "p", "def test_a():\n    pass\n\ndef test_midnight():\n    pass\n")
+    (project.root / "tests" / "conftest.py").write_text(
+        "import time, pytest\n\n@pytest.hookimpl(trylast=True)\ndef pytest_collection_modifyitems(items):\n"
+        "    if time.timezone:\n        items[:] = [i for i in items if 'midnight' not in i.nodeid]\n")
+    result = parity.run_parity(project, ["tests"], source_env=os.environ, hashseeds=(11, 22))
+    shown = parity.render(result)
+    assert result.exit_code == 1 and result.status == "FAILED", shown
+    [finding] = result.findings
+    assert (finding.id, finding.kind) == ("tests.test_p::test_midnight", "operator"), shown
+
+
 def test_parity_cannot_decide_when_every_test_skips_in_both_twins(tmp_path):
     """A conftest that skips every test where ``TZ`` is set (the lanes set it in both twins): two identical
     reports of skipped tests compare equal and prove nothing."""

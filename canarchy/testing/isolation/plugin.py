@@ -47,7 +47,7 @@ DESELECTED_PROPERTY = "canarchy_deselected"
 #: JUnit test-suite property every run under the plugin carries (what is in force): the lanes
 #: refuse a report without it from a project whose configuration loads the plugin.
 ISOLATION_PROPERTY = "canarchy_isolation"
-ITEMS_PROPERTY = "canarchy_items"  # how many tests the run was to run (serial runs): the lanes count its cases
+ITEMS_PROPERTY = "canarchy_items"  # how many tests the run was to run: the lanes count its cases
 REQUIRED_MODULE = "canarchy.testing.required"
 
 
@@ -279,6 +279,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         run.opt_outs = {item.nodeid: run.opt_outs.get(item.nodeid, frozenset()) for item in session.items}
     if session.items:  # none in pytest-xdist's controller: its workers collect
         _junit_suite_properties(session.config, [(ITEMS_PROPERTY, str(len(session.items)))])
+
+
+_ITEMS_NOTED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """pytest-xdist, in the controller: how many tests the run is to run (each worker collects them all), once."""
+    if not node.config.stash.get(_ITEMS_NOTED, False):
+        node.config.stash[_ITEMS_NOTED] = True
+        _junit_suite_properties(node.config, [(ITEMS_PROPERTY, str(len(ids)))])
 
 
 @pytest.hookimpl(trylast=True)

@@ -282,17 +282,19 @@ def _classify(twins: dict[str, Twin], comparison: Comparison, selection: Sequenc
     present = [r for r in comparison.differences if r not in absent]
     findings: list[Finding] = []
     if absent:
-        findings += _classify_absent(clean, reseeded_env, absent, selection, out, python)
+        findings += _classify_absent(clean, operator, reseeded_env, absent, selection, out, python)
     if present:
         findings += _classify_present(clean, operator, reseeded_env, present, out, reruns, python)
     return findings
 
 
-def _classify_absent(clean: Twin, reseeded_env: dict[str, str], absent: list[Row], selection: Sequence[str],
-                     out: Path, python: str) -> list[Finding]:
-    """Tests collected in one twin only: is the clean configuration with the operator's seed the same?"""
+def _classify_absent(clean: Twin, operator: Twin, reseeded_env: dict[str, str], absent: list[Row],
+                     selection: Sequence[str], out: Path, python: str) -> list[Finding]:
+    """Tests collected in one twin only: is the clean configuration with the operator's seed the same? The
+    operator twin's tests are those its report holds: its collected ids are listed before a project's later
+    hooks (``trylast``) keep one from running."""
     again = {case_key(n) for n in _collect(clean, reseeded_env, selection, out, "clean-reseeded", python)}
-    theirs = {case_key(n) for n in _node_ids(out / "parity-operator-ids.txt")}
+    theirs = set(operator.report.cases) if operator.report else set()
     findings = []
     for row in absent:
         seed = (row.id in again) == (row.id in theirs)
