@@ -295,6 +295,11 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
         normal = result.runs[0]
         if normal.problem is None and every_case_skipped(normal.report):
             normal.problem = f"{ALL_SKIPPED} (no order of skipped tests can differ)"
+        reverse = result.runs[1]
+        if reverse.problem is None and len(normal.executed) > 1 and reverse.executed == normal.executed:
+            reverse.problem = ("it ran the tests in the normal order: a hook of the project puts them back after the "
+                               "lane's reordering (a pytest_collection_modifyitems wrapper that sorts them?), so no "
+                               "other order was tried")
         for entry in result.runs[1:]:
             if normal.report and entry.report:
                 result.comparisons[entry.label] = compare(normal.report, entry.report, label_a="normal",
