@@ -357,26 +357,34 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir:
     view makes read-only (an operator home outside the checkout, the interpreter's trees; ``pytest <
     ~/.bashrc``): a child reopens it for writing by ``/proc/self/fd/N``, which names the file on the mount it
     was opened on, not the view's."""
-    found = []
-    read_only = [*homes, *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}]
-    for fd, status in _access.open_descriptors():
-        target = _access.descriptor_path(fd) or "?"
-        if stat.S_ISDIR(status.st_mode):
-            found.append(f"descriptor {fd} is open on the directory {target}")
-        elif any(_inside(target, g) for g in guarded):
-            found.append(f"descriptor {fd} is open on {target}, the operator's own state")
-        elif fd > 2 and status.st_nlink and _access.opened_for_writing(fd) and (  # unlinked: pytest's capture
-                any(_inside(target, h) for h in homes) and not _inside(target, rootdir)):  # in a home TMPDIR
-            found.append(f"descriptor {fd} is open for writing on {target}, in the operator's home")
-        elif contained and stat.S_ISREG(status.st_mode) and status.st_nlink and not _access.opened_for_writing(fd) \
-                and not _inside(target, rootdir) and any(_inside(target, tree) for tree in read_only):
-            found.append(f"descriptor {fd} is open (to read) on {target}, in a tree the containment makes "
-                         f"read-only: a child would reopen it for writing by /proc/self/fd/{fd}")
+    read_only = [*homes, *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}] \
+        if contained else []
+    found = [why for fd, status in _access.open_descriptors()
+             if (why := _inherited(fd, status, guarded, homes, rootdir, read_only)) is not None]
     if found:
         raise pytest.UsageError(
             "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
             "through (files opened through it pass by the containment's view and the access guard): "
             + "; ".join(found) + ". Start pytest without it (in a shell, `exec N<&-` closes descriptor N).")
+
+
+def _inherited(fd: int, status: os.stat_result, guarded: list[str], homes: list[str], rootdir: str,
+               read_only: list[str]) -> str | None:
+    """Why descriptor ``fd`` (``status``) refuses the run (:func:`_refuse_inherited_descriptors`), else None."""
+    target = _access.descriptor_path(fd) or "?"
+    if stat.S_ISDIR(status.st_mode):
+        return f"descriptor {fd} is open on the directory {target}"
+    if any(_inside(target, g) for g in guarded):
+        return f"descriptor {fd} is open on {target}, the operator's own state"
+    if not status.st_nlink or _inside(target, rootdir):  # unlinked: pytest's capture (in a home TMPDIR too)
+        return None
+    if _access.opened_for_writing(fd):
+        return f"descriptor {fd} is open for writing on {target}, in the operator's home" if fd > 2 and any(
+            _inside(target, h) for h in homes) else None
+    if stat.S_ISREG(status.st_mode) and any(_inside(target, tree) for tree in read_only):
+        return (f"descriptor {fd} is open (to read) on {target}, in a tree the containment makes read-only: a "
+                f"child would reopen it for writing by /proc/self/fd/{fd}")
+    return None
 
 
 def _guarded_manifest(run: _Run) -> dict:
