@@ -753,6 +753,10 @@ attempt("read-only, a WAL database", lambda: read_only("wal.db?mode=ro"))
 attempt("read-only, dot-file locks", lambda: read_only("notes.db?mode=ro&vfs=unix-dotfile"))
 attempt("read-only and immutable", lambda: read_only("wal.db?mode=ro&immutable=1"))
 attempt("immutable last, not first", lambda: read_only("wal.db?mode=ro&imm%75table=0&immutable=1"))
+attempt("read-only, a rollback-journal database", lambda: read_only("notes.db?mode=ro"))  # SQLite makes nothing
+attempt("parameters after a fragment", lambda: sqlite3.connect(f"file:{home}/frag.db#?mode=ro&immutable=1", uri=True))
+attempt("a file name cut by an encoded NUL", lambda: sqlite3.connect(
+    f"file:{home}/nul.db%00/../../../../..{work}/elsewhere.db", uri=True))
 attempt("read history", lambda: readline.read_history_file(str(STATE / 'config.toml')))
 attempt("append history", lambda: readline.append_history_file(1, str(home / 'notes.txt')))
 attempt("read an init file", lambda: readline.read_init_file(str(home / '.canrc')))
@@ -817,9 +821,10 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     outcomes = report["outcomes"]
     # a pragma that points SQLite's own files elsewhere; a read-only connection that may still write beside the file
     for name in ("a temporary store under the home", "read-only, a WAL database", "read-only, dot-file locks",
-                 "immutable last, not first"):
+                 "immutable last, not first", "parameters after a fragment", "a file name cut by an encoded NUL"):
         assert outcomes[name].startswith(("error: DatabaseError", "refused: ")), (name, outcomes[name])
-    assert outcomes["a temporary store in the work tree"] == outcomes["read-only and immutable"] == "allowed", outcomes
+    assert outcomes["a temporary store in the work tree"] == outcomes["read-only and immutable"] == outcomes[
+        "read-only, a rollback-journal database"] == "allowed", outcomes
     assert outcomes["attach"].startswith("error: DatabaseError") and outcomes["vacuum into"].startswith(
         "error: DatabaseError"), outcomes
     assert outcomes["attach in the work tree"] == "allowed", outcomes

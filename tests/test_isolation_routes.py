@@ -685,8 +685,8 @@ def test_a_shell_finds_pytest_s_memory_and_the_environment_above_it_empty():
     assert above and all(out == b"" for out in shown.values()), {pid: len(out) for pid, out in shown.items()}
     # nor a thread of one of them by its own /proc/TID, which /proc does not list
     thread = os.environ["CHILD_ANCESTOR_THREAD"]
-    by_thread = subprocess.run(["sh", "-c", f"cat /proc/{thread}/cmdline /proc/{thread}/environ"],
-                               capture_output=True)
+    by_thread = subprocess.run(["sh", "-c", f"cat /proc/{thread}/cmdline /proc/{thread}/environ "
+                                            f"/proc/{thread}/task/{thread}/cmdline"], capture_output=True)
     assert by_thread.stdout == b"" and os.path.exists(f"/proc/{thread}"), by_thread
     # and no thread one of them starts later shows its own: each one's task directory is empty
     threads = {pid: subprocess.run(["ls", f"/proc/{pid}/task"], capture_output=True).stdout for pid in above}
@@ -1237,6 +1237,11 @@ def test_sends_to_a_multicast_group_on_a_port_outside_the_run():  # python-can's
         client.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)  # were it sent: this host only
         client.sendto(b"x", ("239.255.74.1", int(os.environ["CHILD_GROUP_PORT"])))
 
+def test_sends_a_broadcast_to_a_port_outside_the_run():  # loopback's own broadcast address: it stays on lo
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        client.sendto(b"x", ("127.255.255.255", int(os.environ["CHILD_GROUP_PORT"])))
+
 def test_opens_a_netlink_socket():  # rtnetlink: a CAN interface up or down, its bitrate
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()
 
@@ -1327,6 +1332,7 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
                             ("test_sends_to_a_loopback_datagram_port_outside_the_run", "send to the port '127.0.0.1:"),
                             ("test_sends_to_a_multicast_group_on_a_port_outside_the_run",
                              "send to the port '239.255.74.1:"),
+                            ("test_sends_a_broadcast_to_a_port_outside_the_run", "send to the port '127.255.255.255:"),
                             ("test_connects_through_other_spellings_of_the_unspecified_address",
                              "connect to the port '0:"),
                             ("test_a_child_python_connects_to_a_loopback_port_outside_the_run",

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from canarchy.testing.isolation.access import GUARD
 from canarchy.testing.isolation.audithook import observe
-from canarchy.testing.isolation.events import SPECIAL, TERMINAL_SETTERS
+from canarchy.testing.isolation.events import TERMINAL_SETTERS, sqlite_file
 from canarchy.testing.isolation.refusal import Access
 
 
@@ -157,20 +157,12 @@ def _attach_authorizer(action: int, name: Any, argument: Any = None, *rest: Any)
     if action == _SQLITE_PRAGMA and argument and str(name).lower() in _SQLITE_DIRECTORY_PRAGMAS:
         sys.audit("sqlite3.temp_store_directory", argument)  # a refusal raises: SQLite denies the statement
     elif action == _SQLITE_ATTACH and name and name != ":memory:":
-        sys.audit("sqlite3.attach", _sqlite_file(name))  # a refusal raises: SQLite denies the statement
+        sys.audit("sqlite3.attach", sqlite_file(name))  # a refusal raises: SQLite denies the statement
     elif action == _SQLITE_ATTACH and not name and GUARD.enabled and not GUARD.busy():
         # a bound parameter or an expression ('' too): SQLite names the file only as the statement runs
         GUARD.refuse(Access(GUARD._owner(), "attach a database SQLite names only as it runs", "ATTACH <expression>",
                             "ATTACH <expression>", "unjudged", "sqlite3.Connection", os.getpid()))
     return 0  # SQLITE_OK
-
-
-def _sqlite_file(name: str) -> str:
-    """An ATTACH file name as a path (a ``file:`` URI's path part; SQLite resolves a relative one as ``open`` does)."""
-    if name.startswith("file:"):
-        targets = SPECIAL["sqlite3.connect"]((name,))
-        return next((t[0] for t in targets), "")
-    return name
 
 
 def _audit_fork_exec() -> None:

@@ -101,25 +101,27 @@ _SQLITE_TRUE = frozenset({"1", "yes", "true", "on"})  # what sqlite3_uri_boolean
 
 
 def _sqlite_targets(args: tuple) -> Iterable[Target]:
-    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (:func:`_sqlite_uri`); ``:memory:`` is none."""
+    """``sqlite3.connect`` (database): a file name, or a ``file:`` URI (:func:`_sqlite_uri`); ``:memory:`` is none.
+    A write unless the URI opens it read-only and SQLite then makes nothing beside it: ``immutable``, or a
+    database not in WAL mode (its header's write version, byte 18, is 2 in WAL mode: SQLite's fileformat.html)."""
     database = path_text(args[0])
     if not database or database == ":memory:":
         return ()
     write = True
     if database.startswith("file:"):
-        database, write = _sqlite_uri(database[5:])
+        database, read_only, immutable = _sqlite_uri(database[5:])
         if database is None:
             return ()
+        write = not (read_only and (immutable or not _in_wal_mode(database)))
     return ((database, None, "sqlite3.connect", WRITE if write else READ),)
 
 
-def _sqlite_uri(uri: str) -> tuple[str | None, bool]:
-    """A ``file:`` URI's path (None: an in-memory database) and whether SQLite may write there: unless every
-    ``mode`` is ``ro`` and every ``immutable`` true, with no ``vfs``; read-only, SQLite still makes a WAL
-    database's ``-shm`` and ``-wal`` files beside it, and a dot-file VFS its lock directory (SQLite's URI
-    parameters, percent-decoded as SQLite decodes them: the last ``mode`` counts, the first ``immutable``)."""
-    rest, _, query = uri.partition("?")
-    rest = rest.partition("#")[0]
+def _sqlite_uri(uri: str) -> tuple[str | None, bool, bool]:
+    """A ``file:`` URI's path (None: an in-memory database), whether it opens it read-only (every ``mode`` is
+    ``ro``, no ``vfs``: a dot-file VFS makes its lock directory beside it) and ``immutable`` (every one true), as
+    SQLite reads it: the URI ends at ``#``, the file name at an encoded NUL, parameters percent-decoded; the
+    last ``mode`` counts, the first ``immutable``."""
+    rest, _, query = uri.partition("#")[0].partition("?")
     if rest.startswith("//"):  # file://authority/path: the authority is "" or "localhost"
         rest = rest[2:]
         rest = rest[rest.find("/"):] if "/" in rest else ""
@@ -127,10 +129,25 @@ def _sqlite_uri(uri: str) -> tuple[str | None, bool]:
                (part.partition("=") for part in query.split("&") if part)]
     modes = [value for name, value in options if name == "mode"]
     if modes[-1:] == ["memory"] or rest in ("", ":memory:"):
-        return None, False
+        return None, False, False
     immutable = [value.lower() in _SQLITE_TRUE for name, value in options if name == "immutable"]
-    read_only = set(modes) == {"ro"} and bool(immutable) and all(immutable) and all(n != "vfs" for n, _ in options)
-    return _unquote(rest), not read_only
+    read_only = set(modes) == {"ro"} and all(n != "vfs" for n, _ in options)
+    return _unquote(rest).partition("\0")[0], read_only, bool(immutable) and all(immutable)
+
+
+def sqlite_file(name: str) -> str:
+    """An ATTACH file name as a path (a ``file:`` URI's path part, "" for an in-memory one; SQLite resolves a
+    relative one as ``open`` does)."""
+    return (_sqlite_uri(name[5:])[0] or "") if name.startswith("file:") else name
+
+
+def _in_wal_mode(path: str) -> bool:
+    try:
+        with open(path, "rb") as database:
+            header = database.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18] == 2
 
 
 #: The events of a connect or a send to a Unix-domain socket, and what the refusal of one says: it reaches the

@@ -13,10 +13,13 @@ import sys
 AF_NETLINK = getattr(socket, "AF_NETLINK", 16)
 #: The socket-configuration requests of linux/sockios.h (routes, interfaces, ARP, bridges, device-private ones).
 _SOCKIOS = range(0x890B, 0x8A00)
-#: Those that only read: SIOCGIFNAME, GIFCONF, GIFFLAGS, GIFADDR, GIFDSTADDR, GIFBRDADDR, GIFNETMASK, GIFMETRIC,
-#: GIFMTU, GIFHWADDR, GIFINDEX, GIFPFLAGS, GIFCOUNT, GIFTXQLEN, OUTQNSD, GARP, GIFMAP, GHWTSTAMP (linux/sockios.h).
-_READS = frozenset({0x8910, 0x8912, 0x8913, 0x8915, 0x8917, 0x8919, 0x891B, 0x891D, 0x8921, 0x8927, 0x8933, 0x8935,
-                    0x8938, 0x8942, 0x894B, 0x8951, 0x8960, 0x89B1})
+#: Those that only read (linux/sockios.h): SIOCGIFNAME, GIFCONF, GIFFLAGS, GIFADDR, GIFDSTADDR, GIFBRDADDR,
+#: GIFNETMASK, GIFMETRIC, GIFMEM, GIFMTU, GIFENCAP, GIFHWADDR, GIFSLAVE, GIFINDEX, GIFPFLAGS, GIFCOUNT, GIFBR,
+#: GIFTXQLEN, GMIIPHY, GMIIREG, OUTQNSD, GARP, GRARP, GIFMAP, GHWTSTAMP. ``SIOCETHTOOL`` carries ethtool's reads
+#: and writes alike, in memory the request points to: judged a change.
+_READS = frozenset({0x8910, 0x8912, 0x8913, 0x8915, 0x8917, 0x8919, 0x891B, 0x891D, 0x891F, 0x8921, 0x8925, 0x8927,
+                    0x8929, 0x8933, 0x8935, 0x8938, 0x8940, 0x8942, 0x8947, 0x8948, 0x894B, 0x8954, 0x8961, 0x8970,
+                    0x89B1})
 #: The audit events judged here (CPython 3.11 "Audit events table"): (socket, family, type, protocol), and
 #: (fd, request, argument), the request already an unsigned int.
 EVENTS = frozenset({"socket.__new__", "fcntl.ioctl"}) if sys.platform.startswith("linux") else frozenset()

@@ -152,8 +152,9 @@ def _unhex(text: str) -> ipaddress._BaseAddress:
 
 
 def _local_addresses() -> set:
-    """This host's own addresses (``/proc/net/fib_trie``'s ``/32 host LOCAL``, ``/proc/net/if_inet6``)."""
-    found: set = set()
+    """The addresses a packet reaches this host by: its own (``/proc/net/fib_trie``'s ``/32 host LOCAL``,
+    ``/proc/net/if_inet6``) and its broadcast ones (``/32 link BROADCAST``, and ``255.255.255.255``)."""
+    found: set = {ipaddress.ip_address("255.255.255.255")}
     try:
         with open("/proc/net/fib_trie", encoding="ascii") as fh:
             last = None
@@ -161,7 +162,7 @@ def _local_addresses() -> set:
                 text = line.strip()
                 if text.startswith("|--"):
                     last = text[3:].strip()
-                elif text == "/32 host LOCAL" and last:
+                elif text in ("/32 host LOCAL", "/32 link BROADCAST") and last:
                     found.add(ipaddress.ip_address(last))
     except (OSError, ValueError):
         pass

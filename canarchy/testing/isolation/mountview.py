@@ -70,7 +70,7 @@ def _hidden(processes: tuple[int, ...]) -> list[str]:
              for name in shown[pid]]
             + [f"/proc/{pid}/{name}" for pid in above for name in (*shown[pid], "task")]
             + [f"/proc/{tid}/{name}" for pid in processes for tid in threads[pid] if tid != str(pid)
-               for name in shown[pid]])
+               for name in (*shown[pid], *(("task",) if pid in above else ()))])
 
 
 def _is_socket(path: str) -> bool:

@@ -365,7 +365,8 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir:
         raise pytest.UsageError(
             "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
             "through (files opened through it pass by the containment's view and the access guard): "
-            + "; ".join(found) + ". Start pytest without it (in a shell, `exec N<&-` closes descriptor N).")
+            + "; ".join(found) + ". Start pytest without it (in a shell, `exec N<&-` closes descriptor N; "
+            "`flock -o` closes the lock's before running the command).")
 
 
 def _inherited(fd: int, status: os.stat_result, guarded: list[str], homes: list[str], rootdir: str,

@@ -121,6 +121,12 @@ def orders(seeds: Sequence[int]) -> list[OrderRun]:
     return runs + [OrderRun(f"seed {s}", ("-p", "randomly", f"--randomly-seed={s}")) for s in seeds]
 
 
+def _ran(entry: OrderRun) -> list[str]:
+    """The case keys of the tests ``entry`` ran, in the order they ran (what failed at collection left out)."""
+    cases = entry.report.cases.items() if entry.report else ()
+    return [key for key, case in cases if not any(r.phase == "collection" for r in case.results)]
+
+
 def _failed(outcome: str) -> bool:
     return outcome.split("+")[0] in ("failed", "error", "xpassed") or outcome.endswith("+error")
 
@@ -296,10 +302,10 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
         if normal.problem is None and every_case_skipped(normal.report):
             normal.problem = f"{ALL_SKIPPED} (no order of skipped tests can differ)"
         reverse = result.runs[1]
-        if reverse.problem is None and len(normal.executed) > 1 and reverse.executed == normal.executed:
-            reverse.problem = ("it ran the tests in the normal order: a hook of the project puts them back after the "
-                               "lane's reordering (a pytest_collection_modifyitems wrapper that sorts them?), so no "
-                               "other order was tried")
+        if reverse.problem is None and normal.report and reverse.report and _ran(reverse) != _ran(normal)[::-1]:
+            reverse.problem = ("it did not run the tests in the reverse of the normal order: a hook of the project "
+                               "reorders them after the lane (a pytest_collection_modifyitems wrapper that sorts "
+                               "them?), so the orders the lane means to try are not the ones that ran")
         for entry in result.runs[1:]:
             if normal.report and entry.report:
                 result.comparisons[entry.label] = compare(normal.report, entry.report, label_a="normal",
