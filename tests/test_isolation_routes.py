@@ -1293,6 +1293,38 @@ def test_the_kernel_s_answer_and_the_tables_name_the_same_bound_sockets():
             assert own in asked and asked == read, (own, asked, read)
 
 
+#: A host's routing table as ``/proc/net/fib_trie`` shows it (its local table: Linux 6.x), with an interface on
+#: 192.0.2.10/24: its own address and its broadcast address.
+FIB_TRIE = """Local:
+  +-- 0.0.0.0/0 3 0 5
+     +-- 127.0.0.0/8 2 0 2
+        |-- 127.0.0.1
+           /32 host LOCAL
+        |-- 127.255.255.255
+           /32 link BROADCAST
+     +-- 192.0.2.0/24 2 0 2
+        |-- 192.0.2.10
+           /32 host LOCAL
+        |-- 192.0.2.255
+           /32 link BROADCAST
+"""
+
+
+def test_the_host_s_broadcast_addresses_reach_a_port_bound_on_every_address(tmp_path):
+    """Linux hands a datagram sent to a broadcast address of the host (``/proc/net/fib_trie``'s ``/32 link
+    BROADCAST``) to each socket bound to its port on every address: the guard counts those addresses as the
+    host's own, so a send there to a daemon's port is judged as one to loopback is. Judged on a table of an
+    interface the run's network namespace does not have (a broadcast off loopback would leave the machine)."""
+    from canarchy.testing.isolation import listeners
+
+    (tmp_path / "fib_trie").write_text(FIB_TRIE)
+    local = listeners._local_addresses(str(tmp_path / "fib_trie"))
+    own, broadcast = ipaddress.ip_address("192.0.2.10"), ipaddress.ip_address("192.0.2.255")
+    assert {own, broadcast, ipaddress.ip_address("255.255.255.255")} <= local, local
+    assert listeners._reaches(broadcast, ipaddress.ip_address("0.0.0.0"), local)
+    assert not listeners._reaches(broadcast, ipaddress.ip_address("127.0.0.1"), local)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="no /proc/net/tcp on this system")
 def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tmp_path_factory):
     """A daemon beside the run listening on loopback or on every address of the host (a database, socketcand

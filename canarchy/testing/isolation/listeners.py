@@ -151,12 +151,12 @@ def _unhex(text: str) -> ipaddress._BaseAddress:
     return ipaddress.ip_address(raw)
 
 
-def _local_addresses() -> set:
-    """The addresses a packet reaches this host by: its own (``/proc/net/fib_trie``'s ``/32 host LOCAL``,
+def _local_addresses(fib_trie: str = "/proc/net/fib_trie") -> set:
+    """The addresses a packet reaches this host by: its own (``fib_trie``'s ``/32 host LOCAL``,
     ``/proc/net/if_inet6``) and its broadcast ones (``/32 link BROADCAST``, and ``255.255.255.255``)."""
     found: set = {ipaddress.ip_address("255.255.255.255")}
     try:
-        with open("/proc/net/fib_trie", encoding="ascii") as fh:
+        with open(fib_trie, encoding="ascii") as fh:
             last = None
             for line in fh:
                 text = line.strip()
