@@ -849,6 +849,17 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == before
 
 
+def test_judging_a_read_only_sqlite_uri_opens_no_fifo_or_device(tmp_path):
+    """Whether a database opened ``mode=ro`` is in WAL mode comes from its header, read from a regular file
+    only: the guard's own look at a FIFO would wait for a writer forever, at a device node act on the device."""
+    fifo = tmp_path / "db"
+    os.mkfifo(fifo)
+    code = ("from canarchy.testing.isolation.events import SPECIAL\n"
+            f"print(list(SPECIAL['sqlite3.connect'](('file:{fifo}?mode=ro',))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == f"[('{fifo}', None, 'sqlite3.connect', 0)]", done
+
+
 CHANGING_ARGUMENTS = """
 import readline
 class Changing:  # a path that names the work tree when first asked, then the operator's home

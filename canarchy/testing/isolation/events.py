@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 from typing import Any
 from collections.abc import Callable, Iterable
 
@@ -142,11 +143,20 @@ def sqlite_file(name: str) -> str:
 
 
 def _in_wal_mode(path: str) -> bool:
+    """Whether the regular file at ``path`` is a database in WAL mode; nothing else is opened (a device node's
+    open alone can act on the device, a FIFO's waits)."""
     try:
-        with open(path, "rb") as database:
-            header = database.read(20)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return False
+    try:
+        header = os.read(fd, 20) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        header = b""
+    finally:
+        os.close(fd)
     return len(header) == 20 and header[18] == 2
 
 
