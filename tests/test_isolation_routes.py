@@ -1237,7 +1237,7 @@ def test_sends_to_a_multicast_group_on_a_port_outside_the_run():  # python-can's
         client.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)  # were it sent: this host only
         client.sendto(b"x", ("239.255.74.1", int(os.environ["CHILD_GROUP_PORT"])))
 
-def test_sends_a_broadcast_to_a_port_outside_the_run():  # loopback's own broadcast address: it stays on lo
+def test_sends_to_loopback_s_broadcast_address_on_a_port_outside_the_run():  # a loopback address: it stays on lo
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         client.sendto(b"x", ("127.255.255.255", int(os.environ["CHILD_GROUP_PORT"])))
@@ -1364,7 +1364,8 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
                             ("test_sends_to_a_loopback_datagram_port_outside_the_run", "send to the port '127.0.0.1:"),
                             ("test_sends_to_a_multicast_group_on_a_port_outside_the_run",
                              "send to the port '239.255.74.1:"),
-                            ("test_sends_a_broadcast_to_a_port_outside_the_run", "send to the port '127.255.255.255:"),
+                            ("test_sends_to_loopback_s_broadcast_address_on_a_port_outside_the_run",
+                             "send to the port '127.255.255.255:"),
                             ("test_connects_through_other_spellings_of_the_unspecified_address",
                              "connect to the port '0:"),
                             ("test_a_child_python_connects_to_a_loopback_port_outside_the_run",

@@ -218,11 +218,12 @@ class AccessGuard:
             return
         spec = SPECS.get(event)
         if spec is None:
+            if event in INTERFACE_EVENTS:  # a socket made, an ioctl (which a signal's or a terminal's check sees too)
+                self._interfaces(event, args)
             if event in SIGNALS:
                 self._signal(event, args)
                 return
             if event == "socket.__new__":
-                self._interfaces(event, args)
                 return
             if event == "os.chroot":  # raised by c_openers' wrapper
                 self._refuse_or_record(Access(self._owner(), "chroot to", str(path_text(args[0])), "/", "root",
@@ -242,8 +243,6 @@ class AccessGuard:
     def _signal(self, event: str, args: tuple) -> None:
         """A signal or a change to a process (:data:`~.events.SIGNALS`): refused when it would reach a
         process outside the run (:func:`~.signals.reached`); a change to the operator's terminal is refused."""
-        if event == "fcntl.ioctl":
-            self._interfaces(event, args)
         if event in TERMINAL_EVENTS:
             changed = terminal_changed(event, args, self.terminals) if self.terminals else None
             if changed is not None:
@@ -260,7 +259,7 @@ class AccessGuard:
     def _interfaces(self, event: str, args: tuple) -> None:
         """A change to the host's network interfaces (:func:`~.interfaces.interface_change`): refused where the
         run has no network namespace of its own (a CAN interface taken down, its bitrate changed)."""
-        if not self.network_namespace and event in INTERFACE_EVENTS:
+        if not self.network_namespace:
             change = interface_change(event, args)
             if change is not None:
                 self._refuse_or_record(Access(self._owner(), change[0], change[1], "the host's network interfaces",
