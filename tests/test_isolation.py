@@ -1263,6 +1263,22 @@ def test_parallel_workers_are_isolated(tmp_path):
     assert sum(1 for name in run.results if name.startswith("test_isolated")) == 4
 
 
+@pytest.mark.parametrize("workers", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
+def test_the_plugin_leaves_nothing_a_project_s_strict_warning_filter_fails_a_test_for(tmp_path, workers):
+    """A project that turns every warning into an error (``filterwarnings = error``), in a directory that is no
+    git work tree, as the lanes' copies are: nothing the plugin opens or starts (a git listing it gave up
+    on, a file, a socket) is left for Python to warn about in one of the project's tests."""
+    if workers:
+        pytest.importorskip("xdist")
+    files = {"pytest.ini": "[pytest]\nfilterwarnings =\n    error\n",
+             "test_strict.py": "".join(f"def test_{n}(tmp_path):\n    (tmp_path / 'f').write_text('x')\n\n\n"
+                                       for n in range(4))}
+    run = run_child(tmp_path, files, *workers)
+    assert run.returncode == 0, run.output
+    assert {name: run.outcomes(name) for name in run.results} == {f"test_{n}": {"passed"} for n in range(4)}
+    assert "Warning" not in run.output, run.output
+
+
 FRESH = """
     import os
     from pathlib import Path

@@ -59,21 +59,25 @@ def checkout_state(root: str | os.PathLike[str], env: Mapping[str, str] | None =
     repository = GitListing(base, ["rev-parse", "--absolute-git-dir", "--revs-only", "HEAD"], env).start()
     staged = GitListing(base, ["diff-index", "--cached", "-z", "--name-only", "--relative", "HEAD"], env).start()
     untracked = GitListing.files(base, None, env, "--others").start()
-    described = repository.text()
-    out.tracked = tracked = _tracked_view(base, env, described, previous)
-    ok = _from_git(out, base, changed, TRACKED, parents=False)
-    ok = ok and tracked is not None and _from_git(out, base, untracked, parents=False)
-    if not (ok and (out or tracked.any)):
-        out.clear()
-        _scan(out, base, "", True)
-        names = [rel for rel in list(out) if rel.endswith(PYTHON_SOURCES)]
-    else:
-        names = list(dict.fromkeys([*tracked.sources, *(rel for rel in out if rel.endswith(PYTHON_SOURCES))]))
-        if described:
-            _git_rules(out, base, tracked.directories)
-            _git_state(out, base, described, staged.text(), tracked.flagged)
-    _loadable_code(out, base, search_dirs)
-    _cached_beside_sources(out, base, names)
+    try:
+        described = repository.text()
+        out.tracked = tracked = _tracked_view(base, env, described, previous)
+        ok = _from_git(out, base, changed, TRACKED, parents=False)
+        ok = ok and tracked is not None and _from_git(out, base, untracked, parents=False)
+        if not (ok and (out or tracked.any)):
+            out.clear()
+            _scan(out, base, "", True)
+            names = [rel for rel in list(out) if rel.endswith(PYTHON_SOURCES)]
+        else:
+            names = list(dict.fromkeys([*tracked.sources, *(rel for rel in out if rel.endswith(PYTHON_SOURCES))]))
+            if described:
+                _git_rules(out, base, tracked.directories)
+                _git_state(out, base, described, staged.text(), tracked.flagged)
+        _loadable_code(out, base, search_dirs)
+        _cached_beside_sources(out, base, names)
+    finally:
+        for listing in (changed, repository, staged, untracked):
+            listing.close()  # a listing left unread (outside a work tree) ends here, its git process reaped
     return out
 
 

@@ -43,6 +43,17 @@ class GitListing:
                 pass
         return self
 
+    def close(self) -> None:
+        """End git if it still runs (its listing unread) and reap it: a listing given up on leaves no
+        process behind, which Python would report as a ``ResourceWarning`` in whatever test runs then."""
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
     @classmethod
     def files(cls, root: str, only: list[str] | None, env: Mapping[str, str] | None,
               *which: str, empty_ok: bool | None = None) -> GitListing:
