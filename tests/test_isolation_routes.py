@@ -1635,6 +1635,28 @@ def test_a_run_started_with_a_directory_or_operator_descriptor_open_is_refused(t
         assert "descriptor " + ("" if stdin else f"{fd} ") in run.output and expected in run.output, run.output
 
 
+def test_a_run_started_with_a_socket_that_leaves_by_another_way_is_refused(tmp_path_factory):
+    """An inherited socket is written to without any privilege and leaves by the namespace it was made in: one
+    of a family the bus guard refuses to open (netlink here: an unprivileged user can make one) refuses any run;
+    with a private network namespace, a UDP one does too, which a run without it may keep, as it may a Unix one
+    (a journal's standard output is one)."""
+    network = ("-o", "canarchy_network_namespace=true")
+    for family, kind, options, expected in (
+            (socket.AF_NETLINK, socket.SOCK_RAW, (), "is a netlink socket"),
+            (socket.AF_INET, socket.SOCK_DGRAM, network, "is a socket of the host's network"),
+            (socket.AF_INET, socket.SOCK_DGRAM, (), None),
+            (socket.AF_UNIX, socket.SOCK_DGRAM, network, None)):
+        with socket.socket(family, kind) as inherited:
+            run = run_child(tmp_path_factory.mktemp("sockets"), {"test_one.py": "def test_one():\n    pass\n"},
+                            *EARLY, *options, pass_fds=(inherited.fileno(),))
+            fd = inherited.fileno()
+        if expected is None:
+            assert run.outcomes("test_one") == {"passed"}, run.output
+            continue
+        assert run.returncode == 4 and "test_one" not in run.results, run.output
+        assert f"descriptor {fd} {expected}" in run.output, run.output
+
+
 def test_a_tmpdir_in_the_operator_home_is_not_used(tmp_path_factory):
     """pytest's own ``TMPDIR`` there: the run's temporary files go elsewhere, and the home stays read-only (the
     guard's writable trees are the run's temporary directory, not the one ``TMPDIR`` named)."""

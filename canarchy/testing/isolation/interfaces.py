@@ -7,6 +7,8 @@ socket-configuration ioctl that is not a read (linux/sockios.h, ``0x890B``-``0x8
 
 from __future__ import annotations
 
+import _socket
+import os
 import socket
 import sys
 
@@ -33,3 +35,15 @@ def interface_change(event: str, args: tuple) -> tuple[str, str] | None:
     if event == "fcntl.ioctl" and args[1].__class__ is int and args[1] in _SOCKIOS and args[1] not in _READS:
         return f"change a network interface (ioctl {args[1]:#06x}) through", f"descriptor {args[0]}"
     return None
+
+
+def socket_family(fd: int) -> int | None:
+    """The address family of the socket open on descriptor ``fd`` (``SO_DOMAIN``), or None where it cannot say."""
+    try:
+        copy = _socket.socket(fileno=os.dup(fd))  # the guard's own look: no audit event a test could be blamed for
+    except OSError:
+        return None
+    try:
+        return copy.family
+    finally:
+        copy.close()

@@ -13,6 +13,7 @@ import atexit
 import logging
 import os
 import posix
+import socket
 import stat
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import c_openers as _c_openers
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import interfaces as _interfaces
 from canarchy.testing.isolation import kernel as _kernel
 from canarchy.testing.isolation import protection as _protection
 from canarchy.testing.isolation import reaper as _reaper
@@ -190,7 +192,7 @@ def _start(config: pytest.Config, where: str) -> None:
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = _watched_state(settings, homes)
     if not _is_worker(config):
-        _refuse_inherited_descriptors(guarded, homes, os.path.realpath(config.rootpath), settings.containment)
+        _refuse_inherited_descriptors(guarded, homes, config, settings)
         if os.path.realpath(config.rootpath) in homes:
             raise pytest.UsageError(
                 f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
@@ -349,18 +351,23 @@ def _import_machinery() -> list[tuple[object, str]]:
     return found
 
 
-def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir: str, contained: bool) -> None:
+def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], config: pytest.Config,
+                                  settings: Settings) -> None:
     """Refuse a run started with a directory descriptor open (paths resolved through it pass by
     the containment's view and the access guard), one open on the operator's state, or one beyond the standard
     streams open for writing on a file of an operator home outside the checkout (``4>>~/.bashrc``: a write
-    through it is never judged); with the containment (``contained``), one open to read a file of a tree its
+    through it is never judged); with the containment, one open to read a file of a tree its
     view makes read-only (an operator home outside the checkout, the interpreter's trees; ``pytest <
     ~/.bashrc``): a child reopens it for writing by ``/proc/self/fd/N``, which names the file on the mount it
-    was opened on, not the view's."""
+    was opened on, not the view's. A socket of a family that reaches a bus or the host's network configuration
+    (:func:`_inherited_socket`) refuses it too; with a private network namespace, any socket but a Unix one: a
+    write to it needs no privilege and leaves by the namespace it was made in."""
+    rootdir = os.path.realpath(config.rootpath)
+    private_network = settings.network_namespace and not real_bus_asked(config)
     read_only = [*homes, *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}] \
-        if contained else []
+        if settings.containment else []
     found = [why for fd, status in _access.open_descriptors()
-             if (why := _inherited(fd, status, guarded, homes, rootdir, read_only)) is not None]
+             if (why := _inherited(fd, status, guarded, homes, rootdir, read_only, private_network)) is not None]
     if found:
         raise pytest.UsageError(
             "canarchy test isolation: pytest was started with a descriptor its protections cannot see "
@@ -370,11 +377,13 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], rootdir:
 
 
 def _inherited(fd: int, status: os.stat_result, guarded: list[str], homes: list[str], rootdir: str,
-               read_only: list[str]) -> str | None:
+               read_only: list[str], private_network: bool) -> str | None:
     """Why descriptor ``fd`` (``status``) refuses the run (:func:`_refuse_inherited_descriptors`), else None."""
     target = _access.descriptor_path(fd) or "?"
     if stat.S_ISDIR(status.st_mode):
         return f"descriptor {fd} is open on the directory {target}"
+    if stat.S_ISSOCK(status.st_mode):
+        return _inherited_socket(fd, private_network)
     if any(_inside(target, g) for g in guarded):
         return f"descriptor {fd} is open on {target}, the operator's own state"
     if not status.st_nlink or _inside(target, rootdir):  # unlinked: pytest's capture (in a home TMPDIR too)
@@ -385,6 +394,22 @@ def _inherited(fd: int, status: os.stat_result, guarded: list[str], homes: list[
     if stat.S_ISREG(status.st_mode) and any(_inside(target, tree) for tree in read_only):
         return (f"descriptor {fd} is open (to read) on {target}, in a tree the containment makes read-only: a "
                 f"child would reopen it for writing by /proc/self/fd/{fd}")
+    return None
+
+
+def _inherited_socket(fd: int, private_network: bool) -> str | None:
+    """Why socket descriptor ``fd`` refuses the run: one of a family the bus guard refuses to open, or netlink (a
+    write to it reaches a bus or the host's network configuration, in any namespace); with a private network
+    namespace (``private_network``), any but a Unix socket (it stays in the host's network). Else None."""
+    family = _interfaces.socket_family(fd)
+    if family in _guard.REFUSED_FAMILIES:
+        name = _guard.REFUSED_FAMILIES[family][0]
+        return f"descriptor {fd} is a {name} socket, which reaches a bus or another machine"
+    if family == _interfaces.AF_NETLINK:
+        return f"descriptor {fd} is a netlink socket, which reaches the kernel's network configuration"
+    if private_network and family not in (socket.AF_UNIX, None):
+        return (f"descriptor {fd} is a socket of the host's network (family {family}), outside the run's private "
+                "network namespace")
     return None
 
 
