@@ -30,7 +30,7 @@ from tests.helpers import PYTEST
 
 OWNER = "tests/test_scenario.py::test_operator_state"
 GUARDED = """
-import json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading, types
+import fcntl, json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading, types
 from dataclasses import asdict
 from pathlib import Path
 from canarchy.testing.isolation import access, audithook, tempbase
@@ -224,6 +224,9 @@ WRITES = {
     "remove under a descriptor of another directory": "os.remove(os.path.relpath(STATE / 'victim.txt', "
                                                       "work / 'own'), dir_fd=own_descriptor())",
     "chmod of a descriptor": "os.chmod(os.open(home / 'notes.txt', os.O_RDONLY), 0o600)",
+    # FS_IOC_SETFLAGS (linux/fs.h) through a descriptor opened to read: immutable or append-only, as root
+    "file flags set through a descriptor opened to read": "fcntl.ioctl(os.open(home / 'notes.txt', os.O_RDONLY), "
+                                                          "0x40086602, bytes(8))",
     # a file opened for reading (allowed), opened again for writing by its number under /proc/self/fd
     "reopen for writing under a descriptor of /proc/self/fd": "os.open(str(os.open(home / 'notes.txt', os.O_RDONLY)), "
                                                               "os.O_WRONLY, dir_fd=os.open('/proc/self/fd', "
@@ -345,6 +348,8 @@ ALLOWED = {
     "byte code in the work tree": "(os.makedirs(work / '__pycache__'), (work / '__pycache__' / 'm.pyc').touch())",
     "sqlite3 in memory": "sqlite3.connect(':memory:').close()",
     "write to the null device": "os.close(os.open(os.devnull, os.O_WRONLY))",
+    # FIONREAD (asm-generic/ioctls.h): a read of a home file's descriptor
+    "an ioctl that reads a home file": "fcntl.ioctl(os.open(home / 'notes.txt', os.O_RDONLY), 0x541B, bytes(4))",
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
-    DESCRIPTOR_WALKERS, DIRECTORY, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
+    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
     READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
 )
 from canarchy.testing.isolation.interfaces import EVENTS as INTERFACE_EVENTS, interface_change
@@ -218,8 +218,9 @@ class AccessGuard:
             return
         spec = SPECS.get(event)
         if spec is None:
-            if event in INTERFACE_EVENTS:  # a socket made, an ioctl (which a signal's or a terminal's check sees too)
+            if event in INTERFACE_EVENTS:  # Linux: a socket made; an ioctl (a signal's or a terminal's check sees too)
                 self._interfaces(event, args)
+                self._file_ioctl(event, args)
             if event in SIGNALS:
                 self._signal(event, args)
                 return
@@ -264,6 +265,19 @@ class AccessGuard:
             if change is not None:
                 self._refuse_or_record(Access(self._owner(), change[0], change[1], "the host's network interfaces",
                                               "network", "the host's network interfaces", os.getpid()))
+
+    def _file_ioctl(self, event: str, args: tuple) -> None:
+        """An ioctl (fd, request, argument) on a regular file's or a directory's descriptor, but one of
+        :data:`~.events.FILE_IOCTL_READS`: judged as a write of what the descriptor names now (a file of the home
+        made immutable through a descriptor opened to read)."""
+        if event != "fcntl.ioctl" or args[1] in FILE_IOCTL_READS or args[0].__class__ is not int:
+            return
+        try:
+            mode = _fstat(args[0]).st_mode
+        except OSError:
+            return
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            self._judge(args[0], None, f"change a file through ioctl {args[1]:#x} on", WRITE)
 
     def _listener(self, event: str, args: tuple) -> None:
         """A connect or a send to a Unix-domain socket (:data:`~.events.UNIX_SENDS`), or to a port of this host:

@@ -228,6 +228,13 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
     #: ... and of a change to a terminal (termios' setters, no event of CPython's: raised by c_openers' wrappers;
     #: those two fcntl events too): refused on the operator's terminal (:func:`~.signals.terminal_changed`)
     *(f"termios.{name}" for name in TERMINAL_SETTERS))})
+#: The ``fcntl.ioctl`` requests on a file's or a directory's descriptor that only read it, or change the descriptor
+#: alone (linux/fs.h, asm-generic/ioctls.h): FS_IOC_GETFLAGS and GETVERSION (and their 32-bit forms),
+#: FS_IOC_FSGETXATTR, FS_IOC_FIEMAP, FS_IOC_GETFSLABEL, FIBMAP, FIGETBSZ, FIONREAD, FIOQSIZE, FIONBIO, FIOCLEX,
+#: FIONCLEX, FIOASYNC. Any other is judged a write of what the descriptor names: FS_IOC_SETFLAGS (immutable,
+#: append-only), FS_IOC_FSSETXATTR and FS_IOC_ENABLE_VERITY change a file through a descriptor opened to read.
+FILE_IOCTL_READS = frozenset({0x80086601, 0x80046601, 0x80087601, 0x80047601, 0x801C581F, 0xC020660B, 0x81009431,
+                              0x1, 0x2, 0x541B, 0x5460, 0x5421, 0x5451, 0x5450, 0x5452})
 JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open", "os.chroot", "socket.__new__"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
