@@ -765,6 +765,14 @@ attempt("a file name cut by an encoded NUL", lambda: sqlite3.connect(
 attempt("read history", lambda: readline.read_history_file(str(STATE / 'config.toml')))
 attempt("append history", lambda: readline.append_history_file(1, str(home / 'notes.txt')))
 attempt("read an init file", lambda: readline.read_init_file(str(home / '.canrc')))
+# readline reads what an init file or a bound line $includes (in any case, after blanks), nested
+(work / "inner.inputrc").write_text(f"set bell-style none\\n  $INCLUDE {home / '.canrc'}\\n")
+(work / "outer.inputrc").write_text(f"# mine\\n$include {work / 'inner.inputrc'}\\n")
+(work / "plain.inputrc").write_text(f"$include {work / 'plain.txt'}\\n")
+attempt("an init file including one that includes the state",
+        lambda: readline.read_init_file(str(work / "outer.inputrc")))
+attempt("a bound line including the state", lambda: readline.parse_and_bind(f"\\t$include {STATE / 'config.toml'}"))
+attempt("an init file including one in the work tree", lambda: readline.read_init_file(str(work / 'plain.inputrc')))
 attempt("a keyword the wrapper does not take", lambda: readline.read_history_file(str(home / '.canrc'), _name="x"))
 import _sqlite3
 attempt("attach through _sqlite3", lambda: _sqlite3.connect(":memory:").execute(f"ATTACH '{home / 'c.db'}' AS a"))
@@ -837,7 +845,9 @@ def test_c_code_that_opens_paths_without_an_audit_event_is_judged(tmp_path):
     assert outcomes["attach by a bound parameter"].startswith("error: DatabaseError"), outcomes
     assert outcomes["attach by an expression"].startswith("error: DatabaseError"), outcomes
     assert outcomes["a spawned child's open in the work tree"] == "allowed", outcomes
+    assert outcomes["an init file including one in the work tree"] == "allowed", outcomes
     for name in ("read history", "append history", "read an init file", "a bare connection", "a Tcl interpreter",
+                 "an init file including one that includes the state", "a bound line including the state",
                  "a spawned child's open of a home file", "a spawned child's new file in the state",
                  "a second readline", "a second readline by another name", "a second _imp's readline",
                  "a FIFO in the state", "a node under the home", "a FIFO by keyword under a descriptor",

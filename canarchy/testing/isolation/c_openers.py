@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 from canarchy.testing.isolation.access import GUARD
 from canarchy.testing.isolation.audithook import observe
-from canarchy.testing.isolation.events import TERMINAL_SETTERS, sqlite_file
+from canarchy.testing.isolation.events import TERMINAL_SETTERS, regular_file_head, sqlite_file
 from canarchy.testing.isolation.refusal import Access
 
 
@@ -47,7 +48,14 @@ def _replace(modules: tuple, name: str, make: Callable[[Callable], Callable]) ->
 
 
 #: readline's functions that open a file in C (GNU readline), and which argument names it (its default: ``~/.history``).
-_READLINE_FILES = {"read_history_file": 0, "read_init_file": 0, "write_history_file": 0, "append_history_file": 1}
+_READLINE_FILES = {"read_history_file": 0, "write_history_file": 0, "append_history_file": 1}
+#: ... and those that read init files: the one named, and each that one ``$include``s (:func:`_judge_init_files`).
+_READLINE_INIT = ("read_init_file", "parse_and_bind")
+#: A line that makes readline read another init file (GNU readline's bind.c: ``$include`` in any case after blanks,
+#: then blanks; the rest of the line is the file's name, ``~`` expanded).
+_INCLUDE = re.compile(r"^[ \t]*\$include[ \t]+(.*)$", re.IGNORECASE | re.MULTILINE)
+#: How many init files, and bytes of one, a call may have readline read: past that, it is refused unjudged.
+_INIT_FILES, _INIT_FILE_BYTES = 64, 1 << 20
 
 
 def _audit_readline() -> None:
@@ -59,6 +67,49 @@ def _audit_readline() -> None:
         return
     for name, index in _READLINE_FILES.items():
         _replace((readline,), name, functools.partial(_audited_file_function, event=f"readline.{name}", index=index))
+    for name in _READLINE_INIT:
+        _replace((readline,), name, functools.partial(_audited_init_function, name=name))
+
+
+def _audited_init_function(real: Callable, name: str) -> Callable:
+    """``readline.read_init_file`` (a file; none: the last one read, ``$INPUTRC`` or ``~/.inputrc``) or
+    ``readline.parse_and_bind`` (a line), judging first each init file that readline would read for it."""
+    last: list[str] = []
+
+    def audited(*args: Any) -> Any:
+        if name == "parse_and_bind":
+            _judge_init_files([], args[0] if args and isinstance(args[0], str) else "")
+        elif args and args[0] is not None:
+            args = (converted(args[0]), *args[1:])
+            path = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else str(args[0])
+            _judge_init_files([path], "")
+            last[:] = [path]
+        else:
+            _judge_init_files([*last, os.environ.get("INPUTRC") or os.path.expanduser("~/.inputrc")], "")
+        return real(*args)
+
+    return audited
+
+
+def _judge_init_files(paths: list[str], line: str) -> None:
+    """Raise ``readline.read_init_file`` for each of ``paths`` and each file an ``$include`` in ``line`` or in
+    those files names, nested (each file read here once, a regular file only: readline reads them after)."""
+    pending, seen = [*paths, *_included(line)], set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        sys.audit("readline.read_init_file", path)
+        text = regular_file_head(path, _INIT_FILE_BYTES + 1)
+        if (len(seen) > _INIT_FILES or len(text) > _INIT_FILE_BYTES) and GUARD.enabled:
+            GUARD.refuse(Access(GUARD._owner(), "have readline read init files past what is judged", path, path,
+                                "unjudged", f"{_INIT_FILES} files of {_INIT_FILE_BYTES} bytes", os.getpid()))
+        pending += _included(text.decode("utf-8", "surrogateescape"))
+
+
+def _included(text: str) -> list[str]:
+    return [os.path.expanduser(name) for name in _INCLUDE.findall(text) if name]
 
 
 def converted(value: Any) -> Any:
@@ -354,7 +405,8 @@ def audited_c_openers() -> list[tuple[object, str]]:
     import _imp
 
     readline, sqlite3 = sys.modules.get("readline"), sys.modules.get("sqlite3")
-    found = [(readline, name) for name in _READLINE_FILES if readline is not None and hasattr(readline, name)]
+    found = [(readline, name) for name in (*_READLINE_FILES, *_READLINE_INIT)
+             if readline is not None and hasattr(readline, name)]
     if sqlite3 is not None:
         found += [(sqlite3, "connect"), (sqlite3.dbapi2, "connect"), (sys.modules["_sqlite3"], "connect")]
     if "_tkinter" in sys.modules:

@@ -143,21 +143,30 @@ def sqlite_file(name: str) -> str:
 
 
 def _in_wal_mode(path: str) -> bool:
-    """Whether the regular file at ``path`` is a database in WAL mode; nothing else is opened (a device node's
-    open alone can act on the device, a FIFO's waits)."""
+    """Whether the regular file at ``path`` is a database in WAL mode (:func:`regular_file_head`)."""
+    header = regular_file_head(path, 20)
+    return len(header) == 20 and header[18] == 2
+
+
+def regular_file_head(path: str, size: int) -> bytes:
+    """Up to ``size`` bytes from the start of the regular file at ``path``; ``b""`` for anything else, which is
+    not opened (a device node's open alone can act on the device, a FIFO's waits), or where it cannot be read."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
+            return b""
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
-        return False
+        return b""
+    parts: list[bytes] = []
     try:
-        header = os.read(fd, 20) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        while stat.S_ISREG(os.fstat(fd).st_mode) and size > 0 and (part := os.read(fd, size)):
+            parts.append(part)
+            size -= len(part)
     except OSError:
-        header = b""
+        return b""
     finally:
         os.close(fd)
-    return len(header) == 20 and header[18] == 2
+    return b"".join(parts)
 
 
 #: The events of a connect or a send to a Unix-domain socket, and what the refusal of one says: it reaches the
