@@ -148,6 +148,10 @@ READS = {
     "bytes path": "open(os.fsencode(STATE / 'config.toml'), 'rb').close()",
     "PathLike read_text": "(STATE / 'config.toml').read_text()",
     "a refused file (~/.canrc)": "open(home / '.canrc').close()",
+    # a file handed through the environment, which C code (glibc's TZ, readline's INPUTRC) or a child reads
+    "a time zone file set for C code": "os.environ.__setitem__('TZ', f':{STATE}/config.toml')",
+    "an init file handed to a child": "subprocess.run([sys.executable, '-c', 'pass'], "
+                                      "env={**os.environ, 'INPUTRC': str(home / '.canrc')})",
     "listdir": "os.listdir(STATE)",
     "listdir of bytes": "os.listdir(os.fsencode(STATE))",
     "scandir": "list(os.scandir(STATE))",
@@ -214,6 +218,10 @@ WRITES = {
     "connect to a Unix socket by a bytearray": "unix_socket_in(home, bytearray(b'agent.sock'), 'connect')",
     "sendto a Unix socket": "unix_socket_in(home, '.canarchy/daemon.sock', 'sendto')",
     "sendmsg to a Unix socket": "unix_socket_in(home, 'agent.sock', 'sendmsg')",
+    # a directory handed to a child, or to C code, through a variable it writes in: SQLite's temporary files
+    "SQLITE_TMPDIR handed to a child": "subprocess.run([sys.executable, '-c', 'pass'], "
+                                       "env={**os.environ, 'SQLITE_TMPDIR': str(home)})",
+    "TMPDIR handed to posix_spawn": "os.posix_spawn('/bin/true', ['true'], {'TMPDIR': str(STATE)})",
     "make an archive at": "shutil.make_archive(str(STATE / 'archive'), 'zip', root_dir=CHECKOUT)",
     "unpack into": "shutil.unpack_archive(work / 'checkout.zip', STATE, 'zip')",
     "write under the home (read-only)": "open(home / 'new.txt', 'w').close()",
@@ -348,6 +356,9 @@ ALLOWED = {
     "byte code in the work tree": "(os.makedirs(work / '__pycache__'), (work / '__pycache__' / 'm.pyc').touch())",
     "sqlite3 in memory": "sqlite3.connect(':memory:').close()",
     "write to the null device": "os.close(os.open(os.devnull, os.O_WRONLY))",
+    "a child given a TMPDIR in the work tree and a PYTHONPATH in the home": (
+        "subprocess.run([sys.executable, '-c', 'pass'], env={**os.environ, 'TMPDIR': str(work), "
+        "'PYTHONPATH': f'{home}:{work}'}, check=True)"),
     # FIONREAD (asm-generic/ioctls.h): a read of a home file's descriptor
     "an ioctl that reads a home file": "fcntl.ioctl(os.open(home / 'notes.txt', os.O_RDONLY), 0x541B, bytes(4))",
 }

@@ -1325,7 +1325,7 @@ def test_the_operator_twin_exports_the_project_s_own_operator_variables(tmp_path
     pyproject = PYPROJECT.replace("xfail_strict = true\n", "xfail_strict = true\n" + prefixes)
     without = parity.run_parity(_project(tmp_path / "without", tests, pyproject=pyproject), ["tests"],
                                 source_env=os.environ, hashseeds=(3, 4), reruns=1, jobs=0)
-    assert without.exit_code == 0 and without.unexercised == ["ADOPT_"]
+    assert without.exit_code == 0 and without.unexercised == ["ADOPT_"], parity.render(without)
     assert "not exercised: the operator twin exports no ADOPT_* variable" in parity.render(without)
     pyproject += 'operator_env = { ADOPT_MODE = "operator", ADOPT_HOME = "{home}/.adopt" }\n'
     project = _project(tmp_path / "with", tests, pyproject=pyproject)

@@ -23,8 +23,9 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
-    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN, OPEN_WRITE_FLAGS,
-    READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, path_text, unix_address,
+    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
+    OPEN_WRITE_FLAGS, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths, path_text,
+    unix_address,
 )
 from canarchy.testing.isolation.interfaces import EVENTS as INTERFACE_EVENTS, interface_change
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
@@ -47,6 +48,9 @@ REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended 
 # os.lstat (to count calls) sees only its own, and cannot steer the guard.
 _scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
 _readlink, _fstat, _listdir = os.readlink, os.fstat, os.listdir
+#: The thread-local ``busy`` while the audit hook has the guard judge an event of a thread the harness exempted
+#: (:meth:`AccessGuard.exempt`): its own work, run through code that is not its own (``subprocess``).
+EXEMPT_JUDGING = 2
 _FD_DIR = "/proc/self/fd"  # Linux: each open descriptor as a link to what it names
 _CWD_LINK = "/proc/self/cwd"  # Linux: the working directory, named even once removed
 _DELETED = " (deleted)"  # what Linux's /proc puts after the path of what was removed while held
@@ -216,6 +220,10 @@ class AccessGuard:
         if event == "open":  # the most frequent
             self._open(args)
             return
+        if event in HANDED_ENVIRONMENT:
+            self._handed(event, args)
+            if event not in SPECS:
+                return
         spec = SPECS.get(event)
         if spec is None:
             if event in INTERFACE_EVENTS:  # Linux: a socket made; an ioctl (a signal's or a terminal's check sees too)
@@ -265,6 +273,13 @@ class AccessGuard:
             if change is not None:
                 self._refuse_or_record(Access(self._owner(), change[0], change[1], "the host's network interfaces",
                                               "network", "the host's network interfaces", os.getpid()))
+
+    def _handed(self, event: str, args: tuple) -> None:
+        """The paths an environment variable hands C code or a child (:func:`~.events.handed_paths`), judged as
+        the access they give; not in the harness's own work (:data:`EXEMPT_JUDGING`), whose programs get its own."""
+        if getattr(self._local, "busy", False) != EXEMPT_JUDGING:
+            for value, dir_fd, operation, flags in handed_paths(event, args):
+                self._judge(value, dir_fd, operation, flags)
 
     def _file_ioctl(self, event: str, args: tuple) -> None:
         """An ioctl (fd, request, argument) on a regular file's or a directory's descriptor, but one of

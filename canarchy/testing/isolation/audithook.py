@@ -16,7 +16,7 @@ from pathlib import Path
 from collections.abc import Callable, Mapping
 
 from canarchy.testing.isolation._child import parent_nodeid
-from canarchy.testing.isolation.access import ENVIRONMENT_VARIABLE, GUARD, AccessGuard
+from canarchy.testing.isolation.access import ENVIRONMENT_VARIABLE, EXEMPT_JUDGING, GUARD, AccessGuard
 from canarchy.testing.isolation.events import JUDGED_EVENTS, PROCESS_STARTS, RELINKING
 from canarchy.testing.isolation.protection import Protection
 
@@ -59,7 +59,7 @@ def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
         busy = getattr(local, "busy", False)
         if busy and _own_work():
             return  # what the judging itself does (a record written, a cache filled), the harness's own reads
-        local.busy = True
+        local.busy = EXEMPT_JUDGING if busy else True  # what the judging sees: whether the thread was exempt before
         try:
             audit(event, args)
         finally:

@@ -12,7 +12,7 @@ import shutil
 import socket
 import stat
 from typing import Any
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 #: The operations of :data:`SPECS` that take a path out of its directory: what they removed from the checkout
 #: where git does not show it (an ignored report, a built wheel) no later look can find gone.
@@ -209,6 +209,43 @@ def _dlopen_targets(args: tuple) -> Iterable[Target]:
     return ()
 
 
+#: Variables whose directory C code, or a child, writes in: SQLite's temporary files (``SQLITE_TMPDIR``, then
+#: ``TMPDIR``: SQLite's os_unix.c), a child Python's ``tempfile`` (``TMPDIR``, ``TEMP``, ``TMP``).
+WRITING_VARIABLES = frozenset({"SQLITE_TMPDIR", "TMPDIR", "TEMP", "TMP"})
+
+
+def _handed_paths(variables: Iterable[tuple[Any, Any]]) -> Iterator[Target]:
+    """The absolute paths ``(name, value)`` pairs hand to C code or a child that differ from this process's
+    environment (each value whole, less a leading ``:`` as ``TZ`` takes a file, and each ``os.pathsep``-separated
+    part): a write of a directory for :data:`WRITING_VARIABLES`, else a read (refused only of the operator's
+    state: ``INPUTRC``, ``TZ``, a ``CAN_CONFIG`` file)."""
+    for name, value in variables:
+        key, text = path_text(name), path_text(value)
+        if not key or not text or os.environ.get(key) == text:
+            continue
+        operation = f"hand ${key} to C code or a child, naming"
+        flags = WRITE | DIRECTORY if key in WRITING_VARIABLES else READ
+        for part in dict.fromkeys((text.removeprefix(":"), *text.split(os.pathsep))):
+            if os.path.isabs(part):
+                yield part, None, operation, flags
+
+
+#: The events that hand C code or a child an environment, and the argument holding it: ``os.putenv`` (key, value),
+#: what later C code of this process and every child started without one is given; ``subprocess.Popen``
+#: (executable, args, cwd, env), ``os.posix_spawn`` (path, argv, env), ``os.exec`` (path, args, env), ``os.spawn``
+#: (mode, path, args, env); None: this process's own.
+HANDED_ENVIRONMENT = {"os.putenv": None, "subprocess.Popen": 3, "os.posix_spawn": 2, "os.exec": 2, "os.spawn": 3}
+
+
+def handed_paths(event: str, args: tuple) -> Iterable[Target]:
+    """The paths an event of :data:`HANDED_ENVIRONMENT` hands on (:func:`_handed_paths`)."""
+    index = HANDED_ENVIRONMENT[event]
+    if index is None:
+        return _handed_paths([args])
+    env = args[index]
+    return _handed_paths(env.items()) if env is not None and hasattr(env, "items") else ()
+
+
 SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {
     "glob.glob/2": _glob_targets,
     "sqlite3.connect": _sqlite_targets,
@@ -244,7 +281,8 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
 #: append-only), FS_IOC_FSSETXATTR and FS_IOC_ENABLE_VERITY change a file through a descriptor opened to read.
 FILE_IOCTL_READS = frozenset({0x80086601, 0x80046601, 0x80087601, 0x80047601, 0x801C581F, 0xC020660B, 0x81009431,
                               0x1, 0x2, 0x541B, 0x5460, 0x5421, 0x5451, 0x5450, 0x5452})
-JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | {"open", "os.chroot", "socket.__new__"}
+JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | frozenset(HANDED_ENVIRONMENT) | {
+    "open", "os.chroot", "socket.__new__"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
 #: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``: code -> the globals it runs
