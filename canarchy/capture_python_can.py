@@ -45,8 +45,8 @@ def open_reader(path: str, fmt: str) -> Any:
         if gz:
             text = issubclass(reader_class, TextIOMessageReader)
             handle = gzip.open(path, "rt" if text else "rb")  # noqa: SIM115 (the reader owns it and closes it)
-            return reader_class(handle)
-        return reader_class(path)
+            return _constructed(reader_class, handle)
+        return _constructed(reader_class, path)
     except ImportError as exc:  # a reader's optional dependency
         raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED", f"Reading .{fmt} needs a package that is missing: {exc}.",
                              "For MF4 files: pip install asammdf.") from None
@@ -59,6 +59,20 @@ def open_reader(path: str, fmt: str) -> Any:
                           f"{path!r} is not a valid .{fmt} file: {exc.__class__.__name__}: {exc}.",
                           f"Check that the file really is .{fmt} (and complete), "
                           "or convert it to candump -l (.log).") from None
+
+
+def _constructed(reader_class: type, source: Any) -> Any:
+    """``reader_class(source)``, with what it opened closed when it rejects the file: python-can's readers open
+    the file before they read its header, and leave it open when the header is bad."""
+    reader = reader_class.__new__(reader_class)
+    try:
+        reader.__init__(source)
+    except BaseException:
+        for opened in (getattr(reader, "file", None), source):
+            if hasattr(opened, "close"):
+                opened.close()
+        raise
+    return reader
 
 
 def _data_of(message: Any, fd: bool) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import json
 import os
@@ -9,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,3 +162,15 @@ def same_value_ids(tmp_path: Path, recording: Path, stamp: str) -> tuple[Path, P
                    'BO_ 2024 STD: 8 ECU\n SG_ A : 0|8@1+ (1,0) [0|0] "" ECU\n\n'
                    'BO_ 2147485672 EXT: 8 ECU\n SG_ B : 8|8@1+ (1,0) [0|0] "" ECU\n', encoding="ascii")
     return log, dbc
+
+
+@contextlib.contextmanager
+def resource_warnings() -> Iterator[list[str]]:
+    """The messages of the ``ResourceWarning`` s raised in the block and when it ends, after a garbage
+    collection: a file left open, a process left running. The list is filled as the block ends."""
+    found: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        yield found
+        gc.collect()
+    found += [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]

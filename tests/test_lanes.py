@@ -21,7 +21,7 @@ from canarchy.testing.isolation.tree import changes, snapshot
 from canarchy.testing.lanes import parity, runner, unit, verdict, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
-from tests.helpers import PYTEST, WAITING_TEST, interrupt_once_started
+from tests.helpers import PYTEST, WAITING_TEST, interrupt_once_started, resource_warnings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -1121,6 +1121,14 @@ def test_a_run_s_log_keeps_its_first_and_last_part_whatever_it_prints(tmp_path, 
     small = runner.run([sys.executable, "-c", "print('all of it')"], env=os.environ, cwd=tmp_path,
                        log=tmp_path / "small.log")
     assert small.returncode == 0 and (tmp_path / "small.log").read_text() == "all of it\n"
+
+
+def test_a_run_leaves_no_pipe_open(tmp_path):
+    """The pipe a run's output came through is closed when the run ends: nothing is left for Python to warn
+    about in a project's test that runs lane code, under ``filterwarnings = error``."""
+    with resource_warnings() as found:
+        runner.run([sys.executable, "-c", "print('x')"], env=os.environ, cwd=tmp_path, log=tmp_path / "run.log")
+    assert found == []
 
 
 def test_a_lane_removes_its_reports_of_an_earlier_run_as_it_starts(tmp_path, capsys):

@@ -291,6 +291,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | os.PathLike[s
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
             reader.join(READER_GRACE_S)  # the output a stopped run wrote last; a pipe held open elsewhere: not
+            if not reader.is_alive():  # (a read in progress holds the pipe's lock: one still reading keeps it)
+                proc.stdout.close()  # type: ignore[union-attr]
     return Run(list(argv), proc.returncode, log, time.monotonic() - started)
 
 
