@@ -21,7 +21,7 @@ from canarchy.capture_file import CaptureFile, open_capture
 from canarchy.cli import main
 from canarchy.errors import TransportError, UserInputError
 from canarchy.warning_log import MAX_PER_KIND
-from tests.helpers import run_cli, write_user_config
+from tests.helpers import resource_warnings, run_cli, write_user_config
 
 CAPTURES = Path(__file__).parent.parent / "fixtures" / "captures"
 TRUCK = CAPTURES / "j1939_truck_idle.log"
@@ -615,11 +615,14 @@ def test_what_python_can_s_readers_log_is_a_warning_not_a_stray_line(tmp_path):
         assert data["warning_records"][0]["message"] == text
 
 
-def test_a_broken_binary_file_is_a_decode_error(tmp_path):
+def test_a_broken_binary_file_is_a_decode_error_and_left_closed(tmp_path):
+    """python-can's reader opens the file before it reads the header, and leaves it open when it rejects it."""
     path = tmp_path / "broken.blf"
     path.write_bytes(b"this is not a BLF file" * 10)
-    result = run_cli("capture", "--file", str(path), "--json")
+    with resource_warnings() as found:
+        result = run_cli("capture", "--file", str(path), "--json")
     assert (result.code, result.error_codes) == (3, ["CAPTURE_FORMAT_INVALID"])
+    assert found == []
 
 
 # -- errors ------------------------------------------------------------------------------------
