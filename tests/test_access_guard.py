@@ -33,7 +33,7 @@ GUARDED = """
 import fcntl, json, os, shutil, socket, sqlite3, subprocess, sys, tempfile, glob, threading, types
 from dataclasses import asdict
 from pathlib import Path
-from canarchy.testing.isolation import access, audithook, tempbase
+from canarchy.testing.isolation import access, audithook, descriptors, tempbase
 
 home, work = Path(sys.argv[1]), Path(sys.argv[2])
 STATE, CHECKOUT = home / ".canarchy", work / "checkout"
@@ -472,7 +472,7 @@ def test_a_relative_path_from_a_removed_working_directory_is_judged_or_refused(t
             return from_removed(name).replace(".canarchy/config.toml", "planted")
         attempt("named by /proc", lambda: open(from_removed("gone-1")).close())
         attempt("beside it, named by /proc", lambda: open(beside("gone-2"), "w").close())
-        access._CWD_LINK = str(work / "no-proc")  # a system where the directory cannot be named
+        descriptors._CWD_LINK = str(work / "no-proc")  # a system where the directory cannot be named
         attempt("not named", lambda: open(beside("gone-3"), "w").close())
     """, home, work)
     read, write, unnamed = (report["outcomes"][k] for k in ("named by /proc", "beside it, named by /proc", "not named"))

@@ -27,6 +27,9 @@ from canarchy.testing.isolation.events import (
     OPEN_WRITE_FLAGS, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths, path_text,
     unix_address,
 )
+from canarchy.testing.isolation.descriptors import (
+    descriptor_path, directory_descriptors, working_directory,
+)
 from canarchy.testing.isolation.interfaces import EVENTS as INTERFACE_EVENTS, interface_change
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.listeners import port_holder_outside, unix_listener_outside
@@ -34,26 +37,15 @@ from canarchy.testing.isolation.protection import Protection, Zones, normcase, r
 from canarchy.testing.isolation.reportlog import ReportLog, append
 from canarchy.testing.isolation.signals import TERMINAL_EVENTS, reached, terminal_changed
 
-try:
-    import fcntl
-except ImportError:  # Windows: no dir_fd there
-    fcntl = None  # type: ignore[assignment]
-
-_F_GETPATH = getattr(fcntl, "F_GETPATH", None) if fcntl is not None else None  # macOS
-
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
 
 # The file system calls the guard makes itself, bound once: a test that patches os.scandir or
 # os.lstat (to count calls) sees only its own, and cannot steer the guard.
-_scandir, _lstat, _realpath, _isdir, _getcwd = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.getcwd
-_readlink, _fstat, _listdir = os.readlink, os.fstat, os.listdir
+_scandir, _lstat, _realpath, _isdir, _fstat = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.fstat
 #: The thread-local ``busy`` while the audit hook has the guard judge an event of a thread the harness exempted
 #: (:meth:`AccessGuard.exempt`): its own work, run through code that is not its own (``subprocess``).
 EXEMPT_JUDGING = 2
-_FD_DIR = "/proc/self/fd"  # Linux: each open descriptor as a link to what it names
-_CWD_LINK = "/proc/self/cwd"  # Linux: the working directory, named even once removed
-_DELETED = " (deleted)"  # what Linux's /proc puts after the path of what was removed while held
 _WINDOWS = os.name == "nt"
 _LINUX = sys.platform.startswith("linux")
 _SEP = os.sep
@@ -330,7 +322,7 @@ class AccessGuard:
             self._judge(args[0], None, operation, flags | OPEN if dir_fd else flags)
         if relative:
             # os.open: the event carries no dir_fd, so the name is judged under every directory open here
-            for base in _directory_descriptors():
+            for base in directory_descriptors():
                 self._judge(os.path.join(base, text), None, operation, flags | OPEN if dir_fd else flags)
 
     def _moved_socket(self, args: tuple) -> None:
@@ -369,7 +361,7 @@ class AccessGuard:
         if text is None or os.path.isabs(text):
             return text
         try:
-            base = descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else _working_directory()
+            base = descriptor_path(dir_fd) if dir_fd.__class__ is int and dir_fd >= 0 else working_directory()
         except OSError:
             return None
         return None if base is None else os.path.join(base, text)
@@ -458,7 +450,7 @@ class AccessGuard:
         existing directory), then the final component, followed when ``follow`` and a symlink."""
         dirs = self._dirs
         if _WINDOWS or text[:1] != _SEP:
-            text = text if os.path.isabs(text) else os.path.join(_working_directory(), text)  # not abspath: folds '..'
+            text = text if os.path.isabs(text) else os.path.join(working_directory(), text)  # not abspath: folds '..'
             head, name = os.path.split(text)
         else:
             cut = text.rfind(_SEP)
@@ -511,61 +503,6 @@ class AccessGuard:
             self._links.clear()
         links = self._links[directory] = frozenset(names)
         return links
-
-
-def descriptor_path(fd: int) -> str | None:
-    """The absolute path descriptor ``fd`` names now (Linux ``/proc/self/fd``, macOS ``F_GETPATH``), or None."""
-    try:
-        if _F_GETPATH is not None:
-            return os.fsdecode(fcntl.fcntl(fd, _F_GETPATH, bytes(1024)).rstrip(b"\0"))
-        path = _readlink(f"{_FD_DIR}/{fd}")
-    except (OSError, ValueError):
-        return None
-    return path if path[:1] == _SEP else None  # "socket:[...]", "anon_inode:..." name no path
-
-
-def _working_directory() -> str:
-    """The working directory, also once removed: Linux still resolves ``..`` from it, to its parent, and names
-    it in ``/proc/self/cwd`` with :data:`_DELETED` after its path. ``OSError`` where it cannot be named."""
-    try:
-        return _getcwd()
-    except FileNotFoundError:
-        link = _readlink(_CWD_LINK)
-        if not link.endswith(_DELETED):
-            raise
-        return link[:-len(_DELETED)]
-
-
-def _directory_descriptors() -> list[str]:
-    """The paths of the directories this process holds open descriptors of (Linux; elsewhere none), ``/proc``'s
-    too: a name under ``/proc/PID/fd`` is a file already open, reopened with new flags."""
-    return [path for fd, status in open_descriptors() if stat.S_ISDIR(status.st_mode) and (
-        path := descriptor_path(fd))]
-
-
-def open_descriptors() -> list[tuple[int, os.stat_result]]:
-    """Each descriptor this process holds open, and the status of what it is open on (Linux ``/proc/self/fd``,
-    macOS ``/dev/fd``; elsewhere none)."""
-    try:
-        names = _listdir(_FD_DIR if _LINUX else "/dev/fd")
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        try:
-            fd = int(name)
-            found.append((fd, _fstat(fd)))
-        except (OSError, ValueError):  # the listing's own descriptor, closed by now
-            continue
-    return found
-
-
-def opened_for_writing(fd: int) -> bool:
-    """Whether descriptor ``fd`` was opened for writing (``fcntl(F_GETFL)``; False where it cannot say)."""
-    try:
-        return fcntl is not None and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
-    except OSError:
-        return False
 
 
 GUARD = AccessGuard()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import descriptors as _descriptors
 from canarchy.testing.isolation import bytecode as _bytecode
 from canarchy.testing.isolation import checkout as _checkout
 from canarchy.testing.isolation import containment as _containment
@@ -223,9 +224,9 @@ def _left_open_for_writing(run: _Run, config: pytest.Config) -> list[str]:
     flushed or written after."""
     root = os.path.realpath(config.rootpath)
     found = []
-    for fd, status in sorted(_access.open_descriptors()):
-        path = _access.descriptor_path(fd) or "?"
-        if fd > 2 and status.st_nlink and path.startswith(root + os.sep) and _access.opened_for_writing(fd) and (
+    for fd, status in sorted(_descriptors.open_descriptors()):
+        path = _descriptors.descriptor_path(fd) or "?"
+        if fd > 2 and status.st_nlink and path.startswith(root + os.sep) and _descriptors.opened_for_writing(fd) and (
                 rel := os.path.relpath(path, root)) not in run.own_outputs:
             owner = run.writes.get(path)
             found.append(f"left open for writing in the checkout: {rel}" + (f" (opened by {owner})" if owner else ""))

@@ -24,6 +24,7 @@ import pytest
 
 from canarchy.testing.isolation import CHILD_HOOK_DIR, PACKAGE_PARENT
 from canarchy.testing.isolation import access as _access
+from canarchy.testing.isolation import descriptors as _descriptors
 from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import c_openers as _c_openers
 from canarchy.testing.isolation import containment as _containment
@@ -366,7 +367,7 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], config: 
     private_network = settings.network_namespace and not real_bus_asked(config)
     read_only = [*homes, *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}] \
         if settings.containment else []
-    found = [why for fd, status in _access.open_descriptors()
+    found = [why for fd, status in _descriptors.open_descriptors()
              if (why := _inherited(fd, status, guarded, homes, rootdir, read_only, private_network)) is not None]
     if found:
         raise pytest.UsageError(
@@ -379,7 +380,7 @@ def _refuse_inherited_descriptors(guarded: list[str], homes: list[str], config: 
 def _inherited(fd: int, status: os.stat_result, guarded: list[str], homes: list[str], rootdir: str,
                read_only: list[str], private_network: bool) -> str | None:
     """Why descriptor ``fd`` (``status``) refuses the run (:func:`_refuse_inherited_descriptors`), else None."""
-    target = _access.descriptor_path(fd) or "?"
+    target = _descriptors.descriptor_path(fd) or "?"
     if stat.S_ISDIR(status.st_mode):
         return f"descriptor {fd} is open on the directory {target}"
     if stat.S_ISSOCK(status.st_mode):
@@ -388,7 +389,7 @@ def _inherited(fd: int, status: os.stat_result, guarded: list[str], homes: list[
         return f"descriptor {fd} is open on {target}, the operator's own state"
     if not status.st_nlink or _inside(target, rootdir):  # unlinked: pytest's capture (in a home TMPDIR too)
         return None
-    if _access.opened_for_writing(fd):
+    if _descriptors.opened_for_writing(fd):
         return f"descriptor {fd} is open for writing on {target}, in the operator's home" if fd > 2 and any(
             _inside(target, h) for h in homes) else None
     if stat.S_ISREG(status.st_mode) and any(_inside(target, tree) for tree in read_only):
