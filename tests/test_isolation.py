@@ -560,6 +560,8 @@ ROUTES = """
         _real_socket(socket.AF_CAN, socket.SOCK_RAW, socket.CAN_RAW).close()
     def test_packet_socket():  # frames onto can0 itself; no network namespace here
         _real_socket(socket.AF_PACKET, socket.SOCK_RAW, 0x000C).close()  # ETH_P_CAN
+    def test_packet_socket_asked_as_inet():  # Linux's net/socket.c makes (AF_INET, SOCK_PACKET) a packet socket
+        _real_socket(socket.AF_INET, 10 | socket.SOCK_CLOEXEC, socket.htons(0x0003)).close()  # ETH_P_ALL
     def test_bluetooth_socket():  # an ELM327-style OBD adapter over RFCOMM
         _real_socket(31, socket.SOCK_STREAM, 3).close()  # AF_BLUETOOTH, BTPROTO_RFCOMM: not every Python names them
     def test_vsock_socket():  # the hypervisor's host, beyond every network namespace
@@ -581,7 +583,8 @@ REFUSED_ROUTES = ("test_can_bus", "test_interface_bus", "test_thread_safe_bus", 
                   "test_env_can_interface", "test_env_can_config", "test_can_rc", "test_canrc_file",
                   "test_detect_available_configs", "test_swallowed", "test_driver_init_without_new",
                   "test_driver_init_on_a_virtual_instance", "test_subclass_with_its_own_new", "test_raw_can_socket",
-                  "test_packet_socket", "test_bluetooth_socket", "test_vsock_socket")
+                  "test_packet_socket", "test_packet_socket_asked_as_inet", "test_bluetooth_socket",
+                  "test_vsock_socket")
 
 
 def test_every_route_to_a_real_bus_is_refused(batch):

@@ -1245,6 +1245,9 @@ def test_sends_to_loopback_s_broadcast_address_on_a_port_outside_the_run():  # a
 def test_opens_a_netlink_socket():  # rtnetlink: a CAN interface up or down, its bitrate
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()
 
+def test_opens_a_raw_ip_socket():  # its UDP header, port and all, is the test's: a daemon's port, unjudged
+    socket.socket(socket.AF_INET, socket.SOCK_RAW | socket.SOCK_CLOEXEC, socket.IPPROTO_UDP).close()
+
 def test_sets_the_flags_of_a_network_interface():
     import fcntl, struct
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:  # SIOCSIFFLAGS, of no such interface
@@ -1332,7 +1335,8 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
     sent: without the network namespace (the guard alone), a test's TCP connect or UDP send to its port, by name,
     by loopback, by an address of the host or to a multicast group, and a child Python's, is refused at once,
     naming the test. A test's own ports are not. Nor, in that run, may a test change the host's network
-    interfaces (a netlink socket, an ioctl that sets an interface's flags); one that reads them may."""
+    interfaces (a netlink socket, an ioctl that sets an interface's flags) or open a raw IP socket (its
+    packets carry their own ports); one that reads the interfaces may."""
     listening, on_loopback = socket.socket(), socket.socket()
     datagram, group = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -1380,6 +1384,7 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
     assert run.outcomes("test_connects_to_its_own_ports") == {"passed"}, run.messages("test_connects_to_its_own_ports")
     # the host's network interfaces, which the run shares without a network namespace of its own
     for test, operation in (("test_opens_a_netlink_socket", "open a netlink socket (protocol 0) to"),
+                            ("test_opens_a_raw_ip_socket", "open a raw IP socket (its packets carry their own ports"),
                             ("test_sets_the_flags_of_a_network_interface",
                              "change a network interface (ioctl 0x8914)")):
         messages = run.messages(test)

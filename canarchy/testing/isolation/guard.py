@@ -45,6 +45,18 @@ def _families(*known: tuple[str, str, int]) -> dict[int, tuple[str, str]]:
     return found
 
 
+_LINUX = sys.platform.startswith("linux")
+_SOCK_PACKET, _TYPE_MASK = 10, 0xF  # linux/net.h: the obsolete packet type; the type without SOCK_NONBLOCK/CLOEXEC
+
+
+def socket_family_made(family: object, kind: object) -> object:
+    """The family of the socket the kernel makes for ``socket(family, kind)``: Linux's net/socket.c makes
+    ``(AF_INET, SOCK_PACKET)`` a packet socket."""
+    if _LINUX and family == socket.AF_INET and kind.__class__ is int and kind & _TYPE_MASK == _SOCK_PACKET:
+        return getattr(socket, "AF_PACKET", 17)
+    return family
+
+
 #: Socket families that reach a bus or another machine whatever the network namespace, by the name a refusal
 #: gives them: a raw CAN socket (every SocketCAN driver's); a packet socket (frames onto any interface, a CAN one
 #: included); Bluetooth (a wireless OBD or CAN adapter); vsock (the hypervisor's host).
@@ -140,8 +152,9 @@ class BusGuard:
 
     def check_socket(self, args: tuple) -> None:
         """Observer of the audit event ``socket.__new__`` (socket, family, type, protocol): refuse a
-        socket of :data:`REFUSED_FAMILIES` (route ``"socket"``), a raw CAN one among them."""
-        refused = REFUSED_FAMILIES.get(args[1]) if self.enabled else None
+        socket of :data:`REFUSED_FAMILIES` (route ``"socket"``), a raw CAN one among them, by the family the
+        kernel gives it (:func:`socket_family_made`)."""
+        refused = REFUSED_FAMILIES.get(socket_family_made(args[1], args[2])) if self.enabled else None
         if refused is not None:
             raise self.refuse(refused[0], f"<an {refused[1]} socket, type {args[2]}, protocol {args[3]}>", "socket")
 

@@ -2,7 +2,8 @@
 of its own: a netlink socket (``AF_NETLINK``; rtnetlink sets a link up or down, a CAN interface's bitrate, an
 address or a route, sock_diag destroys another process's sockets, generic netlink reaches ethtool) and a
 socket-configuration ioctl that is not a read (linux/sockios.h, ``0x890B``-``0x89FF``: ``SIOCSIFFLAGS``,
-``SIOCSIFMTU``, ``SIOCETHTOOL``, a device's private ones). Linux only; standard library only.
+``SIOCSIFMTU``, ``SIOCETHTOOL``, a device's private ones); and a raw IP socket, whose packets reach any port of
+the host (a daemon's) with no port in the address to judge. Linux only; standard library only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import sys
 
 AF_NETLINK = getattr(socket, "AF_NETLINK", 16)
+_IP = (socket.AF_INET, socket.AF_INET6)
 #: The socket-configuration requests of linux/sockios.h (routes, interfaces, ARP, bridges, device-private ones).
 _SOCKIOS = range(0x890B, 0x8A00)
 #: Those that only read (linux/sockios.h): SIOCGIFNAME, GIFCONF, GIFFLAGS, GIFADDR, GIFDSTADDR, GIFBRDADDR,
@@ -32,6 +34,8 @@ def interface_change(event: str, args: tuple) -> tuple[str, str] | None:
     interfaces, else None."""
     if event == "socket.__new__" and args[1] == AF_NETLINK:
         return f"open a netlink socket (protocol {args[3]}) to", "the kernel's network configuration"
+    if event == "socket.__new__" and args[1] in _IP and args[2].__class__ is int and args[2] & 0xF == socket.SOCK_RAW:
+        return "open a raw IP socket (its packets carry their own ports, past the port check) on", "the host's network"
     if event == "fcntl.ioctl" and args[1].__class__ is int and args[1] in _SOCKIOS and args[1] not in _READS:
         return f"change a network interface (ioctl {args[1]:#06x}) through", f"descriptor {args[0]}"
     return None
