@@ -786,6 +786,23 @@ def test_the_unit_lane_names_the_sentinel_s_findings_beside_the_failing_tests(tm
     assert "added: stray.txt" in summary and "added: stray.txt" in (project.root / "reports" / "unit.md").read_text()
 
 
+def test_the_unit_lane_names_an_installed_pytest_plugin_its_run_did_not_load(tmp_path, capsys):
+    """Every lane turns plugin autoloading off: an installed plugin the project does not name with ``-p`` (one that
+    collects cases of its own, from YAML files say) is left out of the run, and the lane says so beside its verdict;
+    one the lane loads (xdist) is not named."""
+    project = _project(tmp_path / "p", "def test_a():\n    pass\n")
+    dist = project.root / "yamlcases-1.0.dist-info"  # on the run's PYTHONPATH (the project root): installed there
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: yamlcases\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nyamlcases = yamlcases_plugin\n")
+    code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "1"])
+    out = capsys.readouterr().out
+    summary = out[out.index("unit: PASSED"):]
+    assert code == 0 and "  not loaded: " in summary and "yamlcases (-p yamlcases)" in summary, out
+    assert "pytest-xdist" not in summary, summary
+    assert "yamlcases (-p yamlcases)" in (project.root / "reports" / "unit.md").read_text()
+
+
 @pytest.mark.parametrize(("available", "unit_default"), [(1, 2), (2, 4), (8, 16)])
 def test_by_default_the_unit_lane_runs_two_workers_per_core_and_each_parity_twin_none(
         monkeypatch, available, unit_default):

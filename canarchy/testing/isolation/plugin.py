@@ -38,9 +38,9 @@ from canarchy.testing.isolation.refusal import CHECKOUT_WRITE_PROPERTY
 
 # What a project's conftest or test imports from here; the fixtures, so that pytest registers them with the plugin.
 __all__ = ["CHECKOUT_WRITE_PROPERTY", "DESELECTED_PROPERTY", "ISOLATION_PROPERTY", "ITEMS_PROPERTY", "MARKERS",
-           "REQUIRED_MODULE", "access_guard", "active_sandbox", "asks_for", "bus_guard", "canarchy_sandbox",
-           "guard_operator_access", "isolate_canarchy_state", "new_virtual_channel", "require_containment",
-           "virtual_channel"]
+           "NOT_LOADED_PROPERTY", "REQUIRED_MODULE", "access_guard", "active_sandbox", "asks_for", "bus_guard",
+           "canarchy_sandbox", "guard_operator_access", "isolate_canarchy_state", "new_virtual_channel",
+           "require_containment", "virtual_channel"]
 
 #: JUnit test-suite property naming each test the plugin deselected (lanes read it, not pytest's summary).
 DESELECTED_PROPERTY = "canarchy_deselected"
@@ -48,6 +48,8 @@ DESELECTED_PROPERTY = "canarchy_deselected"
 #: refuse a report without it from a project whose configuration loads the plugin.
 ISOLATION_PROPERTY = "canarchy_isolation"
 ITEMS_PROPERTY = "canarchy_items"  # how many tests the run was to run: the lanes count its cases
+#: JUnit test-suite property naming each installed pytest plugin a run with autoloading off did not load.
+NOT_LOADED_PROPERTY = "canarchy_plugins_not_loaded"
 REQUIRED_MODULE = "canarchy.testing.required"
 
 
@@ -108,6 +110,30 @@ def pytest_configure(config: pytest.Config) -> None:
         _begin(config, late)
     _set_owners(_START_UP)
     _check_configuration(config)
+    run = config.stash[_RUN]
+    if not _is_worker(config):
+        run.plugins_not_loaded = _plugins_not_loaded(config)
+        if run.plugins_not_loaded:
+            run.header.append("pytest plugins installed but not loaded (plugin autoloading is off; the tests and "
+                              f"options they bring are not in this run): {', '.join(run.plugins_not_loaded)}")
+
+
+def _plugins_not_loaded(config: pytest.Config) -> list[str]:
+    """With plugin autoloading off (``--disable-plugin-autoload``, ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``, as in every
+    lane), each installed distribution with a ``pytest11`` entry point none of which the run loaded or blocked
+    (``-p NAME``, ``-p no:NAME``), as ``DIST (-p NAME)``: a plugin that collects files of its own (YAML cases)
+    would leave them out of the run without a word. Empty when autoloading is on."""
+    if not (getattr(config.known_args_namespace, "disable_plugin_autoload", False)
+            or os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")):
+        return []
+    from importlib import metadata
+
+    names: dict[str, list[str]] = {}
+    for entry in metadata.entry_points(group="pytest11"):
+        names.setdefault(entry.dist.name if entry.dist is not None else entry.name, []).append(entry.name)
+    manager = config.pluginmanager
+    return [f"{dist} (-p {entries[0]})" for dist, entries in sorted(names.items())
+            if not any(manager.has_plugin(name) or manager.is_blocked(name) for name in entries)]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -305,7 +331,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             run.own_outputs = _own_outputs(run, session.config)
             run.checkout_before = _checkout_manifest(run, session.config.rootpath)
         _junit_suite_properties(session.config, [(ISOLATION_PROPERTY, "; ".join(
-            line.removeprefix("canarchy isolation: ") for line in pytest_report_header(session.config)))])
+            line.removeprefix("canarchy isolation: ") for line in pytest_report_header(session.config))),
+            *((NOT_LOADED_PROPERTY, name) for name in run.plugins_not_loaded)])
         _set_owners(_BETWEEN_TESTS)
 
 

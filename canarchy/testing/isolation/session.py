@@ -106,6 +106,7 @@ class _Run:
     mounts_at_start: dict[str, tuple[str, str]] | None = None
     proc_device: int = 0
     header: list[str] = field(default_factory=list)
+    plugins_not_loaded: list[str] = field(default_factory=list)  # installed, not loaded (plugin._plugins_not_loaded)
     temp_base: str = ""
     home_before: dict | None = None
     checkout_before: dict | None = None

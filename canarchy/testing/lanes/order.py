@@ -32,7 +32,7 @@ from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, pytest_flags, run, run_pytest,
 )
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
-                                            failed_beyond_its_tests, isolated_run, read_run)
+                                            failed_beyond_its_tests, isolated_run, plugins_not_loaded, read_run)
 from canarchy.testing.lanes.workspace import copy_tree, publish_reports, pythonpath, temporary_tree, tree_files
 
 DEFAULT_SEEDS = 2
@@ -345,6 +345,7 @@ def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
     lines = [f"order: {result.status} ({result.seconds:.0f} s)"]
     if not all(isolated_run(entry.report) for entry in result.runs):
         lines.append(f"  {NOT_ISOLATED}")
+    lines += [f"  {note}" for note in [plugins_not_loaded(entry.report for entry in result.runs)] if note]
     for entry in result.runs:
         secs = entry.run.duration if entry.run else 0
         lines.append(f"  {entry.label:<10} {totals_text(entry.report):<40} {secs:>5.0f} s   "

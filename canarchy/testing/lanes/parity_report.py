@@ -6,7 +6,7 @@ from __future__ import annotations
 from canarchy.testing.lanes.parity_result import ParityResult
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import totals_text
-from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, NOT_ISOLATED, isolated_run
+from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, NOT_ISOLATED, isolated_run, plugins_not_loaded
 
 NOT_SHUT_DOWN = "was not properly shut down"  # python-can's log line for a bus a test left open
 
@@ -61,6 +61,7 @@ def render(result: ParityResult) -> str:
                      f"PYTHONHASHSEED={twin.hashseed})")
     if not all(isolated_run(t.report) for t in result.twins.values()):
         lines.append(f"  {NOT_ISOLATED}")
+    lines += [f"  {note}" for note in [plugins_not_loaded(t.report for t in result.twins.values())] if note]
     lines += [f"  cannot decide: {reason}" for reason in c.undecided]
     if result.findings:
         rows = [[result.show(f.id), _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]

@@ -16,7 +16,7 @@ from canarchy.testing.lanes.project import Project
 from canarchy.testing.lanes.results import node_id
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, pytest_flags, run_pytest,
                                           workers, xdist_options)
-from canarchy.testing.lanes.verdict import NOT_ISOLATED, Verdict, judge
+from canarchy.testing.lanes.verdict import NOT_ISOLATED, NOT_LOADED, Verdict, judge
 from canarchy.testing.lanes.workspace import pythonpath, temporary_tree
 
 PRIVATE_BUS_VARIABLE = "CANARCHY_TEST_PRIVATE_BUS"
@@ -74,8 +74,9 @@ def _report(lane: str, project: Project, verdict: Verdict) -> int:
     md.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(md, verdict.markdown(show=lambda key: node_id(key, project.root)))
     print(verdict.line())
-    if NOT_ISOLATED in verdict.notes:
-        print(f"  {NOT_ISOLATED}")
+    for note in verdict.notes:
+        if note == NOT_ISOLATED or note.startswith(NOT_LOADED):
+            print(f"  {note}")
     for test_id in verdict.failing[:30]:
         print(f"  failing: {node_id(test_id, project.root)}")
     for line in verdict.sentinel:

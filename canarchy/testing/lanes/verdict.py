@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Iterable
 
-from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY, ITEMS_PROPERTY
+from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY, ITEMS_PROPERTY, NOT_LOADED_PROPERTY
 from canarchy.testing.lanes.render import markdown_table
 from canarchy.testing.lanes.results import CannotDecide, Report, load_report, totals_text
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run
@@ -195,6 +195,19 @@ NOT_ISOLATED = ("not isolated: the run did not load canarchy.testing.isolation.p
                 "property in its report), so nothing kept its tests from the operator's home, variables and bus")
 
 
+NOT_LOADED = "not loaded: "
+
+
+def plugins_not_loaded(reports: Iterable[Report | None]) -> str | None:
+    """The note naming the installed pytest plugins the runs behind ``reports`` did not load (the plugin's
+    ``NOT_LOADED_PROPERTY``), else None."""
+    names = sorted({name for report in reports if report is not None
+                    for name in report.properties_named(NOT_LOADED_PROPERTY)})
+    return (f"{NOT_LOADED}{', '.join(names)}: installed where the lane runs, but every lane turns plugin "
+            "autoloading off, so the tests and options they bring are not in this verdict; name each your suite "
+            "needs with -p in addopts (docs/adopting.md, \"Your pytest plugins\")") if names else None
+
+
 def isolated_run(report: Report | None) -> bool:
     """Whether ``report`` comes from a run under canarchy's plugin (True where there is no report to tell)."""
     return report is None or bool(report.properties_named(ISOLATION_PROPERTY))
@@ -211,6 +224,7 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
     if report is None:
         return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
     summary = totals_text(report)
+    notes += [note for note in [plugins_not_loaded([report])] if note]
     if not isolated_run(report):
         notes = [*notes, NOT_ISOLATED]
         summary = f"{summary} (not isolated)"
