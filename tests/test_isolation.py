@@ -1282,6 +1282,17 @@ def test_the_plugin_leaves_nothing_a_project_s_strict_warning_filter_fails_a_tes
     assert "Warning" not in run.output, run.output
 
 
+def test_a_run_without_plugin_autoloading_names_the_installed_plugins_it_did_not_load(tmp_path):
+    """An installed plugin a run with autoloading off does not name (``-p``) brings none of its tests: the header
+    says which, for the lanes' verdicts to say too."""
+    files = {"test_one.py": "def test_one():\n    pass\n",  # the dist-info: on sys.path (the working directory)
+             "yamlcases-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: yamlcases\nVersion: 1.0\n",
+             "yamlcases-1.0.dist-info/entry_points.txt": "[pytest11]\nyamlcases = yamlcases_plugin\n"}
+    run = run_child(tmp_path, files, "-v")  # after run_child's -q: pytest's header is shown
+    assert run.outcomes("test_one") == {"passed"}, run.output
+    assert "pytest plugins installed but not loaded" in run.output and "yamlcases (-p yamlcases)" in run.output
+
+
 FRESH = """
     import os
     from pathlib import Path
