@@ -16,6 +16,7 @@ import signal
 import sys
 from typing import Any
 
+from canarchy.testing.isolation.access import GUARD
 from canarchy.testing.isolation.reaper import stat_fields
 
 _ENVIRON = os.environ
@@ -170,23 +171,26 @@ class ProcessState:
         return changed
 
     def quietly(self, key: str, value: str | None) -> None:
-        """Set (or, for None, remove) a variable without it counting as the test's change."""
+        """Set (or, for None, remove) a variable without it counting as the test's change: the harness's own
+        work, whose values the access guard does not judge (:meth:`~.access.AccessGuard.exempt`)."""
         self._quiet = True
         try:
-            if value is None:
-                _ENVIRON.pop(key, None)
-            else:
-                _ENVIRON[key] = value
+            with GUARD.exempt():
+                if value is None:
+                    _ENVIRON.pop(key, None)
+                else:
+                    _ENVIRON[key] = value
         finally:
             self._quiet = False
 
     def quietly_apply(self, target: dict[str, str]) -> None:
-        """Make ``os.environ`` equal to ``target`` without it counting as anyone's change."""
+        """Make ``os.environ`` equal to ``target`` without it counting as anyone's change (as :meth:`quietly`)."""
         from canarchy.testing.isolation.sandbox import apply_environment
 
         self._quiet = True
         try:
-            apply_environment(target, _ENVIRON)
+            with GUARD.exempt():
+                apply_environment(target, _ENVIRON)
         finally:
             self._quiet = False
 
