@@ -159,7 +159,8 @@ def regular_file_head(path: str, size: int) -> bytes:
         return b""
     parts: list[bytes] = []
     try:
-        while stat.S_ISREG(os.fstat(fd).st_mode) and size > 0 and (part := os.read(fd, size)):
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)  # what was opened, not what the name said before
+        while regular and size > 0 and (part := os.read(fd, size)):
             parts.append(part)
             size -= len(part)
     except OSError:

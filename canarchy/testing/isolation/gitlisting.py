@@ -95,10 +95,7 @@ class GitListing:
             self.ok = proc.wait() == 0 and (listed or self.empty_ok) and not rest
         finally:
             watchdog.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()  # type: ignore[union-attr]
+            self.close()
 
 
 def ignored_listing(root: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> GitListing:

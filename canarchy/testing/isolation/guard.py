@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
+from canarchy.testing.isolation.interfaces import SOCKET_TYPE_MASK
 from canarchy.testing.isolation.refusal import RealCanBusRefused, Refusal
 from canarchy.testing.isolation.reportlog import ReportLog, append
 
@@ -46,13 +47,13 @@ def _families(*known: tuple[str, str, int]) -> dict[int, tuple[str, str]]:
 
 
 _LINUX = sys.platform.startswith("linux")
-_SOCK_PACKET, _TYPE_MASK = 10, 0xF  # linux/net.h: the obsolete packet type; the type without SOCK_NONBLOCK/CLOEXEC
+_SOCK_PACKET = 10  # linux/net.h: the obsolete packet type
 
 
 def socket_family_made(family: object, kind: object) -> object:
     """The family of the socket the kernel makes for ``socket(family, kind)``: Linux's net/socket.c makes
     ``(AF_INET, SOCK_PACKET)`` a packet socket."""
-    if _LINUX and family == socket.AF_INET and kind.__class__ is int and kind & _TYPE_MASK == _SOCK_PACKET:
+    if _LINUX and family == socket.AF_INET and kind.__class__ is int and kind & SOCKET_TYPE_MASK == _SOCK_PACKET:
         return getattr(socket, "AF_PACKET", 17)
     return family
 

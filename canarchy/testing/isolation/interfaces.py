@@ -15,6 +15,8 @@ import sys
 
 AF_NETLINK = getattr(socket, "AF_NETLINK", 16)
 _IP = (socket.AF_INET, socket.AF_INET6)
+#: A socket type without its flags (SOCK_NONBLOCK, SOCK_CLOEXEC): linux/net.h's SOCK_TYPE_MASK.
+SOCKET_TYPE_MASK = 0xF
 #: The socket-configuration requests of linux/sockios.h (routes, interfaces, ARP, bridges, device-private ones).
 _SOCKIOS = range(0x890B, 0x8A00)
 #: Those that only read (linux/sockios.h): SIOCGIFNAME, GIFCONF, GIFFLAGS, GIFADDR, GIFDSTADDR, GIFBRDADDR,
@@ -34,7 +36,8 @@ def interface_change(event: str, args: tuple) -> tuple[str, str] | None:
     interfaces, else None."""
     if event == "socket.__new__" and args[1] == AF_NETLINK:
         return f"open a netlink socket (protocol {args[3]}) to", "the kernel's network configuration"
-    if event == "socket.__new__" and args[1] in _IP and args[2].__class__ is int and args[2] & 0xF == socket.SOCK_RAW:
+    if event == "socket.__new__" and args[1] in _IP and args[2].__class__ is int and (
+            args[2] & SOCKET_TYPE_MASK == socket.SOCK_RAW):
         return "open a raw IP socket (its packets carry their own ports, past the port check) on", "the host's network"
     if event == "fcntl.ioctl" and args[1].__class__ is int and args[1] in _SOCKIOS and args[1] not in _READS:
         return f"change a network interface (ioctl {args[1]:#06x}) through", f"descriptor {args[0]}"
