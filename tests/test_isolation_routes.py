@@ -325,6 +325,43 @@ def test_a_shell_reads_the_environment_pytest_started_with():
         later.join()
     # root reads the files (erased: zeros); another user is refused them, pytest being no longer dumpable
     assert (shown or os.geteuid() != 0) and b"CANARCHY_" not in shown
+
+def _interpreters():
+    import importlib
+    for name in ("_interpreters", "_xxsubinterpreters"):  # 3.13 on; 3.11 and 3.12
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            pass
+
+def _reads_the_operator_state(sandbox):
+    return f"open({str(sandbox.real_home / '.canarchy' / 'config.toml')!r}).read()"
+
+def test_starts_a_sub_interpreter(canarchy_sandbox):
+    interpreters = _interpreters()
+    interpreters.run_string(interpreters.create(), _reads_the_operator_state(canarchy_sandbox))
+
+def test_starts_one_through_the_c_api_s_test_module(canarchy_sandbox):
+    import _testcapi
+    _testcapi.run_in_subinterp(_reads_the_operator_state(canarchy_sandbox))
+
+def test_starts_one_with_the_function_a_wrapper_holds(canarchy_sandbox):
+    create = _interpreters().create
+    for cell in create.__closure__ or ():  # what the README calls digging into the plugin's own objects
+        if callable(cell.cell_contents):
+            create = cell.cell_contents
+    create()
+
+def test_renames_the_host():
+    import socket
+    socket.sethostname(socket.gethostname())
+
+def test_sets_the_clock():
+    import time
+    try:
+        time.clock_settime(time.CLOCK_MONOTONIC, 0.0)  # a clock nobody can set (EINVAL): nothing to undo
+    except OSError:
+        pass
 """
 
 TAMPER_ROUTES = """
@@ -1032,6 +1069,31 @@ def test_a_signal_to_a_process_outside_the_run_is_refused_and_one_inside_it_is_n
         assert ": sleep 300" in run.messages(test), run.messages(test)
     test = "test_signals_itself_its_children_and_from_a_child_the_test_s_process"
     assert run.outcomes(test) == {"passed"}, run.messages(test)
+
+
+OUTSIDE_THE_GUARD_CASES = [
+    ("test_starts_a_sub_interpreter", "start a Python sub-interpreter with '_", "a Python sub-interpreter"),
+    ("test_starts_one_through_the_c_api_s_test_module", "start a Python sub-interpreter with '_testcapi.",
+     "a Python sub-interpreter"),
+    ("test_starts_one_with_the_function_a_wrapper_holds", "start a Python sub-interpreter: 'cpython.",
+     "a Python sub-interpreter"),
+    ("test_renames_the_host", "change the host's name to", "the host itself"),
+    ("test_sets_the_clock", "set the system clock", "the host itself"),
+]
+
+
+@pytest.mark.parametrize("test, operation, what", OUTSIDE_THE_GUARD_CASES,
+                         ids=[c[0].removeprefix("test_") for c in OUTSIDE_THE_GUARD_CASES])
+def test_what_no_judged_path_names_is_refused_at_the_moment(routes, test, operation, what):
+    """A sub-interpreter runs its code past every audit hook of pytest's interpreter (PEP 578: they are per
+    interpreter): making one is refused, through the module that makes them, the C API's test module or the
+    real function the wrapper holds (CPython's own event). The host's name and clock are shared with the
+    operator and have no namespace of the run's: a change is refused, with or without the containment."""
+    run, _ = routes
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+    assert f"test_process_state.py::{test} tried to {operation}" in messages, messages
+    assert what in messages and "Refused" in messages, messages
 
 
 UNIX_SOCKETS = """

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
-    OPEN_WRITE_FLAGS, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths, path_text,
+    OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths, path_text,
     unix_address,
 )
 from canarchy.testing.isolation.descriptors import (
@@ -226,9 +226,8 @@ class AccessGuard:
                 return
             if event == "socket.__new__":
                 return
-            if event == "os.chroot":  # raised by c_openers' wrapper
-                self._refuse_or_record(Access(self._owner(), "chroot to", str(path_text(args[0])), "/", "root",
-                                              "the root directory", os.getpid()))
+            if event in OUTRIGHT:
+                self._outright(event, args)
                 return
             for value, dir_fd, operation, flags in SPECIAL[event](args):
                 self._judge(value, dir_fd, operation, flags)
@@ -240,6 +239,13 @@ class AccessGuard:
         if event == "os.rename":
             self._moved_tree(args)
             self._moved_socket(args)
+
+    def _outright(self, event: str, args: tuple) -> None:
+        """An event refused whatever its arguments (:data:`~.events.OUTRIGHT`)."""
+        shown, operation, resolved, zone, tree = OUTRIGHT[event]
+        value = event if shown is None else args[shown]
+        self._refuse_or_record(Access(self._owner(), operation, str(path_text(value) or value), resolved, zone, tree,
+                                      os.getpid()))
 
     def _signal(self, event: str, args: tuple) -> None:
         """A signal or a change to a process (:data:`~.events.SIGNALS`): refused when it would reach a

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from canarchy.testing.isolation.access import GUARD
 from canarchy.testing.isolation.audithook import observe
-from canarchy.testing.isolation.events import TERMINAL_SETTERS, regular_file_head, sqlite_file
+from canarchy.testing.isolation.events import INTERPRETER_MAKERS, TERMINAL_SETTERS, regular_file_head, sqlite_file
 from canarchy.testing.isolation.refusal import Access
 
 
@@ -28,6 +28,7 @@ def install() -> None:
     _audit_readline()
     _audit_sqlite()
     _refuse_tcl()
+    _refuse_host_changes()
     _audit_fork_exec()
     _audit_spawn_file_actions()
     _audit_terminal_setters()
@@ -141,24 +142,44 @@ def _audited_file_function(real: Callable, event: str, index: int) -> Callable:
     return audited
 
 
+def _raising(event: str, label: str | None = None) -> Callable[[Callable], Callable]:
+    """``make`` for :func:`_replace`: a function that raises ``event`` first (with ``label``, else its own
+    positional arguments), for the guard to refuse outright (:data:`~.events.OUTRIGHT`), then calls the real one."""
+    def wrap(real: Callable) -> Callable:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            sys.audit(event, *((label,) if label is not None else args))
+            return real(*args, **kwargs)
+        return refused
+    return wrap
+
+
 def _refuse_tcl() -> None:
-    """Replace ``_tkinter.create`` (what ``tkinter.Tk`` and ``tkinter.Tcl`` call) with one that refuses while
-    the guard is on: a Tcl interpreter opens files (``open``, ``source``) and starts processes (``exec``) in C,
-    with no audit event."""
+    """Replace ``_tkinter.create`` (what ``tkinter.Tk`` and ``tkinter.Tcl`` call) with one that raises
+    ``_tkinter.create``, refused: a Tcl interpreter opens files (``open``, ``source``) and starts processes
+    (``exec``) in C, with no audit event."""
     try:
         import _tkinter
     except ImportError:  # built without Tcl/Tk
         return
+    _replace((_tkinter,), "create", _raising("_tkinter.create", "_tkinter.create"))
 
-    def refusing(real: Callable) -> Callable:
-        def create(*args: Any, **kwargs: Any) -> Any:
-            if GUARD.enabled:
-                GUARD.refuse(Access(GUARD._owner(), "start a Tcl interpreter", "_tkinter.create", "_tkinter.create",
-                                    "unjudged", "tkinter", os.getpid()))
-            return real(*args, **kwargs)
-        return create
 
-    _replace((_tkinter,), "create", refusing)
+def _refuse_interpreters(module: Any, short: str) -> None:
+    """Replace, in ``module`` (made as ``short``, a key of :data:`~.events.INTERPRETER_MAKERS`), each function
+    that makes a Python sub-interpreter with one that raises ``interpreter.new``, refused: what a
+    sub-interpreter's code does passes no audit hook of this interpreter's (PEP 578)."""
+    for name in INTERPRETER_MAKERS[short]:
+        _replace((module,), name, _raising("interpreter.new", f"{short}.{name}"))
+
+
+def _refuse_host_changes() -> None:
+    """Replace ``time.clock_settime`` and ``time.clock_settime_ns`` with ones that raise their names (clock,
+    time), refused: the clock is the host's, shared with the operator, and CPython raises no audit event
+    for them (``socket.sethostname`` has one)."""
+    import time
+
+    for name in ("clock_settime", "clock_settime_ns"):
+        _replace((time,), name, _raising(f"time.{name}"))
 
 
 _SQLITE_ATTACH = 24  # SQLite's authorizer action code for ATTACH, also what VACUUM INTO does (sqlite3.h)
@@ -371,7 +392,7 @@ _PROCESS_CHANGES = {"setpriority": (3, 3), "sched_setaffinity": (1, 2), "sched_s
 
 
 #: The modules whose C functions :func:`install` wrapped, by name: one instance each (:func:`_one_instance`).
-_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "termios", "_imp")
+_WRAPPED = ("readline", "_sqlite3", "_tkinter", "_posixsubprocess", "posix", "termios", "time", "_imp")
 
 
 def _one_instance() -> None:
@@ -383,17 +404,24 @@ def _one_instance() -> None:
     any path (``importlib.util.spec_from_file_location``) reaches it past the import system's listing."""
     import _imp
 
-    instances = {name: sys.modules[name] for name in _WRAPPED if name in sys.modules}  # not sys.modules: a test's
+    instances = {name: sys.modules[name] for name in (*_WRAPPED, *INTERPRETER_MAKERS) if name in sys.modules}
+    for name in INTERPRETER_MAKERS.keys() & instances.keys():  # (instances: not sys.modules, which a test can empty)
+        _refuse_interpreters(instances[name], name)
 
     def reusing(real: Callable, loads: bool = False) -> Callable:
         def create(spec: Any, *args: Any) -> Any:
             # the C loader finds PyInit_<last part of the name>: "anything.readline" makes a readline too
-            existing = instances.get(str(getattr(spec, "name", "")).rpartition(".")[2])
+            short = str(getattr(spec, "name", "")).rpartition(".")[2]
+            existing = instances.get(short)
             if existing is not None:
                 return existing
             if loads:  # the dynamic loader opens the file in C: no open event (a spec made for any path)
                 sys.audit("_imp.create_dynamic", getattr(spec, "origin", None))
-            return real(spec, *args)
+            module = real(spec, *args)
+            if short in INTERPRETER_MAKERS:  # wrapped when first made, and kept: the only instance
+                _refuse_interpreters(module, short)
+                instances[short] = module
+            return module
         return create
 
     _replace((_imp,), "create_dynamic", functools.partial(reusing, loads=True))
@@ -416,4 +444,8 @@ def audited_c_openers() -> list[tuple[object, str]]:
               for name in (*_SPAWNS, *_MAKERS, "pidfd_open", "chroot", *_PROCESS_CHANGES) if hasattr(module, name)]
     termios = sys.modules.get("termios")
     found += [(termios, name) for name in TERMINAL_SETTERS if termios is not None and hasattr(termios, name)]
+    found += [(sys.modules["time"], name) for name in ("clock_settime", "clock_settime_ns")
+              if hasattr(sys.modules["time"], name)]
+    found += [(sys.modules[module], name) for module, names in INTERPRETER_MAKERS.items() if module in sys.modules
+              for name in names if hasattr(sys.modules[module], name)]
     return [*found, (_imp, "create_dynamic"), (_imp, "create_builtin")]

@@ -282,8 +282,35 @@ SIGNALS = frozenset({"os.kill", "os.killpg", "os.pidfd_open", *(
 #: append-only), FS_IOC_FSSETXATTR and FS_IOC_ENABLE_VERITY change a file through a descriptor opened to read.
 FILE_IOCTL_READS = frozenset({0x80086601, 0x80046601, 0x80087601, 0x80047601, 0x801C581F, 0xC020660B, 0x81009431,
                               0x1, 0x2, 0x541B, 0x5460, 0x5421, 0x5451, 0x5450, 0x5452})
-JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | frozenset(HANDED_ENVIRONMENT) | {
-    "open", "os.chroot", "socket.__new__"}
+#: The events refused whatever their arguments: each reaches past every path the guard judges. event -> (the
+#: argument shown, or None for the event's name; the operation; what it reaches, in short; the zone; in words).
+#: ``os.chroot`` (path; c_openers' wrapper): every path after it names another file. ``cpython.PyInterpreterState_New``
+#: (CPython's, no arguments) and ``interpreter.new`` (the function; c_openers' wrappers of those that make a
+#: sub-interpreter, :data:`INTERPRETER_MAKERS`): a sub-interpreter has audit hooks of its own (PEP 578), none of
+#: this guard's. ``_tkinter.create`` (c_openers' wrapper): a Tcl interpreter opens files and starts processes in C.
+#: ``socket.sethostname`` (name; CPython's) and ``time.clock_settime``, ``time.clock_settime_ns`` (clock, time;
+#: c_openers' wrappers): the host's name and clock, which the run shares with the operator (no namespace of its
+#: own holds them).
+OUTRIGHT: dict[str, tuple[int | None, str, str, str, str]] = {
+    "os.chroot": (0, "chroot to", "/", "root", "the root directory"),
+    "cpython.PyInterpreterState_New": (None, "start a Python sub-interpreter:", "a sub-interpreter", "interpreter",
+                                       "a sub-interpreter's audit hooks"),
+    "interpreter.new": (0, "start a Python sub-interpreter with", "a sub-interpreter", "interpreter",
+                        "a sub-interpreter's audit hooks"),
+    "_tkinter.create": (None, "start a Tcl interpreter:", "_tkinter.create", "unjudged", "tkinter"),
+    "socket.sethostname": (0, "change the host's name to", "the host's name", "host", "the host's name"),
+    "time.clock_settime": (0, "set the system clock", "the host's clock", "host", "the host's clock"),
+    "time.clock_settime_ns": (0, "set the system clock", "the host's clock", "host", "the host's clock"),
+}
+#: The functions that make a Python sub-interpreter, by module (CPython 3.11-3.13: ``_xxsubinterpreters.create``,
+#: ``_interpreters.create``; the C API's test modules: ``run_in_subinterp``, ``run_in_subinterp_with_config``,
+#: ``interpreter_create``, ``create_interpreter``): c_openers wraps each to raise ``interpreter.new``.
+INTERPRETER_MAKERS = {"_xxsubinterpreters": ("create",), "_interpreters": ("create",),
+                      "_testcapi": ("run_in_subinterp", "run_in_subinterp_with_config"),
+                      "_testinternalcapi": ("run_in_subinterp_with_config", "interpreter_create",
+                                            "create_interpreter")}
+JUDGED_EVENTS = frozenset(SPECS) | frozenset(SPECIAL) | SIGNALS | frozenset(HANDED_ENVIRONMENT) | frozenset(
+    OUTRIGHT) | {"open", "socket.__new__"}
 #: The code of the standard library's walkers that open directories by descriptor below a top already judged
 #: whole (``shutil.rmtree``: a write of the tree; ``os.fwalk``: its top judged as a descriptor) and keep those
 #: descriptors to themselves, or hand them only to the caller of a judged ``fwalk``: code -> the globals it runs

@@ -42,6 +42,14 @@ NETWORK_FIXES = (
     "loopback, whose interfaces a test may change",
     "if the test must change the host's interfaces, mark it @pytest.mark.integration and run it with -m integration",
 )
+INTERPRETER_FIXES = (
+    "run that code in a child Python (subprocess, multiprocessing), which the guard follows",
+    "if the test must start a sub-interpreter, mark it @pytest.mark.real_home and run it with -m real_home",
+)
+HOST_FIXES = (
+    "give the code under test the name or the time to use (a parameter, a fake clock) instead of changing the host's",
+    "if the test must change the host, mark it @pytest.mark.integration and run it with -m integration",
+)
 ROOT_FIXES = (
     "pass the code under test the directory to work under (a tmp_path) instead of changing the process's root",
 )
@@ -108,7 +116,7 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"interpreter"``, ``"host"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or
     ``"watched"``), the protected
     ``tree`` (or file) it fell in, and the pid."""
 
@@ -161,6 +169,10 @@ class Access:
                            "end of a pipe, a program beside it, a daemon listening on a Unix socket or a port), "
                            "which a signal would end or stop, a change to its resource limits, nice level or CPUs "
                            "starve or end, and what is sent to its socket make act outside every isolation",
+                "interpreter": "a Python sub-interpreter, whose code passes audit hooks of its own (PEP 578), none "
+                               "of the guard's: what it opened, wrote or signalled would go unjudged",
+                "host": "the host itself, which the run shares with the operator and every program on the machine "
+                        "(no namespace of the run's own holds its name or its clock)",
                 "network": "the host's network interfaces (a CAN interface among them: up or down, its bitrate, "
                            "its addresses and routes), which the run shares with the operator: it has no network "
                            "namespace of its own",
@@ -176,6 +188,7 @@ class Access:
                        "checkout)")
         fixes = (TERMINAL_FIXES if terminal else BUS_FIXES if self.tree.startswith("/dev/")
                  else ROOT_FIXES if self.zone == "root" else NETWORK_FIXES if self.zone == "network"
+                 else INTERPRETER_FIXES if self.zone == "interpreter" else HOST_FIXES if self.zone == "host"
                  else PROCESS_FIXES if self.zone in ("process", "exec") else ACCESS_FIXES)
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{_numbered(fixes)}")
