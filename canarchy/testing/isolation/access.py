@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
-    OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths, path_text,
-    unix_address,
+    OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
+    path_text, unix_address,
 )
 from canarchy.testing.isolation.descriptors import (
     descriptor_path, directory_descriptors, working_directory,

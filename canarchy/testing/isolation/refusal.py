@@ -116,9 +116,9 @@ class Access:
     """One judged access: who (``owner``: a node id, ``"<collection of ...>"``
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
-    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"interpreter"``, ``"host"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or
-    ``"watched"``), the protected
-    ``tree`` (or file) it fell in, and the pid."""
+    ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"interpreter"``, ``"host"``,
+    ``"unjudged"``, ``"unresolved"``, ``"late"`` or ``"watched"``), the protected ``tree`` (or file) it fell in,
+    and the pid."""
 
     owner: str
     operation: str
