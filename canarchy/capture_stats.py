@@ -3,9 +3,11 @@
 :class:`CaptureStats` takes frames one at a time (:meth:`CaptureStats.feed`)
 and keeps, per arbitration ID (11-bit and 29-bit counted apart): the frame
 count, first and last timestamp, the DLCs seen, the channels, the last data
-and the shortest gap. Memory grows with the number of distinct IDs, never
-with the number of frames. Times are seconds (capture timestamps); a rate is
-frames per second over the ID's own span (first to last frame).
+and the shortest gap, for the first :data:`MAX_IDS` distinct IDs; the frames
+of any other are counted apart (``unlisted_frame_count``), so memory is
+bounded whatever the capture holds (a fuzzed or random-ID capture has nearly
+one ID a frame). Times are seconds (capture timestamps); a rate is frames per
+second over the ID's own span (first to last frame).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canarchy.frames import CanFrame, can_id_text
+
+#: Distinct arbitration IDs a summary keeps statistics of: the first seen (twice the 11-bit IDs).
+MAX_IDS = 4096
 
 
 @dataclass
@@ -70,9 +75,11 @@ class CaptureStats:
         self.start: float | None = None
         self.end: float | None = None
         self._ids: dict[tuple[int, bool], IdStats] = {}
+        #: Frames of IDs past the first :data:`MAX_IDS`, counted in :attr:`frame_count` but not per ID.
+        self.unlisted_frame_count = 0
 
-    def feed(self, frame: CanFrame) -> IdStats:
-        """Count one frame; return its ID's statistics."""
+    def feed(self, frame: CanFrame) -> IdStats | None:
+        """Count one frame; return its ID's statistics (None for an ID past the first :data:`MAX_IDS`)."""
         self.frame_count += 1
         stamp = frame.timestamp
         if self.start is None:
@@ -81,6 +88,9 @@ class CaptureStats:
         key = (frame.arbitration_id, frame.is_extended_id)
         stats = self._ids.get(key)
         if stats is None:
+            if len(self._ids) >= MAX_IDS:
+                self.unlisted_frame_count += 1
+                return None
             stats = self._ids[key] = IdStats(frame.arbitration_id, frame.is_extended_id, first=stamp, last=stamp)
         elif stamp >= stats.last:
             gap = stamp - stats.last
@@ -99,20 +109,24 @@ class CaptureStats:
         return 0.0 if self.start is None or self.end is None else self.end - self.start
 
     def ids(self) -> list[IdStats]:
-        """Every ID seen, 11-bit before 29-bit, each group by ID."""
+        """Every ID listed, 11-bit before 29-bit, each group by ID."""
         return [self._ids[key] for key in sorted(self._ids, key=lambda k: (k[1], k[0]))]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{frame_count, id_count, start, duration_s, ids: [IdStats.to_dict ...]}``."""
+        """``{frame_count, id_count, unlisted_frame_count, start, duration_s, ids: [IdStats.to_dict ...]}``
+        (``id_count``: the IDs listed)."""
         start = 0.0 if self.start is None else self.start
-        return {"frame_count": self.frame_count, "id_count": len(self._ids), "start": self.start,
+        return {"frame_count": self.frame_count, "id_count": len(self._ids),
+                "unlisted_frame_count": self.unlisted_frame_count, "start": self.start,
                 "duration_s": round(self.duration, 6), "ids": [stats.to_dict(start) for stats in self.ids()]}
 
 
 def render_ids(data: dict[str, Any]) -> str:
     """Text of a :meth:`CaptureStats.to_dict` (plus ``file``): one line per ID, candump notation."""
+    unlisted = data.get("unlisted_frame_count") or 0
     lines = [f"{data.get('file') or 'frames'}: {data['frame_count']} frames, {data['id_count']} IDs "
-             f"over {data['duration_s']:.3f} s",
+             f"over {data['duration_s']:.3f} s" + (f" ({unlisted} frames of further IDs not listed)" if unlisted
+                                                  else ""),
              f"  {'ID':>8}  {'count':>7}  {'rate':>9}  {'period':>10}  DLC   last data"]
     for row in data["ids"]:
         rate = "-" if row["rate_hz"] is None else f"{row['rate_hz']:.2f} Hz"

@@ -57,3 +57,25 @@ def test_capture_file_summary_command():
 def test_summary_needs_a_file():
     result = run_cli("capture", "vcan0", "--summary", "--json")
     assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
+
+
+def test_a_summary_lists_the_first_ids_and_counts_the_frames_of_the_rest(tmp_path):
+    """A random-ID or fuzzed capture has nearly one ID a frame: the summary keeps statistics of the first MAX_IDS
+    distinct IDs and counts the frames of any other (memory bounded), saying so in a warning and in its text."""
+    from canarchy.capture_stats import MAX_IDS
+
+    extra = 5
+    lines = [f"({i / 1000:.6f}) can0 {i:08X}#00" for i in range(MAX_IDS + extra)]
+    lines += [f"(9.000000) can0 {MAX_IDS + 1:08X}#01", "(9.100000) can0 00000000#02"]  # one of each, again
+    source = tmp_path / "many-ids.log"
+    source.write_text("\n".join(lines) + "\n")
+    result = run_cli("capture", "--file", str(source), "--summary", "--json")
+    assert result.code == 0, result.out
+    data = result.data
+    assert (data["frame_count"], data["id_count"], data["unlisted_frame_count"]) == (MAX_IDS + extra + 2, MAX_IDS,
+                                                                                       extra + 1)
+    assert len(data["ids"]) == MAX_IDS and data["ids"][0]["count"] == 2  # 00000000 listed, seen twice
+    assert [(w["code"], w["count"]) for w in data["warning_records"]] == [("CAPTURE_IDS_UNLISTED", extra + 1)]
+    assert any(f"past the first {MAX_IDS} distinct IDs" in w for w in result.envelope["warnings"])
+    text = run_cli("capture", "--file", str(source), "--summary").out
+    assert f"{MAX_IDS} IDs over 9.100 s ({extra + 1} frames of further IDs not listed)" in text.splitlines()[0]

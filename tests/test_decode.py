@@ -707,3 +707,19 @@ def test_a_signal_with_a_value_table_has_one_numeric_range_and_decoded_first_and
     assert (got["min"], got["max"], got["first"], got["last"]) == (3, 7, "Three", "Three")
     text = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--summary", "--text").out
     assert "SigEnum: 0..15 (first Off, last 15)" in text and "Scaled: 3..7 (first Three, last Three)" in text
+
+
+def test_a_j1939_summary_lists_the_first_pgns_and_counts_the_frames_of_the_rest(tmp_path):
+    """A fuzzed or random-ID capture reaches thousands of PGNs: the summary keeps counts of the first MAX_PGNS and
+    counts the frames of any other (memory bounded), with one J1939_PGNS_UNLISTED warning."""
+    from canarchy.decode.j1939 import MAX_PGNS
+
+    # PDU2 PGNs (PF 0xF0-0xFF, PS 0-255) under data page 0, then data page 1: 8,192 distinct PGNs (SAE J1939-21)
+    ids = [(6 << 26) | (page << 24) | (pf << 16) | (ps << 8) | 0x21
+           for page in (0, 1) for pf in range(0xF0, 0x100) for ps in range(256)][:MAX_PGNS + 3]
+    source = tmp_path / "many-pgns.log"
+    source.write_text("".join(f"({n / 1000:.6f}) can0 {i:08X}#0011223344556677\n" for n, i in enumerate(ids)))
+    data = run_cli("j1939", "decode", "--file", str(source), "--summary", "--json").data
+    assert (data["j1939_frame_count"], len(data["pgns"]), data["unlisted_frame_count"]) == (MAX_PGNS + 3, MAX_PGNS, 3)
+    assert [(w["code"], w["limit"]) for w in data["warning_records"] if w["code"].endswith("UNLISTED")] == [
+        ("J1939_PGNS_UNLISTED", MAX_PGNS)]

@@ -279,10 +279,14 @@ def _convert(frames, writer, each, stream) -> None:
 def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> CommandResult:
     """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of ``frames`` (the
     file's, after --filter and --count), each also written to ``writer`` (``--output``) when given."""
-    from canarchy.capture_stats import CaptureStats
+    from canarchy.capture_stats import MAX_IDS, CaptureStats
 
     stats = CaptureStats()
     _convert(frames, writer, stats.feed, open_stream(args, f"file:{args.file}", keep=False))
+    if stats.unlisted_frame_count:
+        capture.log.add("CAPTURE_IDS_UNLISTED", f"{args.file}: {stats.unlisted_frame_count} frame(s) of IDs past the "
+                        f"first {MAX_IDS} distinct IDs are counted, not listed (--filter the IDs of interest to list "
+                        "them)", count=stats.unlisted_frame_count, limit=MAX_IDS)
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "summary": True, **stats.to_dict(), **capture.log.to_data()}
     if writer is not None:

@@ -15,6 +15,9 @@ from canarchy.decode.common import ValueRange, j1939_pgn
 from canarchy.frames import CanFrame
 from canarchy.warning_log import WarningLog
 
+#: Distinct PGNs a summary keeps counts of (the first seen); frames of any other are counted apart.
+MAX_PGNS = 4096
+
 PGN_TP_CM = 0xEC00  # 60416, TP.CM connection management (SAE J1939-21)
 PGN_TP_DT = 0xEB00  # 60160, TP.DT data transfer
 PGN_DM1 = 0xFECA  # 65226, DM1 active diagnostic trouble codes (SAE J1939-73)
@@ -297,6 +300,7 @@ class J1939Decoder:
         self.frame_count = 0
         self.j1939_frame_count = 0
         self.other_frame_count = 0
+        self.unlisted_frame_count = 0  # frames of PGNs past the first MAX_PGNS
         self.transport_complete = 0
         self.transport_incomplete = 0
         self.dm_count = {"DM1": 0, "DM2": 0}
@@ -353,8 +357,8 @@ class J1939Decoder:
         self._sessions.clear()
 
     def summary(self) -> dict[str, Any]:
-        """``{frame_count, j1939_frame_count, other_frame_count,
-        pgns: {"<pgn>": {acronym, count, source_addresses}},
+        """``{frame_count, j1939_frame_count, other_frame_count, unlisted_frame_count (of PGNs past
+        the first MAX_PGNS), pgns: {"<pgn>": {acronym, count, source_addresses}},
         spns: {"<spn>": {name, unit, count, min, max, first, last}},
         transport: {complete, incomplete}, dm1_count, dm2_count,
         dm: [{type, source_address, timestamp, lamps, dtc_count, dtcs}] (the latest per type and SA)}``."""
@@ -362,6 +366,7 @@ class J1939Decoder:
             "frame_count": self.frame_count,
             "j1939_frame_count": self.j1939_frame_count,
             "other_frame_count": self.other_frame_count,
+            "unlisted_frame_count": self.unlisted_frame_count,
             "pgns": {str(pgn): {"acronym": stats["acronym"], "count": stats["count"],
                                 "source_addresses": sorted(stats["source_addresses"])}
                      for pgn, stats in sorted(self._pgn_stats.items())},
@@ -377,11 +382,18 @@ class J1939Decoder:
 
     def _count(self, pgn: int, sa: int, spns: list[dict[str, Any]]) -> None:
         stats = self._pgn_stats.get(pgn)
-        if stats is None:
+        if stats is None and len(self._pgn_stats) < MAX_PGNS:
             stats = self._pgn_stats[pgn] = {"acronym": self.catalog.pgn_names.get(pgn, (None, None))[0],
                                             "count": 0, "source_addresses": set()}
-        stats["count"] += 1
-        stats["source_addresses"].add(sa)
+        if stats is not None:
+            stats["count"] += 1
+            stats["source_addresses"].add(sa)
+        elif not self.unlisted_frame_count:
+            self.unlisted_frame_count = 1
+            self.warnings.add("J1939_PGNS_UNLISTED", f"frames of PGNs past the first {MAX_PGNS} distinct PGNs are "
+                              "counted (unlisted_frame_count), not listed", limit=MAX_PGNS)
+        else:
+            self.unlisted_frame_count += 1
         for item in spns:
             if item["status"] != "ok":
                 continue
