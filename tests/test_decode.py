@@ -723,3 +723,18 @@ def test_a_j1939_summary_lists_the_first_pgns_and_counts_the_frames_of_the_rest(
     assert (data["j1939_frame_count"], len(data["pgns"]), data["unlisted_frame_count"]) == (MAX_PGNS + 3, MAX_PGNS, 3)
     assert [(w["code"], w["limit"]) for w in data["warning_records"] if w["code"].endswith("UNLISTED")] == [
         ("J1939_PGNS_UNLISTED", MAX_PGNS)]
+
+
+def test_a_named_value_is_written_without_its_signal_s_unit_as_cantools_writes_it(tmp_path):
+    """A signal with a value table and a unit (the Prius DBC's LOW_SPEED_LOCKOUT, "kph"): cantools' CLI writes
+    the name alone; `low speed locked kph` read as a speed, and split on blanks into the wrong fields."""
+    dbc = tmp_path / "named.dbc"
+    dbc.write_text('VERSION ""\n\nNS_ :\n\nBS_:\n\nBU_: ECU\n\n'
+                   'BO_ 1 CRUISE: 2 ECU\n SG_ LOCKOUT : 0|2@1+ (1,0) [0|3] "kph" ECU\n'
+                   ' SG_ SET_SPEED : 8|8@1+ (1,0) [0|255] "kph" ECU\n\n'
+                   'VAL_ 1 LOCKOUT 1 "low speed locked" 2 "ok" ;\n', encoding="ascii")
+    log = tmp_path / "cruise.log"
+    log.write_text("(1.000000) can0 001#0195\n(2.000000) can0 001#0396\n", encoding="ascii")
+    lines = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--text").out.splitlines()
+    assert lines[0].endswith("CRUISE  LOCKOUT=low speed locked  SET_SPEED=149 kph"), lines[0]
+    assert lines[1].endswith("CRUISE  LOCKOUT=3 kph  SET_SPEED=150 kph"), lines[1]  # no name for 3: a number

@@ -200,7 +200,8 @@ def _id(can_id: int, extended: bool | None = None) -> str:
 
 def _decode_line(event: dict[str, Any]) -> str:
     p = event["payload"]
-    values = "  ".join(f"{name}={_number(s['value'])}{(' ' + s['unit']) if s['unit'] else ''}"
+    values = "  ".join(f"{name}={_number(s['value'])}"  # a named value (VAL_) has no unit, as in cantools' CLI
+                       f"{(' ' + s['unit']) if s['unit'] and not isinstance(s['value'], str) else ''}"
                        for name, s in p["signals"].items())
     return f"{p['timestamp']:.6f}  {_id(p['arbitration_id'], p.get('is_extended_id'))}  {p['message']}  {values}"
 
