@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import contextlib
 import locale
 import os
 import shutil
@@ -21,7 +22,7 @@ from canarchy.testing.isolation.tree import changes, snapshot
 from canarchy.testing.lanes import parity, runner, unit, verdict, workspace
 from canarchy.testing.lanes import netns as lane_netns
 from canarchy.testing.lanes.project import Project, ProjectError, load_project
-from tests.helpers import PYTEST, WAITING_TEST, interrupt_once_started, resource_warnings
+from tests.helpers import AS_IN_A_TERMINAL, PYTEST, WAITING_TEST, interrupt_once_started, resource_warnings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -465,6 +466,70 @@ def test_a_sigterm_to_nox_during_a_lane_ends_it_as_ctrl_c_and_removes_the_lane_s
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGINT and "KeyboardInterrupt" in done.stderr, done  # not -SIGTERM
     assert not list(temp.iterdir()), done  # canarchy-lane-unit-home-*
+
+
+NOX_RUNNING_A_LANE = '''
+import os, sys
+from nox import popen
+from canarchy.testing.lanes import noxsessions
+
+LANE = """
+import sys, time
+from canarchy.testing.lanes import runner
+
+def stop_all():  # what the lane's interrupts() runs on its way out: did a copy of the signal make it hurry?
+    time.sleep(0.5)
+    print("lane: further interrupts", len(runner._HURRY), flush=True)
+
+runner.stop_all = stop_all
+runner.own_signals()
+print("lane: ready", flush=True)
+try:
+    with runner.interrupts():
+        time.sleep(300)
+except runner.Interrupted as exc:
+    print("lane: interrupted by", exc.name, flush=True)
+    sys.exit(exc.exit_code)
+"""
+
+class Session:  # what noxsessions.lane uses of a nox session; the lane runs as nox runs it (nox.popen.popen)
+    posargs = []
+    def run(self, *args, env=None, include_outer_env=True, **kwargs):
+        env = {**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the canarchy this process imported
+        # nox waits that long for the lane before its own SIGTERM (STOP_IN_TIME): longer than the test waits
+        popen.popen([sys.executable, "-c", LANE], env=env, **{**kwargs, "interrupt_timeout": 300})
+
+noxsessions.lane(Session(), "unit")
+'''
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to nox", "SIGINT to nox", "Ctrl+C", "nox killed"])
+def test_a_signal_to_nox_reaches_the_lane_once(tmp_path, how):
+    """nox passes no signal on to the lane (its popen counts on the terminal's process group) and then waits
+    for it or ends: a SIGTERM or SIGINT to nox's pid alone (``kill``, ``timeout``, a cancelled CI job) let the
+    lane run on and report after nox said "interrupted", or left it orphaned. The session passes each on; a
+    Ctrl+C, which the lane gets from the terminal and from nox, is one interrupt, not two (no hurry); when nox
+    is killed, the kernel sends the lane a SIGTERM."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    nox = subprocess.Popen([*AS_IN_A_TERMINAL, sys.executable, "-c", NOX_RUNNING_A_LANE], cwd=REPO,
+                           env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        assert nox.stdout.readline() == "lane: ready\n"
+        if how == "Ctrl+C":
+            os.killpg(nox.pid, signal.SIGINT)  # the terminal's process group: nox and the lane
+        else:
+            nox.send_signal({"SIGTERM to nox": signal.SIGTERM, "SIGINT to nox": signal.SIGINT,
+                             "nox killed": signal.SIGKILL}[how])
+        out, _ = nox.communicate(timeout=60)  # to the end of the output: the lane's too, once nox is gone
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(nox.pid, signal.SIGKILL)
+    name = "SIGTERM" if how in ("SIGTERM to nox", "nox killed") else "SIGINT"
+    assert f"lane: interrupted by {name}" in out and "lane: further interrupts 0" in out, out
+    if how != "nox killed":  # nox waited for the lane, then removed its home and the pid file
+        assert nox.returncode == -signal.SIGINT and not list(temp.iterdir()), (out, list(temp.iterdir()))
 
 
 @pytest.mark.parametrize("name, posargs, own", [

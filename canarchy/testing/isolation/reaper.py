@@ -16,6 +16,22 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
+
+
+def signal_at_parent_death(signum: int) -> bool:
+    """Have the kernel send this process ``signum`` when its parent ends (prctl(2) ``PR_SET_PDEATHSIG``);
+    False where that is not possible, or where the parent has ended already (then nothing would come)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        done = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    return done and os.getppid() == parent
 
 
 def become_subreaper() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import shutil
 import signal
 import sys
@@ -42,8 +43,9 @@ try:
 except _sibling("project").ProjectError as _error:  # nox would print a traceback of its loader
     print(f"nox: {_error}\nnox: the lanes read the project's layout there (docs/adopting.md)", file=sys.stderr)
     raise SystemExit(2) from None
-# On Ctrl+C nox forwards SIGINT, then SIGTERM after `interrupt_timeout` and SIGKILL after
-# `terminate_timeout` (0.3 s and 0.2 s by default): too short for a lane to stop its runs.
+# On Ctrl+C nox waits `interrupt_timeout` for the lane (which the signal reached: from the terminal, or passed on
+# by _signals_reach_the_lane), then sends SIGTERM, and SIGKILL after `terminate_timeout` (0.3 s and 0.2 s by
+# default): too short for a lane to stop its runs.
 STOP_IN_TIME = {"interrupt_timeout": 30.0, "terminate_timeout": 10.0}
 
 nox.needs_version = ">=2025.2.9"
@@ -89,27 +91,42 @@ def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str,
     # there, and a Unix socket's path (Chromium's, a test's) must stay under 108 bytes.
     base = temp_outside()
     home = tempfile.mkdtemp(prefix=f"canarchy-lane-{name}-home-", dir=base)
+    pid_file = home + ".pid"  # beside the home: the lane's pid, for the signals nox passes on
+    extra = {"TMPDIR": base, _LANE_PID_VARIABLE: pid_file}
     try:
-        with _sigterm_as_ctrl_c():
+        with _signals_reach_the_lane(pid_file):
             session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
-                        env=_env.build_env(home=home, passthrough=passthrough, extra={"TMPDIR": base}),
+                        env=_env.build_env(home=home, passthrough=passthrough, extra=extra),
                         include_outer_env=False, **STOP_IN_TIME)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.remove(pid_file)
+
+
+_LANE_PID_VARIABLE = "CANARCHY_LANE_PID_FILE"  # runner.LANE_PID_VARIABLE (this module imports no lane code)
 
 
 @contextlib.contextmanager
-def _sigterm_as_ctrl_c():  # type: ignore[no-untyped-def]
-    """Within the block, a SIGTERM to nox (``timeout``, a cancelled CI job) is a Ctrl+C: nox passes it on to the
-    lane, waits for it and ends the session, and the lane's home is removed; by default nox would end at once."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+def _signals_reach_the_lane(pid_file: str):  # type: ignore[no-untyped-def]
+    """Within the block, a SIGINT or SIGTERM to nox is passed on to the lane (the pid it wrote to ``pid_file``),
+    then is a Ctrl+C to nox, which waits for the lane (``STOP_IN_TIME``) and ends the session: nox itself
+    passes nothing on (it counts on the terminal's process group), so a signal to nox's pid alone (``kill``,
+    ``timeout``, a cancelled CI job) left the lane running, and nox then reported its verdict or left it
+    orphaned. The lane takes the same signal from the terminal and from here as one interrupt
+    (runner.SAME_INTERRUPT_SECONDS), and a SIGTERM when nox ends (``PR_SET_PDEATHSIG``)."""
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            with open(pid_file, encoding="ascii") as handle:
+                os.kill(int(handle.read()), signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def temp_outside() -> str:

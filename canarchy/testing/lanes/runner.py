@@ -63,9 +63,19 @@ class RunTimeout(Exception):
 
 
 _PENDING: list[int] = []  # signals that arrived outside an `interrupts()` block of a lane process
+#: A further signal within this many seconds of the first is the same interrupt, not a second one: a Ctrl+C
+#: reaches the lane from the terminal and again from nox, which passes each signal it gets on (noxsessions).
+SAME_INTERRUPT_SECONDS = 0.5
+_PENDING_AT: list[float] = []  # when the first of _PENDING arrived (time.monotonic)
 
 
 def _note_signal(signum: int, frame: object) -> None:
+    """Outside an :func:`interrupts` block: note ``signum`` (the same interrupt again: nothing)."""
+    now = time.monotonic()
+    if _PENDING_AT and now - _PENDING_AT[0] < SAME_INTERRUPT_SECONDS:
+        return
+    if not _PENDING_AT:
+        _PENDING_AT.append(now)
     _PENDING.append(signum)
     _HURRY.append(signum)
 
@@ -80,6 +90,15 @@ def own_signals() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _note_signal)
     _SUBREAPER = reaper.become_subreaper()
+    pid_file = os.environ.get(LANE_PID_VARIABLE)
+    if pid_file:  # started by nox: it passes the signals it gets on to this pid, and its end is a SIGTERM
+        Path(pid_file).write_text(str(os.getpid()), encoding="ascii")
+        if not reaper.signal_at_parent_death(signal.SIGTERM) and sys.platform.startswith("linux"):
+            _note_signal(signal.SIGTERM, None)  # nox ended before the lane could ask: as if it had said so
+
+
+#: The file nox names for the lane to write its pid in (noxsessions' ``lane``).
+LANE_PID_VARIABLE = "CANARCHY_LANE_PID_FILE"
 
 
 _SUBREAPER = False
@@ -97,20 +116,21 @@ def _stop_adopted() -> None:
 
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
-    """Within the block, the first SIGINT/SIGTERM raises :class:`Interrupted`; any
-    later one only makes :func:`stop_all` hurry (SIGKILL). Outside the main thread: nothing."""
+    """Within the block, the first SIGINT/SIGTERM raises :class:`Interrupted`; any later one (past
+    :data:`SAME_INTERRUPT_SECONDS`) only makes :func:`stop_all` hurry (SIGKILL). Outside the main thread: nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     if _PENDING:
         raise Interrupted(_PENDING[0])
-    seen: list[int] = []
+    seen: list[float] = []  # when the first signal arrived (time.monotonic)
 
     def handler(signum: int, frame: object) -> None:
         if seen:
-            _HURRY.append(signum)
+            if time.monotonic() - seen[0] >= SAME_INTERRUPT_SECONDS:
+                _HURRY.append(signum)
             return
-        seen.append(signum)
+        seen.append(time.monotonic())
         if _SHIELDS:
             _HELD.append(signum)  # raised when the shielded cleanup ends
             return
