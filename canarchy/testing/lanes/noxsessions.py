@@ -116,9 +116,8 @@ def _signals_reach_the_lane(pid_file: str):  # type: ignore[no-untyped-def]
     orphaned. The lane takes the same signal from the terminal and from here as one interrupt
     (runner.SAME_INTERRUPT_SECONDS), and a SIGTERM when nox ends (``PR_SET_PDEATHSIG``)."""
     def forward(signum: int, frame: object) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            with open(pid_file, encoding="ascii") as handle:
-                os.kill(int(handle.read()), signum)
+        with contextlib.suppress(OSError, ValueError), open(pid_file, encoding="ascii") as handle:
+            os.kill(int(handle.read()), signum)
         signal.default_int_handler(signum, frame)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
