@@ -671,6 +671,22 @@ def test_a_frame_shorter_than_its_message_decodes_what_it_holds_and_says_what_it
     assert (data["decode_error_count"], data["warning_counts"]) == (1, {"DBC_DATA_SHORT": 1, "DBC_DECODE_FAILED": 1})
 
 
+def test_a_frame_longer_than_its_message_decodes_and_says_so(tmp_path):
+    """cantools' CLI refuses a frame longer than its message too ("Wrong data size"): canarchy decodes the
+    message's signals, as from its first bytes, and says the rest was left (often the database of another bus)."""
+    import cantools
+
+    message = cantools.database.load_file(str(BOSCH_DBC)).get_message_by_name("BREMSE_53")
+    capture = tmp_path / "long.log"
+    capture.write_text("(1.0) can0 5C0##00102030405060708090A0B0C\n")  # 12 bytes (CAN FD), an 8-byte message
+    data = run_cli("decode", "--file", str(capture), "--dbc", str(BOSCH_DBC), "--json").envelope["data"]
+    [long] = [r for r in data["warning_records"] if r["message_name"] == "BREMSE_53"]
+    assert long["code"] == "DBC_DATA_LONG" and (long["length"], long["expected_length"]) == (12, 8), long
+    expected = message.decode(bytes(range(1, 9)), decode_choices=True)
+    assert {name: s["value"] for name, s in data["events"][0]["payload"]["signals"].items()} == pytest.approx(
+        {name: getattr(value, "name", value) for name, value in expected.items()})  # a named value: its name
+
+
 def test_text_output_prints_decoded_numbers_exactly_as_json_does(tmp_path):
     # 0xFFFFFFFF * 0.125 = 536870911.875 (cantools prints that); 6 significant digits gave 5.36871e+08
     dbc = tmp_path / "odo.dbc"

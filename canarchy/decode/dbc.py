@@ -223,7 +223,8 @@ class DbcDecoder:
 
     def _values(self, message: Any, frame: CanFrame, data: bytes, timestamp: float) -> dict[str, Any] | None:
         """The signal values ``data`` decodes to (scaled, choices named), or None with a ``DBC_DECODE_FAILED``
-        warning; a ``DBC_DATA_SHORT`` warning names the signals beyond data shorter than the message."""
+        warning; a ``DBC_DATA_SHORT`` warning names the signals beyond data shorter than the message, a
+        ``DBC_DATA_LONG`` one the data longer than it."""
         where = f"t={timestamp:.6f} {hex_id(frame.arbitration_id, frame.is_extended_id)} {message.name}"
         try:
             values = message.decode(data, decode_choices=True, scaling=True, allow_truncated=True)
@@ -243,6 +244,11 @@ class DbcDecoder:
                               f"{', '.join(missing)} not decoded (beyond the data)",
                               arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name,
                               length=len(data), expected_length=message.length, missing_signals=missing)
+        elif len(data) > message.length:  # cantools' CLI refuses it ("Wrong data size"): often another bus's DBC
+            self.warnings.add("DBC_DATA_LONG", f"{where}: {len(data)} bytes, its message {message.length}: the bytes "
+                              "past them are not decoded (is the database this bus's?)",
+                              arbitration_id=frame.arbitration_id, timestamp=timestamp, message_name=message.name,
+                              length=len(data), expected_length=message.length)
         return values
 
     def _signals(self, message: Any, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
