@@ -754,3 +754,16 @@ def test_a_named_value_is_written_without_its_signal_s_unit_as_cantools_writes_i
     lines = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--text").out.splitlines()
     assert lines[0].endswith("CRUISE  LOCKOUT=low speed locked  SET_SPEED=149 kph"), lines[0]
     assert lines[1].endswith("CRUISE  LOCKOUT=3 kph  SET_SPEED=150 kph"), lines[1]  # no name for 3: a number
+
+
+def test_isotp_decode_on_ids_the_capture_lacks_says_which_it_has():
+    """The Leaf's tester and ECU talk on 0x79B/0x7BB, not the default 0x7E0/0x7E8: zero PDUs and exit 0 said
+    nothing of why; the warning names the busiest IDs and the options to give them."""
+    data = run_cli("isotp", "decode", "--file", str(LEAF), "--json").data
+    [unseen] = [r for r in data["warning_records"] if r["code"] == "ISOTP_IDS_UNSEEN"]
+    assert (data["pdu_count"], data["other_frame_count"], unseen["busiest_ids"]) == (0, 221, [0x7BB, 0x79B])
+    assert "--request-id and --response-id" in unseen["message"]
+    right = run_cli("isotp", "decode", "--file", str(LEAF), "--request-id", "79B", "--response-id", "7BB",
+                    "--json").data
+    assert right["pdu_count"] == 52 and right["other_frame_count"] == 0 and not [
+        r for r in right["warning_records"] if r["code"] == "ISOTP_IDS_UNSEEN"]
