@@ -112,7 +112,7 @@ def _decode(args: argparse.Namespace) -> CommandResult:
 
 def _isotp_decode(args: argparse.Namespace) -> CommandResult:
     from canarchy.commands._common import parse_arbitration_id
-    from canarchy.decode.common import isotp_counts
+    from canarchy.decode.common import MAX_UNKNOWN_IDS, isotp_counts
     from canarchy.decode.diagnostics import DiagnosticSummary, describe_diagnostic_pdu
     from canarchy.warning_log import WarningLog
     from canarchy.isotp import IsoTpReassembler
@@ -130,10 +130,16 @@ def _isotp_decode(args: argparse.Namespace) -> CommandResult:
     warnings = WarningLog()
     summary = DiagnosticSummary()
     stream = _stream(args, capture)
+    others: dict[tuple[int, bool], int] = {}  # frames on other IDs, by ID (the first MAX_UNKNOWN_IDS)
+    other_frames = 0
     with stream.stoppable():
         for frame in capture:
             slot = machines.get((frame.arbitration_id, frame.is_extended_id))
             if slot is None:
+                key = (frame.arbitration_id, frame.is_extended_id)
+                other_frames += 1
+                if key in others or len(others) < MAX_UNKNOWN_IDS:
+                    others[key] = others.get(key, 0) + 1
                 continue
             machine, direction = slot
             pdu = machine.feed(frame)
@@ -150,8 +156,15 @@ def _isotp_decode(args: argparse.Namespace) -> CommandResult:
         machine.finish()
         warnings.extend(machine.warnings)
         flow_control += machine.flow_control_count
+    if other_frames == capture.frame_count > 0:
+        busiest = sorted(others.items(), key=lambda item: -item[1])[:4]
+        on = ", ".join(f"{_id(i, e)} ({n})" for (i, e), n in busiest)
+        warnings.add("ISOTP_IDS_UNSEEN", f"no frame on {_id(request_id, request_ext)} or "
+                     f"{_id(response_id, response_ext)}; the capture's frames are on {on}: give the tester's and the "
+                     "ECU's IDs as --request-id and --response-id",
+                     request_id=request_id, response_id=response_id, busiest_ids=[i for (i, _e), _n in busiest])
     data = {"file": args.file, "format": capture.format, "request_id": request_id, "response_id": response_id,
-            "frame_count": capture.frame_count, "flow_control_count": flow_control,
+            "frame_count": capture.frame_count, "other_frame_count": other_frames, "flow_control_count": flow_control,
             "isotp_counts": isotp_counts(machine for machine, _direction in machines.values()), **summary.to_dict()}
     return _result(data, stream, capture.log, warnings)
 
