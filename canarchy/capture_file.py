@@ -465,8 +465,9 @@ def _line_batches(handle: io.TextIOBase, size: int) -> Iterator[list[str]]:
 
 
 def _why(exc: Exception) -> str:
+    """Why a line or event is malformed, in words, with no full stop (a ``: line`` follows)."""
     if isinstance(exc, UserInputError):
-        return exc.message
+        return exc.message.rstrip(".")
     text = str(exc)
     if text.startswith("could not convert string to float"):
         return "timestamp is not a number"

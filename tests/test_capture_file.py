@@ -777,6 +777,10 @@ def test_capture_file_warnings_reach_the_envelope(tmp_path):
     assert result.code == 0 and result.data["frame_count"] == 2
     assert result.envelope["warnings"] == [f"{path}:2: malformed candump line: timestamp is not in parentheses: "
                                            f"'not a frame'"]
+    path.write_text(_lines(LEAF)[0] + "\n(1.0) can0 123#0102030405060708FF\n", encoding="ascii")
+    shown = run_cli("capture", "--file", str(path), "--json").envelope["warnings"]  # the reason's own full stop
+    assert shown == [f"{path}:2: malformed candump line: 9 data bytes do not fit a classic CAN frame: "
+                     "'(1.0) can0 123#0102030405060708FF'"], shown
 
 
 def test_reading_candump_does_not_import_python_can():
