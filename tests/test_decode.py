@@ -353,6 +353,8 @@ def test_obd2_engine_speed_vehicle_speed_and_coolant():
     assert pids["0x0D"]["max"] == max(speed) == 46
     assert (pids["0x05"]["first"], pids["0x05"]["max"]) == (coolant[0], max(coolant)) == (21, 63)
     assert pids["0x05"]["last"] == coolant[-1]
+    load = [p[2] * 100 / 255 for p in responses if p[1] == 0x04]  # SAE J1979: 100/255 A, not rounded (82.745...)
+    assert (pids["0x04"]["max"], pids["0x04"]["last"]) == (max(load), load[-1]) and max(load) != round(max(load), 2)
     assert (result.data["request_count"], result.data["response_count"]) == (1925, 1925)
     assert result.data["services"]["0x03"]["service_name"] == "RequestEmissionRelatedDTCs"
 

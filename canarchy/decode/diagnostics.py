@@ -36,17 +36,17 @@ KWP_SERVICES = {
 
 # SAE J1979 mode $01 PIDs: (name, unit, formula over the data bytes A, B).
 OBD_PIDS: dict[int, tuple[str, str, Any]] = {
-    0x04: ("Calculated engine load", "%", lambda d: round(d[0] * 100 / 255, 2)),
+    0x04: ("Calculated engine load", "%", lambda d: d[0] * 100 / 255),
     0x05: ("Engine coolant temperature", "°C", lambda d: d[0] - 40),
     0x0B: ("Intake manifold absolute pressure", "kPa", lambda d: d[0]),
     0x0C: ("Engine speed", "rpm", lambda d: (256 * d[0] + d[1]) / 4),
     0x0D: ("Vehicle speed", "km/h", lambda d: d[0]),
     0x0F: ("Intake air temperature", "°C", lambda d: d[0] - 40),
     0x10: ("Mass air flow rate", "g/s", lambda d: (256 * d[0] + d[1]) / 100),
-    0x11: ("Throttle position", "%", lambda d: round(d[0] * 100 / 255, 2)),
+    0x11: ("Throttle position", "%", lambda d: d[0] * 100 / 255),
     0x1F: ("Run time since engine start", "s", lambda d: 256 * d[0] + d[1]),
     0x21: ("Distance traveled with MIL on", "km", lambda d: 256 * d[0] + d[1]),
-    0x2F: ("Fuel tank level input", "%", lambda d: round(d[0] * 100 / 255, 2)),
+    0x2F: ("Fuel tank level input", "%", lambda d: d[0] * 100 / 255),
     0x31: ("Distance traveled since codes cleared", "km", lambda d: 256 * d[0] + d[1]),
     0x33: ("Absolute barometric pressure", "kPa", lambda d: d[0]),
     0x42: ("Control module voltage", "V", lambda d: (256 * d[0] + d[1]) / 1000),
