@@ -225,6 +225,13 @@ def to_message(frame: CanFrame, stamped: bool = False) -> Any:
     )
 
 
+def other_width_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
+    """Whether a filter (not inverse) of the other ID width than ``frame``'s matches its ID and mask: candump's
+    filter, whose mask holds no EFF flag, passes such a frame where ``extended`` keeps it out."""
+    return any(not f.inverse and f.extended not in (None, frame.is_extended_id)
+               and (frame.arbitration_id & f.can_mask) == (f.can_id & f.can_mask) for f in filters)
+
+
 def frame_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
     """True when there are no filters, ``frame`` is an error frame, or any filter passes it (candump: OR)."""
     return not filters or frame.is_error_frame or any(f.matches(frame) for f in filters)

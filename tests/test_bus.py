@@ -583,6 +583,20 @@ def test_capture_file_summary_honours_filter_count_and_output(tmp_path):
     assert result.data["output"]["frames_written"] == 20
 
 
+def test_a_filter_that_keeps_out_frames_candump_s_would_pass_says_so():
+    """`--filter 400:7FF` is for 11-bit frames (python-can's `extended` key); candump's, whose mask holds no EFF
+    flag, also passes the truck's 29-bit frames whose low 11 bits are 0x400. An empty result said nothing."""
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "captures" / "j1939_truck_idle.log"
+    candump_passes = sum(1 for m in can.CanutilsLogReader(str(source)) if m.arbitration_id & 0x7FF == 0x400)
+    for summary in ((), ("--summary",)):
+        data = run_cli("capture", "--file", str(source), "--filter", "400:7FF", *summary, "--json").data
+        [record] = data["warning_records"]
+        assert (data["frame_count"], record["code"], record["count"]) == (0, "CAPTURE_FILTER_WIDTH", candump_passes)
+    both = run_cli("capture", "--file", str(source), "--filter", "400:7FF", "--filter", "00000400:000007FF",
+                   "--json").data
+    assert (both["frame_count"], both["warning_records"]) == (candump_passes, []) and candump_passes > 1000
+
+
 @pytest.mark.parametrize("suffix, merged, frames", [
     ("log", [], 0), ("asc", ["can0", "vcan0", "any"], 2), ("blf", ["can0", "vcan0", "any"], 2),
     ("trc", ["can0", "vcan0", "any"], 2), ("csv", ["can0", "vcan0", "can1", "any"], 4)])

@@ -239,17 +239,18 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     filters = parse_filters(args.filter)
     capture = open_capture(args.file, stream=True)
     from canarchy.capture_writer import CaptureWriter
-    from canarchy.frames import frame_passes
 
     writer = CaptureWriter(args.output_file, args.overwrite) if args.output_file else None  # a conversion
-    frames = capture if not filters else (frame for frame in capture if frame_passes(frame, filters))
+    filtered = _Filtered(capture, filters, args.file)
+    frames = capture if not filters else iter(filtered)
     if limit is not None:
         frames = itertools.islice(frames, limit)
     if args.summary:  # the same frames (--filter, --count, --output), summarised instead of printed
-        return _capture_summary(args, capture, frames, writer)
+        return _capture_summary(args, capture, frames, writer, filtered)
     stream = open_stream(args, f"file:{args.file}", live=capture.stream)
     emit = stream.emit_frame
     _convert(frames, writer, lambda frame: emit("frame", frame), stream)
+    filtered.note()
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
             "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
@@ -276,13 +277,39 @@ def _convert(frames, writer, each, stream) -> None:
             writer.close(keep=read)
 
 
-def _capture_summary(args: argparse.Namespace, capture, frames, writer) -> CommandResult:
+class _Filtered:
+    """The frames of ``capture`` that ``filters`` pass, counting those kept out only by their ID's width
+    (:func:`~canarchy.frames.other_width_passes`); :meth:`note` warns of them in the capture's log."""
+
+    def __init__(self, capture, filters: tuple, path: str) -> None:
+        self.capture, self.filters, self.path, self.other_width = capture, filters, path, 0
+
+    def __iter__(self):
+        from canarchy.frames import frame_passes, other_width_passes
+
+        for frame in self.capture:
+            if frame_passes(frame, self.filters):
+                yield frame
+            elif other_width_passes(frame, self.filters):
+                self.other_width += 1
+
+    def note(self) -> None:
+        if self.other_width:
+            self.capture.log.add(
+                "CAPTURE_FILTER_WIDTH", f"{self.path}: {self.other_width} frame(s) of the other ID width match a "
+                "--filter's ID and mask, and candump's filter would pass them: a filter is for the ID width it is "
+                "written in (3 digits: 11-bit, 8 digits: 29-bit; give one of each to pass both)",
+                file=self.path, count=self.other_width)
+
+
+def _capture_summary(args: argparse.Namespace, capture, frames, writer, filtered: _Filtered) -> CommandResult:
     """``capture --file PATH --summary``: :class:`canarchy.capture_stats.CaptureStats` of ``frames`` (the
     file's, after --filter and --count), each also written to ``writer`` (``--output``) when given."""
     from canarchy.capture_stats import MAX_IDS, CaptureStats
 
     stats = CaptureStats()
     _convert(frames, writer, stats.feed, open_stream(args, f"file:{args.file}", keep=False))
+    filtered.note()
     if stats.unlisted_frame_count:
         capture.log.add("CAPTURE_IDS_UNLISTED", f"{args.file}: {stats.unlisted_frame_count} frame(s) of IDs past the "
                         f"first {MAX_IDS} distinct IDs are counted, not listed (--filter the IDs of interest to list "
