@@ -483,9 +483,9 @@ def stop_all():  # what the lane's interrupts() runs on its way out: did a copy 
 
 runner.stop_all = stop_all
 runner.own_signals()
-print("lane: ready", flush=True)
 try:
     with runner.interrupts():
+        print("lane: ready", flush=True)  # in the block: a signal before it would be noted, and raised at its start
         time.sleep(300)
 except runner.Interrupted as exc:
     print("lane: interrupted by", exc.name, flush=True)
