@@ -1522,3 +1522,25 @@ def test_without_testpaths_a_lane_runs_the_tests_pytest_collects_from_the_root(t
                            "-p", "no:cacheprovider", *selection], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120)
     assert "pkg/test/test_a.py::test_a" in done.stdout, (selection, done.stdout, done.stderr)
+
+
+def test_a_copy_of_a_signal_is_the_same_interrupt_and_a_later_one_a_further_one():
+    """A Ctrl+C reaches a lane nox runs twice, from the terminal and passed on by nox: the copy, within
+    SAME_INTERRUPT_SECONDS of the first, is the same interrupt (the lane lets its runs end); a signal after
+    that is a second Ctrl+C, which makes the lane stop them at once. The copies are sent here one by one, each
+    handled before the next (two pending at once would be one to Python anyway)."""
+    def handled(signum: int) -> list[int]:
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)  # the handler runs between two bytecodes of this thread
+        return list(runner._HURRY)
+
+    before = signal.getsignal(signal.SIGINT)
+    with runner.interrupts():
+        with pytest.raises(runner.Interrupted):
+            handled(signal.SIGINT)
+            time.sleep(5)
+        copy = handled(signal.SIGTERM)
+        time.sleep(runner.SAME_INTERRUPT_SECONDS)
+        further = handled(signal.SIGINT)
+    assert (copy, further) == ([], [signal.SIGINT])
+    assert runner._HURRY == [] and signal.getsignal(signal.SIGINT) is before
