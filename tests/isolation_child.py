@@ -62,10 +62,10 @@ def operator_environment(home: Path, hostile: bool = True) -> dict[str, str]:
 
 def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = True,
               env: dict[str, str] | None = None, timeout: float = 120, pass_fds: tuple[int, ...] = (),
-              stdin: int | None = None) -> ChildRun:
+              stdin: int | None = None, program: tuple[str, ...] = PYTEST) -> ChildRun:
     """Write ``files`` (name -> source, dedented) into a project under ``base``
     and run pytest there with canarchy's plugin and an operator environment (``stdin``: a descriptor its
-    standard input is a copy of)."""
+    standard input is a copy of; ``program``: how pytest is started, :data:`~tests.helpers.PYTEST`'s way)."""
     project = base / "project"
     project.mkdir(parents=True, exist_ok=True)
     files = {"conftest.py": 'pytest_plugins = ["canarchy.testing.isolation.plugin"]\n', **files}
@@ -77,7 +77,7 @@ def run_child(base: Path, files: dict[str, str], *args: str, hostile: bool = Tru
     run_env.update(env or {})
     report = base / "child-report.xml"
     # the CHILD_* variables hand a child test the operator's paths it must find refused or empty
-    command = [*PYTEST, "-q", "--strict-markers", f"--junitxml={report}", "--rootdir", str(project),
+    command = [*program, "-q", "--strict-markers", f"--junitxml={report}", "--rootdir", str(project),
                "-o", "canarchy_keep_variables=CHILD_", *args]
     proc = subprocess.run(command, cwd=project, env=run_env, capture_output=True, text=True, timeout=timeout,
                           pass_fds=pass_fds, stdin=stdin)

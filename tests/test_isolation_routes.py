@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 import subprocess
 import tempfile
 import threading
@@ -2456,6 +2457,33 @@ def test_a_network_namespace_without_the_mount_view_leaves_the_sentinel_comparin
     assert "containment: partly in force (mount view: not asked for" in run.output, run.output
     assert run.returncode == 1, run.output
     assert "changed the operator's state" in run.output and "/.canarchy/config.toml" in run.output, run.output
+
+
+def test_pytest_started_under_another_name_is_the_program_too(tmp_path):
+    """Debian's ``pytest-3``, a wrapper script: the plugin took pytest for the program by ``sys.argv[0]``'s name
+    (``pytest``, ``py.test``, ``__main__.py``), so under another name it gave the operator's world back at the
+    end of pytest's work, and a test's atexit handler read the operator's state and variables unrefused. Any
+    program that starts pytest through its entry point (``console_main``) is pytest's program."""
+    launcher = tmp_path / "bin" / "pytest-3"
+    launcher.parent.mkdir()
+    launcher.write_text("import sys\nfrom pytest import console_main\nsys.exit(console_main())\n")
+    home = run_child(tmp_path / "home", {"test_late.py": """
+        import atexit, os
+        from pathlib import Path
+
+        def _reads():
+            leaked = os.environ.get("CAN_CHANNEL", "") + (Path(os.environ["CHILD_OPERATOR_HOME"]) / ".canarchy"
+                                                          / "config.toml").read_text()
+            (Path(os.environ["CHILD_OPERATOR_HOME"]) / "leaked-at-exit").write_text(leaked)
+
+        def test_registers_a_late_read():
+            atexit.register(_reads)
+    """}, "-o", "canarchy_containment=false", env={"CHILD_OPERATOR_HOME": str(tmp_path / "home" / "operator-home")},
+        program=(sys.executable, str(launcher), "--disable-plugin-autoload", "-p", "no:cacheprovider"))
+    assert home.outcomes("test_registers_a_late_read") == {"passed"}, home.output
+    late = home.output[home.output.index("canarchy isolation sentinel, after the session (after its last look)"):]
+    assert "an atexit handler test_late.py::test_registers_a_late_read registered> tried" in late, late
+    assert home.returncode == 1 and not (tmp_path / "home" / "operator-home" / "leaked-at-exit").exists(), late
 
 
 def test_what_runs_after_the_last_look_ends_the_process_at_once(tmp_path):

@@ -861,7 +861,9 @@ def test_the_unit_lane_names_an_installed_pytest_plugin_its_run_did_not_load(tmp
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: yamlcases\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[pytest11]\nyamlcases = yamlcases_plugin\n")
     code = lanes_cli.main(["--project", str(project.root), "unit", "--jobs", "1"])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "unit: PASSED" in out, (code, out, captured.err)
     summary = out[out.index("unit: PASSED"):]
     assert code == 0 and "  not loaded: " in summary and "yamlcases (-p yamlcases)" in summary, out
     assert "pytest-xdist" not in summary, summary

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
+from _pytest import config as _pytest_config
 
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import audithook as _audithook
@@ -126,7 +127,14 @@ def _name_exit_handlers() -> None:
 
 
 def _the_process_ends_with(config: pytest.Config) -> bool:
-    """Whether this pytest is the program (``pytest ...``, ``python -m pytest ...``), not a
-    ``pytest.main()`` called by code that goes on afterwards (which gets its world back)."""
-    return (os.path.basename(sys.argv[0]) in ("pytest", "py.test", "__main__.py")
-            and list(config.invocation_params.args) == sys.argv[1:])
+    """Whether this pytest is the program, not a ``pytest.main()`` called by code that goes on afterwards
+    (which gets its world back): pytest's entry point ``console_main`` is on the stack, which every way of
+    starting it as a program calls (the ``pytest`` script under any name an installer gives it, ``pytest-3``
+    too, and ``python -m pytest``), with the command line's arguments."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not _CONSOLE_MAIN:
+        frame = frame.f_back
+    return frame is not None and list(config.invocation_params.args) == sys.argv[1:]
+
+
+_CONSOLE_MAIN = _pytest_config.console_main.__code__  # taken at import: a test that replaces it changes nothing
