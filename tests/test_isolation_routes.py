@@ -2638,6 +2638,49 @@ def test_a_test_s_audit_hook_running_in_the_sentinel_s_work_is_judged(tmp_path):
     assert "PLANTED.txt" in late and not (project / "PLANTED.txt").exists(), late
 
 
+def test_the_plugin_s_own_code_a_test_s_callback_calls_during_the_guard_s_work_is_judged(tmp_path):
+    """A garbage-collector callback of a test's runs on whatever thread collects, inside the guard's own judging
+    too, where the harness's own code passes unjudged: the guard took the frame that raised an event for the
+    whole chain, so the callback had the plugin's own file reader read the operator's state (and pytest's
+    environment as it started) unrefused. Every frame up to where the thread became exempt must be the
+    harness's."""
+    run = run_child(tmp_path, {"test_gc.py": """
+        import gc, os, sys
+        from canarchy.testing.isolation import containment
+
+        GOT = []
+
+        def _judging():
+            frame = sys._getframe(1)
+            while frame is not None and not (frame.f_code.co_name == "hook" and "audithook" in frame.f_code.co_filename):
+                frame = frame.f_back
+            return frame is not None
+
+        def _collecting(phase, info):
+            if phase == "start" and not GOT and _judging():
+                GOT.append(containment._read(os.path.join(os.environ["CHILD_OPERATOR_HOME"], ".canarchy",
+                                                          "config.toml")))
+
+        def test_reads_through_the_plugin_s_reader(tmp_path):
+            gc.callbacks.append(_collecting)
+            threshold = gc.get_threshold()
+            gc.set_threshold(1, 1, 1)
+            try:
+                for number in range(200):  # each write is judged; a collection starts within one
+                    (tmp_path / f"f{number}").write_text("x")
+                    if GOT:
+                        break
+            finally:
+                gc.set_threshold(*threshold)
+                gc.callbacks.remove(_collecting)
+            assert GOT and GOT[0] is None, GOT  # it ran, inside the judging, and read nothing
+    """}, "-o", "canarchy_containment=false", env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    messages = run.messages("test_reads_through_the_plugin_s_reader")
+    assert run.outcomes("test_reads_through_the_plugin_s_reader") & {"failed", "error"}, run.output
+    assert "test_gc.py::test_reads_through_the_plugin_s_reader tried to open for reading" in messages, messages
+    assert ".canarchy/config.toml" in messages and "Refused" in messages, messages
+
+
 def test_a_standard_library_function_a_test_forged_runs_judged_in_the_harness_s_own_work(tmp_path):
     """The harness's own work passes the guard unjudged (the per-test look at a test's home, the sentinel's reads
     of the operator's state), but only the code of the plugin's own modules, known by identity. A test that puts,

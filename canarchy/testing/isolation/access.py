@@ -137,12 +137,12 @@ class AccessGuard:
         """Within the block, this thread's own accesses are not judged (the harness's own
         reads of the operator's state, e.g. the sentinel's hashes)."""
         local = self._local
-        before = getattr(local, "busy", False)
-        local.busy = True
+        before, start = getattr(local, "busy", False), getattr(local, "start", None)
+        local.busy, local.start = True, sys._getframe(2)  # 2: the caller of the with statement (past contextlib's)
         try:
             yield
         finally:
-            local.busy = before
+            local.busy, local.start = before, start
 
     # -- records -----------------------------------------------------------------
     def take(self, owner: str | None = None) -> tuple[list[Access], list[Access]]:

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 from dataclasses import fields
-from types import CodeType, FunctionType, ModuleType
+from types import CodeType, FrameType, FunctionType, ModuleType
 from pathlib import Path
 from collections.abc import Callable, Mapping
 
@@ -57,13 +57,14 @@ def _make_hook(guard: AccessGuard) -> Callable[[str, tuple], None]:
         if not guard.enabled:
             return
         busy = getattr(local, "busy", False)
-        if busy and _own_work():
+        if busy and _own_work(local):
             return  # what the judging itself does (a record written, a cache filled), the harness's own reads
         local.busy = EXEMPT_JUDGING if busy else True  # what the judging sees: whether the thread was exempt before
+        start, local.start = getattr(local, "start", None), _FRAME(0)
         try:
             audit(event, args)
         finally:
-            local.busy = busy
+            local.busy, local.start = busy, start
 
     return hook
 
@@ -78,20 +79,37 @@ _SKIPPED = (str, bytes, int, float, type(None), ModuleType, tuple, set, frozense
 SEAL_SKIPS = ("_OWN", "_RAISING", "_LOOKED_AT")
 
 
-def _own_work() -> bool:
-    """Whether the event comes from the isolation's own code, when its thread is exempt: the code that raised it,
-    past the wrappers that raise the events of C functions for their callers, is a function of this package (by
-    identity: code compiled under one of its file names is not). The code of anyone else that the harness's
-    work runs is judged: the standard library's, a function a test put in the place of one, a test's audit
-    hook, trace function, finalizer or signal handler that runs on the thread meanwhile."""
+_FRAME = sys._getframe
+
+
+def _own_work(local: threading.local) -> bool:
+    """Whether the event comes from the isolation's own code, when its thread is exempt: every frame from the code
+    that raised it (past the wrappers that raise the events of C functions for their callers) up to where the
+    thread became exempt (``local.start``: the hook judging, or :meth:`~.access.AccessGuard.exempt`'s caller) is
+    a function of this package (by identity: code compiled under one of its file names is not). The code of
+    anyone else that the harness's work runs is judged, and so is the package's own code it calls: the
+    standard library's, a function a test put in the place of one, a test's audit hook, trace function,
+    finalizer, garbage-collector callback or signal handler that runs on the thread meanwhile."""
     if not _LOOKED_AT:
         _look_at(list(sys.modules))  # the first time: every module of the package loaded by now
-    frame = sys._getframe(2)  # 0 this, 1 the hook, 2 the code that raised the event
+    start = getattr(local, "start", None)
+    frame = _FRAME(2)  # 0 this, 1 the hook, 2 the code that raised the event
     while frame is not None and frame.f_code in _RAISING:  # install() imported them before any event
         frame = frame.f_back
-    if frame is None or frame.f_code in _OWN:
-        return frame is not None
-    module = frame.f_globals.get("__name__")  # a module of the package loaded since the last look?
+    if frame is None:
+        return False
+    while frame is not start:
+        if frame.f_code not in _OWN and frame.f_code not in _RAISING and not _newly_own(frame):
+            return False
+        frame = frame.f_back
+        if frame is None:
+            return start is None  # no start noted: the thread was made exempt before any look
+    return True
+
+
+def _newly_own(frame: FrameType) -> bool:
+    """Whether ``frame`` runs code of a module of the package loaded since the last look."""
+    module = frame.f_globals.get("__name__")
     return module not in _LOOKED_AT and _look_at([module]) and frame.f_code in _OWN
 
 
