@@ -2652,7 +2652,8 @@ def test_the_plugin_s_own_code_a_test_s_callback_calls_during_the_guard_s_work_i
 
         def _judging():
             frame = sys._getframe(1)
-            while frame is not None and not (frame.f_code.co_name == "hook" and "audithook" in frame.f_code.co_filename):
+            code = lambda frame: frame.f_code  # noqa: E731
+            while frame is not None and not (code(frame).co_name == "hook" and "audithook" in code(frame).co_filename):
                 frame = frame.f_back
             return frame is not None
 
