@@ -1769,6 +1769,20 @@ def test_the_operator_s_home_as_the_rootdir_is_refused(tmp_path_factory):
     assert proc.returncode == 4 and "the rootdir is the operator's home" in proc.stdout + proc.stderr, proc.stdout
 
 
+@pytest.mark.parametrize("how", ["option", "PYTEST_ADDOPTS"])
+def test_a_base_temp_in_the_operator_s_home_is_refused_at_the_start(tmp_path, how):
+    """pytest's ``--basetemp`` is where every ``tmp_path`` goes: one the operator's shell hands in
+    (``PYTEST_ADDOPTS``) or a command line names in the home had each test write there, without the
+    containment. The run is refused at its start, saying why; the home holds nothing new."""
+    home = tmp_path / "operator-home"
+    given = ["--basetemp", str(home / "pytest-base")] if how == "option" else []
+    env = {"PYTEST_ADDOPTS": "--basetemp=~/pytest-base"} if how == "PYTEST_ADDOPTS" else {}
+    run = run_child(tmp_path, {"test_tmp.py": "def test_writes(tmp_path):\n    (tmp_path / 'x').write_text('y')\n"},
+                    *given, "-o", "canarchy_containment=false", env=env)
+    assert run.returncode == 4 and "lies in the operator's home" in run.output, run.output
+    assert not (home / "pytest-base").exists()
+
+
 def test_a_bus_opened_at_collection_fails_the_first_test_and_feeds_no_later_one(tmp_path_factory):
     run, _ = _run(tmp_path_factory, "stale-bus", {"test_stale_bus.py": STALE_BUS}, *EARLY)
     messages = run.messages("test_a_first")

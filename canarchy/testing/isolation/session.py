@@ -200,6 +200,7 @@ def _start(config: pytest.Config, where: str) -> None:
                 f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
                 "is writable and the home is not. Run pytest from the project (its pytest.ini, pyproject.toml "
                 "or tox.ini sets the rootdir), or pass --rootdir.")
+        _refuse_a_base_temp_in_the_home(config, homes)
     temp_base, temp_note = _tempbase.temp_base([*((h, "the operator's home") for h in homes),
                                                 (str(config.rootpath), "the checkout")])
     sandbox = Sandbox(operator_env, temp_base, scrub_prefixes=settings.scrub_prefixes,
@@ -482,3 +483,20 @@ def _set_owners(owner: str) -> None:
 def _opt_outs_of(item: pytest.Item) -> frozenset:
     """The opt-out markers (:data:`MARKERS`) an item carries now."""
     return frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
+
+
+def _refuse_a_base_temp_in_the_home(config: pytest.Config, homes: frozenset[str] | set[str]) -> None:
+    """``--basetemp`` (pytest's ``tmp_path`` root, given on the command line or in ``PYTEST_ADDOPTS``) in the
+    operator's home, outside the checkout: every test would write there, as pytest chose. Refused at the start
+    (``TMPDIR`` there is moved aside: the run's own temporary files; this one the operator named)."""
+    given = config.option.basetemp
+    if not given:
+        return
+    base = os.path.realpath(os.path.abspath(os.path.expanduser(str(given))))
+    root = os.path.realpath(config.rootpath)
+    home = next((h for h in homes if _tempbase.inside(base, os.path.realpath(h))), None)
+    if home is not None and not _tempbase.inside(base, root):
+        raise pytest.UsageError(
+            f"canarchy test isolation: --basetemp {given} lies in the operator's home ({home}): every test's "
+            "tmp_path would be written there. Give a directory outside the home, or leave --basetemp out "
+            "(pytest then uses the run's own temporary directory).")
