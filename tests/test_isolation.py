@@ -1400,3 +1400,44 @@ def test_refusals_outside_tests_name_their_module_or_fixture(tmp_path):
     assert "<collection of test_module_level.py> tried to open a real CAN bus" in run.output
     assert ("session-scoped fixture 'session_bus', set up for test_fixture.py::test_uses_it "
             "tried to open a real CAN bus") in run.messages("test_uses_it"), run.output
+
+
+RELAYS_THE_OPERATOR_S_VARIABLES = {
+    "conftest.py": """
+        import pytest
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure_node(node):  # after canarchy's: copy what it hands the worker where a test reads it
+            handed = {key: value for key, value in node.workerinput.items() if key.startswith("canarchy_")}
+            node.workerinput["relay"] = repr(handed)
+            node.workerinput["relay_path"] = handed.get("canarchy_operator_env_file") or "/nonexistent"
+            try:
+                node.workerinput["relay"] += open(node.workerinput["relay_path"]).read()
+            except BaseException as error:
+                node.workerinput["relay"] += f" not read: {type(error).__name__}"
+    """,
+    "test_relay.py": """
+        def test_finds_nothing_of_the_operator_in_what_its_worker_was_handed(request):
+            relay = request.config.workerinput["relay"]
+            assert "CANARCHY_TRANSPORT_BACKEND" not in relay and "CAN_" not in relay, relay
+            assert "not read: OperatorStateRefused" in relay, relay
+
+        def test_reads_the_file_itself(request):
+            open(request.config.workerinput["relay_path"]).read()
+    """,
+}
+
+
+def test_a_conftest_hook_finds_nothing_of_the_operator_in_what_a_worker_is_handed(tmp_path):
+    """pytest-xdist hands a worker ``node.workerinput``, a dict every conftest's ``pytest_configure_node`` reads:
+    the operator's environment sent there reached any test a hook copied it for. It goes by a file in a
+    directory the guard refuses (a hook's read of it, in the controller: refused, named), which the worker
+    removes as it reads it; a test that tries the path is refused too."""
+    pytest.importorskip("xdist")
+    run = run_child(tmp_path, RELAYS_THE_OPERATOR_S_VARIABLES, "-p", "xdist", "-n", "1")
+    assert run.outcomes("test_finds_nothing_of_the_operator_in_what_its_worker_was_handed") == {"passed"}, run.output
+    assert run.outcomes("test_reads_the_file_itself") & {"failed", "error"}, run.output
+    assert "test_relay.py::test_reads_the_file_itself tried to open for reading" in run.messages(
+        "test_reads_the_file_itself"), run.output
+    assert "-handed" in run.output and run.returncode == 1, run.output  # the hook's attempt fails the run, named

@@ -96,15 +96,13 @@ def _own_work(local: threading.local) -> bool:
     frame = _FRAME(2)  # 0 this, 1 the hook, 2 the code that raised the event
     while frame is not None and frame.f_code in _RAISING:  # install() imported them before any event
         frame = frame.f_back
-    if frame is None:
-        return False
-    while frame is not start:
+    while frame is not None:
         if frame.f_code not in _OWN and frame.f_code not in _RAISING and not _newly_own(frame):
             return False
+        if frame is start:
+            return True
         frame = frame.f_back
-        if frame is None:
-            return start is None  # no start noted: the thread was made exempt before any look
-    return True
+    return False
 
 
 def _newly_own(frame: FrameType) -> bool:

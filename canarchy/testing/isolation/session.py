@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import json
 import logging
 import os
 import posix
@@ -188,8 +189,10 @@ def _watched_state(settings: Settings, homes: list[str]) -> list[str]:
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
-    # taken out of workerinput (a dict a test can read): from here on only the sandbox holds it
-    operator_env = config.workerinput.pop("canarchy_operator_env") if _is_worker(config) else dict(os.environ)
+    handed = ()  # a worker: the directory of the file it read the operator's environment from
+    if _is_worker(config):
+        handed = (os.path.dirname(config.workerinput["canarchy_operator_env_file"]),)
+    operator_env = _operator_env_of_the_controller(config) if _is_worker(config) else dict(os.environ)
     account_home = _tempbase.account_database_home()
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = _watched_state(settings, homes)
@@ -243,6 +246,8 @@ def _start(config: pytest.Config, where: str) -> None:
         read_only=(*protection.read_only, *_code_trees_beside(config, operator_env, temp_base)),
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
+    # where the controller hands its workers the operator's variables: refused, not covered (made later)
+    protection = replace(protection, refused=(*protection.refused, str(handed_directory(sandbox)), *handed))
     _access.GUARD.configure(protection)
     _access.GUARD.report_dir = sandbox.refusal_dir
     # the run's top pytest: a pytest-xdist worker's is its parent, the subreaper its tests' orphans go to
@@ -500,3 +505,26 @@ def _refuse_a_base_temp_in_the_home(config: pytest.Config, homes: frozenset[str]
             f"canarchy test isolation: --basetemp {given} lies in the operator's home ({home}): every test's "
             "tmp_path would be written there. Give a directory outside the home, or leave --basetemp out "
             "(pytest then uses the run's own temporary directory).")
+
+
+def handed_directory(sandbox: Sandbox) -> os.PathLike[str]:
+    """Where the controller hands each pytest-xdist worker the operator's environment
+    (:func:`~.plugin.pytest_configure_node`), beside the run's sandbox (whose removal would otherwise meet a
+    refused tree): refused to tests and hooks, in the controller and in every worker."""
+    return sandbox.root.with_name(sandbox.root.name + "-handed")
+
+
+def _operator_env_of_the_controller(config: pytest.Config) -> dict[str, str]:
+    """A worker's start: the operator's environment, from the file the controller named in ``workerinput``, read
+    and removed by the plugin's own calls (the guard a worker inherits refuses the directory to all else)."""
+    path = config.workerinput.pop("canarchy_operator_env_file")
+    with _access.GUARD.exempt():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+            os.remove(path)
+    return json.loads(b"".join(chunks))
