@@ -391,6 +391,10 @@ def test_after_the_events(canarchy_sandbox):
 def test_marks_its_thread_exempt():
     access.GUARD._local.busy = True
 
+def test_reads_inside_an_exemption_of_its_own(canarchy_sandbox):
+    with access.GUARD.exempt():  # the harness's own way: it covers the harness's code only
+        read_real_config(canarchy_sandbox)
+
 def test_after_the_exemption(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
 
@@ -1575,6 +1579,13 @@ def test_a_test_that_disables_the_guard_is_named_and_the_next_one_is_guarded(rou
     messages = run.messages(tamperer)
     assert f"test_tamper.py::{tamperer} changed the isolation's own code or state" in messages and words in messages
     assert_refused(run, "test_tamper.py", victim, "open for reading")
+
+
+def test_a_test_that_calls_the_harness_s_exemption_is_still_judged(routes):
+    """``GUARD.exempt()`` lets the harness's own code pass, frame by frame up to where it was called: a test
+    that calls it and reads the operator's state inside is refused at that moment, named."""
+    run, _ = routes
+    assert_refused(run, "test_tamper.py", "test_reads_inside_an_exemption_of_its_own", "open for reading")
 
 
 def test_the_fixtures_hand_a_test_neither_the_operator_s_variables_nor_the_guards(routes):
