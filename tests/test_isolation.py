@@ -1441,3 +1441,22 @@ def test_a_conftest_hook_finds_nothing_of_the_operator_in_what_a_worker_is_hande
     assert "test_relay.py::test_reads_the_file_itself tried to open for reading" in run.messages(
         "test_reads_the_file_itself"), run.output
     assert "-handed" in run.output and run.returncode == 1, run.output  # the hook's attempt fails the run, named
+
+
+def test_a_worker_s_conftest_that_reads_the_operator_s_state_is_named_as_the_worker_s(tmp_path):
+    """A pytest-xdist worker imports the conftests again as it starts, under the guard it inherits, before any
+    test: the refusal named "<unknown test (child process)>"; it names the worker and where it was."""
+    pytest.importorskip("xdist")
+    run = run_child(tmp_path, {"conftest.py": """
+        import os
+        pytest_plugins = ["canarchy.testing.isolation.plugin"]
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            try:
+                open(os.path.join(os.environ["CHILD_OPERATOR_HOME"], ".canarchy", "config.toml")).read()
+            except Exception:
+                pass
+    """, "test_a.py": "def test_a():\n    pass\n"}, "-p", "xdist", "-n", "1",
+        env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    assert "<pytest-xdist worker gw0, outside any test (its conftests, as it starts)> tried to open for reading" in (
+        run.output), run.output
+    assert run.returncode == 1, run.output

@@ -12,10 +12,17 @@ from pathlib import Path
 from canarchy.testing.isolation import guard, sandbox
 
 
+#: Who a child process's refusal names when it runs no test of its parent's (``PYTEST_CURRENT_TEST`` unset).
+UNKNOWN_OWNER = "<unknown test (child process)>"
+
+
 def parent_nodeid(current_test: str | None) -> str:
-    """The node id in ``PYTEST_CURRENT_TEST`` (``"path::name (call)"``) without the phase."""
+    """The node id in ``PYTEST_CURRENT_TEST`` (``"path::name (call)"``) without the phase; outside any test, a
+    pytest-xdist worker (``PYTEST_XDIST_WORKER``) is named, with what runs there first: its conftests."""
     if not current_test:
-        return "<unknown test (child process)>"
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        return f"<pytest-xdist worker {worker}, outside any test (its conftests, as it starts)>" if worker else (
+            UNKNOWN_OWNER)
     nodeid, _, _phase = current_test.rpartition(" ")
     return nodeid or current_test
 

@@ -27,6 +27,7 @@ from canarchy.testing.isolation.events import (
     OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
     path_text, unix_address,
 )
+from canarchy.testing.isolation._child import UNKNOWN_OWNER, parent_nodeid
 from canarchy.testing.isolation.descriptors import (
     descriptor_path, directory_descriptors, working_directory,
 )
@@ -436,8 +437,12 @@ class AccessGuard:
                 pass
 
     def _owner(self) -> str:
-        """Who is named: the test that left this thread running after it ended, else :attr:`owner`."""
-        return self.thread_owners.get(threading.get_ident(), self.owner) if self.thread_owners else self.owner
+        """Who is named: the test that left this thread running after it ended, else :attr:`owner`; in a child that
+        knew none as it started, what its environment says now (pytest-xdist names a worker after its start)."""
+        owner = self.thread_owners.get(threading.get_ident(), self.owner) if self.thread_owners else self.owner
+        if owner == UNKNOWN_OWNER:
+            return parent_nodeid(os.environ.get("PYTEST_CURRENT_TEST"))
+        return owner
 
     def refuse(self, access: Access) -> None:
         """Record ``access`` (zone other than ``watched``) and raise :class:`OperatorStateRefused`: for a
