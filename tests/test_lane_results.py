@@ -513,3 +513,31 @@ def test_a_run_that_stopped_before_its_last_tests_is_no_pass(tmp_path):
     junit, output, code = _run_pytest(tmp_path, "-p", "canarchy.testing.isolation.plugin", "-p", "no:randomly",
                                       "test_stops.py")
     assert (code, verdict.judge("unit", _run(junit, code)).status) == (1, "FAILED"), output
+
+
+def test_a_checkout_changed_under_nox_s_directory_points_at_another_nox_session(tmp_path):
+    """Another nox session in the checkout makes or rebuilds its virtualenv under .nox/ while a lane runs there: the
+    lane's sentinel sees the checkout change and fails the run, every test passed. The verdict says what likely
+    changed it, beside the sentinel's lines; a change elsewhere gets no such note."""
+    junit = _write(tmp_path, "r.xml", _xml('<testcase classname="m" name="t"/>'))
+    for changed, noted in ((".nox/mutations/lib/python3.11/site-packages/x.pth", True), ("stray.txt", False)):
+        junit.with_suffix(".log").write_text(
+            "1 passed in 0.1s\n===== canarchy isolation sentinel, after the session =====\n"
+            f"the test run changed the checkout:\n  removed: {changed}\n")
+        judged = verdict.judge("unit", _run(junit, 1))
+        assert judged.status == "FAILED" and (verdict.ANOTHER_NOX in judged.notes) == noted, judged
+
+
+def test_a_run_that_wrote_no_report_still_names_the_plugins_it_did_not_load(tmp_path):
+    """pytest stopped before its report (an internal error: a marker only a plugin the project does not load
+    registers): the lane cannot decide, and the plugins the run's header named as not loaded are named beside
+    that verdict too, not only in passing runs'."""
+    from canarchy.testing.isolation.plugin import NOT_LOADED_HEADER
+
+    log = tmp_path / "r.log"
+    log.write_text(f"platform linux\ncanarchy isolation: {NOT_LOADED_HEADER}pytest-cov (-p pytest_cov), anyio "
+                   "(-p anyio)\nINTERNALERROR> Failed: 'no_cover' not found in markers\n")
+    judged = verdict.judge("unit", _run(tmp_path / "r.xml", 3))
+    assert judged.status == "CANNOT DECIDE", judged
+    [note] = [n for n in judged.notes if n.startswith(verdict.NOT_LOADED)]
+    assert "anyio (-p anyio), pytest-cov (-p pytest_cov)" in note, note

@@ -52,6 +52,9 @@ ISOLATION_PROPERTY = "canarchy_isolation"
 ITEMS_PROPERTY = "canarchy_items"  # how many tests the run was to run: the lanes count its cases
 #: JUnit test-suite property naming each installed pytest plugin a run with autoloading off did not load.
 NOT_LOADED_PROPERTY = "canarchy_plugins_not_loaded"
+#: The header line that names them (the lanes read it from a run that wrote no report).
+NOT_LOADED_HEADER = ("pytest plugins installed but not loaded (plugin autoloading is off; the tests and options they "
+                     "bring are not in this run): ")
 REQUIRED_MODULE = "canarchy.testing.required"
 
 
@@ -116,8 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _is_worker(config):
         run.plugins_not_loaded = _plugins_not_loaded(config)
         if run.plugins_not_loaded:
-            run.header.append("pytest plugins installed but not loaded (plugin autoloading is off; the tests and "
-                              f"options they bring are not in this run): {', '.join(run.plugins_not_loaded)}")
+            run.header.append(NOT_LOADED_HEADER + ", ".join(run.plugins_not_loaded))
 
 
 def _plugins_not_loaded(config: pytest.Config) -> list[str]:

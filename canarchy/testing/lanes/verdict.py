@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Iterable
 
-from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY, ITEMS_PROPERTY, NOT_LOADED_PROPERTY
+from canarchy.testing.isolation.plugin import ISOLATION_PROPERTY, ITEMS_PROPERTY, NOT_LOADED_HEADER, NOT_LOADED_PROPERTY
 from canarchy.testing.lanes.render import markdown_table
 from canarchy.testing.lanes.results import CannotDecide, Report, load_report, totals_text
 from canarchy.testing.lanes.runner import EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run
@@ -184,6 +184,26 @@ def sentinel_lines(run: Run) -> list[str]:
     return found
 
 
+NOX_DIR = ".nox/"
+ANOTHER_NOX = (f"the checkout changed under {NOX_DIR} during the run: another nox session in this checkout makes or "
+               "rebuilds its virtualenv there (and installs the project, which may rewrite generated files): run one "
+               "nox at a time per checkout")
+
+
+def _not_loaded_in_header(run: Run) -> list[str]:
+    """The plugins the run's header names as installed but not loaded (:data:`~.plugin.NOT_LOADED_HEADER`)."""
+    try:
+        with open(run.log, encoding="utf-8", errors="replace") as log:
+            for number, line in enumerate(log):
+                if NOT_LOADED_HEADER in line:
+                    return [name.strip() for name in line.split(NOT_LOADED_HEADER, 1)[1].split(", ") if name.strip()]
+                if number > 200:  # the header is at the top
+                    break
+    except OSError:
+        pass
+    return []
+
+
 def every_case_skipped(report: Report | None) -> bool:
     """Whether ``report`` holds cases and every one of them skipped: a run that proves nothing."""
     return report is not None and bool(report.cases) and all(
@@ -198,11 +218,11 @@ NOT_ISOLATED = ("not isolated: the run did not load canarchy.testing.isolation.p
 NOT_LOADED = "not loaded: "
 
 
-def plugins_not_loaded(reports: Iterable[Report | None]) -> str | None:
+def plugins_not_loaded(reports: Iterable[Report | None], also: Iterable[str] = ()) -> str | None:
     """The note naming the installed pytest plugins the runs behind ``reports`` did not load (the plugin's
-    ``NOT_LOADED_PROPERTY``), else None."""
-    names = sorted({name for report in reports if report is not None
-                    for name in report.properties_named(NOT_LOADED_PROPERTY)})
+    ``NOT_LOADED_PROPERTY``; ``also``: those a run without a report named in its header), else None."""
+    names = sorted({*also, *(name for report in reports if report is not None
+                             for name in report.properties_named(NOT_LOADED_PROPERTY))})
     return (f"{NOT_LOADED}{', '.join(names)}: installed where the lane runs, but every lane turns plugin "
             "autoloading off, so the tests and options they bring are not in this verdict; name each your suite "
             "needs with -p in addopts (docs/adopting.md, \"Your pytest plugins\")") if names else None
@@ -221,7 +241,8 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
     notes = list(notes)
     where = f"(JUnit: {run.junit}, log: {run.log}, {run.duration:.1f} s)"
     report, why_not = read_run(run, isolated=isolated)
-    if report is None:
+    if report is None:  # pytest stopped before its report: the plugin's header may still name the plugins
+        notes += [note for note in [plugins_not_loaded([], _not_loaded_in_header(run))] if note]
         return Verdict(lane, "CANNOT DECIDE", f"{why_not} {where}", notes=notes)
     summary = totals_text(report)
     notes += [note for note in [plugins_not_loaded([report])] if note]
@@ -230,6 +251,8 @@ def judge(lane: str, run: Run, *, notes: Iterable[str] = (), isolated: bool = Fa
         summary = f"{summary} (not isolated)"
     if run.returncode == 1:
         sentinel = sentinel_lines(run)
+        if any(f" {NOX_DIR}" in line or f"/{NOX_DIR}" in line for line in sentinel):
+            notes = [*notes, ANOTHER_NOX]
         detail = f"{summary}, {BEYOND_ITS_TESTS}" if failed_beyond_its_tests(run, report) else (
             f"{summary}, and the isolation sentinel failed the run" if sentinel else summary)
         return Verdict(lane, "FAILED", f"{detail}; exit code 1 {where}", report.failing, notes, report, sentinel)
