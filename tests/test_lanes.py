@@ -1546,3 +1546,22 @@ def test_a_copy_of_a_signal_is_the_same_interrupt_and_a_later_one_a_further_one(
         further = handled(signal.SIGINT)
     assert (copy, further) == ([], [signal.SIGINT])
     assert runner._HURRY == [] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_interrupted_lane_leaves_no_report_that_reads_as_a_verdict(tmp_path, monkeypatch, capsys):
+    """The run's pytest had written its JUnit report (every test passed) when Ctrl+C reached the lane: that
+    file, left in reports/, read as 91 green tests to a CI job that reads JUnit. An interrupted lane removes
+    what its runs wrote but the logs, and says it was interrupted (exit 128 + the signal)."""
+    project = _project(tmp_path / "p", "def test_a():\n    pass\n")
+
+    def interrupted_after_its_report(project, args, selection):
+        reports = project.root / "reports"
+        reports.mkdir(exist_ok=True)
+        (reports / "unit.xml").write_text('<testsuite tests="91" failures="0" errors="0"/>')
+        (reports / "unit.log").write_text("91 passed in 8.98s\n")
+        raise runner.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(unit, "main", interrupted_after_its_report)
+    code = lanes_cli.main(["--project", str(project.root), "unit"])
+    assert code == 128 + signal.SIGINT and "unit: interrupted by SIGINT" in capsys.readouterr().err
+    assert sorted(p.name for p in (project.root / "reports").iterdir() if not p.name.startswith(".")) == ["unit.log"]

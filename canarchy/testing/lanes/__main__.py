@@ -14,8 +14,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, Interrupted, interrupts, split_pytest_args,
-                                           temporary_files_outside)
+from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, Interrupted, interrupts, shielded,
+                                           split_pytest_args, temporary_files_outside)
 
 #: lane -> (module, main, add_arguments or None, -m the lane fixes)
 LANES = {
@@ -94,14 +94,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.lane}: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE
     lane_main = getattr(importlib.import_module(f"canarchy.testing.lanes.{module}"), main_name)
-    from canarchy.testing.lanes.workspace import LaneBusy, clear_reports, reports_lock
+    from canarchy.testing.lanes.workspace import KEPT_WHEN_INTERRUPTED, LaneBusy, clear_reports, reports_lock
 
     try:
         lock = reports_lock(project.root / "reports", args.lane) if args.lane in REPORTS or args.lane == "mutation" \
             else contextlib.nullcontext()  # netns-check writes no report
         with lock, interrupts(), temporary_files_outside(project.root):
             clear_reports(project.root / "reports", REPORTS.get(args.lane, ()))
-            return lane_main(project, args, selection)
+            try:
+                return lane_main(project, args, selection)
+            except Interrupted:  # no verdict: what the runs wrote before it goes but their logs
+                with shielded():
+                    clear_reports(project.root / "reports", REPORTS.get(args.lane, ()), KEPT_WHEN_INTERRUPTED)
+                raise
     except LaneBusy as exc:
         print(f"{args.lane}: CANNOT DECIDE - {exc}")
         return EXIT_CANNOT_DECIDE

@@ -85,12 +85,17 @@ def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
     return copied
 
 
-def clear_reports(directory: Path, patterns: tuple[str, ...]) -> None:
-    """Remove the files of ``directory`` matching ``patterns`` (globs): a lane's reports of an earlier run,
-    which an interrupted run would otherwise leave beside its own, an old verdict among them."""
+#: What a lane's interrupted run keeps of its reports: the logs, of what ran until the interrupt.
+KEPT_WHEN_INTERRUPTED = (".log",)
+
+
+def clear_reports(directory: Path, patterns: tuple[str, ...], keep: tuple[str, ...] = ()) -> None:
+    """Remove the files of ``directory`` matching ``patterns`` (globs) but those whose suffix is in ``keep``: a
+    lane's reports of an earlier run, which an interrupted run would otherwise leave beside its own, an old
+    verdict among them; or an interrupted run's own (a JUnit report pytest finished reads as a verdict)."""
     for pattern in patterns:
         for path in directory.glob(pattern):
-            if path.is_file() and not path.is_symlink():
+            if path.is_file() and not path.is_symlink() and path.suffix not in keep:
                 with contextlib.suppress(OSError):
                     path.unlink()
 
