@@ -174,3 +174,26 @@ def resource_warnings() -> Iterator[list[str]]:
         yield found
         gc.collect()
     found += [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+@contextlib.contextmanager
+def listeners_outside(code: str) -> Iterator[dict[str, Any]]:
+    """Run ``code`` (Python that binds sockets and sets ``found``, a JSON-able dict of what it bound) in a process of
+    its own, a daemon beside the run, until the block ends; yields ``found``. Not this process's sockets: pytest
+    makes itself not dumpable, and a guard that is not root cannot look at its descriptors (README's limits)."""
+    source = f"import json, socket, sys\n{code}\nprint(json.dumps(found), flush=True)\nsys.stdin.read()\n"
+    daemon = subprocess.Popen([sys.executable, "-c", source], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        line = daemon.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the listening process ended before it said what it bound: {daemon.wait()}")
+        yield json.loads(line)
+    finally:
+        daemon.stdin.close()
+        daemon.stdout.close()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()

@@ -33,7 +33,7 @@ from canarchy.testing.isolation.loadable import PYTEST_CONFIGURATION, TOOL_START
 from canarchy.testing.isolation.refusal import OperatorStateRefused
 from canarchy.testing.isolation.session import _RUN
 from canarchy.testing.isolation.tree import content_differences
-from tests.helpers import PYTEST
+from tests.helpers import PYTEST, listeners_outside
 from tests.isolation_child import REPO, make_operator_home, operator_environment, run_batch, run_child
 
 EARLY = ("-p", "canarchy.testing.isolation.plugin")
@@ -1174,24 +1174,25 @@ def test_a_unix_socket_a_process_outside_the_run_listens_on_is_refused(tmp_path_
     the file system outside the home, from a test or its child Python, is refused at once, naming the test, the
     containment off (the guard alone). A test's own sockets, and those of a server process it starts, are not."""
     tag = f"canarchy-operator-{os.getpid()}"
-    listening = socket.socket(socket.AF_UNIX)
-    datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    in_the_file_system = socket.socket(socket.AF_UNIX)
     base = tmp_path_factory.mktemp("sockets")
     short = tempfile.mkdtemp(dir="/tmp")  # a socket's name holds at most 107 bytes
+    daemon = f"""
+listening, datagram, in_the_file_system = (socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX,
+                                           socket.SOCK_DGRAM), socket.socket(socket.AF_UNIX))
+listening.bind(b"\\0{tag}")
+listening.listen()
+datagram.bind(b"\\0{tag}-dgram")
+in_the_file_system.bind({os.path.join(short, "daemon.sock")!r})
+in_the_file_system.listen()
+found = {{}}
+"""
     try:
-        listening.bind(b"\0" + tag.encode())
-        listening.listen()
-        datagram.bind(b"\0" + tag.encode() + b"-dgram")
-        in_the_file_system.bind(os.path.join(short, "daemon.sock"))
-        in_the_file_system.listen()
-        run, changed = run_batch(base, {"test_unix_sockets.py": UNIX_SOCKETS}, "-o", "canarchy_containment=false",
-                                 "-o", "canarchy_network_namespace=false",
-                                 env={"CHILD_ABSTRACT": "@" + tag, "CHILD_DATAGRAM": f"@{tag}-dgram",
-                                      "CHILD_SOCKET_FILE": os.path.join(short, "daemon.sock")})
+        with listeners_outside(daemon):
+            run, changed = run_batch(base, {"test_unix_sockets.py": UNIX_SOCKETS}, "-o", "canarchy_containment=false",
+                                     "-o", "canarchy_network_namespace=false",
+                                     env={"CHILD_ABSTRACT": "@" + tag, "CHILD_DATAGRAM": f"@{tag}-dgram",
+                                          "CHILD_SOCKET_FILE": os.path.join(short, "daemon.sock")})
     finally:
-        for sock in (listening, datagram, in_the_file_system):
-            sock.close()
         shutil.rmtree(short)
     assert changed == []
     for test, operation in (("test_connects_to_an_abstract_socket_outside_the_run",
@@ -1404,28 +1405,27 @@ def test_a_port_of_this_host_a_process_outside_the_run_is_bound_to_is_refused(tm
     naming the test. A test's own ports are not. Nor, in that run, may a test change the host's network
     interfaces (a netlink socket, an ioctl that sets an interface's flags) or open a raw IP socket (its
     packets carry their own ports); one that reads the interfaces may."""
-    listening, on_loopback = socket.socket(), socket.socket()
-    datagram, group = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        group.bind(("0.0.0.0", 0))  # on every address: the groups' datagrams to its port too
-        listening.bind(("0.0.0.0", 0))
-        listening.listen()
-        on_loopback.bind(("127.0.0.1", 0))
-        on_loopback.listen()
-        datagram.bind(("127.0.0.1", 0))
-        host = "127.0.0.1"  # in a network namespace holding only loopback: the host has no other address
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, contextlib.suppress(OSError):
-            probe.connect(("192.0.2.1", 9))  # no packet is sent: the address this host would send from
-            host = probe.getsockname()[0]
+    daemon = """
+listening, on_loopback = socket.socket(), socket.socket()
+datagram, group = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+group.bind(("0.0.0.0", 0))  # on every address: the groups' datagrams to its port too
+listening.bind(("0.0.0.0", 0))
+listening.listen()
+on_loopback.bind(("127.0.0.1", 0))
+on_loopback.listen()
+datagram.bind(("127.0.0.1", 0))
+found = {name: sock.getsockname()[1] for name, sock in (("TCP", listening), ("LOOPBACK", on_loopback),
+                                                        ("UDP", datagram), ("GROUP", group))}
+"""
+    host = "127.0.0.1"  # in a network namespace holding only loopback: the host has no other address
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe, contextlib.suppress(OSError):
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: the address this host would send from
+        host = probe.getsockname()[0]
+    with listeners_outside(daemon) as ports:
         run, changed = run_batch(tmp_path_factory.mktemp("ports"), {"test_ports.py": PORTS},
                                  "-o", "canarchy_containment=false", "-o", "canarchy_network_namespace=false",
-                                 env={"CHILD_TCP_PORT": str(listening.getsockname()[1]),
-                                      "CHILD_LOOPBACK_PORT": str(on_loopback.getsockname()[1]),
-                                      "CHILD_UDP_PORT": str(datagram.getsockname()[1]), "CHILD_HOST_ADDRESS": host,
-                                      "CHILD_GROUP_PORT": str(group.getsockname()[1])})
-    finally:
-        for sock in (listening, on_loopback, datagram, group):
-            sock.close()
+                                 env={"CHILD_HOST_ADDRESS": host, **{f"CHILD_{name}_PORT": str(port)
+                                                                     for name, port in ports.items()}})
     assert changed == []
     for test, operation in (("test_connects_to_a_loopback_port_outside_the_run", "connect to the port '"),
                             ("test_connects_to_a_port_outside_the_run_through_an_address_of_the_host",
