@@ -99,13 +99,27 @@ def transport_backend_config(flags: BusFlags | None = None) -> TransportConfig:
     )
 
 
+#: What to check when a bus type's channel does not open (``{channel}``: the channel asked for).
+_UNAVAILABLE_HINTS = {
+    "socketcan": "Check that the interface exists and is up (`ip link show {channel}`), or choose another bus type "
+                 "with [transport].interface.",
+    "udp_multicast": "The group needs a network interface that is up besides loopback (any: Ethernet, Wi-Fi; "
+                     "`ip link`), or choose another bus type with [transport].interface.",
+}
+_UNAVAILABLE_HINT = ("Check that the adapter is connected and its driver installed (python-can's page for this bus "
+                     "type), or choose another bus type with [transport].interface.")
+
+
 def bus_unavailable(channel: str, bus_type: str, exc: BaseException) -> TransportError:
-    """The ``TRANSPORT_UNAVAILABLE`` error (exit 2) for a bus python-can could not open."""
+    """The ``TRANSPORT_UNAVAILABLE`` error (exit 2) for a bus python-can could not open: its message, and the
+    operating system's reason where python-can's hides it (``could not create or configure socket``)."""
+    cause = exc.__cause__ or exc.__context__
+    reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else None
+    shown = f"{exc} ({reason})" if reason and reason not in str(exc) else str(exc)
     return TransportError(
         "TRANSPORT_UNAVAILABLE",
-        f"Cannot open channel {channel!r} on bus type {bus_type!r}: {exc}",
-        "Check that the interface exists and is up (e.g. `ip link show can0`), "
-        "or choose another bus type with [transport].interface.",
+        f"Cannot open channel {channel!r} on bus type {bus_type!r}: {shown}",
+        _UNAVAILABLE_HINTS.get(bus_type, _UNAVAILABLE_HINT).format(channel=channel),
     )
 
 

@@ -662,3 +662,23 @@ def test_a_frame_we_send_or_plan_to_send_is_not_received(monkeypatch, argv):
     assert sent.code == 0, sent.out
     assert sent.data["frame"]["is_rx"] is False
     assert [e["payload"]["is_rx"] for e in sent.data["events"]] == [False]
+
+
+def test_a_bus_that_does_not_open_says_the_system_s_reason_and_what_to_check_for_its_type():
+    """python-can's udp_multicast says only "could not create or configure socket" when the group cannot be
+    joined (no interface up but loopback: ENODEV), and the hint named `ip link show can0` for every bus type."""
+    import errno
+
+    from canarchy.transport import bus_unavailable
+
+    try:
+        try:
+            raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+        except OSError as cause:  # as python-can raises it (udp_multicast/bus.py)
+            raise can.CanInitializationError("could not create or configure socket") from cause
+    except can.CanInitializationError as exc:
+        multicast = bus_unavailable("ff01::6361:6e61", "udp_multicast", exc)
+    assert multicast.message.endswith("could not create or configure socket (No such device)"), multicast.message
+    assert "besides loopback" in multicast.hint and "can0" not in multicast.hint, multicast.hint
+    socketcan = bus_unavailable("vcan7", "socketcan", OSError(errno.ENODEV, "No such device"))
+    assert "`ip link show vcan7`" in socketcan.hint and socketcan.message.count("No such device") == 1
