@@ -999,6 +999,9 @@ def test_project_variable():
 
 def test_home_and_time_zone_together():
     assert not ((Path.home() / ".canarchy").is_dir() and os.environ.get("TZ") != "UTC")
+
+def test_fails_in_both():
+    assert False
 """
 
 
@@ -1017,6 +1020,8 @@ def test_parity_names_the_time_zone_operator_env_or_no_one_part_alone(tmp_path):
         "test_home_and_time_zone_together"] and why["test_home_and_time_zone_together"].endswith("together they do")
     assert "with the time zone and locale" in parity.render(result) and "together they do" in \
         parity.render_markdown(result)
+    # no difference, no finding; but the suite fails, and the verdict says parity does not judge that
+    assert "\n  1 test(s) fail in both twins: parity compares the twins, it does not pass" in parity.render(result)
     # where this machine has no de_DE.UTF-8, a test that sets the locale fails in that twin for that alone
     missing = parity.unavailable_locales({"LANG": "de_DE.UTF-8"})
     for text in (parity.render(result), parity.render_markdown(result)):

@@ -25,6 +25,14 @@ def _verdict_text(result: ParityResult) -> str:
     return c.verdict
 
 
+def _failing_in_both(result: ParityResult) -> list[str]:
+    """A line for tests that fail in both twins: no difference, so no finding, but the suite itself fails."""
+    c = result.comparison
+    both = set(c.report_a.failing) & set(c.report_b.failing) if c.report_a and c.report_b else set()
+    return [f"{len(both)} test(s) fail in both twins: parity compares the twins, it does not pass the suite "
+            "(nox -s unit judges that)"] if both else []
+
+
 def _check_lines(result: ParityResult) -> list[str]:
     """The terminal lines of the checks: stale allow-list entries, writes, log lines, home and checkout changes."""
     lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
@@ -55,6 +63,7 @@ def render(result: ParityResult) -> str:
     c = result.comparison
     lines = [f"parity: {result.status} - results {_verdict_text(result)}"
              + (f" ({len(c.report_a.cases)} tests)" if c.report_a and c.report_a.cases else "")]
+    lines += [f"  {line}" for line in _failing_in_both(result)]
     for twin in result.twins.values():
         shards = f", {len(twin.shards)} shards" if len(twin.shards) > 1 else ""
         lines.append(f"  {twin.name} twin: {totals_text(twin.report)} ({twin.summary}{shards}, "
