@@ -2488,10 +2488,12 @@ def test_pytest_started_under_another_name_is_the_program_too(tmp_path):
     """Debian's ``pytest-3``, a wrapper script: the plugin took pytest for the program by ``sys.argv[0]``'s name
     (``pytest``, ``py.test``, ``__main__.py``), so under another name it gave the operator's world back at the
     end of pytest's work, and a test's atexit handler read the operator's state and variables unrefused. Any
-    program that starts pytest through its entry point (``console_main``) is pytest's program."""
+    program that starts pytest through its entry point (``console_main``; ``_console_main`` from pytest 9.1) is
+    pytest's program."""
     launcher = tmp_path / "bin" / "pytest-3"
     launcher.parent.mkdir()
-    launcher.write_text("import sys\nfrom pytest import console_main\nsys.exit(console_main())\n")
+    launcher.write_text("import sys\ntry:\n    from _pytest.config import _console_main as main  # pytest 9.1 on\n"
+                        "except ImportError:\n    from pytest import console_main as main\nsys.exit(main())\n")
     home = run_child(tmp_path / "home", {"test_late.py": """
         import atexit, os
         from pathlib import Path

@@ -128,13 +128,17 @@ def _name_exit_handlers() -> None:
 
 def _the_process_ends_with(config: pytest.Config) -> bool:
     """Whether this pytest is the program, not a ``pytest.main()`` called by code that goes on afterwards
-    (which gets its world back): pytest's entry point ``console_main`` is on the stack, which every way of
+    (which gets its world back): pytest's entry point (:data:`_CONSOLE_MAIN`) is on the stack, which every way of
     starting it as a program calls (the ``pytest`` script under any name an installer gives it, ``pytest-3``
     too, and ``python -m pytest``), with the command line's arguments."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code is not _CONSOLE_MAIN:
+    while frame is not None and frame.f_code not in _CONSOLE_MAIN:
         frame = frame.f_back
     return frame is not None and list(config.invocation_params.args) == sys.argv[1:]
 
 
-_CONSOLE_MAIN = _pytest_config.console_main.__code__  # taken at import: a test that replaces it changes nothing
+#: The code of pytest's entry point: ``console_main``, which the scripts and ``python -m pytest`` call up to pytest
+#: 9.0, and ``_console_main``, which they call from 9.1 on (``console_main`` deprecated). Taken at import: a test
+#: that replaces them changes nothing.
+_CONSOLE_MAIN = frozenset(function.__code__ for function in (
+    getattr(_pytest_config, name, None) for name in ("console_main", "_console_main")) if function is not None)
