@@ -112,6 +112,10 @@ def test_a_chroot_into_the_operator_state(canarchy_sandbox):  # "/config.toml" i
 def test_a_child_python_reads_it(canarchy_sandbox):
     code = f"open({str(real_config(canarchy_sandbox))!r}).read()"
     subprocess.run([sys.executable, "-c", code], capture_output=True)
+
+def test_a_child_python_given_a_pythonpath_of_its_own_reads_it(canarchy_sandbox, tmp_path):
+    code = f"open({str(real_config(canarchy_sandbox))!r}).read()"  # os.environ with PYTHONPATH replaced:
+    subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True)
 """
 
 PROCESS_ROUTES = """
@@ -1005,6 +1009,7 @@ HOME_ROUTE_CASES = [
     ("test_a_relative_path_from_a_removed_working_directory", "open for reading"),
     ("test_a_relative_path_from_a_removed_directory_descriptor", "open for reading"),
     ("test_a_chroot_into_the_operator_state", "chroot to"),
+    ("test_a_child_python_given_a_pythonpath_of_its_own_reads_it", "open for reading"),
 ]
 
 

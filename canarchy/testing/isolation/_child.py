@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from canarchy.testing.isolation import guard, sandbox
+from canarchy.testing.isolation import CHILD_HOOK_DIR, PACKAGE_PARENT, guard, sandbox
 
 
 #: Who a child process's refusal names when it runs no test of its parent's (``PYTEST_CURRENT_TEST`` unset).
@@ -38,3 +38,18 @@ def activate() -> None:
     guard.GUARD.enabled = True
     guard.install()
     guard.after_import("can.interface", sandbox.scrub_python_can)
+
+
+def keep_the_hook(env: object) -> bool:
+    """Put the child's start-up hook back on ``env``'s ``PYTHONPATH`` (in place, before the entries it holds) when
+    ``env`` (a child's environment, as handed to ``subprocess``, ``os.exec*``, ``os.posix_spawn``) still carries
+    the guard (``PYTEST_CANARCHY_GUARD``) but a test replaced or removed ``PYTHONPATH`` (``dict(os.environ,
+    PYTHONPATH=...)``): a Python child would start without its guard. True when it did."""
+    if not isinstance(env, dict) or env.get("PYTEST_CANARCHY_GUARD") != "1":
+        return False
+    entries = [entry for entry in str(env.get("PYTHONPATH", "")).split(os.pathsep) if entry]
+    if CHILD_HOOK_DIR in entries:
+        return False
+    env["PYTHONPATH"] = os.pathsep.join([CHILD_HOOK_DIR, *([] if PACKAGE_PARENT in entries else [PACKAGE_PARENT]),
+                                         *entries])
+    return True

@@ -27,7 +27,7 @@ from canarchy.testing.isolation.events import (
     OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
     path_text, unix_address,
 )
-from canarchy.testing.isolation._child import UNKNOWN_OWNER, parent_nodeid
+from canarchy.testing.isolation._child import UNKNOWN_OWNER, keep_the_hook, parent_nodeid
 from canarchy.testing.isolation.descriptors import (
     descriptor_path, directory_descriptors, working_directory,
 )
@@ -275,8 +275,12 @@ class AccessGuard:
 
     def _handed(self, event: str, args: tuple) -> None:
         """The paths an environment variable hands C code or a child (:func:`~.events.handed_paths`), judged as
-        the access they give; not in the harness's own work (:data:`EXEMPT_JUDGING`), whose programs get its own."""
+        the access they give, and a child's start-up hook kept (:func:`~._child.keep_the_hook`); not in the harness's
+        own work (:data:`EXEMPT_JUDGING`), whose programs get its own."""
         if getattr(self._local, "busy", False) != EXEMPT_JUDGING:
+            index = HANDED_ENVIRONMENT[event]
+            if index is not None:  # a child started: its guard stays on its PYTHONPATH
+                keep_the_hook(args[index])
             for value, dir_fd, operation, flags in handed_paths(event, args):
                 self._judge(value, dir_fd, operation, flags)
 
