@@ -210,7 +210,10 @@ def _guard_init(cls: type) -> None:
     """Make ``cls``'s own ``__init__`` (if it has one) check the guard first: code that made an
     instance without calling the class (``object.__new__``) and then called a driver's
     ``__init__`` is refused before the driver opens anything. The check is of ``cls``, the
-    class whose ``__init__`` runs, not of the instance's (possibly swapped) class."""
+    class whose ``__init__`` runs, not of the instance's (possibly swapped) class. Its own
+    ``_detect_available_configs`` too (route ``"detect"``): a driver's probe of the host's adapters
+    (PCAN's and Kvaser's libraries open their device nodes, socketcand's listens for beacons)."""
+    _guard_detect(cls)
     init = cls.__dict__.get("__init__")
     if init is None or getattr(init, "_canarchy_guarded", False):
         return
@@ -223,6 +226,25 @@ def _guard_init(cls: type) -> None:
     __init__._canarchy_guarded = True  # type: ignore[attr-defined]
     cls.__init__ = __init__  # type: ignore[misc]
     _PATCHED.append((cls, "__init__", __init__))
+
+
+def _guard_detect(cls: type) -> None:
+    """Make ``cls``'s own ``_detect_available_configs`` (a staticmethod of python-can's bus classes) check the
+    guard first (:func:`_guard_init`)."""
+    found = cls.__dict__.get("_detect_available_configs")
+    detect = found.__func__ if isinstance(found, (staticmethod, classmethod)) else None
+    if detect is None or getattr(detect, "_canarchy_guarded", False):
+        return
+
+    @functools.wraps(detect)
+    def _detect_available_configs(*args: Any, **kwargs: Any) -> Any:
+        GUARD.check_class(cls, (), {"channel": "<the adapters this host has>"}, "detect")
+        return detect(*args, **kwargs)
+
+    _detect_available_configs._canarchy_guarded = True  # type: ignore[attr-defined]
+    wrapped = type(found)(_detect_available_configs)
+    cls._detect_available_configs = wrapped  # type: ignore[attr-defined]
+    _PATCHED.append((cls, "_detect_available_configs", wrapped))
 
 
 def _subclasses(cls: type) -> list[type]:
