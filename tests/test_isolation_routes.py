@@ -361,6 +361,10 @@ def test_renames_the_host():
     import socket
     socket.sethostname(socket.gethostname())
 
+def test_makes_a_second_name_of_a_device(tmp_path):
+    import stat
+    os.mknod(tmp_path / "adapter", stat.S_IFCHR | 0o600, os.stat("/dev/null").st_rdev)  # a serial adapter's, say
+
 def test_sets_the_clock():
     import time
     try:
@@ -1089,6 +1093,7 @@ OUTSIDE_THE_GUARD_CASES = [
      "a Python sub-interpreter"),
     ("test_renames_the_host", "change the host's name to", "the host itself"),
     ("test_sets_the_clock", "set the system clock", "the host itself"),
+    ("test_makes_a_second_name_of_a_device", "make a device node at", "the host itself"),
 ]
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
     OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
-    path_text, unix_address,
+    makes_a_device, path_text, unix_address,
 )
 from canarchy.testing.isolation._child import UNKNOWN_OWNER, keep_the_hook, parent_nodeid
 from canarchy.testing.isolation.descriptors import (
@@ -218,6 +218,8 @@ class AccessGuard:
             if event not in SPECS:
                 return
         spec = SPECS.get(event)
+        if makes_a_device(event, args):
+            self._outright("os.mknod device", args)
         if spec is None:
             if event in INTERFACE_EVENTS:  # Linux: a socket made; an ioctl (a signal's or a terminal's check sees too)
                 self._interfaces(event, args)

@@ -290,7 +290,7 @@ FILE_IOCTL_READS = frozenset({0x80086601, 0x80046601, 0x80087601, 0x80047601, 0x
 #: this guard's. ``_tkinter.create`` (c_openers' wrapper): a Tcl interpreter opens files and starts processes in C.
 #: ``socket.sethostname`` (name; CPython's) and ``time.clock_settime``, ``time.clock_settime_ns`` (clock, time;
 #: c_openers' wrappers): the host's name and clock, which the run shares with the operator (no namespace of its
-#: own holds them).
+#: own holds them); a device node made (``os.mknod``, c_openers' wrapper).
 OUTRIGHT: dict[str, tuple[int | None, str, str, str, str]] = {
     "os.chroot": (0, "chroot to", "/", "root", "the root directory"),
     "cpython.PyInterpreterState_New": (None, "start a Python sub-interpreter:", "a sub-interpreter", "interpreter",
@@ -301,7 +301,18 @@ OUTRIGHT: dict[str, tuple[int | None, str, str, str, str]] = {
     "socket.sethostname": (0, "change the host's name to", "the host's name", "host", "the host's name"),
     "time.clock_settime": (0, "set the system clock", "the host's clock", "host", "the host's clock"),
     "time.clock_settime_ns": (0, "set the system clock", "the host's clock", "host", "the host's clock"),
+    # os.mknod of a character or block device (:func:`makes_a_device`): a second name of a device of the host's
+    # (a CAN adapter's serial port, a disk) where the guard judges the name, not the device
+    "os.mknod device": (0, "make a device node at", "a device of the host", "host", "the host's devices"),
 }
+
+
+def makes_a_device(event: str, args: tuple) -> bool:
+    """Whether ``os.mknod`` (path, mode, device, dir_fd) makes a character or block device."""
+    try:
+        return event == "os.mknod" and stat.S_IFMT(int(args[1])) in (stat.S_IFCHR, stat.S_IFBLK)
+    except (TypeError, ValueError, IndexError):
+        return False
 #: The functions that make a Python sub-interpreter, by module (CPython 3.11-3.13: ``_xxsubinterpreters.create``,
 #: ``_interpreters.create``; the C API's test modules: ``run_in_subinterp``, ``run_in_subinterp_with_config``,
 #: ``interpreter_create``, ``create_interpreter``): c_openers wraps each to raise ``interpreter.new``.

@@ -172,7 +172,7 @@ class Access:
                 "interpreter": "a Python sub-interpreter, whose code passes audit hooks of its own (PEP 578), none "
                                "of the guard's: what it opened, wrote or signalled would go unjudged",
                 "host": "the host itself, which the run shares with the operator and every program on the machine "
-                        "(no namespace of the run's own holds its name or its clock)",
+                        "(its name, its clock, its devices: no namespace of the run's own holds them)",
                 "network": "the host's network interfaces (a CAN interface among them: up or down, its bitrate, "
                            "its addresses and routes), which the run shares with the operator: it has no network "
                            "namespace of its own",
