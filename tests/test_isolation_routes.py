@@ -2502,8 +2502,8 @@ def test_pytest_started_under_another_name_is_the_program_too(tmp_path):
     pytest's program."""
     launcher = tmp_path / "bin" / "pytest-3"
     launcher.parent.mkdir()
-    launcher.write_text("import sys\ntry:\n    from _pytest.config import _console_main as main  # pytest 9.1 on\n"
-                        "except ImportError:\n    from pytest import console_main as main\nsys.exit(main())\n")
+    launcher.write_text("import sys, _pytest.config as config\n"  # _console_main from pytest 9.1 on
+                        "sys.exit((getattr(config, '_console_main', None) or config.console_main)())\n")
     home = run_child(tmp_path / "home", {"test_late.py": """
         import atexit, os
         from pathlib import Path

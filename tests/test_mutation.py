@@ -745,3 +745,19 @@ def test_a_killer_that_fails_without_the_mutation_when_run_with_its_own_tests_al
     result = batch["results"]["needs-a-setter"]
     assert result.status == "cannot decide", (result.status, result.reason)
     assert "baseline" in result.reason and "test_recalls_what_was_remembered (failed)" in result.reason
+
+
+def test_a_killer_whose_source_names_an_excluded_exception_still_kills():
+    """A killer failed with ValueError, and its source, which the traceback shows, handles an ImportError: the
+    lane took it for a mutant that broke an import (not killed). Only what pytest says was raised counts."""
+    from canarchy.testing.lanes.mutation import _wrong_reason
+    from canarchy.testing.lanes.results import Case, ResultElement
+
+    traceback = ('    launcher.write_text("try: ...except ImportError: ...")\n>       late = output[...]\n'
+                 "E       ValueError: substring not found\n")
+    killed = Case("t", "failed", (ResultElement("failure", None, "ValueError: substring not found", traceback,
+                                                "call"),))
+    broken = Case("t", "failed", (ResultElement("failure", None, "ModuleNotFoundError: No module named 'x'",
+                                                "E   ModuleNotFoundError: No module named 'x'\n", "call"),))
+    excluded = ("ImportError", "ModuleNotFoundError", "SyntaxError")
+    assert (_wrong_reason(killed, excluded), _wrong_reason(broken, excluded)) == (None, "ModuleNotFoundError")
