@@ -23,7 +23,7 @@ import pytest
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import guard as _guard
 from canarchy.testing.isolation.procstate import STATE as _STATE
-from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SESSION_END,
+from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SESSION_END, _Run,
                                                 _SHUTDOWN_RECORDS, _START_UP, MARKERS, _check_configuration,
                                                 handed_directory, _opt_outs_of, _set_owners, _start,
                                                 active_sandbox, require_containment)
@@ -153,7 +153,7 @@ def pytest_configure_node(node) -> None:
     node.workerinput["canarchy_network_namespace"] = _access.GUARD.network_namespace
 
 
-def _handed_operator_env(run, worker: str) -> str:  # run: session._Run
+def _handed_operator_env(run: _Run, worker: str) -> str:
     """A file that hands ``worker`` the operator's environment (JSON, mode 0600), which the worker reads and
     removes as it starts, in a directory of the run's sandbox the guard refuses to tests and hooks
     (:func:`~.session.handed_directory`; made after the containment, so that its view does not cover it)."""
@@ -172,7 +172,7 @@ def _handed_operator_env(run, worker: str) -> str:  # run: session._Run
     return path
 
 
-def _remove_the_hand_over(run) -> None:  # run: session._Run
+def _remove_the_hand_over(run: _Run) -> None:
     """Remove what :func:`_handed_operator_env` left (the files of workers that never started), by the
     plugin's own calls: the standard library's ``shutil.rmtree`` would be judged, and refused there."""
     directory = handed_directory(run.sandbox)

@@ -18,6 +18,7 @@ import socket
 import stat
 import sys
 import tempfile
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 
@@ -507,7 +508,7 @@ def _refuse_a_base_temp_in_the_home(config: pytest.Config, homes: frozenset[str]
             "(pytest then uses the run's own temporary directory).")
 
 
-def handed_directory(sandbox: Sandbox) -> os.PathLike[str]:
+def handed_directory(sandbox: Sandbox) -> Path:
     """Where the controller hands each pytest-xdist worker the operator's environment
     (:func:`~.plugin.pytest_configure_node`), beside the run's sandbox (whose removal would otherwise meet a
     refused tree): refused to tests and hooks, in the controller and in every worker."""
