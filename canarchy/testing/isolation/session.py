@@ -190,10 +190,7 @@ def _watched_state(settings: Settings, homes: list[str]) -> list[str]:
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
-    handed = ()  # a worker: the directory of the file it read the operator's environment from
-    if _is_worker(config):
-        handed = (os.path.dirname(config.workerinput["canarchy_operator_env_file"]),)
-    operator_env = _operator_env_of_the_controller(config) if _is_worker(config) else dict(os.environ)
+    operator_env, handed = _operator_env_of(config)
     account_home = _tempbase.account_database_home()
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = _watched_state(settings, homes)
@@ -513,6 +510,15 @@ def handed_directory(sandbox: Sandbox) -> Path:
     (:func:`~.plugin.pytest_configure_node`), beside the run's sandbox (whose removal would otherwise meet a
     refused tree): refused to tests and hooks, in the controller and in every worker."""
     return sandbox.root.with_name(sandbox.root.name + "-handed")
+
+
+def _operator_env_of(config: pytest.Config) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The operator's environment, and where it came from that the guard must refuse: this process's own; in a
+    pytest-xdist worker, the controller's (:func:`_operator_env_of_the_controller`), from a directory."""
+    if not _is_worker(config):
+        return dict(os.environ), ()
+    directory = os.path.dirname(config.workerinput["canarchy_operator_env_file"])
+    return _operator_env_of_the_controller(config), (directory,)
 
 
 def _operator_env_of_the_controller(config: pytest.Config) -> dict[str, str]:
