@@ -10,9 +10,7 @@ an adopting project sets: ``docs/adopting.md``.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
-import json
 import logging
 import os
 import sys
@@ -22,10 +20,11 @@ import pytest
 
 from canarchy.testing.isolation import access as _access
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import handover as _handover
 from canarchy.testing.isolation.procstate import STATE as _STATE
-from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SESSION_END, _Run,
+from canarchy.testing.isolation.session import (_ACTIVE, _AT_EXIT, _BETWEEN_TESTS, _CONFTESTS, _RUN, _SESSION_END,
                                                 _SHUTDOWN_RECORDS, _START_UP, MARKERS, _check_configuration,
-                                                handed_directory, _opt_outs_of, _set_owners, _start,
+                                                _opt_outs_of, _set_owners, _start,
                                                 active_sandbox, require_containment)
 from canarchy.testing.isolation.settings import _is_worker, _markexpr, add_options, asks_for
 from canarchy.testing.isolation.exits import _the_process_ends_with
@@ -147,39 +146,10 @@ def pytest_configure_node(node) -> None:
     session's environment as the controller entered it (what conftests set since is told apart by it)."""
     run = node.config.stash[_RUN]
     # by a file the guard refuses to all but the harness: workerinput is a dict any conftest hook can read
-    node.workerinput["canarchy_operator_env_file"] = _handed_operator_env(run, node.gateway.id)
+    node.workerinput[_handover.WORKERINPUT_KEY] = _handover.write_for(run.sandbox, node.gateway.id)
     node.workerinput["canarchy_session_env"] = run.sandbox.session_env
     node.workerinput["canarchy_terminals"] = [list(run.terminals), sorted(_access.GUARD.terminals)]
     node.workerinput["canarchy_network_namespace"] = _access.GUARD.network_namespace
-
-
-def _handed_operator_env(run: _Run, worker: str) -> str:
-    """A file that hands ``worker`` the operator's environment (JSON, mode 0600), which the worker reads and
-    removes as it starts, in a directory of the run's sandbox the guard refuses to tests and hooks
-    (:func:`~.session.handed_directory`; made after the containment, so that its view does not cover it)."""
-    directory = handed_directory(run.sandbox)
-    path = os.path.join(directory, f"{worker}.json")
-    with _access.GUARD.exempt():  # the plugin's own calls: the standard library's (pathlib's) would be judged
-        if not os.path.isdir(directory):
-            os.mkdir(directory, 0o700)
-        if os.path.lexists(path):
-            os.remove(path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, json.dumps(run.sandbox.operator_env).encode())  # small: one write
-        finally:
-            os.close(fd)
-    return path
-
-
-def _remove_the_hand_over(run: _Run) -> None:
-    """Remove what :func:`_handed_operator_env` left (the files of workers that never started), by the
-    plugin's own calls: the standard library's ``shutil.rmtree`` would be judged, and refused there."""
-    directory = handed_directory(run.sandbox)
-    with _access.GUARD.exempt(), contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            os.remove(os.path.join(directory, name))
-        os.rmdir(directory)
 
 
 @pytest.hookimpl(trylast=True)
@@ -191,7 +161,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(_RUN, None)
     if run is None:
         return
-    _remove_the_hand_over(run)
+    _handover.remove(run.sandbox)
     if _the_process_ends_with(config) or _is_worker(config):
         _guard.GUARD.owner = _access.GUARD.owner = _AT_EXIT
         _guard.GUARD.report_dir = _access.GUARD.report_dir = None

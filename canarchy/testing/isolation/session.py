@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import atexit
-import json
 import logging
 import os
 import posix
@@ -18,7 +17,6 @@ import socket
 import stat
 import sys
 import tempfile
-from pathlib import Path
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 
@@ -31,6 +29,7 @@ from canarchy.testing.isolation import audithook as _audithook
 from canarchy.testing.isolation import c_openers as _c_openers
 from canarchy.testing.isolation import containment as _containment
 from canarchy.testing.isolation import guard as _guard
+from canarchy.testing.isolation import handover as _handover
 from canarchy.testing.isolation import interfaces as _interfaces
 from canarchy.testing.isolation import kernel as _kernel
 from canarchy.testing.isolation import protection as _protection
@@ -190,7 +189,7 @@ def _watched_state(settings: Settings, homes: list[str]) -> list[str]:
 def _start(config: pytest.Config, where: str) -> None:
     """Move this process into the disposable session home behind the guards (once)."""
     settings = Settings.from_config(config)
-    operator_env, handed = _operator_env_of(config)
+    operator_env, handed = _handover.operator_env_of(config)
     account_home = _tempbase.account_database_home()
     homes = _protection.operator_homes(operator_env, account_home)
     guarded = _watched_state(settings, homes)
@@ -245,7 +244,7 @@ def _start(config: pytest.Config, where: str) -> None:
         writable=(*protection.writable, str(sandbox.root), *_pytest_s_own_trees(config)),
         watched=(str(config.rootpath),), staging=_pytest_s_staging(config))
     # where the controller hands its workers the operator's variables: refused, not covered (made later)
-    protection = replace(protection, refused=(*protection.refused, str(handed_directory(sandbox)), *handed))
+    protection = replace(protection, refused=(*protection.refused, str(_handover.handed_directory(sandbox)), *handed))
     _access.GUARD.configure(protection)
     _access.GUARD.report_dir = sandbox.refusal_dir
     # the run's top pytest: a pytest-xdist worker's is its parent, the subreaper its tests' orphans go to
@@ -503,35 +502,3 @@ def _refuse_a_base_temp_in_the_home(config: pytest.Config, homes: frozenset[str]
             f"canarchy test isolation: --basetemp {given} lies in the operator's home ({home}): every test's "
             "tmp_path would be written there. Give a directory outside the home, or leave --basetemp out "
             "(pytest then uses the run's own temporary directory).")
-
-
-def handed_directory(sandbox: Sandbox) -> Path:
-    """Where the controller hands each pytest-xdist worker the operator's environment
-    (:func:`~.plugin.pytest_configure_node`), beside the run's sandbox (whose removal would otherwise meet a
-    refused tree): refused to tests and hooks, in the controller and in every worker."""
-    return sandbox.root.with_name(sandbox.root.name + "-handed")
-
-
-def _operator_env_of(config: pytest.Config) -> tuple[dict[str, str], tuple[str, ...]]:
-    """The operator's environment, and where it came from that the guard must refuse: this process's own; in a
-    pytest-xdist worker, the controller's (:func:`_operator_env_of_the_controller`), from a directory."""
-    if not _is_worker(config):
-        return dict(os.environ), ()
-    directory = os.path.dirname(config.workerinput["canarchy_operator_env_file"])
-    return _operator_env_of_the_controller(config), (directory,)
-
-
-def _operator_env_of_the_controller(config: pytest.Config) -> dict[str, str]:
-    """A worker's start: the operator's environment, from the file the controller named in ``workerinput``, read
-    and removed by the plugin's own calls (the guard a worker inherits refuses the directory to all else)."""
-    path = config.workerinput.pop("canarchy_operator_env_file")
-    with _access.GUARD.exempt():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-            os.remove(path)
-    return json.loads(b"".join(chunks))
