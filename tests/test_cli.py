@@ -118,6 +118,9 @@ def test_capture_transport_error_exit_2(scaffold):
 def test_capture_bad_count(scaffold):
     result = run_cli("capture", "scaffold0", "--count", "-1", "--json")
     assert (result.code, result.error_codes) == (1, ["INVALID_COUNT"])
+    assert result.envelope["errors"][0]["message"] == "--count '-1' is outside 0..1000000000."  # no hex for a count
+    hexed = run_cli("capture", "scaffold0", "--count", "0x3B9ACA01", "--json").envelope["errors"][0]["message"]
+    assert hexed.endswith("is outside 0..1000000000 (0x0..0x3B9ACA00).")  # written in hex: in hex too
 
 
 def test_capture_on_a_virtual_bus_sees_a_real_frame(monkeypatch, virtual_channel):

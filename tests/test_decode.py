@@ -163,7 +163,8 @@ def test_a_dbc_matching_nothing_counts_every_frame_unknown():
 def test_missing_dbc_is_dbc_not_found(tmp_path):
     result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(tmp_path / "none.dbc"), "--json")
     assert (result.code, result.error_codes) == (1, ["DBC_NOT_FOUND"])
-    with pytest.raises(UserInputError):
+    assert result.envelope["errors"][0]["message"].endswith("does not exist.")
+    with pytest.raises(UserInputError, match="is a directory, not a file"):  # it said "does not exist" of it
         load_dbc(tmp_path)
 
 

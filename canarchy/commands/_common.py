@@ -76,8 +76,9 @@ def parse_int(text: str, code: str, what: str, lo: int, hi: int, hint: str) -> i
         value = int(raw, 16) if raw.lower().startswith("0x") else int(raw, 10)
     except ValueError:
         raise UserInputError(code, f"{what} {text!r} is not a decimal or 0x-hex integer.", hint) from None
-    if not lo <= value <= hi:
-        raise UserInputError(code, f"{what} {text!r} is outside {lo}..{hi} (0x{lo:X}..0x{hi:X}).", hint)
+    if not lo <= value <= hi:  # in hex too where it was written in hex
+        span = f"{lo}..{hi}" + (f" (0x{lo:X}..0x{hi:X})" if raw.lower().startswith("0x") else "")
+        raise UserInputError(code, f"{what} {text!r} is outside {span}.", hint)
     return value
 
 

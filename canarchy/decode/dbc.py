@@ -42,8 +42,8 @@ def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, WarningLog]:
     text_path = str(path)
     target = Path(text_path)
     if not target.is_file():
-        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} does not exist"
-                             + (" (it is a directory)." if target.is_dir() else "."),
+        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} " + (
+                             "is a directory, not a file." if target.is_dir() else "does not exist."),
                              "Check the path passed to --dbc (relative paths start at the current directory).")
     try:
         raw = target.read_bytes()
