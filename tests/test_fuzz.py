@@ -277,6 +277,9 @@ def test_no_channel_is_interface_required():
     (("--response-id", "0x7E0"), "INVALID_ARGUMENTS"),
     (("--rate", "0"), "INVALID_ARGUMENTS"),
     (("--max-iterations", "0"), "INVALID_ARGUMENTS"),
+    (("--timeout", "1e300"), "INVALID_ARGUMENTS"),  # overflowed the clock: TRANSPORT_RECEIVE_FAILED, exit 2
+    (("--timeout", "61"), "INVALID_ARGUMENTS"),  # a silent ID waited on for a minute a frame
+    (("--slow-threshold", "1e9"), "INVALID_ARGUMENTS"),
 ])
 def test_bad_arguments(options, code, tmp_path):
     result = run_cli("fuzz", "guided", "vcan0", "--id", "0x7E0", *options, "--dry-run", "--json")

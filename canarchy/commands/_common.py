@@ -66,6 +66,10 @@ class StopSignals:
             os.close(fd)
 
 
+#: The longest wait for a reply an active command takes, in seconds (ISO 14229-2's P2*server_max is 5 s).
+MAX_TIMEOUT_S = 60.0
+
+
 def parse_int(text: str, code: str, what: str, lo: int, hi: int, hint: str) -> int:
     """Parse a decimal or ``0x`` hex integer within ``lo..hi``.
 

@@ -15,7 +15,7 @@ from typing import Any
 from canarchy import fuzz, fuzz_inputs, progress
 from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
-from canarchy.commands._common import parse_arbitration_id, parse_hex_data
+from canarchy.commands._common import MAX_TIMEOUT_S, parse_arbitration_id, parse_hex_data
 from canarchy.errors import UserInputError
 from canarchy.frames import CanFrame, can_id_text
 
@@ -41,6 +41,15 @@ def _positive_float(text: str) -> float:
         value = 0.0
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _wait(text: str) -> float:
+    """A reply wait in seconds: > 0 and at most :data:`~._common.MAX_TIMEOUT_S` (a longer one left a silent ID
+    waited on for ever; ``1e300`` overflowed the clock)."""
+    value = _positive_float(text)
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TIMEOUT_S:g} seconds, got {text!r}")
     return value
 
 
@@ -79,9 +88,9 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
                    help=f"frames per second at most (default: {fuzz.DEFAULT_RATE:g})")
     p.add_argument("--seed", type=_rng_seed, default=None,
                    help="random seed (same seed, same sequence; default: random, reported)")
-    p.add_argument("--timeout", type=_positive_float, default=fuzz.DEFAULT_TIMEOUT,
+    p.add_argument("--timeout", type=_wait, default=fuzz.DEFAULT_TIMEOUT,
                    help=f"seconds to wait for a reply (default: {fuzz.DEFAULT_TIMEOUT:g})")
-    p.add_argument("--slow-threshold", type=_positive_float, default=fuzz.DEFAULT_SLOW_THRESHOLD,
+    p.add_argument("--slow-threshold", type=_wait, default=fuzz.DEFAULT_SLOW_THRESHOLD,
                    help=f"first-reply latency in seconds that counts as timing:slow "
                         f"(default: {fuzz.DEFAULT_SLOW_THRESHOLD:g}, P2server_max)")
     p.add_argument("--corpus", default=None, help="corpus directory: *.bin entries loaded and new ones saved")

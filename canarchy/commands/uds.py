@@ -15,7 +15,7 @@ from typing import Any
 
 from canarchy import uds
 from canarchy.active import active_gate, add_active_arguments
-from canarchy.commands._common import parse_arbitration_id, parse_int
+from canarchy.commands._common import MAX_TIMEOUT_S, parse_arbitration_id, parse_int
 from canarchy.errors import UserInputError
 from canarchy.output import CommandResult
 from canarchy.progress import ActiveRun
@@ -96,9 +96,9 @@ def _scan_probes() -> dict[str, bytes]:
 
 
 def _timeout(value: float, option: str = "--timeout", allow_zero: bool = False) -> float:
-    if not (value >= 0 if allow_zero else value > 0) or value > 60:
+    if not (value >= 0 if allow_zero else value > 0) or value > MAX_TIMEOUT_S:
         raise UserInputError("INVALID_TIMEOUT", f"{option} {value} must be {'>= 0' if allow_zero else '> 0'} "
-                             "and at most 60 seconds.", f"Give {option} in seconds, e.g. {option} 0.2.")
+                             f"and at most {MAX_TIMEOUT_S:g} seconds.", f"Give {option} in seconds, e.g. {option} 0.2.")
     return value
 
 
