@@ -374,7 +374,7 @@ class IsoTpTester:
         return frame.arbitration_id == self.response_id and frame.is_extended_id == self._response_extended
 
     def _send(self, exchange: Exchange, data: bytes) -> float:
-        frame = CanFrame(self.request_id, data, is_extended_id=self._request_extended)
+        frame = CanFrame(self.request_id, data, is_extended_id=self._request_extended, is_rx=False)  # ours: sent
         sent_at = self.link.send(frame)
         exchange.frames.append(("tx", frame))
         return sent_at

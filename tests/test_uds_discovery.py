@@ -100,6 +100,8 @@ def test_uds_services_reads_the_multi_frame_answer(three_ecus):
     assert bytes.fromhex("3000000000000000") in ecu.requests
     transaction = next(e["payload"] for e in result.data["events"] if e["payload"]["service"] == "0x27")
     assert [f["direction"] for f in transaction["frames"]] == ["tx", "rx", "tx", "rx", "rx"]
+    # a frame canarchy sent is no received one (docs/record-and-replay.md: is_rx false), the ECU's are
+    assert [f["is_rx"] for f in transaction["frames"]] == [False, True, False, True, True]
 
 
 def test_the_silent_ecu_gets_its_warning(three_ecus):
