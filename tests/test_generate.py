@@ -195,6 +195,21 @@ def test_frames_are_gap_milliseconds_apart(peer, virtual_channel):
     assert result.data["elapsed_s"] >= 0.2 - 0.005
 
 
+def test_the_first_gap_is_a_gap_on_a_bus_that_is_slow_to_open(peer, virtual_channel, monkeypatch):
+    """An adapter that takes longer to open than one gap (udp_multicast joining its group): the schedule began
+    before the bus was open, so the first two frames left back to back (cangen -g never sends two closer)."""
+    real = transport.PythonCanBackend._open_bus
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.15)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", slow)
+    assert run_cli("generate", virtual_channel, "--count", "3", "--gap", "100", "--json").code == 0
+    stamps = [m.timestamp for m in drain(peer)]
+    assert len(stamps) == 3 and min(b - a for a, b in zip(stamps, stamps[1:])) >= 0.1 - 0.005, stamps
+
+
 def test_jsonl_streams_each_frame_then_the_envelope(peer, virtual_channel):
     out = io.StringIO()
     code = main(["generate", virtual_channel, "--count", "3", "--gap", "0", "--seed", "5", "--jsonl"], stdout=out)

@@ -230,7 +230,9 @@ def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warni
         for index, (can_id, data) in enumerate(run.spec.frames(run.seed)):
             if run.count is not None and index >= run.count:
                 break
-            if index:
+            if not index:  # the schedule starts with the first frame, once the bus is open (as cangen -g's gaps)
+                started = time.monotonic()
+            else:
                 delay = started + index * gap - time.monotonic()  # a schedule, so gaps do not drift
                 if delay > 0:
                     time.sleep(delay)
