@@ -10,6 +10,7 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import io
+import itertools
 import json
 import time
 
@@ -207,7 +208,7 @@ def test_the_first_gap_is_a_gap_on_a_bus_that_is_slow_to_open(peer, virtual_chan
     monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", slow)
     assert run_cli("generate", virtual_channel, "--count", "3", "--gap", "100", "--json").code == 0
     stamps = [m.timestamp for m in drain(peer)]
-    assert len(stamps) == 3 and min(b - a for a, b in zip(stamps, stamps[1:])) >= 0.1 - 0.005, stamps
+    assert len(stamps) == 3 and min(b - a for a, b in itertools.pairwise(stamps)) >= 0.1 - 0.005, stamps
 
 
 def test_jsonl_streams_each_frame_then_the_envelope(peer, virtual_channel):
