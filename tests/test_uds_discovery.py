@@ -346,3 +346,31 @@ def test_the_progress_line_is_for_terminals_only(virtual_channel, monkeypatch):
         text = stream.getvalue()
         assert ("\r\x1b[K" in text and "uds services" in text and "probed" in text) is shown, text
         assert "\r" not in result.out  # never on stdout
+
+
+def test_a_scan_stopped_by_ctrl_c_reports_the_ecus_it_found(three_ecus, monkeypatch):
+    """Ctrl+C mid-scan ended with an envelope of ``stopped_by`` alone: the ECUs confirmed before it were gone
+    (fuzz guided keeps its summary). What Ctrl+C raises is raised here at the probe after the first ECU."""
+    from canarchy import discovery
+
+    network, _observed = three_ecus
+    real = discovery.scan_ecus
+
+    def interrupted_after_the_first_ecu(link, todo, probe, timeout, on_result, on_ecu):
+        found = []
+
+        def result(record):
+            on_result(record)
+            if found:
+                raise KeyboardInterrupt("SIGINT")
+
+        return real(link, todo, probe, timeout, result, lambda ecu: (found.append(ecu), on_ecu(ecu)))
+
+    monkeypatch.setattr(discovery, "scan_ecus", interrupted_after_the_first_ecu)
+    result = run_cli("uds", "scan", network.channel, "--ids", "0x7E0-0x7FF", "--timeout", "0.05", "--json")
+    data = result.data
+    assert result.code == 0 and data["stopped_by"] == "SIGINT", result.out
+    assert [(e["request_id"], e["response_id"]) for e in data["ecus"]] == [(0x7E0, 0x7E8)] == [
+        (e["request_id"], e["response_id"]) for e in (x["payload"] for x in data["events"]
+                                                      if x["event_type"] == "uds_ecu")]
+    assert data["ecu_count"] == 1 and data["probed_count"] == 1 < 32

@@ -345,6 +345,7 @@ def _scan(args: argparse.Namespace) -> CommandResult:
     warnings = [warning]
     found_count = 0
     done = 0
+    ecus: list[dict[str, Any]] = []  # as each is confirmed: a scan Ctrl+C stops reports those found before it
 
     def on_result(record: dict[str, Any]) -> None:
         nonlocal done
@@ -356,19 +357,22 @@ def _scan(args: argparse.Namespace) -> CommandResult:
     def on_ecu(ecu: dict[str, Any]) -> None:
         nonlocal found_count
         found_count += 1
+        ecus.append(ecu)
         run.emit("uds_ecu", ecu)
 
-    with backend.session(args.interface) as link:
+    busy: set[int] = set()
+    todo: list[Any] = []
+    with backend.session(args.interface) as link, run.stream.stoppable():  # Ctrl+C: what was found stands
         busy = _listen_passively(link, args.listen)
         todo = [c for c in candidates if c.request_id not in busy]
-        ecus = scan_ecus(link, todo, probe, args.timeout, on_result, on_ecu)
-    if not ecus:
+        scan_ecus(link, todo, probe, args.timeout, on_result, on_ecu)
+    if not ecus and not run.stream.stopped_by:
         warnings.append(f"UDS_SCAN_NO_ECU: no ECU answered a {args.probe} request on any of {len(todo)} "
                         f"arbitration IDs (timeout {args.timeout:g} s); check the channel, the bit rate and "
                         f"the addressing (--addressing 29bit)")
     return run.result(dict(common, mode="active", interface_source=args.interface_source, ecu_count=len(ecus),
                            ecus=ecus, busy_ids=sorted(busy), skipped_busy_count=len(candidates) - len(todo),
-                           probed_count=len(todo)), warnings)
+                           probed_count=done), warnings)
 
 
 def _listen_passively(link: Any, seconds: float) -> set[int]:
