@@ -374,3 +374,20 @@ def test_a_scan_stopped_by_ctrl_c_reports_the_ecus_it_found(three_ecus, monkeypa
         (e["request_id"], e["response_id"]) for e in (x["payload"] for x in data["events"]
                                                       if x["event_type"] == "uds_ecu")]
     assert data["ecu_count"] == 1 and data["probed_count"] == 1 < 32
+
+
+def test_an_ecu_that_says_response_pending_then_nothing_is_not_called_silent(virtual_channel, monkeypatch):
+    """ISO 14229-2: after 0x78 the tester waits P2*server (5 s; 0.3 s here); an ECU that then says nothing is
+    there and did not finish. It was reported as "no ECU listens on this request ID" (answered 0, silent)."""
+    from canarchy import discovery
+
+    monkeypatch.setattr(discovery, "PENDING_TIMEOUT", 0.3)
+    ecu = EcuNode(0x7E0, profile=EcuProfile(pending={0x22: 2.0}), name="slow")  # its answer 2 s after the 0x78
+    with SimulatedNetwork(virtual_channel, [ecu]):
+        result = run_cli("uds", "dids", virtual_channel, "--dids", "F190", "--timeout", "0.3", "--json")
+    data = result.data
+    assert result.code == 0 and data["events"][0]["payload"]["pending_count"] == 1, result.out
+    assert not any(w.startswith("UDS_NO_RESPONSE") for w in result.envelope["warnings"]), result.envelope
+    assert any(w.startswith("UDS_RESPONSE_PENDING_EXPIRED: 1 ReadDataByIdentifier requests on 7E0 got "
+                            "responsePending") for w in result.envelope["warnings"]), result.envelope
+    assert (data["answered_count"], data["silent"]) == (1, False)

@@ -168,6 +168,20 @@ def _session(args: argparse.Namespace, action: str) -> tuple[str, Any]:
     return warning, build_backend()
 
 
+def _stalled(result: dict[str, Any]) -> bool:
+    """Whether the ECU answered ``7F SID 78`` (requestCorrectlyReceived-ResponsePending) and then nothing: it is
+    there, and did not finish in time (ISO 14229-2: P2*server expired), not silent."""
+    return result["response"] == "none" and bool(result.get("pending_count"))
+
+
+def _stalled_warning(what: str, request_id: int, count: int) -> str:
+    from canarchy import discovery
+
+    return (f"UDS_RESPONSE_PENDING_EXPIRED: {count} {what} on {can_id_text(request_id)} got responsePending (0x78) "
+            f"and then no final response within {discovery.PENDING_TIMEOUT:g} s (P2*server, ISO 14229-2): the "
+            "ECU is there and did not finish in time")
+
+
 def _silent_warning(what: str, request_id: int, response_id: int, count: int, timeout: float) -> str:
     return (f"UDS_NO_RESPONSE: nothing answered on {can_id_text(response_id)} to {count} {what} sent on "
             f"{can_id_text(request_id)} (timeout {timeout:g} s): no ECU listens on this request ID, "
@@ -220,12 +234,15 @@ def _active_services(args: argparse.Namespace, sids: list[int], request_id: int,
     run = ActiveRun(args, f"uds.services:{args.interface}")
     warnings = [warning]
     supported: list[str] = []
+    stalled: list[str] = []
     done = 0
 
     def on_result(probe: dict[str, Any], exchange: dict[str, Any]) -> None:
         nonlocal done
         done += 1
         warnings.extend(_isotp_warnings(exchange))
+        if _stalled(probe):
+            stalled.append(probe["service"])
         if probe["supported"]:
             supported.append(probe["service"])
         frames = exchange["frames"]
@@ -238,7 +255,9 @@ def _active_services(args: argparse.Namespace, sids: list[int], request_id: int,
 
     with backend.session(args.interface) as link:
         probes = probe_services(link, request_id, response_id, sids, args.timeout, on_result)
-    answered = sum(1 for probe in probes if probe["response"] != "none")
+    answered = sum(1 for probe in probes if probe["response"] != "none") + len(stalled)
+    if stalled:
+        warnings.append(_stalled_warning("UDS requests", request_id, len(stalled)))
     if probes and not answered:
         warnings.append(_silent_warning("UDS requests", request_id, response_id, len(probes), args.timeout))
     return run.result({
@@ -276,12 +295,15 @@ def _dids(args: argparse.Namespace) -> CommandResult:
     run = ActiveRun(args, f"uds.dids:{args.interface}")
     warnings = [warning]
     found: list[dict[str, Any]] = []
+    stalled: list[str] = []
     done = 0
 
     def on_result(result: dict[str, Any], exchange: dict[str, Any]) -> None:
         nonlocal done
         done += 1
         warnings.extend(_isotp_warnings(exchange))
+        if _stalled(result):
+            stalled.append(result["did"])
         if result["found"]:
             found.append(result)
         run.emit("uds_did", {**exchange, **result})
@@ -290,7 +312,9 @@ def _dids(args: argparse.Namespace) -> CommandResult:
 
     with backend.session(args.interface) as link:
         results = read_dids(link, request_id, response_id, dids, args.timeout, on_result)
-    answered = sum(1 for result in results if result["response"] != "none")
+    answered = sum(1 for result in results if result["response"] != "none") + len(stalled)
+    if stalled:
+        warnings.append(_stalled_warning("ReadDataByIdentifier requests", request_id, len(stalled)))
     if results and not answered:
         warnings.append(_silent_warning("ReadDataByIdentifier requests", request_id, response_id, len(results),
                                         args.timeout))
