@@ -7,6 +7,8 @@ the server turns one reassembled request into its replies, with no I/O and no th
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -119,6 +121,11 @@ def _negative(sid: int, nrc: int) -> bytes:
     return bytes((NEGATIVE_RESPONSE_SID, sid, nrc))
 
 
+#: How often a server repeats responsePending while it works: before the tester's P2*server (5 s, what
+#: DiagnosticSessionControl announces) runs out, as ISO 14229-2 asks of a server.
+PENDING_REPEAT_S = 4.0
+
+
 @dataclass
 class _Reply:
     """One UDS response to send after ``delay`` seconds."""
@@ -193,7 +200,10 @@ class UdsServer:
         if response is None:
             return []
         if sid in self.profile.pending and response[0] != NEGATIVE_RESPONSE_SID:
-            return [_Reply(_negative(sid, NRC_RESPONSE_PENDING)), _Reply(response, self.profile.pending[sid])]
+            delay = self.profile.pending[sid]  # a 0x78 at once, and again each PENDING_REPEAT_S until the answer
+            count = max(1, math.ceil(delay / PENDING_REPEAT_S))
+            pending = [_Reply(_negative(sid, NRC_RESPONSE_PENDING), index * PENDING_REPEAT_S) for index in range(count)]
+            return [*pending, _Reply(response, delay)]
         return [_Reply(response, self.profile.response_delays.get(sid, 0.0))]
 
     def _bare_positive(self, request: bytes, now: float) -> bytes:
