@@ -38,9 +38,9 @@ _OUTPUT_FLAG = "--json"
 # A number as canarchy's parsers read it: decimal or 0x-hex. No sign: a token
 # starting with "-" would be read by argparse as an option.
 _NUMBER_PATTERN = r"^(0[xX][0-9A-Fa-f]+|[0-9]+)$"
-# A python-can channel: can0, vcan0, PCAN_USBBUS1, /dev/ttyACM0@115200 ... Never
-# a bare number (the CLI's `send ID DATA` form relies on that) and never "-...".
-CHANNEL_PATTERN = r"^[A-Za-z/][A-Za-z0-9_.:/@-]{0,127}$"
+# A python-can channel: can0, vcan0, PCAN_USBBUS1, /dev/ttyACM0@115200, udp_multicast's group (ff01::6361:6e61,
+# 239.74.163.2) ... Never a bare number (the CLI's `send ID DATA` form relies on that) and never "-...".
+CHANNEL_PATTERN = r"^([A-Za-z/][A-Za-z0-9_.:/@-]{0,127}|[0-9]{1,3}(\.[0-9]{1,3}){3})$"
 # A payload as `send` reads it: hex digits, optionally 0x-prefixed, with spaces, colons or dots.
 _DATA_PATTERN = r"^((0[xX])?[0-9A-Fa-f][0-9A-Fa-f :.]{0,254})?$"
 # A path inside an allowed directory: relative or absolute, never "-..." nor empty.

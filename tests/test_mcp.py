@@ -367,6 +367,15 @@ def test_ack_is_scoped_to_the_call_even_when_it_fails(monkeypatch):
     assert NONINTERACTIVE not in os.environ
 
 
+@pytest.mark.parametrize("channel", ["239.74.163.2", "ff01::6361:6e61"])
+def test_a_udp_multicast_group_is_a_channel(channel, rigged_transport, cli_calls):
+    """python-can's udp_multicast channel is its group: the IPv4 one starts with a digit, and the channel pattern
+    (no bare number: `send ID DATA`) refused it, so the README's bus could not be used through MCP."""
+    outcome = mcp_server.run_tool("send", {"channel": channel, "arbitration_id": 1})
+    assert outcome.envelope["data"]["mode"] == "dry_run" and outcome.envelope["data"]["frame"]["channel"] == channel
+    assert cli_calls == [["send", channel, "0x1", "", "--dry-run", "--json"]]
+
+
 def test_ack_with_dry_run_still_plans(rigged_transport, cli_calls):
     outcome = mcp_server.run_tool("send", {"channel": "vcan0", "arbitration_id": 1, "ack_active": True})
     assert outcome.envelope["data"]["mode"] == "dry_run"
