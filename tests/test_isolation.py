@@ -567,6 +567,11 @@ ROUTES = """
     def test_vsock_socket():  # the hypervisor's host, beyond every network namespace
         _real_socket(40, socket.SOCK_STREAM).close()  # AF_VSOCK
 
+    def test_detect_available_configs_is_refused_before_the_driver_is_imported(bus_guard):
+        with pytest.raises(RealCanBusRefused):
+            can.detect_available_configs(interfaces=["socketcan"])
+        assert [r.route for r in bus_guard.take_refusals()] == ["by-name"]  # not the driver's own probe's
+
     def test_a_driver_s_own_probe():  # socketcand's listens for beacons; PCAN's and Kvaser's libraries open devices
         from can.interfaces.socketcand import SocketCanDaemonBus
         SocketCanDaemonBus._detect_available_configs()
@@ -600,6 +605,8 @@ def test_every_route_to_a_real_bus_is_refused(batch):
         assert "tried to open a real CAN bus" in messages, f"{name}:\n{messages}"
         assert f"test_routes.py::{name}" in messages, f"{name} not named:\n{messages}"
     assert batch.outcomes("test_zz_no_socket_was_opened") == {"passed"}, batch.output
+    assert batch.outcomes("test_detect_available_configs_is_refused_before_the_driver_is_imported") == {"passed"}, \
+        batch.messages("test_detect_available_configs_is_refused_before_the_driver_is_imported")
     assert batch.outcomes("test_virtual_spellings") == {"passed"}, batch.messages("test_virtual_spellings")
 
 
