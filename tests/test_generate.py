@@ -10,7 +10,6 @@ from __future__ import annotations
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
 import io
-import itertools
 import json
 import time
 
@@ -198,7 +197,8 @@ def test_frames_are_gap_milliseconds_apart(peer, virtual_channel):
 
 def test_the_first_gap_is_a_gap_on_a_bus_that_is_slow_to_open(peer, virtual_channel, monkeypatch):
     """An adapter that takes longer to open than one gap (udp_multicast joining its group): the schedule began
-    before the bus was open, so the first two frames left back to back (cangen -g never sends two closer)."""
+    before the bus was open, so the first two frames left back to back. Only the first gap is asserted, and with
+    half a gap of slack: on a loaded machine a late frame shortens the gap after it (the schedule does not drift)."""
     real = transport.PythonCanBackend._open_bus
 
     def slow(self, *args, **kwargs):
@@ -208,7 +208,7 @@ def test_the_first_gap_is_a_gap_on_a_bus_that_is_slow_to_open(peer, virtual_chan
     monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", slow)
     assert run_cli("generate", virtual_channel, "--count", "3", "--gap", "100", "--json").code == 0
     stamps = [m.timestamp for m in drain(peer)]
-    assert len(stamps) == 3 and min(b - a for a, b in itertools.pairwise(stamps)) >= 0.1 - 0.005, stamps
+    assert len(stamps) == 3 and stamps[1] - stamps[0] >= 0.1 / 2, stamps
 
 
 def test_jsonl_streams_each_frame_then_the_envelope(peer, virtual_channel):
