@@ -69,13 +69,17 @@ SAME_INTERRUPT_SECONDS = 0.5
 _PENDING_AT: list[float] = []  # when the first of _PENDING arrived (time.monotonic)
 
 
+def _same_interrupt(first_at: list[float]) -> bool:
+    """Whether a signal arriving now is the first one (``first_at``: when it came, or empty) again."""
+    return bool(first_at) and time.monotonic() - first_at[0] < SAME_INTERRUPT_SECONDS
+
+
 def _note_signal(signum: int, frame: object) -> None:
     """Outside an :func:`interrupts` block: note ``signum`` (the same interrupt again: nothing)."""
-    now = time.monotonic()
-    if _PENDING_AT and now - _PENDING_AT[0] < SAME_INTERRUPT_SECONDS:
+    if _same_interrupt(_PENDING_AT):
         return
     if not _PENDING_AT:
-        _PENDING_AT.append(now)
+        _PENDING_AT.append(time.monotonic())
     _PENDING.append(signum)
     _HURRY.append(signum)
 
@@ -127,7 +131,7 @@ def interrupts() -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         if seen:
-            if time.monotonic() - seen[0] >= SAME_INTERRUPT_SECONDS:
+            if not _same_interrupt(seen):
                 _HURRY.append(signum)
             return
         seen.append(time.monotonic())
