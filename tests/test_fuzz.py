@@ -102,9 +102,10 @@ def test_findings_layout_is_as_specified(ecu, virtual_channel, tmp_path):
 
 
 def test_same_seed_same_payload_sequence(virtual_channel, tmp_path):
-    # A generous slow threshold: a scheduling hiccup must not add a marker (markers steer the corpus).
+    # A generous timeout and slow threshold: a scheduling hiccup must not add a marker (markers steer the corpus);
+    # every request of seed 56 is answered, so the wait ends with the answer.
     options = ("--max-iterations", "16", "--seed", "56", "--rate", "10000",
-               "--timeout", "0.15", "--slow-threshold", "0.15")
+               "--timeout", "2", "--slow-threshold", "2")
     sequences = []
     for run in range(2):
         with SimulatedEcu(channel=virtual_channel) as ecu:
@@ -324,8 +325,8 @@ def test_slow_reply_is_a_timing_marker(virtual_channel, tmp_path):
     corpus.mkdir()
     (corpus / "padded.bin").write_bytes(bytes.fromhex("0414ffffffaaaaaa"))
     with SimulatedEcu(channel=virtual_channel):
-        result = fuzz_cli(virtual_channel, "--seed-data", "0414ffffff", "--max-iterations", "2", *FAST,
-                          "--corpus", str(corpus), "--findings-dir", str(tmp_path / "f"))
+        result = fuzz_cli(virtual_channel, "--seed-data", "0414ffffff", "--max-iterations", "2", "--rate", "10000",
+                          "--timeout", "2", "--corpus", str(corpus), "--findings-dir", str(tmp_path / "f"))
     assert result.data["markers"] == ["positive:54", "timing:slow"]
     first, second = (e["payload"] for e in result.data["events"])
     assert (first["iteration"], first["markers"], first["timing_judged"]) == (0, ["positive:54"], False)

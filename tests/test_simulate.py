@@ -145,7 +145,7 @@ def test_the_profile_vin_and_security_key_are_served(virtual, virtual_channel, t
 
 def test_without_a_profile_the_built_in_ecu_answers(virtual, virtual_channel):
     with EcuThread(virtual_channel, "--max-requests", "27", "--duration", "10") as ecu:
-        probe = run_cli("uds", "services", virtual_channel, "--json")
+        probe = run_cli("uds", "services", virtual_channel, "--timeout", "2", "--json")  # every probe answered
     assert probe.data["supported_services"] == ["0x10", "0x11", "0x14", "0x19", "0x22", "0x27", "0x28", "0x2E",
                                                 "0x31", "0x3E", "0x85"]
     assert ecu.lines()[-1]["data"]["requests"] == 27
@@ -376,7 +376,8 @@ def test_a_profile_with_several_ecus_on_one_bus(virtual, virtual_channel, tmp_pa
                    "--max-requests", "5") as ecu:
         scan = run_cli("uds", "scan", virtual_channel, "--addressing", "both", "--ids", "7E0-7E1",
                        "--targets", "33", "--timeout", "0.25", "--json")  # 0.25 s: room for a loaded machine
-        vin = run_cli("uds", "dids", virtual_channel, "--request-id", "18DA33F1", "--dids", "F190", "--json")
+        vin = run_cli("uds", "dids", virtual_channel, "--request-id", "18DA33F1", "--dids", "F190", "--timeout", "2",
+                      "--json")
     assert scan.code == 0, scan.out
     assert [(e["request_id"], e["response_id"]) for e in scan.data["ecus"]] == [(0x7E0, 0x7E8),
                                                                                 (0x18DA33F1, 0x18DAF133)]

@@ -30,6 +30,9 @@ VIN = "WDB2030461A123456"
 DID_ECU = 0x18DA33F1, 0x18DAF133
 DIDS = {0xF190: VIN.encode(), 0xF18C: b"SN-000042", 0xF195: b"\x02\x07",
         0xF197: b"SIMBRAKE   ", 0x0101: bytes(range(40))}
+#: For a run whose every probe is answered: the wait ends with the answer, so a long one costs nothing and a
+#: loaded machine's late ECU thread is still heard (the default 0.2 s is a tester's P2, not a test's margin).
+ANSWERED = ("--timeout", "2")
 
 
 @pytest.fixture(autouse=True)
@@ -88,7 +91,7 @@ def test_scan_finds_exactly_the_two_that_answer(three_ecus):
 def test_uds_services_reads_the_multi_frame_answer(three_ecus):
     network, _observed = three_ecus
     ecu = by_name(network)["multi-frame"]
-    result = run_cli("uds", "services", network.channel, "--json")
+    result = run_cli("uds", "services", network.channel, *ANSWERED, "--json")
     assert result.code == 0, result.out
     probes = {p["service"]: p for p in result.data["probes"]}
     seed = probes["0x27"]
@@ -115,6 +118,9 @@ def test_the_silent_ecu_gets_its_warning(three_ecus):
     codes = [w.split(":", 1)[0] for w in result.envelope["warnings"]]
     assert codes.count("UDS_NO_RESPONSE") == 1
     assert "7E9" in next(w for w in result.envelope["warnings"] if w.startswith("UDS_NO_RESPONSE"))
+    deadline = time.monotonic() + 10  # the ECU thread records what it heard in its own time
+    while len(silent.requests) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(silent.requests) == 5  # every probe arrived: nobody answered, which is what the warning says
     dids = run_cli("uds", "dids", network.channel, "--request-id", "0x7E1", "--dids", "0xF190", "--json")
     assert dids.data["silent"] is True and any(w.startswith("UDS_NO_RESPONSE") for w in dids.envelope["warnings"])
@@ -122,7 +128,8 @@ def test_the_silent_ecu_gets_its_warning(three_ecus):
 
 def test_an_ecu_that_answers_is_not_called_silent(three_ecus):
     network, _observed = three_ecus
-    result = run_cli("uds", "services", network.channel, "--probe-start", "0x23", "--probe-end", "0x24", "--json")
+    result = run_cli("uds", "services", network.channel, "--probe-start", "0x23", "--probe-end", "0x24", *ANSWERED,
+                     "--json")
     assert [p["nrc"] for p in result.data["probes"]] == ["0x11", "0x11"]   # supports neither ...
     assert result.data["silent"] is False                                  # ... but it answered
     assert not any(w.startswith("UDS_NO_RESPONSE") for w in result.envelope["warnings"])
@@ -130,7 +137,7 @@ def test_an_ecu_that_answers_is_not_called_silent(three_ecus):
 
 def test_dids_are_read_and_decoded(three_ecus):
     network, _observed = three_ecus
-    result = run_cli("uds", "dids", network.channel, "--request-id", f"0x{DID_ECU[0]:X}", "--json")
+    result = run_cli("uds", "dids", network.channel, "--request-id", f"0x{DID_ECU[0]:X}", *ANSWERED, "--json")
     assert result.code == 0, result.out
     data = result.data
     assert data["response_id"] == DID_ECU[1]  # the usual pair: 0x18DA<SA><TA>
@@ -142,14 +149,15 @@ def test_dids_are_read_and_decoded(three_ecus):
     assert dids["0xF195"]["data"] == "0207" and "text" not in dids["0xF195"]
     assert dids["0xF186"]["session"] == "defaultSession"
     assert data["refused_by_nrc"] == {"0x31": 32 - 5}          # requestOutOfRange for the others
-    text = run_cli("uds", "dids", network.channel, "--request-id", f"0x{DID_ECU[0]:X}", "--dids", "0xF190").out
+    text = run_cli("uds", "dids", network.channel, "--request-id", f"0x{DID_ECU[0]:X}", "--dids", "0xF190",
+                   *ANSWERED).out
     assert "0xF190  VIN" in text and VIN in text and "18DA33F1 -> 18DAF133" in text
 
 
 def test_a_long_did_outside_the_default_range(three_ecus):
     network, _observed = three_ecus
     result = run_cli("uds", "dids", network.channel, "--request-id", f"0x{DID_ECU[0]:X}", "--dids", "0x0100-0x0102",
-                     "--json")
+                     *ANSWERED, "--json")
     [did] = result.data["dids"]
     assert (did["did"], did["name"], did["data"], did["length"]) == ("0x0101", "Unknown", bytes(range(40)).hex(), 40)
     assert did["frame_count"] == 7  # 43 bytes: a first frame and six consecutive frames
@@ -322,7 +330,7 @@ def test_uds_services_streams_each_probe_as_it_happens(virtual_channel):
                 return super().write(text)
 
         out = Recording()
-        assert main(["uds", "services", virtual_channel, "--jsonl"], stdout=out) == 0
+        assert main(["uds", "services", virtual_channel, *ANSWERED, "--jsonl"], stdout=out) == 0
     *events, envelope = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [e["payload"]["service"] for e in events] == [f"0x{s.sid:02X}" for s in uds.SERVICES]
     assert out.seen[:len(events)] == list(range(1, len(events) + 1))  # event i written when i requests had arrived
@@ -341,7 +349,7 @@ def test_the_progress_line_is_for_terminals_only(virtual_channel, monkeypatch):
         monkeypatch.setattr(sys, "stderr", stream)
         with SimulatedEcu(channel=virtual_channel):
             result = run_cli("uds", "services", virtual_channel, "--probe-start", "0x10", "--probe-end", "0x11",
-                             "--json")
+                             *ANSWERED, "--json")
         assert result.code == 0
         text = stream.getvalue()
         assert ("\r\x1b[K" in text and "uds services" in text and "probed" in text) is shown, text
