@@ -132,6 +132,14 @@ def disposable_home() -> Path:
     return home
 
 
+def receivers(channel: str) -> int:
+    """Buses open on a python-can virtual channel (python-can's own registry)."""
+    from can.interfaces import virtual
+
+    with virtual.channels_lock:
+        return len(virtual.channels.get(channel, ()))
+
+
 def run_cli(*argv: str) -> CliRun:
     """Run ``canarchy *argv`` in this process. It may write under the home and
     the working directory, so the isolation must be active (integration tests

@@ -8,7 +8,7 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 import can
 import pytest
 
-from tests.helpers import run_cli, write_user_config
+from tests.helpers import receivers, run_cli, write_user_config
 
 
 @pytest.fixture
@@ -176,14 +176,6 @@ class TimedStream(io.StringIO):
         for line in text.splitlines():
             self.lines.append((time.monotonic(), line))
         return super().write(text)
-
-
-def receivers(channel: str) -> int:
-    """Buses open on a python-can virtual channel (python-can's own registry)."""
-    from can.interfaces import virtual
-
-    with virtual.channels_lock:
-        return len(virtual.channels.get(channel, ()))
 
 
 class CaptureThread:

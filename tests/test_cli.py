@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from canarchy import output, transport
-from tests.helpers import run_cli, write_user_config
+from tests.helpers import receivers, run_cli, write_user_config
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_capture_on_a_virtual_bus_sees_a_real_frame(monkeypatch, virtual_channel
     import can
 
     monkeypatch.setenv("CANARCHY_PYTHON_CAN_INTERFACE", "virtual")
-    monkeypatch.setenv("CANARCHY_CAPTURE_TIMEOUT", "0.5")
+    monkeypatch.setenv("CANARCHY_CAPTURE_TIMEOUT", "5")  # an upper bound: the frame ends the capture (limit 1)
     frames = []
     backend = transport.build_backend()
     with can.Bus(channel=virtual_channel, interface="virtual") as peer:
@@ -138,7 +138,9 @@ def test_capture_on_a_virtual_bus_sees_a_real_frame(monkeypatch, virtual_channel
         def later():
             import time
 
-            time.sleep(0.1)
+            deadline = time.monotonic() + 30
+            while receivers(virtual_channel) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
             peer.send(can.Message(arbitration_id=0x18FEF100, data=bytes.fromhex("F7000004000000FF")))
 
         sender = threading.Thread(target=later)

@@ -37,7 +37,7 @@ import pytest
 
 from canarchy.cli import main
 from canarchy.simulator import SimulatedEcu
-from tests.test_bus import receivers
+from tests.helpers import receivers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,7 +155,7 @@ def _record(virtual: str) -> list[tuple[int, bytes]]:
             message = can.Message(arbitration_id=arbitration_id, data=bytes([index]) * 8, is_extended_id=False)
             peer.send(message)
             sent.append((arbitration_id, bytes(message.data)))
-            time.sleep(0.1)
+            time.sleep(0.02)
         thread.join(30)
     assert outcome and outcome[0].code == 0, outcome
     assert "stopped by duration" in outcome[0].out and "written to drive.blf" in outcome[0].out
