@@ -27,6 +27,17 @@ import time
 from pathlib import Path
 
 SECTION = "## Try it without hardware"
+UDP_MULTICAST_PORT = 43113  # python-can's udp_multicast bus binds it (UdpMulticastBus's default port)
+
+
+def udp_sockets(port: int) -> int:
+    """UDP sockets of this network namespace bound to ``port`` (``/proc/net/udp`` and ``udp6``)."""
+    count = 0
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        with open(table, encoding="ascii") as lines:
+            next(lines)  # the header
+            count += sum(int(line.split()[1].rsplit(":", 1)[1], 16) == port for line in lines)
+    return count
 
 
 def blocks(readme: str) -> list[list[str]]:
@@ -100,8 +111,12 @@ def main(readme_path: str, workdir: str, uid: str) -> int:
                 continue
             if line.endswith("&"):
                 command = line[:-1].strip()
-                background.append((command, subprocess.Popen(argv_of(command), **popen)))
-                time.sleep(1.0)  # the capture's bus is open before the traffic starts
+                before = udp_sockets(UDP_MULTICAST_PORT)
+                proc = subprocess.Popen(argv_of(command), **popen)
+                background.append((command, proc))
+                deadline = time.monotonic() + 60  # the capture's bus is open before the traffic starts
+                while udp_sockets(UDP_MULTICAST_PORT) <= before and proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
                 continue
             finish(line, subprocess.Popen(argv_of(line), **popen))
     finally:
