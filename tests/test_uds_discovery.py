@@ -69,7 +69,7 @@ def test_scan_finds_exactly_the_two_that_answer(three_ecus):
     network, observed = three_ecus
     ecus = by_name(network)
     result = run_cli("uds", "scan", network.channel, "--addressing", "both", "--ids", "0x7DC-0x7EB",
-                     "--targets", "0x32-0x35", "--timeout", "0.05", "--json")
+                     "--targets", "0x32-0x35", "--timeout", "0.1", "--json")  # 0.1 s: room for a loaded machine
     assert result.code == 0, result.out
     data = result.data
     found = [(e["request_id"], e["response_id"], e["is_extended_id"], e["usual_pair"]) for e in data["ecus"]]
@@ -178,10 +178,11 @@ def test_jsonl_streams_each_result_then_the_envelope(three_ecus):
 
 
 def test_a_late_answer_is_not_credited_to_the_next_id(virtual_channel):
-    # The ECU on 0x7D0 answers TesterPresent 0.15 s late: after the scan moved on to 0x7D1.
-    slow = EcuNode(0x7D0, profile=EcuProfile(response_delays={0x3E: 0.15}))
+    # The ECU on 0x7D0 answers TesterPresent 0.3 s late: after the scan moved on to 0x7D1 (in the middle of its
+    # 0.2 s wait, so that a loaded machine's 0.1 s either way still lands it there).
+    slow = EcuNode(0x7D0, profile=EcuProfile(response_delays={0x3E: 0.3}))
     with SimulatedNetwork(virtual_channel, [slow]):
-        result = run_cli("uds", "scan", virtual_channel, "--ids", "0x7D0-0x7D2", "--timeout", "0.1",
+        result = run_cli("uds", "scan", virtual_channel, "--ids", "0x7D0-0x7D2", "--timeout", "0.2",
                          "--listen", "0", "--json")
     assert result.data["ecus"] == []
     probes = {e["payload"]["request_id"]: e["payload"] for e in result.data["events"]}
@@ -375,7 +376,7 @@ def test_a_scan_stopped_by_ctrl_c_reports_the_ecus_it_found(three_ecus, monkeypa
         return real(link, todo, probe, timeout, result, lambda ecu: (found.append(ecu), on_ecu(ecu)))
 
     monkeypatch.setattr(discovery, "scan_ecus", interrupted_after_the_first_ecu)
-    result = run_cli("uds", "scan", network.channel, "--ids", "0x7E0-0x7FF", "--timeout", "0.05", "--json")
+    result = run_cli("uds", "scan", network.channel, "--ids", "0x7E0-0x7FF", "--timeout", "0.15", "--json")
     data = result.data
     assert result.code == 0 and data["stopped_by"] == "SIGINT", result.out
     assert [(e["request_id"], e["response_id"]) for e in data["ecus"]] == [(0x7E0, 0x7E8)] == [
