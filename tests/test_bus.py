@@ -253,6 +253,25 @@ def test_duration_and_idle_timeout_end_a_capture(peer, virtual_channel):
     assert (data["stopped_by"], data["frame_count"]) == ("idle_timeout", 0)
 
 
+def test_the_idle_timeout_counts_from_the_open_bus(peer, virtual_channel, monkeypatch):
+    """An adapter slower to open than --idle-timeout (udp_multicast joining its group): the timer started before
+    the bus, so the capture stopped as it opened, before any frame could come (candump -T counts from the open
+    socket)."""
+    from canarchy import transport
+
+    real = transport.PythonCanBackend._open_bus
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.5)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", slow)
+    with CaptureThread(virtual_channel, "--idle-timeout", "0.3", "--json") as capture:
+        peer.send(can.Message(arbitration_id=0x123, is_extended_id=False))
+    data = json.loads(capture.out.getvalue())["data"]
+    assert (data["stopped_by"], data["frame_count"]) == ("idle_timeout", 1)
+
+
 def test_configured_capture_limit_and_timeout_are_defaults_only(peer, virtual_channel):
     write_user_config("[transport]\ncapture_limit = 2\ncapture_timeout = 5\n")
     with CaptureThread(virtual_channel, "--json") as capture:

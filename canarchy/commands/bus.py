@@ -147,15 +147,13 @@ def _capture_limits(args: argparse.Namespace, settings) -> tuple[int | None, flo
     return limit, duration, settings.capture_timeout if idle is None else idle
 
 
-def _stop_reason(count: int, limit: int | None, elapsed: float, duration: float | None, idle_for: float,
-                 idle: float | None) -> str | None:
-    """The capture limit reached (``count``, ``duration``, ``idle_timeout``), or None; times in seconds."""
+def _stop_reason(count: int, limit: int | None, elapsed: float, duration: float | None) -> str | None:
+    """The capture limit reached (``count``, ``duration``), or None; ``elapsed`` in seconds since the bus opened.
+    The idle timeout is judged after a wait that brought no frame, so that a frame already received counts."""
     if limit is not None and count >= limit:
         return "count"
     if duration is not None and elapsed >= duration:
         return "duration"
-    if idle is not None and idle_for >= idle:
-        return "idle_timeout"
     return None
 
 
@@ -177,15 +175,18 @@ def _capture(args: argparse.Namespace) -> CommandResult:
     stream = open_stream(args, f"capture:{args.interface}", live=True)
     count = 0
     stopped_by = None
-    started = last = time.monotonic()
+    started = time.monotonic()
     opened = False
     try:
         # Ctrl+C or SIGTERM (canarchy.cli.main turns it into KeyboardInterrupt) ends the loop; the frames stand.
         with stream.stoppable(), backend.receiver(args.interface, filters) as recv:
             opened = True
+            # --duration and --idle-timeout count from the open bus (as candump -T): an adapter slow to open
+            # (udp_multicast joining its group) does not use them up before the first frame can arrive
+            started = last = time.monotonic()
             while True:
                 now = time.monotonic()
-                stopped_by = _stop_reason(count, limit, now - started, duration, now - last, idle)
+                stopped_by = _stop_reason(count, limit, now - started, duration)
                 if stopped_by is not None:
                     break
                 wait = CAPTURE_POLL_S
@@ -199,6 +200,9 @@ def _capture(args: argparse.Namespace) -> CommandResult:
                     stopped_by = "end_of_source"
                     break
                 if frame is None:
+                    if idle is not None and time.monotonic() - last >= idle:
+                        stopped_by = "idle_timeout"
+                        break
                     continue
                 count += 1
                 last = time.monotonic()
