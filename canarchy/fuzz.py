@@ -350,6 +350,10 @@ def run_campaign(settings: CampaignSettings, backend: Backend,
                 link = stack.enter_context(backend.session(settings.channel))
             except TransportError as exc:  # the bus could not be opened
                 raise transport_failed(exc) from exc
+            # --max-seconds and the --rate schedule count from the open bus: an adapter slow to open does not
+            # use them up (nor send the first requests back to back)
+            start = clock()
+            deadline = None if settings.max_seconds is None else start + settings.max_seconds
             while iterations < settings.max_iterations:
                 if not _wait_until(start + iterations * interval, deadline, clock, sleep):
                     stopped_reason = "max_seconds"

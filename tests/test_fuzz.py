@@ -12,6 +12,7 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -355,6 +356,24 @@ def test_opening_the_bus_is_not_counted_as_latency(virtual_channel, tmp_path, mo
     assert "timing:slow" not in result.data["markers"]
     latencies = [e["payload"]["latency_s"] for e in result.data["events"] if e["payload"].get("latency_s") is not None]
     assert latencies and all(latency < 0.5 for latency in latencies), latencies
+
+
+def test_max_seconds_count_from_the_open_bus(ecu, virtual_channel, tmp_path, monkeypatch):
+    """A bus slower to open than --max-seconds: the deadline passed while it opened, and the campaign ended
+    without a request sent."""
+    from canarchy.transport import PythonCanBackend
+
+    real_open = PythonCanBackend._open_bus
+
+    def slow_open(self, *args, **kwargs):
+        time.sleep(0.6)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(PythonCanBackend, "_open_bus", slow_open)
+    result = fuzz_cli(virtual_channel, "--max-seconds", "0.4", "--max-iterations", "3", "--rate", "10000",
+                      "--timeout", "2", "--findings-dir", str(tmp_path))
+    assert result.code == 0, result.out
+    assert result.data["frames_sent"] >= 1
 
 
 def test_random_sids_answered_0x11_are_one_finding(ecu, virtual_channel, tmp_path):

@@ -159,6 +159,25 @@ def test_it_stops_after_duration(virtual, virtual_channel):
     assert envelope["data"]["elapsed_s"] >= 0.2
 
 
+def test_the_duration_counts_from_the_open_bus(virtual, virtual_channel, monkeypatch):
+    """An adapter slower to open than --duration: the clock started before the bus, so the ECU stopped as it
+    became ready, and never served the time it was given."""
+    from canarchy.simulator import SimulatedNetwork
+
+    real = SimulatedNetwork.start
+    opened: list[float] = []
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.5)
+        real(self, *args, **kwargs)
+        opened.append(time.monotonic())
+
+    monkeypatch.setattr(SimulatedNetwork, "start", slow)
+    with EcuThread(virtual_channel, "--duration", "0.3"):
+        pass
+    assert time.monotonic() - opened[0] >= 0.3
+
+
 # -- the gate, the plan and the errors ----------------------------------------------------------
 
 def test_it_is_active_the_gate_runs_first(virtual, virtual_channel, monkeypatch, capsys):

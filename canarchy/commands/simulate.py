@@ -156,7 +156,6 @@ def _run(args: argparse.Namespace, ecus: list[tuple[Any, int, int]], bus_type: s
                                      "service_name": uds.service_name(request[0]) if request else None,
                                      "request_id": node.request_id})
 
-    started = time.monotonic()
     with StopSignals() as stop:
         try:
             network.start()
@@ -164,6 +163,7 @@ def _run(args: argparse.Namespace, ecus: list[tuple[Any, int, int]], bus_type: s
             from canarchy.transport import bus_unavailable
 
             raise bus_unavailable(args.interface, bus_type, exc) from None
+        started = time.monotonic()  # --duration counts from the open bus (an adapter slow to open)
         try:
             sys.stderr.write(terminal_safe(f"canarchy: simulate ecu: ready on {bus_type} channel {args.interface}: "
                                            f"{'; '.join(_ready(ecu) for ecu in common['ecus'])} (Ctrl+C to stop)")
