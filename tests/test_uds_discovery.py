@@ -404,14 +404,15 @@ def test_an_ecu_that_says_response_pending_then_nothing_is_not_called_silent(vir
 
 def test_a_slow_ecu_repeats_response_pending_until_it_answers(virtual_channel, monkeypatch):
     """ISO 14229-2: a server that needs longer than P2*server repeats 0x78 before it runs out; the simulator
-    sent one, then silence until its answer, so a tester that waits P2* after each 0x78 gave up. With a 0.1 s
-    repeat here (4 s by default), a 0.35 s answer comes after four 0x78, within a tester's 0.2 s P2*."""
+    sent one, then silence until its answer, so a tester that waits P2* after each 0x78 gave up. With a 0.2 s
+    repeat here (4 s by default), a 0.7 s answer comes after four 0x78, each within a tester's 0.6 s P2* (0.4 s
+    of room for a loaded machine); one 0x78 and silence would outlast it."""
     from canarchy import discovery, uds_server
 
-    monkeypatch.setattr(uds_server, "PENDING_REPEAT_S", 0.1)
-    monkeypatch.setattr(discovery, "PENDING_TIMEOUT", 0.2)
-    ecu = EcuNode(0x7E0, profile=EcuProfile(pending={0x22: 0.35}), name="slow")
+    monkeypatch.setattr(uds_server, "PENDING_REPEAT_S", 0.2)
+    monkeypatch.setattr(discovery, "PENDING_TIMEOUT", 0.6)
+    ecu = EcuNode(0x7E0, profile=EcuProfile(pending={0x22: 0.7}), name="slow")
     with SimulatedNetwork(virtual_channel, [ecu]):
-        result = run_cli("uds", "dids", virtual_channel, "--dids", "F190", "--timeout", "0.3", "--json")
+        result = run_cli("uds", "dids", virtual_channel, "--dids", "F190", "--timeout", "2", "--json")
     [read] = result.data["dids"]
     assert (read["did"], read["found"], read["pending_count"]) == ("0xF190", True, 4), result.out
