@@ -523,8 +523,8 @@ def test_the_command_serves_until_its_duration():
     out = UrlStream()
     codes = []
     thread = threading.Thread(target=lambda: codes.append(main(
-        ["web", "serve", "--file", LEAF, "--dbc", LEAF_DBC, "--bind", "127.0.0.1:0", "--duration", "0.6",
-         "--jsonl"], stdout=out)))
+        ["web", "serve", "--file", LEAF, "--dbc", LEAF_DBC, "--bind", "127.0.0.1:0", "--duration", "2",
+         "--jsonl"], stdout=out)))  # 2 s: the two requests below must end within it on a loaded machine
     thread.start()
     try:
         assert out.listening.wait(5), out.getvalue()
