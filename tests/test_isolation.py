@@ -923,13 +923,14 @@ LATE_READ = """
 
 LATE = LATE_READ + """
     NEXT_TEST_RUNS = threading.Event()
+    THREAD_ACTED = threading.Event()
 
     def test_leaves_a_thread_running():
-        threading.Thread(target=lambda: (NEXT_TEST_RUNS.wait(30), _read()), daemon=True).start()
+        threading.Thread(target=lambda: (NEXT_TEST_RUNS.wait(30), _read(), THREAD_ACTED.set()), daemon=True).start()
 
     def test_runs_while_that_thread_acts():
         NEXT_TEST_RUNS.set()
-        time.sleep(0.5)
+        THREAD_ACTED.wait(30)  # a bound against a hang: the thread acts while this test runs
 
     ACTED = Path(os.environ["CHILD_OPERATOR_HOME"]).parent / "child-acted"
     NEXT_TEST_STARTED = Path(os.environ["CHILD_OPERATOR_HOME"]).parent / "next-test-started"

@@ -2789,8 +2789,11 @@ def test_what_is_left_where_git_does_not_show_it_outside_a_test_s_body_fails_the
                 open(os.path.join(ROOT, ".venv", "bin", "by-a-thread"), "w").close()
             threading.Thread(target=later, daemon=True).start()
 
-        def test_waits():
-            time.sleep(0.6)
+        def test_waits():  # until the thread has written (on a loaded machine, later than 0.3 s)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(os.path.join(ROOT, ".venv", "bin", "by-a-thread")):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
     """}, "-p", "no:randomly")
     assert run.returncode == 1, run.output
     named = run.output[run.output.index("left in the checkout, where git does not show it"):]
