@@ -2494,6 +2494,41 @@ def test_a_network_namespace_without_the_mount_view_leaves_the_sentinel_comparin
     assert "changed the operator's state" in run.output and "/.canarchy/config.toml" in run.output, run.output
 
 
+def test_a_directory_reached_through_a_link_whose_target_moves_is_resolved_again(tmp_path):
+    """``/proc/self/cwd`` names the working directory, and a link to it does too: the guard remembered such a
+    directory where it resolved first, so after a chdir into the operator's home the test read and wrote the
+    operator's state, judged at the old place (no audit event says such a link moved: dup2 for /proc/self/fd)."""
+    run = run_child(tmp_path, {"test_moving.py": """
+        import os
+        HOME = os.environ["CHILD_OPERATOR_HOME"]
+
+        def test_warms_up():
+            pass
+
+        def test_through_the_working_directory_s_name(tmp_path):
+            os.chdir(tmp_path)
+            (tmp_path / ".canarchy").mkdir()
+            open("/proc/self/cwd/.canarchy/here", "w").close()  # /proc/self/cwd/.canarchy: tmp_path's
+            os.chdir(HOME)
+            open("/proc/self/cwd/.canarchy/config.toml").close()
+
+        def test_through_a_link_to_it(tmp_path):
+            os.symlink("/proc/self/cwd", tmp_path / "cwd")
+            os.chdir(tmp_path)
+            (tmp_path / ".canarchy").mkdir()
+            open(tmp_path / "cwd" / ".canarchy" / "here", "w").close()
+            os.chdir(HOME)
+            open(tmp_path / "cwd" / ".canarchy" / "config.toml", "a").close()
+    """}, "-p", "no:randomly", "-o", "canarchy_containment=false",
+        env={"CHILD_OPERATOR_HOME": str(tmp_path / "operator-home")})
+    assert run.outcomes("test_warms_up") == {"passed"}, run.output
+    for name, what in (("test_through_the_working_directory_s_name", "tried to open for reading"),
+                       ("test_through_a_link_to_it", "tried to open for writing")):
+        assert "failed" in run.outcomes(name), run.output
+        assert what in run.messages(name) and ".canarchy/config.toml" in run.messages(name), run.output
+    assert run.returncode == 1, run.output
+
+
 def test_pytest_started_under_another_name_is_the_program_too(tmp_path):
     """Debian's ``pytest-3``, a wrapper script: the plugin took pytest for the program by ``sys.argv[0]``'s name
     (``pytest``, ``py.test``, ``__main__.py``), so under another name it gave the operator's world back at the

@@ -44,6 +44,7 @@ REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended 
 # The file system calls the guard makes itself, bound once: a test that patches os.scandir or
 # os.lstat (to count calls) sees only its own, and cannot steer the guard.
 _scandir, _lstat, _realpath, _isdir, _fstat = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.fstat
+_normpath = os.path.normpath
 #: The thread-local ``busy`` while the audit hook has the guard judge an event of a thread the harness exempted
 #: (:meth:`AccessGuard.exempt`): its own work, run through code that is not its own (``subprocess``).
 EXEMPT_JUDGING = 2
@@ -493,9 +494,11 @@ class AccessGuard:
         return path
 
     def _directory(self, text: str) -> str:
-        """``realpath(text)``, remembered when it is an existing directory."""
+        """``realpath(text)``, remembered when it is an existing directory reached with no link followed: a
+        link's target can move with no audit event (``/proc/self/cwd`` on a chdir, ``/proc/self/fd/N`` on a
+        dup2, ``/dev/fd``, a link to either), and a magic link cannot be told from another one cheaply."""
         resolved = normcase(_realpath(text))
-        if not self.others_relink and _isdir(resolved):
+        if not self.others_relink and resolved == normcase(_normpath(text)) and _isdir(resolved):
             if len(self._dirs) >= _CACHED:
                 self._dirs.clear()
             self._dirs[text] = resolved
