@@ -140,6 +140,20 @@ def receivers(channel: str) -> int:
         return len(virtual.channels.get(channel, ()))
 
 
+def open_slowly(monkeypatch: Any, seconds: float) -> None:
+    """Every python-can bus canarchy opens takes ``seconds`` longer to open (an adapter slow to come up:
+    udp_multicast joining its group, a USB adapter's driver)."""
+    from canarchy.transport import PythonCanBackend
+
+    real = PythonCanBackend._open_bus
+
+    def slow(self, *args, **kwargs):
+        time.sleep(seconds)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PythonCanBackend, "_open_bus", slow)
+
+
 def run_cli(*argv: str) -> CliRun:
     """Run ``canarchy *argv`` in this process. It may write under the home and
     the working directory, so the isolation must be active (integration tests

@@ -8,7 +8,7 @@ import canarchy.testing.required  # noqa: F401  (no test here runs without the i
 import can
 import pytest
 
-from tests.helpers import receivers, run_cli, write_user_config
+from tests.helpers import open_slowly, receivers, run_cli, write_user_config
 
 
 @pytest.fixture
@@ -257,15 +257,7 @@ def test_the_idle_timeout_counts_from_the_open_bus(peer, virtual_channel, monkey
     """An adapter slower to open than --idle-timeout (udp_multicast joining its group): the timer started before
     the bus, so the capture stopped as it opened, before any frame could come (candump -T counts from the open
     socket)."""
-    from canarchy import transport
-
-    real = transport.PythonCanBackend._open_bus
-
-    def slow(self, *args, **kwargs):
-        time.sleep(0.5)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", slow)
+    open_slowly(monkeypatch, 0.5)
     with CaptureThread(virtual_channel, "--idle-timeout", "0.3", "--json") as capture:
         peer.send(can.Message(arbitration_id=0x123, is_extended_id=False))
     data = json.loads(capture.out.getvalue())["data"]

@@ -20,7 +20,7 @@ import pytest
 from canarchy import fuzz, fuzz_inputs
 from canarchy.simulator import SimulatedEcu
 from canarchy.frames import CanFrame
-from tests.helpers import run_cli
+from tests.helpers import open_slowly, run_cli
 
 FAST = ("--rate", "10000", "--timeout", "0.2")
 FINDING_NAME = re.compile(r"^finding-(\d{8})\.json$")
@@ -342,17 +342,7 @@ def test_slow_reply_is_a_timing_marker(virtual_channel, tmp_path):
 def test_opening_the_bus_is_not_counted_as_latency(virtual_channel, tmp_path, monkeypatch):
     """A bus that takes 0.6 s to open (a slow driver) does not make any reply look slow. The thresholds leave a
     loaded machine's replies room: slow means over 0.5 s here, and a counted opening would be over 0.6 s."""
-    import time as time_module
-
-    from canarchy.transport import PythonCanBackend
-
-    real_open = PythonCanBackend._open_bus
-
-    def slow_open(self, *args, **kwargs):
-        time_module.sleep(0.6)
-        return real_open(self, *args, **kwargs)
-
-    monkeypatch.setattr(PythonCanBackend, "_open_bus", slow_open)
+    open_slowly(monkeypatch, 0.6)
     with SimulatedEcu(channel=virtual_channel):
         result = fuzz_cli(virtual_channel, "--max-iterations", "4", "--rate", "10000", "--timeout", "1.0",
                           "--slow-threshold", "0.5", "--seed", "1", "--findings-dir", str(tmp_path))
@@ -365,15 +355,7 @@ def test_opening_the_bus_is_not_counted_as_latency(virtual_channel, tmp_path, mo
 def test_max_seconds_count_from_the_open_bus(ecu, virtual_channel, tmp_path, monkeypatch):
     """A bus slower to open than --max-seconds: the deadline passed while it opened, and the campaign ended
     without a request sent."""
-    from canarchy.transport import PythonCanBackend
-
-    real_open = PythonCanBackend._open_bus
-
-    def slow_open(self, *args, **kwargs):
-        time.sleep(0.6)
-        return real_open(self, *args, **kwargs)
-
-    monkeypatch.setattr(PythonCanBackend, "_open_bus", slow_open)
+    open_slowly(monkeypatch, 0.6)
     result = fuzz_cli(virtual_channel, "--max-seconds", "0.4", "--max-iterations", "3", "--rate", "10000",
                       "--timeout", "2", "--findings-dir", str(tmp_path))
     assert result.code == 0, result.out

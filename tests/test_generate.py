@@ -19,7 +19,7 @@ import pytest
 from canarchy import transport
 from canarchy.cli import main
 from canarchy.commands import generate
-from tests.helpers import run_cli
+from tests.helpers import open_slowly, run_cli
 
 
 @pytest.fixture
@@ -199,13 +199,7 @@ def test_the_first_gap_is_a_gap_on_a_bus_that_is_slow_to_open(peer, virtual_chan
     """An adapter that takes longer to open than one gap (udp_multicast joining its group): the schedule began
     before the bus was open, so the first two frames left back to back. Only the first gap is asserted, and with
     half a gap of slack: on a loaded machine a late frame shortens the gap after it (the schedule does not drift)."""
-    real = transport.PythonCanBackend._open_bus
-
-    def slow(self, *args, **kwargs):
-        time.sleep(0.15)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(transport.PythonCanBackend, "_open_bus", slow)
+    open_slowly(monkeypatch, 0.15)
     assert run_cli("generate", virtual_channel, "--count", "3", "--gap", "100", "--json").code == 0
     stamps = [m.timestamp for m in drain(peer)]
     assert len(stamps) == 3 and stamps[1] - stamps[0] >= 0.1 / 2, stamps
