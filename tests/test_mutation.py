@@ -350,9 +350,14 @@ def test_a_doctest_text_file_is_a_killer_like_any_test(project, temp_root, tmp_p
 
 
 def test_unknown_node_id_selects_nothing_and_cannot_decide(project, temp_root, tmp_path):
-    result = _run(project, _mutation_file(tmp_path / "m.toml", killers=("tests/test_guard.py::test_no_such_test",),
-                                          controls=()))
+    lines: list[str] = []
+    [result] = mutation.run_mutations(load_project(project), [load_mutation(_mutation_file(
+        tmp_path / "m.toml", killers=("tests/test_guard.py::test_no_such_test",), controls=()))], echo=lines.append,
+        timeout=120)
     assert result.status == "cannot decide"
+    # nothing waits for the baseline: the progress line said so, with "0/1 killers failed" as if it had run
+    assert "mutation tiny-guard: mutant run done; it cannot decide" in lines, lines
+    assert not any("waits for its baseline" in line for line in lines), lines
     assert "baseline" in result.reason and "not run" in result.reason, result.reason
     assert "ERROR: not found:" in result.reason and "test_no_such_test" in result.reason  # pytest's own words
     assert "not found: tests/test_guard.py::test_no_such_test" in result.reason, result.reason  # as the project's

@@ -412,6 +412,9 @@ def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str
             echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
             work.make_copy()
     result.durations["mutant"] = time.monotonic() - started
+    if result.status == "cannot decide":  # nothing waits: the verdict below says why
+        echo(f"mutation {m.name}: mutant run done; it cannot decide")
+        return
     echo(f"mutation {m.name}: mutant run done ({len(result.killed)}/{len(m.killers)} killers failed; "
          f"{len(result.importers)} process(es) imported the copy); the verdict waits for its baseline")
 
