@@ -140,6 +140,15 @@ def receivers(channel: str) -> int:
         return len(virtual.channels.get(channel, ()))
 
 
+def recorded(requests: list, count: int, timeout: float = 10) -> list:
+    """``requests`` (a simulated ECU's list, which its thread appends to in its own time) once it holds
+    ``count`` entries, or after ``timeout`` seconds as it is then."""
+    deadline = time.monotonic() + timeout
+    while len(requests) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return requests
+
+
 def open_slowly(monkeypatch: Any, seconds: float) -> None:
     """Every python-can bus canarchy opens takes ``seconds`` longer to open (an adapter slow to come up:
     udp_multicast joining its group, a USB adapter's driver)."""
