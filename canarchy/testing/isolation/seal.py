@@ -10,11 +10,10 @@ which of those objects' own attributes exist (one added there can hide a method)
 
 from __future__ import annotations
 
-import functools
 import inspect
 import operator
 from itertools import repeat
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 from collections.abc import Iterable
 
@@ -96,7 +95,7 @@ class Seal:
         self._fast: tuple | None = None
         # What the fast check calls, taken now: a test that replaces builtins.all or operator.is_
         # (outside the sealed modules) cannot make it say "unchanged".
-        self._ops = (all, map, operator.is_, operator.call, repeat, _same)
+        self._ops = (all, map, operator.is_, repeat, _same, (getattr, dict.get, MappingProxyType.get))
 
     def extend(self, attributes: Iterable[tuple[Any, ...]], contents: bool = True) -> None:
         """Seal ``(object, name)`` pairs too, as they are now, or ``(object, name, value)`` with
@@ -123,16 +122,24 @@ class Seal:
         self._kept.append((label, _namespace(holder), holder, name, value, record))
 
     def _unchanged(self) -> bool:
-        """Whether nothing sealed differs: one C-level ``map`` over every entry's lookup."""
+        """Whether nothing sealed differs: per kind of holder (a module's dict, a class's mapping proxy,
+        any other object), one C-level ``map`` of the kind's unbound lookup over its entries."""
+        every, each, is_, repeated, same, lookups = self._ops
         if self._fast is None:
-            lookups = [namespace.get if namespace is not None else functools.partial(getattr, holder)
-                       for _label, namespace, holder, _name, _value, _contents in self._kept]
-            self._fast = (lookups, [k[3] for k in self._kept], [k[4] for k in self._kept],
-                          [(k[4], k[5]) for k in self._kept if k[5] is not None])
-        lookups, names, values, containers = self._fast
-        every, each, is_, call, repeated, same = self._ops
-        return (every(each(is_, each(call, lookups, names, repeated(_MISSING)), values))
-                and every(same(value, contents) for value, contents in containers)
+            columns: list[tuple[list, list, list]] = [([], [], []) for _ in lookups]
+            for _label, namespace, holder, name, value, _contents in self._kept:
+                kind = 0 if namespace is None else 1 if type(namespace) is dict else 2
+                where, names, values = columns[kind]
+                where.append(holder if namespace is None else namespace)
+                names.append(name)
+                values.append(value)
+            sealed = [(k[4], k[5]) for k in self._kept if k[5] is not None]
+            self._fast = ([(lookup, *column) for lookup, column in zip(lookups, columns, strict=True)],
+                          [v for v, _ in sealed], [c for _, c in sealed])
+        groups, containers, records = self._fast
+        return (every(every(each(is_, each(lookup, holders, names, repeated(_MISSING)), values))
+                      for lookup, holders, names, values in groups)
+                and every(each(same, containers, records))
                 and every(names.issuperset(vars(obj)) for obj, names in self._instances))
 
     def broken(self) -> list[str]:
