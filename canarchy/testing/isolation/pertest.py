@@ -95,12 +95,11 @@ def _scrub_what_was_set_outside(request: pytest.FixtureRequest, run: _Run) -> No
     """Remove the scrubbed variables set since the last test (by collection, a conftest, a wider-scoped
     fixture), naming each in this test's report and in the run's summary: a removal nobody asked for is a
     puzzle otherwise."""
-    removed = []
-    for key in sorted(_STATE.changed_between_tests()):
-        if key.startswith(run.settings.scrub_prefixes):
-            if key in os.environ:
-                removed.append(key)
-            _STATE.quietly(key, None)
+    scrubbed = sorted(key for key in _STATE.changed_between_tests() if key.startswith(run.settings.scrub_prefixes))
+    if not scrubbed:
+        return
+    removed = [key for key in scrubbed if key in os.environ]
+    _STATE.quietly(dict.fromkeys(scrubbed))
     if removed:
         request.node.add_report_section("setup", "canarchy isolation", scrubbed_outside_text(removed, run))
         for key in removed:
@@ -139,8 +138,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         home, cwd = dirs = sandbox.new_test_dirs()
         with _access.GUARD.exempt():
             _CHDIR(cwd if run.settings.test_cwd == "empty" else request.config.rootpath)
-        for key, value in sandbox.home_environment(home).items():
-            _STATE.quietly(key, value)
+        _STATE.quietly(sandbox.home_environment(home))
         sandbox.rebase(home)
         sandbox.scrub_python_can()
     _STATE.begin()
@@ -163,8 +161,7 @@ def isolate_canarchy_state(request: pytest.FixtureRequest):
         if dirs is None:
             _STATE.quietly_apply({**between, **{k: v for k, v in os.environ.items() if k == "PYTEST_CURRENT_TEST"}})
         else:
-            for key in HOME_VARIABLES:
-                _STATE.quietly(key, sandbox.session_env.get(key))
+            _STATE.quietly({key: sandbox.session_env.get(key) for key in HOME_VARIABLES})
         sandbox.rebase(sandbox.session_home)
         sandbox.scrub_python_can()
         if dirs is not None:

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from typing import Any
+from collections.abc import Mapping
 
 from canarchy.testing.isolation.access import GUARD
 from canarchy.testing.isolation.reaper import stat_fields
@@ -170,16 +171,17 @@ class ProcessState:
         changed, self._between = self._between, set()
         return changed
 
-    def quietly(self, key: str, value: str | None) -> None:
-        """Set (or, for None, remove) a variable without it counting as the test's change: the harness's own
+    def quietly(self, changes: Mapping[str, str | None]) -> None:
+        """Set (or, for None, remove) variables without it counting as the test's change: the harness's own
         work, whose values the access guard does not judge (:meth:`~.access.AccessGuard.exempt`)."""
         self._quiet = True
         try:
             with GUARD.exempt():
-                if value is None:
-                    _ENVIRON.pop(key, None)
-                else:
-                    _ENVIRON[key] = value
+                for key, value in changes.items():
+                    if value is None:
+                        _ENVIRON.pop(key, None)
+                    else:
+                        _ENVIRON[key] = value
         finally:
             self._quiet = False
 
