@@ -857,6 +857,37 @@ def test_child_process_inherits_the_home():
     assert out == [str(Path.home()), "[]"]
 
 
+INNER_RUN = """
+import subprocess, sys
+
+def test_its_child_reads_the_inner_operator_s_config():
+    subprocess.run([sys.executable, "-c", "import os; open(os.environ['CHILD_INNER_CONFIG']).read()"])
+
+def test_its_child_starts():
+    assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0
+"""
+
+
+def test_a_child_pytest_given_the_run_s_environment_isolates_its_own_tests(tmp_path):
+    """A test that runs pytest under the plugin (a project testing its own pytest plugins) hands it the run's
+    guard; that pytest's session then configures the guard of its own tests' children (its operator's home
+    refused to them): its own work, not a forged configuration."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    (home / ".canarchy").mkdir(parents=True)
+    (home / ".canarchy" / "config.toml").write_text("[safety]\n")
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
+    (project / "test_inner.py").write_text(INNER_RUN)
+    env = dict(os.environ, HOME=str(home), CHILD_INNER_CONFIG=str(home / ".canarchy" / "config.toml"))
+    proc = subprocess.run([*PYTEST, "-q", "-p", "no:randomly", "-o", "canarchy_keep_variables=CHILD_"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "2 passed, 1 error" in out and "INTERNALERROR" not in out
+    assert "test_inner.py::test_its_child_reads_the_inner_operator_s_config tried to open for reading" in out
+
+
 def test_child_process_bus_is_refused_naming_the_parent_test(request, bus_guard):
     env = dict(os.environ, CANARCHY_PYTHON_CAN_INTERFACE="udp_multicast", CANARCHY_MCP_NONINTERACTIVE_ACK="1")
     proc = subprocess.run([sys.executable, "-m", "canarchy", "send", "239.74.163.2", "0x123", "01", "--json"],

@@ -116,6 +116,22 @@ def test_a_child_python_reads_it(canarchy_sandbox):
 def test_a_child_python_given_a_pythonpath_of_its_own_reads_it(canarchy_sandbox, tmp_path):
     code = f"open({str(real_config(canarchy_sandbox))!r}).read()"  # os.environ with PYTHONPATH replaced:
     subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True)
+
+def test_a_child_handed_a_guard_that_refuses_nothing(canarchy_sandbox):
+    import json
+    rules = json.loads(os.environ["PYTEST_CANARCHY_ACCESS"])
+    rules.update(refused=[], read_only=[], watched=[])
+    code = f"open({str(real_config(canarchy_sandbox))!r}).read()"
+    subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTEST_CANARCHY_ACCESS=json.dumps(rules)))
+
+def test_a_child_to_report_where_no_test_looks(tmp_path):
+    os.environ["PYTEST_CANARCHY_GUARD_DIR"] = str(tmp_path)  # what every child started from now on inherits
+
+def test_a_child_given_the_run_s_own_configuration_and_more(tmp_path):
+    from unittest import mock
+    with mock.patch.dict(os.environ, clear=True):  # every variable removed, then each put back as it was
+        pass
+    subprocess.run([sys.executable, "-c", "pass"], env=dict(os.environ, EXTRA="1"), check=True)
 """
 
 PROCESS_ROUTES = """
@@ -1022,6 +1038,23 @@ HOME_ROUTE_CASES = [
 def test_every_home_route_is_refused_at_the_moment_of_access(routes, test, operation):
     run, _ = routes
     assert_refused(run, "test_home_routes.py", test, operation)
+
+
+FORGED_CONFIGURATIONS = [("test_a_child_handed_a_guard_that_refuses_nothing", "PYTEST_CANARCHY_ACCESS"),
+                         ("test_a_child_to_report_where_no_test_looks", "PYTEST_CANARCHY_GUARD_DIR")]
+
+
+@pytest.mark.parametrize("test, variable", FORGED_CONFIGURATIONS)
+def test_a_child_handed_another_configuration_of_the_isolation_is_refused_as_it_starts(routes, test, variable):
+    """The rules a child's guard judges by and where it reports come from the run: a test that hands a child (or
+    puts in its own environment, for every later child) other values is refused then, named; a child given the
+    run's own values among others starts."""
+    run, _ = routes
+    messages = run.messages(test)
+    assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+    assert f"test_home_routes.py::{test} tried to hand a child process another ${variable}:" in messages, messages
+    assert "the isolation's own configuration" in messages and "Refused" in messages
+    assert run.outcomes("test_a_child_given_the_run_s_own_configuration_and_more") == {"passed"}, run.output
 
 
 START_UP_ENVIRONMENT_CASES = ["test_reads_the_environment_pytest_started_with", "test_reads_it_through_its_thread",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from canarchy.testing.isolation.events import (
     DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
     OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
-    makes_a_device, path_text, unix_address,
+    handed_variables, makes_a_device, path_text, unix_address,
 )
 from canarchy.testing.isolation._child import UNKNOWN_OWNER, keep_the_hook, parent_nodeid
 from canarchy.testing.isolation.descriptors import (
@@ -39,6 +39,8 @@ from canarchy.testing.isolation.reportlog import ReportLog, append
 from canarchy.testing.isolation.signals import TERMINAL_EVENTS, reached, terminal_changed
 
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
+#: The variables that start a child Python's guards and say where it reports: the run's own values only.
+CHILD_VARIABLES = (ENVIRONMENT_VARIABLE, "PYTEST_CANARCHY_GUARD", "PYTEST_CANARCHY_GUARD_DIR")
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
 
 # The file system calls the guard makes itself, bound once: a test that patches os.scandir or
@@ -93,6 +95,7 @@ class AccessGuard:
         self.terminals: frozenset[int] = frozenset()  # the operator's terminal's device numbers (signals.devices)
         self.network_namespace = 0  # the inode of the run's private network namespace, 0 where it has none
         self.thread_owners: dict[int, str] = {}  # thread id -> the test that left it running (the plugin shares one)
+        self.child_variables: dict[str, str] = {}  # CHILD_VARIABLES as the run set them; empty: not judged
         #: After the sentinel's last look: called with every access recorded from then on, before it is
         #: recorded (the plugin's ends the process when the access would change what the look saw).
         self.late: Callable[[Access], None] | None = None
@@ -284,8 +287,21 @@ class AccessGuard:
             index = HANDED_ENVIRONMENT[event]
             if index is not None:  # a child started: its guard stays on its PYTHONPATH
                 keep_the_hook(args[index])
+            self._forged(event, args)
             for value, dir_fd, operation, flags in handed_paths(event, args):
                 self._judge(value, dir_fd, operation, flags)
+
+    def _forged(self, event: str, args: tuple) -> None:
+        """One of :data:`CHILD_VARIABLES` handed on with a value other than the run's (:attr:`child_variables`):
+        refused, as the child's guard would judge by other rules or report where no test looks. Left out, it is
+        a hand-built environment: a known gap (docs/design/test-isolation.md, layer 6)."""
+        own = self.child_variables
+        for name, value in handed_variables(event, args) if own else ():
+            key = path_text(name)
+            if key in own and path_text(value) != own[key]:
+                self._refuse_or_record(Access(self._owner(), f"hand a child process another ${key}:",
+                                              str(path_text(value) or value)[:200], own[key][:200], "configuration",
+                                              "the isolation's configuration of its children", os.getpid()))
 
     def _file_ioctl(self, event: str, args: tuple) -> None:
         """An ioctl (fd, request, argument) on a regular file's or a directory's descriptor, but one of

@@ -16,7 +16,7 @@ from pathlib import Path
 from collections.abc import Callable, Mapping
 
 from canarchy.testing.isolation._child import parent_nodeid
-from canarchy.testing.isolation.access import ENVIRONMENT_VARIABLE, EXEMPT_JUDGING, GUARD, AccessGuard
+from canarchy.testing.isolation.access import CHILD_VARIABLES, ENVIRONMENT_VARIABLE, EXEMPT_JUDGING, GUARD, AccessGuard
 from canarchy.testing.isolation.events import JUDGED_EVENTS, PROCESS_STARTS, RELINKING
 from canarchy.testing.isolation.protection import Protection
 
@@ -203,6 +203,7 @@ def activate_from_environment(environ: Mapping[str, str] | None = None) -> bool:
     GUARD.terminals = terminals
     GUARD.network_namespace = network_namespace
     GUARD.owner = parent_nodeid(environ.get("PYTEST_CURRENT_TEST"))
+    GUARD.child_variables = {name: environ[name] for name in CHILD_VARIABLES if name in environ}  # its children's
     GUARD._memory_pid = None  # every record goes to report_dir, for the parent
     GUARD.enabled = True
     install()

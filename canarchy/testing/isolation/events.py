@@ -238,13 +238,18 @@ def _handed_paths(variables: Iterable[tuple[Any, Any]]) -> Iterator[Target]:
 HANDED_ENVIRONMENT = {"os.putenv": None, "subprocess.Popen": 3, "os.posix_spawn": 2, "os.exec": 2, "os.spawn": 3}
 
 
-def handed_paths(event: str, args: tuple) -> Iterable[Target]:
-    """The paths an event of :data:`HANDED_ENVIRONMENT` hands on (:func:`_handed_paths`)."""
+def handed_variables(event: str, args: tuple) -> Iterable[tuple[Any, Any]]:
+    """The ``(name, value)`` pairs an event of :data:`HANDED_ENVIRONMENT` hands on (names and values as given)."""
     index = HANDED_ENVIRONMENT[event]
     if index is None:
-        return _handed_paths([args])
+        return [args]
     env = args[index]
-    return _handed_paths(env.items()) if env is not None and hasattr(env, "items") else ()
+    return env.items() if env is not None and hasattr(env, "items") else ()
+
+
+def handed_paths(event: str, args: tuple) -> Iterable[Target]:
+    """The paths an event of :data:`HANDED_ENVIRONMENT` hands on (:func:`_handed_paths`)."""
+    return _handed_paths(handed_variables(event, args))
 
 
 SPECIAL: dict[str, Callable[[tuple], Iterable[Target]]] = {

@@ -53,6 +53,11 @@ HOST_FIXES = (
 ROOT_FIXES = (
     "pass the code under test the directory to work under (a tmp_path) instead of changing the process's root",
 )
+CONFIGURATION_FIXES = (
+    "start the child with the run's environment (env=None, or dict(os.environ, ...) with the isolation's own "
+    "PYTEST_CANARCHY_* variables as they are)",
+    "if the test is about the isolation itself, run it in a child pytest of its own (pytester.runpytest_subprocess)",
+)
 TERMINAL_FIXES = (
     "give the code under test a terminal of the test's own (pty.openpty()) and pass it that descriptor",
     "start a child with stdin=subprocess.DEVNULL and its output captured, not on pytest's streams",
@@ -117,8 +122,8 @@ class Access:
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
     ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"interpreter"``, ``"host"``,
-    ``"unjudged"``, ``"unresolved"``, ``"late"`` or ``"watched"``), the protected ``tree`` (or file) it fell in,
-    and the pid."""
+    ``"configuration"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or ``"watched"``), the protected ``tree``
+    (or file) it fell in, and the pid."""
 
     owner: str
     operation: str
@@ -180,6 +185,9 @@ class Access:
                             "exits, and what is typed into it (TIOCSTI) the operator's shell runs",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be",
+                "configuration": "the isolation's own configuration of the processes a test starts (the rules their "
+                                 "guard judges by, where it reports): a child given other values would judge by "
+                                 "other rules, or report where no test looks",
                 "unresolved": "a path whose target cannot be named (relative to a working directory that was "
                               "removed, with no /proc to name it, or through a link the guard may not read): "
                               "where it leads cannot be judged"}.get(
@@ -189,6 +197,7 @@ class Access:
         fixes = (TERMINAL_FIXES if terminal else BUS_FIXES if self.tree.startswith("/dev/")
                  else ROOT_FIXES if self.zone == "root" else NETWORK_FIXES if self.zone == "network"
                  else INTERPRETER_FIXES if self.zone == "interpreter" else HOST_FIXES if self.zone == "host"
-                 else PROCESS_FIXES if self.zone in ("process", "exec") else ACCESS_FIXES)
+                 else PROCESS_FIXES if self.zone in ("process", "exec")
+                 else CONFIGURATION_FIXES if self.zone == "configuration" else ACCESS_FIXES)
         return (f"canarchy test isolation: {self.owner} tried to {self.operation} {self.path!r}{where}: "
                 f"{what} ({self.tree}; resolved: {self.resolved}). Refused. Ways to fix it:\n{_numbered(fixes)}")

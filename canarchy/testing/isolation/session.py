@@ -259,15 +259,17 @@ def _start(config: pytest.Config, where: str) -> None:
     pythonpath = [CHILD_HOOK_DIR, PACKAGE_PARENT]
     if operator_env.get("PYTHONPATH"):
         pythonpath.append(operator_env["PYTHONPATH"])
-    sandbox.enter_session({
-        # an xdist worker's own identity (PYTEST_XDIST_WORKER, ...) is not the controller's
-        **{k: v for k, v in os.environ.items() if k.startswith("PYTEST_XDIST_")},
-        **({"TMPDIR": temp_base} if temp_note else {}),
-        **_access.GUARD.to_environment(),
-        "PYTEST_CANARCHY_GUARD": "1",
-        "PYTEST_CANARCHY_GUARD_DIR": str(sandbox.refusal_dir),
-        "PYTHONPATH": os.pathsep.join(pythonpath),
-    })
+    with _access.GUARD.exempt():  # in a child of a guarded test, its own children's configuration replaces the parent's
+        sandbox.enter_session({
+            # an xdist worker's own identity (PYTEST_XDIST_WORKER, ...) is not the controller's
+            **{k: v for k, v in os.environ.items() if k.startswith("PYTEST_XDIST_")},
+            **({"TMPDIR": temp_base} if temp_note else {}),
+            **_access.GUARD.to_environment(),
+            "PYTEST_CANARCHY_GUARD": "1",
+            "PYTEST_CANARCHY_GUARD_DIR": str(sandbox.refusal_dir),
+            "PYTHONPATH": os.pathsep.join(pythonpath),
+        })
+    _access.GUARD.child_variables.update({name: os.environ[name] for name in _access.CHILD_VARIABLES})
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     _STATE.changed_between_tests()  # the session's own environment is not a test's doing
     _set_again(set_early)  # a worker's conftests' own doing, as in a run without workers
@@ -315,6 +317,7 @@ def _seal(sandbox: Sandbox) -> Seal:
     modules = [m for name, m in sorted(sys.modules.items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
+                  (_access.GUARD, "child_variables"),
                   (_guard.GUARD, "report_dir"), (sandbox, "tool_env"), (os, "_exit"), (posix, "_exit"),
                   (atexit, "register"),
                   *_import_machinery(),
