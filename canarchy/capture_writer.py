@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from canarchy.errors import TransportError, UserInputError
-from canarchy.fileio import write_failure_hint
+from canarchy.fileio import PendingFile, write_failure_hint
 from canarchy.frame_syntax import format_frame
 from canarchy.frames import CanFrame, to_message
 
@@ -112,14 +111,14 @@ class CaptureWriter:
         self._start: float | None = None  # .asc/.blf: the file's start, the first frame's whole millisecond
         self._before_start = 0  # frames stamped before it, which those files write at their start
         writer_class = _writer_class(suffix)
+        self._pending: PendingFile | None = None
         try:
-            fd, self._temp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=f".part{suffix}",
-                                              dir=self.path.parent if str(self.path.parent) else ".")
-            os.close(fd)
             umask = os.umask(0)
             os.umask(umask)
-            os.chmod(self._temp, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's 0600
-            self._writer = writer_class(self._temp)
+            # through a symlink, keeping a replaced file's bits, else as an ordinary new file's: as `>` writes
+            self._pending = PendingFile(self.path, suffix=f".part{suffix}", new_mode=0o666 & ~umask)
+            os.close(self._pending.fd)
+            self._writer = writer_class(self._pending.temp)
             if hasattr(self._writer, "filepath"):  # python-can's TRC writer names its file in the header
                 self._writer.filepath = str(self.path.resolve())
         except OSError as exc:
@@ -209,8 +208,8 @@ class CaptureWriter:
                 handle = getattr(self._writer, "file", None)
                 if handle is not None and not handle.closed:  # stop() failed before closing it
                     handle.close()
-            if keep:
-                os.replace(self._temp, self.path)
+            if keep and self._pending is not None:
+                self._pending.commit()
                 replaced = True
         except Exception as exc:
             if keep:
@@ -220,12 +219,8 @@ class CaptureWriter:
                 self._discard()
 
     def _discard(self) -> None:
-        temp = getattr(self, "_temp", None)
-        if temp is not None:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
+        if self._pending is not None:
+            self._pending.discard()
 
     def __enter__(self) -> CaptureWriter:
         return self

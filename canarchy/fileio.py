@@ -1,8 +1,8 @@
 """Atomic file writes: a reader sees the old file or the new one, never half of one.
 
 Every file canarchy writes for a user (fuzz findings, sessions, config
-changes) goes through :func:`write_bytes_atomic`: a temp file in the same
-directory, written and fsynced, then ``os.replace`` over the target and an
+changes, capture logs) is a :class:`PendingFile`: a temp file beside the
+target (a symbolic link's target), written, then ``os.replace`` over it and an
 fsync of the directory where the platform allows it. On any failure the temp
 file is removed and the target is left as it was.
 """
@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,32 +32,66 @@ def write_failure_hint(exc: OSError | None, where: str) -> str:
     return f"Check that {where} exists and is writable."
 
 
-def write_bytes_atomic(path: Path, data: bytes | BinaryIO, mode: int | None = None) -> None:
-    """Replace ``path`` with ``data`` (bytes, or a binary file read to its end in blocks) atomically.
-    The directory must exist.
+class PendingFile:
+    """A temporary file, beside where ``path`` leads, that becomes that file on :meth:`commit` or goes on
+    :meth:`discard`: a reader sees the old file or the new one, never half of one.
 
-    ``mode``: permission bits for the new file (default: those of mkstemp, 0o600).
-    Raises ``OSError`` (the target is then unchanged and no temp file is left).
+    ``path`` is followed through symbolic links, as ``open(path, "w")`` and a shell's ``>`` follow them: the
+    link stays, its target is replaced. Permission bits: ``mode``; by default those of the file it replaces,
+    else ``new_mode`` (default 0o600, mkstemp's). ``temp``: the temporary file's path; ``fd``: its open
+    descriptor, the caller's to use or close. Raises ``OSError`` (no temporary file is then left).
     """
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+
+    def __init__(self, path: str | os.PathLike[str], suffix: str = ".tmp", mode: int | None = None,
+                 new_mode: int = 0o600) -> None:
+        self.target = Path(os.path.realpath(path))
+        self.fd, self.temp = tempfile.mkstemp(prefix=f".{self.target.name}.", suffix=suffix, dir=self.target.parent)
+        try:
+            if mode is None:
+                try:
+                    mode = stat.S_IMODE(os.stat(self.target).st_mode)
+                except FileNotFoundError:
+                    mode = new_mode
+            os.fchmod(self.fd, mode)
+        except BaseException:
+            os.close(self.fd)
+            self.discard()
+            raise
+
+    def commit(self) -> None:
+        """Rename the temporary file over the target (then make the rename durable where the platform allows).
+        Raises ``OSError``; the caller then discards."""
+        os.replace(self.temp, self.target)
+        _fsync_directory(self.target.parent)
+
+    def discard(self) -> None:
+        """Remove the temporary file, if it is still there."""
+        try:
+            os.unlink(self.temp)
+        except OSError:
+            pass
+
+
+def write_bytes_atomic(path: Path, data: bytes | BinaryIO, mode: int | None = None) -> None:
+    """Replace ``path`` (through symbolic links) with ``data`` (bytes, or a binary file read to its end in blocks)
+    atomically, as :class:`PendingFile` says. The directory must exist.
+
+    ``mode``: the file's permission bits (default: the replaced file's, else 0o600). Raises ``OSError`` (the
+    target is then unchanged and no temp file is left).
+    """
+    pending = PendingFile(path, mode=mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(pending.fd, "wb") as handle:
             if isinstance(data, bytes):
                 handle.write(data)
             else:
                 shutil.copyfileobj(data, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp_name, mode)
-        os.replace(tmp_name, path)
+        pending.commit()
     except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
+        pending.discard()
         raise
-    _fsync_directory(path.parent)
 
 
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:

@@ -265,17 +265,14 @@ def _write_failed(path: Path, name: str, enabled: bool, why: str) -> ConfigError
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (:mod:`canarchy.fileio`).
-
-    A symlinked config file stays a symlink (its target is replaced), and the
-    file keeps its permission bits. Raises ``ConfigError`` ``CONFIG_WRITE_FAILED``;
+    """Replace ``path`` with ``text`` atomically (:class:`canarchy.fileio.PendingFile`: a symlinked config file
+    stays a symlink, the file keeps its permission bits). Raises ``ConfigError`` ``CONFIG_WRITE_FAILED``;
     on failure the old file is intact and no temporary file is left behind.
     """
-    target = Path(os.path.realpath(path))
+    directory = Path(os.path.realpath(path)).parent
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o600
-        write_text_atomic(target, text, mode)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
     except OSError as exc:
         raise ConfigError("CONFIG_WRITE_FAILED", f"Cannot write {path}: {exc.strerror or exc}; it was not changed.",
-                          f"Check that {target.parent} exists and is writable, and its free space.") from None
+                          f"Check that {directory} exists and is writable, and its free space.") from None

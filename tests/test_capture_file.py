@@ -422,6 +422,20 @@ def test_a_conversion_keeps_each_frame_s_time(tmp_path, suffix):
     assert max(abs(g.timestamp - f.timestamp) for g, f in zip(got, source, strict=True)) < 1e-6
 
 
+def test_an_output_through_a_symlink_replaces_its_target_and_keeps_its_permissions(tmp_path):
+    """``--output LINK --overwrite`` writes where the link leads, as candump's and a shell's ``>`` do: the link
+    stays, its target gets the frames and keeps its permission bits; nothing else is left beside it."""
+    target = tmp_path / "logs" / "drive.log"
+    target.parent.mkdir()
+    target.write_text("")
+    target.chmod(0o640)
+    link = tmp_path / "latest.log"
+    link.symlink_to(target)
+    assert run_cli("capture", "--file", str(TRUCK), "--output", str(link), "--overwrite", "--json").code == 0
+    assert link.is_symlink() and len(list(open_capture(target))) == len(list(open_capture(TRUCK)))
+    assert target.stat().st_mode & 0o777 == 0o640 and os.listdir(target.parent) == ["drive.log"]
+
+
 def _blf(path: Path, frames: list, **options) -> bytes:
     import can
 

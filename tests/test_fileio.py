@@ -66,3 +66,22 @@ def test_a_stream_is_copied_whole_or_not_at_all(tmp_path):
     with source.open("rb") as stream:
         fileio.write_bytes_atomic(target, stream, 0o644)
     assert target.read_bytes() == source.read_bytes() and target.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_symlink_stays_and_its_target_is_replaced_keeping_its_permissions(tmp_path):
+    """As ``open(path, "w")`` and a shell's ``>``: the write goes where the link leads (a link in a chain too);
+    the replaced file's permission bits stay; a new file is 0o600; an explicit mode wins."""
+    target = tmp_path / "real" / "doc.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    target.chmod(0o640)
+    (tmp_path / "first").symlink_to(target)
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "first")
+    fileio.write_text_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new" and target.stat().st_mode & 0o777 == 0o640
+    assert os.listdir(target.parent) == ["doc.json"]
+    fileio.write_text_atomic(tmp_path / "fresh.json", "x")
+    assert (tmp_path / "fresh.json").stat().st_mode & 0o777 == 0o600
+    fileio.write_text_atomic(link, "newer", 0o644)
+    assert target.stat().st_mode & 0o777 == 0o644
