@@ -423,7 +423,7 @@ def test_a_conversion_keeps_each_frame_s_time(tmp_path, suffix):
 
 
 def test_an_output_through_a_symlink_replaces_its_target_and_keeps_its_permissions(tmp_path):
-    """``--output LINK --overwrite`` writes where the link leads, as candump's and a shell's ``>`` do: the link
+    """``--output LINK --overwrite`` writes where the link leads, as a shell's ``>`` does: the link
     stays, its target gets the frames and keeps its permission bits; nothing else is left beside it."""
     target = tmp_path / "logs" / "drive.log"
     target.parent.mkdir()
