@@ -133,6 +133,41 @@ def test_leaf_state_of_charge_after_isotp_reassembly():
     assert result.data["unknown_ids"] == {"0x79B": 52}
 
 
+def test_the_text_summary_counts_the_frames_of_iso_tp_transfers():
+    """Every frame is in the summary line: the Leaf's 0x7BB frames are segments of 26 reassembled messages."""
+    result = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--summary", "--json")
+    d = result.data
+    assert d["isotp_frame_count"] + d["unknown_frame_count"] == d["frame_count"] and d["isotp_frame_count"] > 26
+    text = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--summary", "--text").out
+    assert f"{d['isotp_frame_count']} in ISO-TP transfers (26 reassembled)" in text.splitlines()[0]
+
+
+FRAME_FORMATS = ",".join(f'"{name}"' for name in ["StandardCAN", "ExtendedCAN", "reserved", "J1939PG",
+                                                    *["reserved"] * 10, "StandardCAN_FD", "ExtendedCAN_FD"])
+FD_DBC = f"""VERSION ""
+BU_: A
+BO_ 2147484177 FDMSG: 64 A
+ SG_ S1 : 0|16@1- (0.5,-10) [0|0] "V" A
+ SG_ TAIL : 504|8@1+ (1,0) [0|0] "" A
+BA_DEF_ BO_ "VFrameFormat" ENUM {FRAME_FORMATS};
+BA_DEF_DEF_ "VFrameFormat" "StandardCAN";
+BA_ "VFrameFormat" BO_ 2147484177 15;
+"""
+
+
+def test_a_classic_frame_of_a_can_fd_message_is_decoded_as_it_is(tmp_path):
+    """A message the DBC marks CAN FD (``VFrameFormat`` ``ExtendedCAN_FD``) is no ISO-TP transfer, however long:
+    a classic 8-byte frame of it decodes the signals its bytes hold (``DBC_DATA_SHORT`` names the rest)."""
+    dbc, log = tmp_path / "fd.dbc", tmp_path / "fd.log"
+    dbc.write_text(FD_DBC)
+    log.write_text("(1.000000) can0 00000211##1FDFF020000000000C0BF0000\n(1.000001) can0 00000211#FDFF020000000000\n")
+    result = run_cli("decode", "--file", str(log), "--dbc", str(dbc), "--json")
+    assert result.code == 0, result.out
+    assert (result.data["frame_count"], result.data["decoded_count"], result.data["isotp_frame_count"]) == (2, 2, 0)
+    assert [p["signals"]["S1"]["value"] for p in _events(result, "decoded_message")] == [-11.5, -11.5]
+    assert result.data["warning_counts"] == {"DBC_DATA_SHORT": 2}
+
+
 def test_leaf_plain_layout_shifts_the_signals():
     result = run_cli("decode", "--file", str(LEAF), "--dbc", str(LEAF_DBC), "--isotp-layout", "plain",
                      "--summary", "--json")

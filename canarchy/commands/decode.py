@@ -224,7 +224,10 @@ def _render_decode(result: CommandResult) -> str:
     lines = []
     lines.append(f"{d['file']} with {d['dbc']}: {d['frame_count']} frames, {d['decoded_count']} decoded, "
                  f"{d['unknown_frame_count']} unknown ({len(d['unknown_ids'])} IDs), "
-                 f"{d['decode_error_count']} not decodable")
+                 f"{d['decode_error_count']} not decodable"
+                 + (f", {d['isotp_frame_count']} in ISO-TP transfers ({d['isotp_pdu_count']} reassembled)"
+                    if d["isotp_frame_count"] else "")
+                 + (f", {d['remote_frame_count']} remote" if d["remote_frame_count"] else ""))
     for name, m in d["messages"].items():
         lines.append(f"  {name} ({_id(m['arbitration_id'], m.get('is_extended_id'))}) x{m['count']}")
         for sig, s in m["signals"].items():

@@ -128,7 +128,8 @@ class DbcDecoder:
     messages the database marks as J1939). ``isotp_layout``: how a message
     longer than 8 bytes is laid over a reassembled ISO-TP payload:
     ``"length-prefixed"`` (the payload preceded by the length byte of its
-    SF/FF header, the layout of CSS Electronics' TP DBCs) or ``"plain"``.
+    SF/FF header, the layout of CSS Electronics' TP DBCs) or ``"plain"``; a
+    CAN FD message (``VFrameFormat``) is never reassembled.
 
     :meth:`feed` returns the event payloads (0 or 1) for a frame:
     ``{message, arbitration_id, is_extended_id, timestamp, signals: {name: {value, unit}}}``,
@@ -157,6 +158,7 @@ class DbcDecoder:
         self.decode_error_count = 0
         self.remote_frame_count = 0
         self.isotp_pdu_count = 0
+        self.isotp_frame_count = 0  # frames fed to ISO-TP reassembly (their message is counted once, decoded)
         self._unknown_ids: dict[str, int] = {}
         self._unlisted_unknown = 0
         self._messages: dict[str, dict[str, Any]] = {}
@@ -182,7 +184,8 @@ class DbcDecoder:
             self._unknown(frame)
             return []
         isotp = None
-        if message.length > 8 and not frame.is_fd:
+        if message.length > 8 and not frame.is_fd and not message.is_fd:  # a CAN FD message's frame: as it is
+            self.isotp_frame_count += 1
             whole = self._reassembled(key, frame)
             if whole is None:
                 return []
@@ -290,7 +293,7 @@ class DbcDecoder:
 
     def summary(self) -> dict[str, Any]:
         """``{frame_count, decoded_count, unknown_frame_count, unknown_ids {hex id: count},
-        unknown_ids_unlisted, decode_error_count, remote_frame_count, isotp_pdu_count,
+        unknown_ids_unlisted, decode_error_count, remote_frame_count, isotp_frame_count, isotp_pdu_count,
         isotp_counts: {hex id: {complete, dropped, incomplete}},
         messages: {name: {arbitration_id, is_extended_id, count, signals: {name: {unit, count, min, max, first,
         last}}}}}``."""
@@ -311,6 +314,7 @@ class DbcDecoder:
             "unknown_ids_unlisted": self._unlisted_unknown,
             "decode_error_count": self.decode_error_count,
             "remote_frame_count": self.remote_frame_count,
+            "isotp_frame_count": self.isotp_frame_count,
             "isotp_pdu_count": self.isotp_pdu_count,
             "isotp_counts": isotp_counts(self._reassemblers.values()),
             "messages": messages,
