@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from canarchy.errors import (COMMAND_WARNINGS, EXIT_OK, EXIT_OUTPUT_CLOSED, CanarchyError, TransportError,
                              UserInputError)
+from canarchy import __version__
 from canarchy.fileio import write_failure_hint
 from canarchy.output import OUTPUT_FORMATS, CommandResult, OutputClosed, OutputFailed, Printer, terminal_safe
 
@@ -89,6 +90,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     module that registers it (the same parse for that command line)."""
     parent = _output_parent()
     parser = _ArgumentParser(prog="canarchy", description="CAN / CAN FD toolkit with typed output.", parents=[parent])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_ArgumentParser)
     subparsers.required = True
     for module_name in _modules_for(argv):
@@ -101,6 +103,8 @@ def _modules_for(argv: Sequence[str] | None) -> Sequence[str]:
     first positional token, when ``COMMAND_GROUPS`` knows it and no ``-h``/``--help``
     comes before it; else all of ``COMMAND_MODULES``."""
     for token in argv or ():
+        if token == "--version":
+            return ()  # argparse prints it and exits before any command is parsed
         if token in ("-h", "--help", "--"):
             break
         if token.startswith("-"):  # the top-level parser has flags only (--json, --jsonl, --text)

@@ -264,3 +264,11 @@ def test_caller_acknowledged_is_scoped_to_its_block(scaffold, monkeypatch):
         assert other == [["ACTIVE_CONFIRMATION_DECLINED"]]  # another thread's context is not acknowledged
     result = run_cli("send", "scaffold0", "0x123", "01", "--ack-active", "--json")
     assert result.error_codes == ["ACTIVE_CONFIRMATION_DECLINED"]
+
+
+def test_version_loads_no_command_module():
+    """``canarchy --version`` answers before any command module is imported (the README's test checks its text)."""
+    probe = ("import sys\nfrom canarchy.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith('canarchy.commands.')))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout + proc.stderr

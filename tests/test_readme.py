@@ -91,10 +91,19 @@ def test_every_example_is_covered():
                "canarchy uds dids", "canarchy capture can0 --count", "canarchy capture can0 --filter",
                "canarchy replay", "canarchy send", "canarchy fuzz guided", "canarchy j1939 pgn",
                "canarchy capture --file", "canarchy decode", "canarchy j1939 decode", "canarchy isotp decode",
-               "canarchy mcp serve", "canarchy web serve", "canarchy config show", "canarchy config check"}
+               "canarchy mcp serve", "canarchy web serve", "canarchy config show", "canarchy config check",
+               "canarchy --version"}
     assert len(EXAMPLES) == len(covered)
     for line in EXAMPLES:
         assert any(line.startswith(prefix) for prefix in covered), line
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as ended:  # argparse's version action, as cantools --version
+        run(example("canarchy --version"))
+    assert ended.value.code == 0 and capsys.readouterr().out == f"canarchy {version('canarchy')}\n"
 
 
 def test_uds_services_reference():
