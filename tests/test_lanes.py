@@ -395,6 +395,16 @@ def test_a_project_without_pyproject_toml_is_read_as_with_an_empty_lanes_table(t
     assert (project.install, project.tests, project.source) == (("-e", ".[test]"), ("checks",), tmp_path.resolve())
 
 
+def test_pytest_9_s_native_table_is_the_project_s_configuration(tmp_path):
+    """``[tool.pytest]`` with native TOML types (pytest 9; humanize keeps its settings there): the lanes take the
+    tests, the plugin and the scrubbed prefixes from it, as from ``[tool.pytest.ini_options]``."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest]\ntestpaths = ["checks"]\naddopts = ["-p", "canarchy.testing.isolation.plugin"]\n'
+        'canarchy_scrub_prefixes = ["HUMANIZE_"]\n')
+    project = load_project(tmp_path)
+    assert (project.tests, project.uses_plugin, project.scrub_prefixes) == (("checks",), True, ("HUMANIZE_",))
+
+
 def test_a_noxfile_over_a_project_the_lanes_cannot_read_stops_with_the_reason_and_no_traceback(tmp_path):
     """nox prints a traceback of its loader for any error a noxfile raises: the sessions' module says what is
     wrong with the project's table instead, and nox exits 2."""

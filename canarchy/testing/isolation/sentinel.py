@@ -106,7 +106,8 @@ def _ignored_code(run: _Run, config: pytest.Config, candidates: list[Path]) -> s
 def _ignored_code_message(rel: str, outcome: str) -> str:
     return (f"canarchy test isolation: {rel} is code pytest would import from where git ignores it, so no sentinel "
             f"sees it change (a process could plant it there for the next run unseen); {outcome}. Stop ignoring it "
-            "in git, or keep pytest out of it (norecursedirs, testpaths, the arguments).")
+            f"in git, or keep pytest out of it: --ignore={rel} in addopts (a generated module, such as a _version.py "
+            "under --doctest-modules), norecursedirs or testpaths (a directory).")
 
 
 def _changes(run: _Run, config: pytest.Config, who: str) -> list[str]:
