@@ -647,6 +647,24 @@ def test_a_copy_holds_what_git_would_commit(tmp_path):
     assert workspace.tree_files(plain) == ["a.py", "src/pkg/m.py"]
 
 
+def test_what_git_ignores_in_the_checkout_is_no_change_of_a_copy(tmp_path):
+    """A copy's changes leave out what git ignores in the checkout (a tool's output, as pytest-benchmark's
+    ``.benchmarks/`` made as pytest starts: the sentinel does not watch it either), a directory rule too; what git
+    would show stays a change; outside a work tree every change counts."""
+    root, copy = tmp_path / "repo", tmp_path / "copy"
+    root.mkdir()
+    (root / ".gitignore").write_text(".benchmarks/\n*.log\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    copy.mkdir()
+    before = snapshot(copy)
+    for name in (".benchmarks/Linux-CPython/0001.json", "tests/run.log", "tests/scratch.txt"):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        (copy / name).write_text("x")
+    after = snapshot(copy)
+    assert workspace.copy_changes(root, before, after) == ["added: tests", "added: tests/scratch.txt"]
+    assert len(workspace.copy_changes(tmp_path / "no-repo", before, after)) == len(changes(before, after)) > 2
+
+
 @pytest.mark.parametrize(("lane", "stray"), [  # each lane and each kind of file once: one place gives the flags
     (["unit", "--jobs", "0"], ("pytest.ini", "[pytest]\n")), (["parity"], ("pytest.toml", "[pytest]\n")),
     (["order", "--seeds", "0"], ("tests/tox.ini", "[pytest]\n")), (["unit"], ("tests/setup.cfg", "[tool:pytest]\n")),

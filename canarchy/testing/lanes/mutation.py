@@ -27,14 +27,15 @@ from canarchy.testing.lanes.mutation_file import Mutation, load_mutation
 from canarchy.testing.lanes.mutation_report import render, render_markdown, render_summary, render_summary_markdown
 from canarchy.testing.isolation import CHILD_HOOK_DIR
 from canarchy.testing.isolation.tempbase import inside
-from canarchy.testing.isolation.tree import SKIP_LIST, changes, snapshot
+from canarchy.testing.isolation.tree import SKIP_LIST, snapshot
 from canarchy.testing.lanes.netns import netns_support
 from canarchy.testing.lanes.project import Project, ProjectError
 from canarchy.testing.lanes.results import CannotDecide, Case, case_key, load_report
 from canarchy.testing.lanes.starts import load_starts, unseen
 from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, RunTimeout, concurrently, run,
                                            cores, pytest_flags, run_pytest, stopping)
-from canarchy.testing.lanes.workspace import CopyError, clear_reports, copy_tree, temporary_tree, tree_files
+from canarchy.testing.lanes.workspace import (CopyError, clear_reports, copy_changes, copy_tree, temporary_tree,
+                                              tree_files)
 from canarchy.testing.lanes.verdict import stopped_text
 
 HOOK_DIR = Path(CHILD_HOOK_DIR)
@@ -125,7 +126,7 @@ class _Workspace:
         self.pristine = snapshot(self.tree, walk=SKIP_LIST)
 
     def changes(self) -> list[str]:
-        return changes(self.pristine, snapshot(self.tree, walk=SKIP_LIST))
+        return copy_changes(self.project.root, self.pristine, snapshot(self.tree, walk=SKIP_LIST))
 
     def restore(self, texts: dict[str, tuple[str, str]]) -> None:
         """Write each mutated file's original text back; a file the lane itself rewrote is no change."""
@@ -408,8 +409,10 @@ def _one(work: _Workspace, *, result: MutationResult, texts: dict[str, tuple[str
         result.status, result.reason = "cannot decide", str(exc)
     finally:
         work.restore(texts)
-        if not stopping() and work.changes():
-            echo(f"mutation {m.name}: its tests changed the copy; making a fresh one")
+        changed = [] if stopping() else work.changes()
+        if changed:
+            echo(f"mutation {m.name}: its tests changed the copy ({'; '.join(changed[:3])}"
+                 f"{f'; {len(changed) - 3} more' if len(changed) > 3 else ''}); making a fresh one")
             work.make_copy()
     result.durations["mutant"] = time.monotonic() - started
     if result.status == "cannot decide":  # nothing waits: the verdict below says why

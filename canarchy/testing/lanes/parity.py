@@ -32,7 +32,8 @@ from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, concurrently, cor
                                           pytest_flags, run_pytest, workers, xdist_options)
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
 from canarchy.testing.lanes.verdict import ALL_SKIPPED, every_case_skipped, read_run
-from canarchy.testing.lanes.workspace import copy_tree, publish_reports, pythonpath, temporary_tree, tree_files
+from canarchy.testing.lanes.workspace import (copy_changes, copy_tree, publish_reports, pythonpath, temporary_tree,
+                                              tree_files)
 
 TWINS = ("clean", "operator")
 SHARD_PLUGIN = "canarchy.testing.lanes.shard"
@@ -175,8 +176,9 @@ def _make_twin(name: str, seed: int, project: Project, files: list[str], base: P
     return Twin(name, made, seed, tuple(pytest_flags(project)))
 
 
-def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, Entry]]) -> None:
-    """Add what ``twin``'s run wrote into its copy of the checkout, and its not-shut-down log lines, to ``result``."""
+def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, Entry]], root: Path) -> None:
+    """Add what ``twin``'s run wrote into its copy of ``root`` (but what git ignores there), and its not-shut-down
+    log lines, to ``result``."""
     cases = twin.report.cases.items() if twin.report else ()
     result.checkout_writes += [f"{result.show(key)}: {path}" for key, case in cases
                                for path in case.property_values(CHECKOUT_WRITE_PROPERTY)]
@@ -184,7 +186,7 @@ def _check_twin(result: ParityResult, twin: Twin, copies_before: list[dict[str, 
                         for text in case.property_values(REFUSED_PROPERTY)]
     for shard, before in zip(twin.shards, copies_before, strict=True):
         result.checkout_writes += [f"{twin.name} twin's copy after its run: {line}"
-                                   for line in changes(before, snapshot(shard.copy))]
+                                   for line in copy_changes(root, before, snapshot(shard.copy))]
     logged = "\n".join([*(run.output for run in twin.runs), *(case.output for _, case in cases)])
     result.not_shut_down[twin.name] = [line.strip() for line in logged.splitlines() if NOT_SHUT_DOWN in line]
 
@@ -241,7 +243,7 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
         elif not comparison.undecided:
             result.findings = _classify(twins, comparison, selection, work, reruns, python)
         for name, twin in twins.items():
-            _check_twin(result, twin, copies_before[name])
+            _check_twin(result, twin, copies_before[name], project.root)
         _publish(work, out, list(twins.values()))
         result.checkout_writes = sorted(set(result.checkout_writes))
         result.home_changes = content_differences(project.operator_home, op_home)

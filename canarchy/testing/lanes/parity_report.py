@@ -39,7 +39,8 @@ def _check_lines(result: ParityResult) -> list[str]:
     lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {run.log}"
               for name in result.runs_failed for run in result.twins[name].failed_beyond]
     lines += [f"  refused by the isolation: {line}" for line in result.refusals]
-    lines += [f"  a test wrote into its checkout (not a difference): {w}" for w in result.checkout_writes]
+    lines += [f"  written into its checkout (not a difference; what git ignores left out): {w}"
+              for w in result.checkout_writes]
     lines += [f"  {name} log: {line}" for name, found in result.not_shut_down.items() for line in found]
     lines += [f"  operator home changed: {line}" for line in result.home_changes]
     lines += [f"  the checkout itself changed: {line}" for line in result.checkout_changes]

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from canarchy.fileio import write_bytes_atomic
 from canarchy.testing.isolation.gitlisting import GitListing
 from canarchy.testing.isolation.loadable import VENV_MARKER
-from canarchy.testing.isolation.tree import snapshot, under_skipped_dir
+from canarchy.testing.isolation.tree import Entry, changes, snapshot, under_skipped_dir
 from canarchy.testing.lanes.runner import Run, shielded
 
 if TYPE_CHECKING:
@@ -83,6 +84,28 @@ def copy_tree(root: Path, dest: Path, files: list[str] | None = None) -> int:
     if not (dest / "pyproject.toml").is_file() and (root / "pyproject.toml").is_file():
         raise CopyError(f"{root}: pyproject.toml was not copied ({copied} files)")
     return copied
+
+
+def copy_changes(root: Path, before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str]:
+    """What changed in a copy of ``root`` from ``before`` to ``after`` (two :func:`~.tree.snapshot` results), as
+    :func:`~.tree.changes` words it, less the paths git ignores in ``root``'s work tree: a tool's output (the
+    ``.benchmarks`` pytest-benchmark makes as pytest starts), which the sentinel does not watch in a checkout
+    either (a test's own write there fails that test: the access guard records it). Outside a work tree, or
+    without git, every change."""
+    differing = [path for path in before.keys() | after.keys() if before.get(path) != after.get(path)]
+    if not differing:
+        return []
+    kinds = {path: (after.get(path) or before[path]).kind for path in differing}
+    names = [f"{path}/" if kinds[path] == "dir" else path for path in differing]
+    try:
+        done = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), "check-ignore", "--stdin", "-z"],
+                              input="\0".join(names) + "\0", capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    ignored = ({name.rstrip("/") for name in done.stdout.split("\0") if name}
+               if done is not None and done.returncode in (0, 1) else set())
+    return changes({k: v for k, v in before.items() if k not in ignored},
+                   {k: v for k, v in after.items() if k not in ignored})
 
 
 #: What a lane's interrupted run keeps of its reports: the logs, of what ran until the interrupt.
