@@ -15,6 +15,7 @@ from canarchy.frames import CAN_FD_DLCS, MAX_EXTENDED_ID, MAX_STANDARD_ID, CanFr
 _HEX = frozenset("0123456789abcdefABCDEF")
 _CANFD_BRS = 0x1  # linux/can.h
 _CANFD_ESI = 0x2
+_CAN_EFF_FLAG, _CAN_RTR_FLAG = 0x80000000, 0x40000000  # linux/can.h: the flags of candump's filter masks
 _ID_HINT = ("Write the ID in hex as can-utils do: 3 digits for an 11-bit ID (123, 7E0), 8 for a 29-bit one "
             "(18FEF100, 00000123); 0x7E0 works too.")
 _FRAME_HINT = ("Use cansend's syntax: 123#DEADBEEF, 18FEF100#00FF (29-bit), 123#R or 123#R4 (remote), "
@@ -139,8 +140,8 @@ def parse_filter(text: str) -> FrameFilter:
     body = raw[1:] if inverse else raw
     sep = ":" if ":" in body else "~"
     ident, found, mask = body.partition(sep)
-    hint = ("Write ID:MASK in hex as candump does, e.g. 7E0:7F0 (IDs 0x7E0-0x7EF), 18DAF100:1FFFFF00; "
-            "ID~MASK passes every other frame.")
+    hint = ("Write ID:MASK in hex as candump does, e.g. 7E0:7F0 (IDs 0x7E0-0x7EF), 18DAF100:1FFFFF00, "
+            "123:C00007FF (no remote frames); ID~MASK passes every other frame.")
     if sep == "~" and found:
         if inverse:  # ~ID~MASK
             found = ""
@@ -152,9 +153,11 @@ def parse_filter(text: str) -> FrameFilter:
     except UserInputError as exc:
         raise UserInputError("INVALID_FILTER", f"Filter {text!r}: {exc.message}", hint) from None
     mask_digits = _digits(mask)
-    if not _HEX.issuperset(mask_digits) or not mask_digits or int(mask_digits, 16) > MAX_EXTENDED_ID:
-        raise UserInputError("INVALID_FILTER", f"Filter {text!r}: mask {mask!r} is not hex up to 1FFFFFFF.", hint)
-    return FrameFilter(can_id, int(mask_digits, 16), extended, inverse)
+    if not _HEX.issuperset(mask_digits) or not mask_digits or int(mask_digits, 16) > 0xFFFFFFFF:
+        raise UserInputError("INVALID_FILTER", f"Filter {text!r}: mask {mask!r} is not hex up to FFFFFFFF.", hint)
+    value = int(mask_digits, 16)  # candump's flags in the mask (linux/can.h; CAN_ERR_FLAG is cleared, as candump does)
+    return FrameFilter(can_id, value & MAX_EXTENDED_ID, extended, inverse,
+                       remote=False if value & _CAN_RTR_FLAG else None, width_in_mask=bool(value & _CAN_EFF_FLAG))
 
 
 def frame_line(payload: dict) -> str:

@@ -182,24 +182,35 @@ class FrameFilter:
 
     A frame matches when ``frame_id & can_mask == can_id & can_mask`` and, when
     ``extended`` is not None, its ID kind is that one (True: 29-bit, False:
-    11-bit; python-can's ``extended`` filter key). An ``inverse`` filter passes
-    exactly the frames the same filter without ``inverse`` would not. Error
-    frames are not filtered by ID (as in candump).
+    11-bit; python-can's ``extended`` filter key); when ``remote`` is not None,
+    whether it is a remote frame (candump's ``CAN_RTR_FLAG`` in the mask). An
+    ``inverse`` filter passes exactly the frames the same filter without
+    ``inverse`` would not. Error frames are not filtered by ID (as in candump).
+    ``width_in_mask``: the mask held ``CAN_EFF_FLAG``, so candump checks the ID
+    width too; without it candump passes either width (:meth:`matches` with
+    ``as_candump``).
     """
 
     can_id: int
     can_mask: int
     extended: bool | None = None
     inverse: bool = False
+    remote: bool | None = None
+    width_in_mask: bool = False
 
-    def matches(self, frame: CanFrame) -> bool:
-        hit = (frame.arbitration_id & self.can_mask) == (self.can_id & self.can_mask) and (
-            self.extended is None or frame.is_extended_id == self.extended)
+    def matches(self, frame: CanFrame, as_candump: bool = False) -> bool:
+        """Whether the filter passes ``frame``; ``as_candump``: as candump's would (the width unchecked unless
+        :attr:`width_in_mask`)."""
+        width = self.extended is None or frame.is_extended_id == self.extended or (as_candump and not
+                                                                                     self.width_in_mask)
+        hit = (width and (frame.arbitration_id & self.can_mask) == (self.can_id & self.can_mask)
+               and (self.remote is None or frame.is_remote_frame == self.remote))
         return hit != self.inverse
 
     def to_payload(self) -> dict[str, Any]:
-        """JSON form: ``{can_id, can_mask, extended, inverse}``."""
-        return {"can_id": self.can_id, "can_mask": self.can_mask, "extended": self.extended, "inverse": self.inverse}
+        """JSON form: ``{can_id, can_mask, extended, inverse, remote}``."""
+        return {"can_id": self.can_id, "can_mask": self.can_mask, "extended": self.extended, "inverse": self.inverse,
+                "remote": self.remote}
 
 
 def to_message(frame: CanFrame, stamped: bool = False) -> Any:
@@ -225,23 +236,18 @@ def to_message(frame: CanFrame, stamped: bool = False) -> Any:
     )
 
 
-def other_width_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
-    """Whether a filter (not inverse) of the other ID width than ``frame``'s matches its ID and mask: candump's
-    filter, whose mask holds no EFF flag, passes such a frame where ``extended`` keeps it out."""
-    return any(not f.inverse and f.extended not in (None, frame.is_extended_id)
-               and (frame.arbitration_id & f.can_mask) == (f.can_id & f.can_mask) for f in filters)
-
-
-def frame_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> bool:
-    """True when there are no filters, ``frame`` is an error frame, or any filter passes it (candump: OR)."""
-    return not filters or frame.is_error_frame or any(f.matches(frame) for f in filters)
+def frame_passes(frame: CanFrame, filters: tuple[FrameFilter, ...] | list[FrameFilter],
+                 as_candump: bool = False) -> bool:
+    """True when there are no filters, ``frame`` is an error frame, or any filter passes it (candump: OR);
+    ``as_candump``: as candump's filters would decide (:meth:`FrameFilter.matches`)."""
+    return not filters or frame.is_error_frame or any(f.matches(frame, as_candump) for f in filters)
 
 
 def python_can_filters(filters: tuple[FrameFilter, ...] | list[FrameFilter]) -> list[dict[str, Any]] | None:
     """The filters as python-can ``can_filters`` (which the interface may apply in the
-    kernel or hardware), or None when there are none or any is inverse (python-can has
-    no inverse filters: canarchy then applies them all itself)."""
-    if not filters or any(f.inverse for f in filters):
+    kernel or hardware), or None when there are none or any is inverse or about remote
+    frames (python-can has neither: canarchy then applies them all itself)."""
+    if not filters or any(f.inverse or f.remote is not None for f in filters):
         return None
     result = []
     for f in filters:

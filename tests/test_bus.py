@@ -163,6 +163,8 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 from canarchy.cli import main  # noqa: E402
+from canarchy.frame_syntax import format_frame  # noqa: E402
+from canarchy.frames import CanFrame  # noqa: E402
 
 
 class TimedStream(io.StringIO):
@@ -308,6 +310,7 @@ def test_filters_in_python_can_form(peer, virtual_channel, bus_kwargs_seen):
     (["--filter", "7E0"], "INVALID_FILTER"),
     (["--filter", "7E0:XYZ"], "INVALID_FILTER"),
     (["--filter", "800:7FF"], "INVALID_FILTER"),
+    (["--filter", "123:1FFFFFFFF"], "INVALID_FILTER"),
     (["--duration", "-1"], "INVALID_ARGUMENTS"),
     (["--idle-timeout", "soon"], "INVALID_ARGUMENTS"),
     (["--output", "x.pcap"], "CAPTURE_FORMAT_UNSUPPORTED"),
@@ -584,6 +587,25 @@ def test_capture_file_summary_honours_filter_count_and_output(tmp_path):
     assert [(m.arbitration_id, bytes(m.data)) for m in can.BLFReader(str(target))] == [
         (m.arbitration_id, bytes(m.data)) for m in originals]
     assert result.data["output"]["frames_written"] == 20
+
+
+@pytest.mark.parametrize("filters, passed, differs", [
+    (["123:7FF"], ["123#11", "123#R"], 1),          # candump's mask without flags also passes 00000123
+    (["123:C00007FF"], ["123#11"], 0),              # candump's usage text: only 11-bit, non-remote frames of 0x123
+    (["123:400007FF"], ["123#11"], 1),              # no remote frames; the width unchecked by candump
+    (["123~7FF"], ["00000123#11", "456#22"], 1),    # candump's inverse would keep 00000123 out
+    (["123~C00007FF"], ["123#R", "00000123#11", "456#22"], 0),
+])
+def test_candump_s_mask_flags_and_where_its_filters_decide_otherwise(tmp_path, filters, passed, differs):
+    """The mask may carry candump's CAN_EFF_FLAG and CAN_RTR_FLAG (linux/can.h): the width, and no remote frames.
+    Frames a candump filter would decide otherwise (passed, or kept out by an inverse one) are counted."""
+    log = tmp_path / "mixed.log"
+    log.write_text("".join(f"(1.{i:06d}) can0 {frame}\n" for i, frame in
+                           enumerate(["123#11", "123#R", "00000123#11", "456#22"])))
+    data = run_cli("capture", "--file", str(log), *[a for f in filters for a in ("--filter", f)], "--json").data
+    assert [format_frame(CanFrame.from_payload(e["payload"])) for e in data["events"]] == passed
+    assert [r["count"] for r in data["warning_records"] if r["code"] == "CAPTURE_FILTER_WIDTH"] == (
+        [differs] if differs else [])
 
 
 def test_a_filter_that_keeps_out_frames_candump_s_would_pass_says_so():

@@ -34,7 +34,8 @@ def add_filter_argument(parser: argparse.ArgumentParser) -> None:
     """``--filter ID:MASK`` / ``ID~MASK`` (candump's syntax, repeatable; see :func:`parse_filters`)."""
     parser.add_argument("--filter", metavar="ID:MASK", action="append", default=[],
                         help="pass frames with (ID & MASK) == (FRAME_ID & MASK), hex as in candump (7E0:7F0; "
-                             "8 ID digits: 29-bit frames); ID~MASK passes the others; repeatable: any may pass")
+                             "8 ID digits: 29-bit frames; mask flags C0000000: no remote frames); ID~MASK passes "
+                             "the others; repeatable: any may pass")
 
 
 def parse_filters(texts: list[str]) -> tuple:
@@ -282,27 +283,29 @@ def _convert(frames, writer, each, stream) -> None:
 
 
 class _Filtered:
-    """The frames of ``capture`` that ``filters`` pass, counting those kept out only by their ID's width
-    (:func:`~canarchy.frames.other_width_passes`); :meth:`note` warns of them in the capture's log."""
+    """The frames of ``capture`` that ``filters`` pass, counting those candump's filters would decide otherwise
+    (kept out or passed only by their ID's width); :meth:`note` warns of them in the capture's log."""
 
     def __init__(self, capture, filters: tuple, path: str) -> None:
         self.capture, self.filters, self.path, self.other_width = capture, filters, path, 0
 
     def __iter__(self):
-        from canarchy.frames import frame_passes, other_width_passes
+        from canarchy.frames import frame_passes
 
         for frame in self.capture:
-            if frame_passes(frame, self.filters):
-                yield frame
-            elif other_width_passes(frame, self.filters):
+            passed = frame_passes(frame, self.filters)
+            if passed != frame_passes(frame, self.filters, as_candump=True):
                 self.other_width += 1
+            if passed:
+                yield frame
 
     def note(self) -> None:
         if self.other_width:
             self.capture.log.add(
                 "CAPTURE_FILTER_WIDTH", f"{self.path}: {self.other_width} frame(s) of the other ID width match a "
-                "--filter's ID and mask, and candump's filter would pass them: a filter is for the ID width it is "
-                "written in (3 digits: 11-bit, 8 digits: 29-bit; give one of each to pass both)",
+                "--filter's ID and mask, which candump's filter would decide otherwise (pass, or for ID~MASK keep "
+                "out): a filter is for the ID width it is written in (3 digits: 11-bit, 8 digits: 29-bit; give one "
+                "of each for both, or candump's own C00007FF / 800007FF mask flags)",
                 file=self.path, count=self.other_width)
 
 
