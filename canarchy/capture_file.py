@@ -125,10 +125,10 @@ class CaptureFile:
                                       "Save the recording again uncompressed or zlib-compressed (what CANoe, CANalyzer "
                                       "and python-can write), or export it as .asc or candump -l (.log).")
         if self.malformed_count or self._stopped is not None or (not self.stream and _has_content(self.path)):
-            reader = {"candump": "candump -l", "json": "canarchy --json", "jsonl": "canarchy --jsonl"}.get(
+            reader = {"candump": "the candump -l", "json": "the canarchy --json", "jsonl": "the canarchy --jsonl"}.get(
                 self.format, f"python-can's .{self.format}")
             return DecodeError("CAPTURE_FORMAT_INVALID",
-                               f"{self.path!r} holds no CAN frame the {reader} reader can read"
+                               f"{self.path!r} holds no CAN frame {reader} reader can read"
                                + (f" (first problem: {first})." if first else "."),
                                "A stream is read as candump -l text: pipe `candump -L` (not plain `candump`) "
                                "into canarchy, or save another format to a file and give that file."

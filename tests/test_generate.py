@@ -226,7 +226,7 @@ def test_forever_stops_on_ctrl_c_and_shuts_the_bus_down(peer, virtual_channel, m
     monkeypatch.setattr(generate.time, "sleep", sleep)
     result = run_cli("generate", virtual_channel, "--forever", "--gap", "50", "--json")
     assert result.code == 0, result.out
-    assert (result.data["frames_sent"], result.data["stopped_by"], result.data["forever"]) == (3, "interrupt", True)
+    assert (result.data["frames_sent"], result.data["stopped_by"], result.data["forever"]) == (3, "SIGINT", True)
     assert len(result.data["events"]) == 3  # streamed through the spool, not kept in memory
     assert len(drain(peer)) == 3
     # the harness fails this test if canarchy's bus was left open

@@ -215,7 +215,7 @@ def test_sigterm_ends_an_endless_stream_with_the_closing_envelope():
             proc.kill()
     closing = strict_json(rest.splitlines()[-1])
     assert (proc.returncode, err) == (0, "")
-    assert closing["ok"] is True and closing["data"]["stopped_by"] == "interrupt"
+    assert closing["ok"] is True and closing["data"]["stopped_by"] == "SIGTERM"
     assert closing["data"]["frames_shown"] >= 1000
 
 
@@ -261,7 +261,7 @@ def test_ctrl_c_closes_a_json_stream_with_its_events(monkeypatch):
     monkeypatch.setattr(generate, "_frame_payload", payload)
     result = run_cli("generate", "--dry-run", "--count", "1000000000", "--json")
     envelope = strict_json(result.out)
-    assert result.code == 0 and envelope["data"]["stopped_by"] == "interrupt"
+    assert result.code == 0 and envelope["data"]["stopped_by"] == "SIGINT"
     assert len(envelope["data"]["events"]) == envelope["data"]["frames_shown"] == 499
 
 

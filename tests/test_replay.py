@@ -198,3 +198,27 @@ def test_replayed_frames_are_sent_not_received(monkeypatch, recording):
     result = run_cli("replay", str(recording), "scaffold1", "--speed", "100", "--json")
     assert result.code == 0, result.out
     assert result.data["events"] and {e["payload"]["is_rx"] for e in result.data["events"]} == {False}
+
+
+def test_a_replay_stopped_by_sigterm_says_so(peer, virtual_channel, recording, monkeypatch):
+    """A SIGTERM (a cancelled job, ``timeout``) ends the replay as Ctrl+C does, exit 0, and it is named as the
+    signal it was (as capture names it), not taken for Ctrl+C."""
+    import os
+    import signal
+    import time
+
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) % 2 == 0:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler the command set turns it into a clean stop
+        time.sleep(seconds)
+
+    real = replay.play
+    monkeypatch.setattr(replay, "play", lambda slots, send, **kw: real(slots, send, sleep=sleep))
+    result = run_cli("replay", str(recording), virtual_channel, "--json")
+    assert result.code == 0, result.out
+    assert (result.data["stopped_by"], result.data["frames_sent"]) == ("SIGTERM", len(drain(peer))) != ("SIGTERM", 5)
+    text = run_cli("replay", str(recording), virtual_channel, "--text")
+    assert (text.code, text.out.count("(stopped by SIGTERM)")) == (0, 1), text.out

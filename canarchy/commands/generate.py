@@ -246,7 +246,8 @@ def _transmit(args: argparse.Namespace, run: _Run, common: dict[str, Any], warni
 
 
 def _stopped_by(stream, otherwise: str) -> str:
-    return "interrupt" if stream.stopped_by else otherwise
+    """The signal that stopped the run (``SIGINT``, ``SIGTERM``: as capture says), else ``otherwise``."""
+    return stream.stopped_by or otherwise
 
 
 def _render_frame(event: dict[str, Any]) -> str:
@@ -257,7 +258,7 @@ def _render_frame(event: dict[str, Any]) -> str:
 
 def _render_text(result: CommandResult) -> str:
     d = result.data
-    stopped = " (stopped by Ctrl+C)" if d["stopped_by"] == "interrupt" else ""
+    stopped = f" (stopped by {d['stopped_by']})" if d["stopped_by"] in ("SIGINT", "SIGTERM") else ""
     if d["mode"] == "dry_run":
         planned = "frames" if d["forever"] else f"{d['planned_frames']} frames"
         until = " until Ctrl+C" if d["forever"] else ""

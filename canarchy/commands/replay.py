@@ -131,7 +131,7 @@ def _transmit(args: argparse.Namespace, slots: Any, common: dict[str, Any], stat
                            channel=args.interface, timestamp=done.sent_at)
             stream.emit("frame_sent", payload, done.sent_at)
     data = dict(common, mode="active", interface_source=args.interface_source, frames_sent=stream.count,
-                stopped_by="interrupt" if stream.stopped_by else "end", elapsed_s=round(time.monotonic() - started, 6),
+                stopped_by=stream.stopped_by or "end", elapsed_s=round(time.monotonic() - started, 6),
                 max_late_s=round(max_late, 6), filtered=filtered(), error_frames_skipped=stats["error_frames"])
     return CommandResult(data=data, warnings=[warning, *stats["warnings"]])
 
@@ -150,7 +150,7 @@ def _render_text(result: CommandResult) -> str:
                  "nothing sent" + (f" (first pass shown: {d['shown']} frames)" if d["planned_frames"] is None else "")]
     else:
         lines = [f"replay of {d['file']} on {d['interface']}: {d['frames_sent']} frames sent in {d['elapsed_s']:.3f} s "
-                 f"({'stopped by Ctrl+C' if d['stopped_by'] == 'interrupt' else 'done'}), "
+                 f"({'done' if d['stopped_by'] == 'end' else 'stopped by ' + d['stopped_by']}), "
                  f"at most {d['max_late_s'] * 1000:.1f} ms late"]
     return "\n".join(lines)
 
