@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from canarchy import config
 from canarchy.errors import UserInputError
-from canarchy.output import terminal_safe
+from canarchy.output import ShownWarning, terminal_safe
 
 NONINTERACTIVE_ACK_VARIABLE = "CANARCHY_MCP_NONINTERACTIVE_ACK"
 # Set only inside `caller_acknowledged()`: context-local, never process-wide.
@@ -44,7 +44,8 @@ def caller_acknowledged() -> Iterator[None]:
 def add_active_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--ack-active`` and ``--dry-run`` to an active command's parser."""
     parser.add_argument("--ack-active", action="store_true",
-                        help="acknowledge that this command transmits on the bus (asks for YES)")
+                        help="acknowledge that this command transmits on the bus (asks for YES); required where "
+                             "[safety].require_active_ack is set")
     parser.add_argument("--dry-run", action="store_true", help="plan only: open no transport, send nothing")
 
 
@@ -54,8 +55,8 @@ def preflight_warning(command: str, channel: str, action: str) -> str:
 
 
 def active_gate(command: str, channel: str, action: str, ack_active: bool,
-                stdin: TextIO | None = None, stderr: TextIO | None = None) -> str:
-    """Run the gate for one active command; return the warning that was printed.
+                stdin: TextIO | None = None, stderr: TextIO | None = None) -> ShownWarning:
+    """Run the gate for one active command; return the warning that was printed (for the envelope).
 
     ``action`` completes "will ... on channel X" (e.g. ``"send 17 UDS requests"``).
     Raises ``UserInputError`` with ``ACTIVE_ACK_REQUIRED`` or
@@ -84,4 +85,4 @@ def active_gate(command: str, channel: str, action: str, ack_active: bool,
                 f"Transmission on {channel} was not confirmed.",
                 "Type YES (upper case) at the prompt to transmit, or use --dry-run.",
             )
-    return warning
+    return ShownWarning(warning)

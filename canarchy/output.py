@@ -47,6 +47,11 @@ _EVENT_INDENT = "\n      "  # an event's place in the indented envelope: data ->
 TIMESTAMP_TEXT = "_timestamp_text"
 
 
+class ShownWarning(str):
+    """A warning already written to stderr as the command started (the active-transmit preflight): the
+    envelope keeps it; ``--text``, which says it on stderr too, does not repeat it at the end."""
+
+
 @dataclass
 class CommandResult:
     """What a handler returns: ``data`` (the envelope's ``data``, JSON-serialisable)
@@ -411,7 +416,8 @@ class Printer:
         text = (self.render_text or default_text)(result) + cut
         counts = result.data.get("warning_counts")
         said = "warnings by kind: " + ", ".join(f"{code} {count}" for code, count in counts.items()) if counts else ""
-        said += "".join(f"\nwarning: {w}" for w in warnings)
+        shown = {one_full_stop(w) for w in result.warnings if isinstance(w, ShownWarning)}
+        said += "".join(f"\nwarning: {w}" for w in warnings if w not in shown)
         return text, said.lstrip("\n")
 
     def say(self, text: str) -> None:

@@ -268,3 +268,13 @@ def test_generated_frames_sent_are_not_received(monkeypatch):
     result = run_cli("generate", "scaffold1", "--count", "3", "--gap", "0", "--json")
     assert result.code == 0, result.out
     assert [e["payload"]["is_rx"] for e in result.data["events"]] == [False] * 3
+
+
+def test_the_preflight_warning_is_said_once_in_text_and_kept_in_the_envelope(peer, virtual_channel, capsys):
+    """The active-transmit warning goes to stderr as the run starts; ``--text`` does not say it again with the
+    warnings at the end (a human read it twice), and ``--json`` keeps it in ``warnings``."""
+    text = run_cli("generate", virtual_channel, "--count", "1", "--gap", "0", "--text")
+    said = capsys.readouterr().err + text.err
+    assert text.code == 0 and said.count("ACTIVE TRANSMIT") == 1, said
+    envelope = run_cli("generate", virtual_channel, "--count", "1", "--gap", "0", "--json").envelope
+    assert [w for w in envelope["warnings"] if "ACTIVE TRANSMIT" in w] != []
