@@ -529,9 +529,14 @@ def test_capture_file_filters_and_converts_a_recording(tmp_path):
     assert result.data["output"]["frames_written"] == 20 == result.data["frame_count"]
 
 
-def test_capture_file_refuses_bus_only_options(tmp_path):
-    result = run_cli("capture", "--file", str(tmp_path / "x.log"), "--duration", "3", "--json")
+@pytest.mark.parametrize("option", [["--duration", "3"], ["--idle-timeout", "1"], ["--bus-type", "pcan"],
+                                    ["--bitrate", "500000"], ["--data-bitrate", "2000000"], ["--fd"],
+                                    ["--bus-option", "serial=1"]])
+def test_capture_file_refuses_bus_only_options(tmp_path, option):
+    """A recording has no bus: a bus's option with --file is an error naming it, not silently dropped."""
+    result = run_cli("capture", "--file", str(tmp_path / "x.log"), *option, "--json")
     assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"])
+    assert f"capture: {option[0]} applies to a bus, not to --file" in result.envelope["errors"][0]["message"]
 
 
 def test_no_output_file_when_the_bus_never_opened(monkeypatch, tmp_path):

@@ -233,8 +233,10 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
     if args.interface_source == "cli":
         raise UserInputError("INVALID_ARGUMENTS", f"capture: give a channel ({args.channel}) or --file, not both.",
                              "Drop the channel to read the file, or drop --file to capture from the channel.")
-    for flag, value in (("--duration", args.duration), ("--idle-timeout", args.timeout)):
-        if value is not None:
+    for flag, value in (("--duration", args.duration), ("--idle-timeout", args.timeout), ("--bus-type", args.bus_type),
+                        ("--bitrate", args.bitrate), ("--data-bitrate", args.data_bitrate), ("--fd", args.fd),
+                        ("--bus-option", args.bus_option)):
+        if value not in (None, []):  # [] : no --bus-option
             raise UserInputError("INVALID_ARGUMENTS", f"capture: {flag} applies to a bus, not to --file.",
                                  "Use --count to read part of a recording, or drop the option.")
     limit = None
