@@ -62,11 +62,31 @@ class _ArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserInputError(
+        raise _ArgumentsError(
             "INVALID_ARGUMENTS",
             f"{self.prog}: {message}",
             f"Run `{self.prog} --help` for the accepted arguments.",
+            self.prog,
         )
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an argument no parser knows is named with the command it was given to (argparse
+        says it as the top level: ``canarchy: unrecognized arguments``)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            prog = f"{self.prog} {parsed.command}" if getattr(parsed, "command", None) else self.prog
+            raise _ArgumentsError("INVALID_ARGUMENTS", f"{prog}: unrecognized arguments: {' '.join(extra)}",
+                                  f"Run `{prog} --help` for the accepted arguments.", prog)
+        return parsed
+
+
+class _ArgumentsError(UserInputError):
+    """``INVALID_ARGUMENTS`` of a parser; ``command``: the command it parsed for (``uds scan``), "canarchy" at the
+    top level, for the envelope."""
+
+    def __init__(self, code: str, message: str, hint: str, prog: str) -> None:
+        super().__init__(code, message, hint)
+        self.command = prog.removeprefix("canarchy ") or prog
 
 
 def _output_parent() -> argparse.ArgumentParser:
@@ -269,6 +289,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
                 result = args.handler(args)
             except CanarchyError as exc:
                 error = exc
+                if isinstance(exc, _ArgumentsError):
+                    printer.command = exc.command
             except KeyboardInterrupt:
                 pass  # interrupted before it could report: the printer closes what was streamed
             finally:

@@ -272,3 +272,15 @@ def test_version_loads_no_command_module():
              "print(sorted(m for m in sys.modules if m.startswith('canarchy.commands.')))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("argv, command", [(["uds", "scan", "--bad"], "uds scan"),
+                                           (["capture", "--count"], "capture"),
+                                           (["isotp", "decode", "--file", "x.log", "--nope"], "isotp decode")])
+def test_an_argument_error_names_the_command_it_was_given_to(argv, command):
+    """An option the command does not know is its error (the envelope's ``command``, the message, the hint's
+    ``--help``), as argparse says it of subcommands; argparse said `canarchy: unrecognized arguments`."""
+    result = run_cli(*argv, "--json")
+    [error] = result.envelope["errors"]
+    assert (result.code, result.envelope["command"], error["code"]) == (1, command, "INVALID_ARGUMENTS")
+    assert error["message"].startswith(f"canarchy {command}: ") and f"`canarchy {command} --help`" in error["hint"]
