@@ -1,5 +1,6 @@
 """Writing captured frames to a log file through python-can's writers (chosen by suffix from a fixed
-table: ``.log`` candump, ``.asc``, ``.blf``, ``.trc``, ``.csv``), frame by frame. A ``.log`` frame's line
+table: ``.log`` candump, ``.asc``, ``.blf``, ``.trc``, ``.csv``; the text ones also gzipped, ``.log.gz``), frame by
+frame. A ``.log`` frame's line
 is canarchy's (:func:`_candump_line`; python-can's moves frames in time and drops raw DLCs), an error
 frame's python-can's.
 
@@ -42,7 +43,7 @@ def _failed(path: Path, exc: BaseException) -> TransportError:
     """``CAPTURE_WRITE_FAILED`` for ``exc``, with a hint for its cause: an ``OSError`` (by errno), or
     anything else the writer raised (a value the format cannot hold)."""
     if not isinstance(exc, OSError):
-        fmt = path.suffix.lower()
+        fmt = "".join(path.suffixes[-2:]).lower() if path.suffix.lower() == ".gz" else path.suffix.lower()
         return TransportError("CAPTURE_WRITE_FAILED",
                               f"Cannot write {str(path)!r}: the {fmt} writer refused a frame: "
                               f"{exc.__class__.__name__}: {exc}.",
@@ -87,13 +88,15 @@ class CaptureWriter:
 
     def __init__(self, path: str | os.PathLike[str], overwrite: bool = False) -> None:
         self.path = Path(path)
-        suffix = self.path.suffix.lower()
-        if suffix not in WRITER_SUFFIXES:
+        compressed = self.path.suffix.lower() == ".gz"  # gzip, as python-can's Logger writes and canarchy reads
+        suffix = (Path(self.path.stem) if compressed else self.path).suffix.lower()
+        if suffix not in WRITER_SUFFIXES or (compressed and suffix == ".blf"):
             raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED",
-                                 f"--output {str(path)!r}: canarchy writes {', '.join(WRITER_SUFFIXES)}, not "
-                                 f"{suffix or '(no suffix)'!r}.",
-                                 "Name the file .log (candump -l), .asc, .blf, .trc or .csv; "
-                                 "--jsonl > FILE keeps canarchy's own events.")
+                                 f"--output {str(path)!r}: canarchy writes {', '.join(WRITER_SUFFIXES)} (the text "
+                                 f"formats also .gz), not {''.join(self.path.suffixes[-2:]) or '(no suffix)'!r}.",
+                                 "Name the file .log (candump -l), .asc, .blf, .trc or .csv, or .log.gz, .asc.gz, "
+                                 ".trc.gz, .csv.gz (a .blf file compresses itself); --jsonl > FILE keeps canarchy's "
+                                 "own events.")
         if self.path.exists() and not overwrite:
             raise UserInputError("CAPTURE_OUTPUT_EXISTS", f"--output {str(path)!r} exists.",
                                  "Choose another name, or add --overwrite to replace it when the capture ends.")
@@ -116,9 +119,20 @@ class CaptureWriter:
             umask = os.umask(0)
             os.umask(umask)
             # through a symlink, keeping a replaced file's bits, else as an ordinary new file's: as `>` writes
-            self._pending = PendingFile(self.path, suffix=f".part{suffix}", new_mode=0o666 & ~umask)
+            self._pending = PendingFile(self.path, suffix=f".part{suffix}{'.gz' if compressed else ''}",
+                                        new_mode=0o666 & ~umask)
             os.close(self._pending.fd)
-            self._writer = writer_class(self._pending.temp)
+            target: Any = self._pending.temp
+            if compressed:
+                import gzip
+
+                target = gzip.open(target, "wt", encoding="utf-8")  # noqa: SIM115 - the writer closes it in stop()
+            try:
+                self._writer = writer_class(target)
+            except BaseException:
+                if compressed:
+                    target.close()
+                raise
             if hasattr(self._writer, "filepath"):  # python-can's TRC writer names its file in the header
                 self._writer.filepath = str(self.path.resolve())
         except OSError as exc:

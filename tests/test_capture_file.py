@@ -436,6 +436,26 @@ def test_an_output_through_a_symlink_replaces_its_target_and_keeps_its_permissio
     assert target.stat().st_mode & 0o777 == 0o640 and os.listdir(target.parent) == ["drive.log"]
 
 
+@pytest.mark.parametrize("suffix", [".log.gz", ".asc.gz", ".csv.gz", ".trc.gz"])
+def test_a_conversion_to_a_gzipped_text_format_reads_back_whole(tmp_path, suffix):
+    """``--output drive.log.gz`` (and the other text formats): gzip, as python-can's Logger writes it and as canarchy
+    and python-can read it; each frame's ID and data kept."""
+    import can
+
+    out = tmp_path / f"converted{suffix}"
+    assert run_cli("capture", "--file", str(TRUCK), "--output", str(out), "--json").code == 0
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
+    source = [(f.arbitration_id, f.data) for f in open_capture(TRUCK)]
+    assert [(f.arbitration_id, f.data) for f in open_capture(out)] == source
+    assert [(m.arbitration_id, bytes(m.data)) for m in can.LogReader(str(out))] == source
+
+
+def test_a_gzipped_blf_is_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "converted.blf.gz"
+    result = run_cli("capture", "--file", str(TRUCK), "--output", str(out), "--json")
+    assert (result.code, result.error_codes, os.listdir(tmp_path)) == (1, ["CAPTURE_FORMAT_UNSUPPORTED"], [])
+
+
 def _blf(path: Path, frames: list, **options) -> bytes:
     import can
 
