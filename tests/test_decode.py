@@ -449,6 +449,17 @@ def test_obd_dtc_text():
     assert describe_diagnostic_pdu(pdu, "response")["obd"] == {"dtc_count": 2, "dtcs": ["P0123", "P0456"]}
 
 
+def test_mode_01_pids_of_sae_j1979_in_one_response():
+    """A response carrying several PIDs (SAE J1979 mode $01), each decoded by its own formula over A, B and read
+    past by its own length: fuel trim (A-128)*100/128, catalyst temperature (256A+B)/10-40, equivalence ratio
+    2*(256A+B)/65536, fuel rate (256A+B)/20, torque A-125; an unknown PID ends the list with its raw bytes."""
+    body = "41" + "0680" + "07C0" + "3C1234" + "448000" + "5E0190" + "62FA" + "FF0102"
+    pdu = IsoTpPdu(0x7E8, bytes.fromhex(body), 1.0, 1.0, 2)
+    got = [(v["pid"], v["value"], v["unit"]) for v in describe_diagnostic_pdu(pdu, "response")["obd"]]
+    assert got == [("0x06", 0.0, "%"), ("0x07", 50.0, "%"), ("0x3C", 0x1234 / 10 - 40, "°C"),
+                   ("0x44", 1.0, "ratio"), ("0x5E", 20.0, "L/h"), ("0x62", 125, "%"), ("0xFF", None, None)]
+
+
 # -- canarchy.isotp ------------------------------------------------------------------------------
 
 

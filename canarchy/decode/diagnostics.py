@@ -34,28 +34,60 @@ KWP_SERVICES = {
     0x3B: "WriteDataByLocalIdentifier",
 }
 
-# SAE J1979 mode $01 PIDs: (name, unit, formula over the data bytes A, B).
+# SAE J1979 mode $01 PIDs: (name, unit, formula over the data bytes A, B); each PID's data bytes in _OBD_PID_LENGTH.
+_TRIM = ("%", lambda d: (d[0] - 128) * 100 / 128)
+_PERCENT = ("%", lambda d: d[0] * 100 / 255)
+_CATALYST = ("°C", lambda d: (256 * d[0] + d[1]) / 10 - 40)
+_TORQUE = ("%", lambda d: d[0] - 125)
 OBD_PIDS: dict[int, tuple[str, str, Any]] = {
-    0x04: ("Calculated engine load", "%", lambda d: d[0] * 100 / 255),
+    0x04: ("Calculated engine load", *_PERCENT),
     0x05: ("Engine coolant temperature", "°C", lambda d: d[0] - 40),
+    0x06: ("Short term fuel trim, bank 1", *_TRIM),
+    0x07: ("Long term fuel trim, bank 1", *_TRIM),
+    0x08: ("Short term fuel trim, bank 2", *_TRIM),
+    0x09: ("Long term fuel trim, bank 2", *_TRIM),
+    0x0A: ("Fuel pressure (gauge)", "kPa", lambda d: 3 * d[0]),
     0x0B: ("Intake manifold absolute pressure", "kPa", lambda d: d[0]),
     0x0C: ("Engine speed", "rpm", lambda d: (256 * d[0] + d[1]) / 4),
     0x0D: ("Vehicle speed", "km/h", lambda d: d[0]),
+    0x0E: ("Timing advance", "° before TDC", lambda d: d[0] / 2 - 64),
     0x0F: ("Intake air temperature", "°C", lambda d: d[0] - 40),
     0x10: ("Mass air flow rate", "g/s", lambda d: (256 * d[0] + d[1]) / 100),
-    0x11: ("Throttle position", "%", lambda d: d[0] * 100 / 255),
+    0x11: ("Throttle position", *_PERCENT),
     0x1F: ("Run time since engine start", "s", lambda d: 256 * d[0] + d[1]),
     0x21: ("Distance traveled with MIL on", "km", lambda d: 256 * d[0] + d[1]),
-    0x2F: ("Fuel tank level input", "%", lambda d: d[0] * 100 / 255),
+    0x23: ("Fuel rail gauge pressure", "kPa", lambda d: 10 * (256 * d[0] + d[1])),
+    0x2C: ("Commanded EGR", *_PERCENT),
+    0x2D: ("EGR error", *_TRIM),
+    0x2E: ("Commanded evaporative purge", *_PERCENT),
+    0x2F: ("Fuel tank level input", *_PERCENT),
+    0x30: ("Warm-ups since codes cleared", "count", lambda d: d[0]),
     0x31: ("Distance traveled since codes cleared", "km", lambda d: 256 * d[0] + d[1]),
     0x33: ("Absolute barometric pressure", "kPa", lambda d: d[0]),
+    0x3C: ("Catalyst temperature, bank 1, sensor 1", *_CATALYST),
+    0x3D: ("Catalyst temperature, bank 2, sensor 1", *_CATALYST),
+    0x3E: ("Catalyst temperature, bank 1, sensor 2", *_CATALYST),
+    0x3F: ("Catalyst temperature, bank 2, sensor 2", *_CATALYST),
     0x42: ("Control module voltage", "V", lambda d: (256 * d[0] + d[1]) / 1000),
+    0x43: ("Absolute load value", "%", lambda d: (256 * d[0] + d[1]) * 100 / 255),
+    0x44: ("Commanded air-fuel equivalence ratio", "ratio", lambda d: (256 * d[0] + d[1]) * 2 / 65536),
+    0x45: ("Relative throttle position", *_PERCENT),
     0x46: ("Ambient air temperature", "°C", lambda d: d[0] - 40),
+    0x47: ("Absolute throttle position B", *_PERCENT),
+    0x49: ("Accelerator pedal position D", *_PERCENT),
+    0x4A: ("Accelerator pedal position E", *_PERCENT),
+    0x4C: ("Commanded throttle actuator", *_PERCENT),
+    0x4D: ("Time run with MIL on", "min", lambda d: 256 * d[0] + d[1]),
+    0x4E: ("Time since trouble codes cleared", "min", lambda d: 256 * d[0] + d[1]),
+    0x5A: ("Relative accelerator pedal position", *_PERCENT),
     0x5C: ("Engine oil temperature", "°C", lambda d: d[0] - 40),
+    0x5E: ("Engine fuel rate", "L/h", lambda d: (256 * d[0] + d[1]) / 20),
+    0x61: ("Driver's demand engine, percent torque", *_TORQUE),
+    0x62: ("Actual engine, percent torque", *_TORQUE),
+    0x63: ("Engine reference torque", "N·m", lambda d: 256 * d[0] + d[1]),
 }
-# Data bytes of each PID above (SAE J1979).
-_OBD_PID_LENGTH = {0x04: 1, 0x05: 1, 0x0B: 1, 0x0C: 2, 0x0D: 1, 0x0F: 1, 0x10: 2, 0x11: 1, 0x1F: 2, 0x21: 2,
-                   0x2F: 1, 0x31: 2, 0x33: 1, 0x42: 2, 0x46: 1, 0x5C: 1}
+_TWO_BYTES = {0x0C, 0x10, 0x1F, 0x21, 0x23, 0x31, 0x3C, 0x3D, 0x3E, 0x3F, 0x42, 0x43, 0x44, 0x4D, 0x4E, 0x5E, 0x63}
+_OBD_PID_LENGTH = {pid: 2 if pid in _TWO_BYTES else 1 for pid in OBD_PIDS}
 _DTC_LETTERS = "PCBU"
 
 
