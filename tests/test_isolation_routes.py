@@ -2527,6 +2527,36 @@ def test_a_network_namespace_without_the_mount_view_leaves_the_sentinel_comparin
     assert "changed the operator's state" in run.output and "/.canarchy/config.toml" in run.output, run.output
 
 
+def test_a_plugin_a_test_leaves_registered_fails_it_and_never_runs_its_hooks(tmp_path):
+    """A test that registers a pytest plugin and leaves it registered had its hooks run after it: at the
+    session's end a ``pytest_sessionfinish`` wrote into ``build/`` of the checkout (a directory no sentinel
+    looks in), unnamed and unrefused. The test now fails, naming the plugin, which is unregistered there."""
+    run = run_child(tmp_path, {"test_plugin.py": """
+        import os
+
+        class Late:
+            def pytest_sessionfinish(self, session):
+                os.makedirs(os.path.join(str(session.config.rootpath), "build", "lib"), exist_ok=True)
+                open(os.path.join(str(session.config.rootpath), "build", "lib", "planted.py"), "w").close()
+
+        def test_registers_a_plugin(request):
+            request.config.pluginmanager.register(Late(), "late-writer")
+
+        def test_registers_and_unregisters_one(request):
+            plugin = Late()
+            request.config.pluginmanager.register(plugin, "tidy")
+            request.config.pluginmanager.unregister(plugin)
+
+        def test_after(request):
+            assert request.config.pluginmanager.get_plugin("late-writer") is None
+    """}, "-p", "no:randomly")
+    messages = run.messages("test_registers_a_plugin")
+    assert "error" in run.outcomes("test_registers_a_plugin"), run.output
+    assert "test_plugin.py::test_registers_a_plugin left pytest plugin(s) registered: late-writer" in messages
+    assert run.outcomes("test_registers_and_unregisters_one") == run.outcomes("test_after") == {"passed"}, run.output
+    assert not (tmp_path / "project" / "build").exists()
+
+
 def test_a_directory_reached_through_a_link_whose_target_moves_is_resolved_again(tmp_path):
     """``/proc/self/cwd`` names the working directory, and a link to it does too: the guard remembered such a
     directory where it resolved first, so after a chdir into the operator's home the test read and wrote the

@@ -190,6 +190,7 @@ def guard_operator_access(request: pytest.FixtureRequest):
     bus.enabled, files.enabled = not bus_down, not files_down
     run.finished.discard(nodeid)  # a test run again in the session (a rerun plugin) is running now
     threads_before = set(_THREADS())  # the thread objects: an ended thread's id goes to the next one started
+    plugins_before = _PLUGINS(request.config.pluginmanager)
     try:
         yield bus
     finally:
@@ -199,8 +200,9 @@ def guard_operator_access(request: pytest.FixtureRequest):
         _set_owners(_BETWEEN_TESTS)
         _own_left_threads(nodeid, threads_before)
         _own_left_processes(run, nodeid)
+        plugins = _unregister_left_plugins(request.config.pluginmanager, plugins_before)
     try:
-        _fail_for_what_the_test_did(request, run, bus_down, files_down, switched)
+        _fail_for_what_the_test_did(request, run, bus_down, files_down, switched, plugins)
     finally:
         run.finished.add(nodeid)  # from now on, what is refused in its name is late
 
@@ -215,6 +217,20 @@ def _own_left_processes(run: _Run, nodeid: str) -> None:
             running = _reaper.descendants()
         run.process_owners = {pid: run.process_owners.get(pid, nodeid) for pid in running}
         _access.GUARD.others_relink = bool(running)
+
+
+_PLUGINS = pytest.PytestPluginManager.get_plugins  # taken at import: a test that replaced it could hide its plugin
+
+
+def _unregister_left_plugins(manager: pytest.PytestPluginManager, before: set) -> list[str]:
+    """The names of the pytest plugins registered since ``before`` and still registered, each unregistered now:
+    a plugin a test left registered runs its hooks after it (in later tests, at the session's end), where no
+    test's isolation is in force and what it does is named after nobody."""
+    left = []
+    for plugin in _PLUGINS(manager) - before:
+        left.append(manager.get_name(plugin) or repr(plugin))
+        manager.unregister(plugin)
+    return sorted(left)
 
 
 _CHDIR = os.chdir  # taken at import: the fixture's own moves are not judged, and a test cannot replace them
@@ -279,9 +295,10 @@ def _fail_for_what_came_before(run: _Run, nodeid: str, config: pytest.Config) ->
 
 
 def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_down: bool, files_down: bool,
-                                switched: list[str]) -> None:
+                                switched: list[str], plugins: list[str] = ()) -> None:
     """Fail the test for its refusals (caught or not), a change to the isolation, a bus it left
-    open or python-can's "not properly shut down"; record its writes into the checkout."""
+    open, python-can's "not properly shut down" or pytest ``plugins`` it left registered; record its writes
+    into the checkout."""
     bus, files = _guard.GUARD, _access.GUARD
     nodeid = request.node.nodeid
     tampered = _unsealed(run) + [f"{name} guard switched off" for name in switched]
@@ -298,14 +315,14 @@ def _fail_for_what_the_test_did(request: pytest.FixtureRequest, run: _Run, bus_d
     for open_bus, _owner in unclosed:
         open_bus.shutdown()
     records = _SHUTDOWN_RECORDS.take()
-    if bus_down and files_down and not tampered:
+    if bus_down and files_down and not tampered and not plugins:
         return
     if bus_down:
         unclosed, records = [], []
     for message in refusals:
         request.node.user_properties.append((REFUSED_PROPERTY, message.splitlines()[0] if message else message))
-    if refusals or unclosed or records or tampered or hidden or removed:
-        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered, hidden, removed),
+    if refusals or unclosed or records or tampered or hidden or removed or plugins:
+        pytest.fail(_report(nodeid, refusals, [b for b, _ in unclosed], records, tampered, hidden, removed, plugins),
                     pytrace=False)
 
 
@@ -354,8 +371,13 @@ def unseen_writes(run: _Run, config: pytest.Config, paths: list[str]) -> list[st
 
 
 def _report(nodeid: str, refusals: list[str], unclosed: list, records: list[str], tampered: list[str],
-            hidden: list[str] = (), removed: list[str] = ()) -> str:
+            hidden: list[str] = (), removed: list[str] = (), plugins: list[str] = ()) -> str:
     parts = []
+    if plugins:
+        parts.append(f"canarchy test isolation: {nodeid} left pytest plugin(s) registered: {', '.join(plugins)}: "
+                     "their hooks would run after it (in later tests, at the session's end), outside any test's "
+                     "isolation and named after nobody; unregistered now. Unregister a plugin where the test "
+                     "registered it (or in a fixture's teardown).")
     if tampered:
         parts.append(f"canarchy test isolation: {nodeid} changed the isolation's own code or state (put back for "
                      "the tests after it): " + "; ".join(tampered))
