@@ -61,12 +61,41 @@ def test_build_env_keeps_only_the_allow_list(tmp_path):
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        # the caller's home, which the plugin protects as the operator's (HOME names the lane's own)
+        lane_env.OPERATOR_HOMES_VARIABLE: HOSTILE_SHELL["HOME"],
     }
 
 
 def test_build_env_verdict_does_not_depend_on_the_callers_shell(tmp_path):
-    clean = {k: HOSTILE_SHELL[k] for k in ("PATH",)}
+    clean = {k: HOSTILE_SHELL[k] for k in ("PATH", "HOME")}
     assert lane_env.build_env(home=tmp_path, source=HOSTILE_SHELL) == lane_env.build_env(home=tmp_path, source=clean)
+
+
+def test_the_caller_s_home_is_protected_in_a_lane_s_run_whose_home_is_the_lane_s_own(tmp_path):
+    """A lane's run has a HOME of its own; the home of whoever started nox (a container's or a CI job's, not the
+    account's) reaches the plugin as the operator's, and a test writing there is refused at that moment. An
+    inner lane (nox's lane process building its pytest's environment) keeps the outermost caller's; the tests do
+    not see the variable."""
+    caller = tmp_path / "caller-home"
+    (caller / ".config").mkdir(parents=True)
+    shell = {"PATH": os.environ["PATH"], "HOME": str(caller)}
+    outer = lane_env.build_env(home=tmp_path / "nox-lane-home", source=shell)
+    inner = lane_env.build_env(home=tmp_path / "run-home", source=outer)
+    assert inner[lane_env.OPERATOR_HOMES_VARIABLE] == str(caller) and inner["HOME"] == str(tmp_path / "run-home")
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "tests" / "conftest.py").write_text('pytest_plugins = ["canarchy.testing.isolation.plugin"]\n')
+    (project / "tests" / "test_writes.py").write_text(
+        "import os\ndef test_writes_the_caller_s_home():\n"
+        f"    open({str(caller / '.config' / 'leak.txt')!r}, 'w').close()\n"
+        "def test_sees_no_caller_s_home():\n    assert 'PYTEST_CANARCHY_OPERATOR_HOMES' not in os.environ\n")
+    (tmp_path / "run-home").mkdir()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=project,
+                          env={**inner, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "test_writes_the_caller_s_home tried to open for writing" in done.stdout, done.stdout
+    assert "1 failed, 1 passed" in done.stdout and not (caller / ".config" / "leak.txt").exists()
 
 
 def test_build_env_passthrough_and_extra(tmp_path):

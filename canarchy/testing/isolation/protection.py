@@ -109,11 +109,18 @@ class Protection:
     staging: tuple[str, ...] = ()
 
 
+#: The homes of whoever started a lane (``os.pathsep``-separated), whose runs' HOME is the lane's own: set by
+#: the lanes (``canarchy.testing.lanes.env.build_env``, which imports nothing of the plugin: the name is written
+#: there too).
+OPERATOR_HOMES_VARIABLE = "PYTEST_CANARCHY_OPERATOR_HOMES"
+
+
 def operator_homes(environ: Mapping[str, str], account_home: str | None) -> list[str]:
-    """The operator's homes, resolved, each once: HOME, USERPROFILE and the
-    account database's home (they differ when a shell moved HOME)."""
+    """The operator's homes, resolved, each once: HOME, USERPROFILE, the account database's home (they differ
+    when a shell moved HOME: a container's or a CI job's) and those :data:`OPERATOR_HOMES_VARIABLE` names."""
     homes: list[str] = []
-    for home in (environ.get("HOME"), environ.get("USERPROFILE"), account_home):
+    handed = environ.get(OPERATOR_HOMES_VARIABLE, "").split(os.pathsep)
+    for home in (environ.get("HOME"), environ.get("USERPROFILE"), account_home, *handed):
         if home:
             resolved = normcase(os.path.realpath(home))
             if resolved not in homes:

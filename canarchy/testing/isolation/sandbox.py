@@ -20,7 +20,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
-from canarchy.testing.isolation.protection import PYTHON_CAN_SYSTEM_FILES
+from canarchy.testing.isolation.protection import OPERATOR_HOMES_VARIABLE, PYTHON_CAN_SYSTEM_FILES
 from canarchy.testing.isolation.tempbase import inside
 
 # Variables that decide where "home" is, on POSIX and Windows.
@@ -198,9 +198,11 @@ class Sandbox:
 
     # -- environments ------------------------------------------------------
     def isolated_environment(self, home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """``base`` (default: the operator's) without scrubbed variables, homes moved to ``home``."""
+        """``base`` (default: the operator's) without scrubbed variables (nor the caller's homes a lane handed the
+        plugin, :data:`~.protection.OPERATOR_HOMES_VARIABLE`), homes moved to ``home``."""
         env = {k: v for k, v in (self.operator_env if base is None else base).items()
-               if not is_scrubbed(k, self.scrub_prefixes) and not self.names_the_operator_s_files(k, v)}
+               if not is_scrubbed(k, self.scrub_prefixes) and not self.names_the_operator_s_files(k, v)
+               and k != OPERATOR_HOMES_VARIABLE}
         env.update(home_environment(home))
         return env
 

@@ -36,6 +36,9 @@ NEUTRAL_ENV = {"TZ": "UTC", "LANG": "C.UTF-8"}
 #: Flags every lane's pytest gets; posargs can only choose tests (:func:`choose_tests`).
 SAFETY_FLAGS = ("--strict-markers", "--strict-config")
 
+#: The homes of the lane's caller, for the plugin (``protection.OPERATOR_HOMES_VARIABLE``: this module imports
+#: nothing of canarchy's).
+OPERATOR_HOMES_VARIABLE = "PYTEST_CANARCHY_OPERATOR_HOMES"
 #: The variables through which an operator names a real bus for the integration lane.
 OPERATOR_BUS_VARIABLES = ("CANARCHY_PYTHON_CAN_INTERFACE", "CANARCHY_DEFAULT_INTERFACE")
 
@@ -87,7 +90,8 @@ def build_env(
 
     ``source`` (default ``os.environ``) supplies only :data:`ALLOWED_VARIABLES`
     and the names in ``passthrough`` (copied when set); the time zone and locale
-    are :data:`NEUTRAL_ENV`'s; ``home`` becomes ``HOME`` and ``USERPROFILE``;
+    are :data:`NEUTRAL_ENV`'s; ``home`` becomes ``HOME`` and ``USERPROFILE``, the
+    caller's go to :data:`OPERATOR_HOMES_VARIABLE` (kept from an outer lane);
     ``extra`` is applied last and wins.
 
     ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``: a lane's pytest loads the plugins the
@@ -107,6 +111,12 @@ def build_env(
     for name in passthrough:
         if name in source:
             env[name] = source[name]
+    # the homes of whoever started the lane (the outermost caller's), which the plugin protects as the
+    # operator's though HOME names the lane's own: one a shell, a container or a CI job moved from the account's
+    callers = source.get(OPERATOR_HOMES_VARIABLE) or os.pathsep.join(
+        dict.fromkeys(source[name] for name in ("HOME", "USERPROFILE") if source.get(name)))
+    if callers:
+        env[OPERATOR_HOMES_VARIABLE] = callers
     env["HOME"] = os.fspath(home)
     env["USERPROFILE"] = os.fspath(home)
     env["PYTHONHASHSEED"] = str(hashseed)
