@@ -106,6 +106,16 @@ def test_the_polluter_is_found_where_the_project_s_addopts_ask_for_xdist_workers
     assert "reproduce: python -m pytest -n 0 -p canarchy.testing.lanes.reverse" in order.render(result)
 
 
+def test_a_differing_test_past_the_searched_ones_is_named_not_dropped(tmp_path):
+    """The lane searches a culprit for the first differing tests only (``--max-bisections``); the others were
+    left out of the report without a word (an adopter's fourth victim had no line at all)."""
+    project = _project(tmp_path / "p", PAIR)
+    result = _lane(project, seeds=(), max_bisections=0)
+    assert result.bisections == [] and [result.show(key) for key in result.unsearched] == [VICTIM]
+    assert f"not searched for a culprit: 1 more differing test(s) ({VICTIM})" in order.render(result)
+    assert "--max-bisections N" in order.render_markdown(result)
+
+
 TWO_POLLUTERS = """
 SEEN = set()
 

@@ -91,6 +91,7 @@ class OrderResult:
     runs: list[OrderRun]
     comparisons: dict[str, Comparison] = field(default_factory=dict)
     bisections: list[Bisection] = field(default_factory=list)
+    unsearched: list[str] = field(default_factory=list)  # differing tests past the most searched (report keys)
     seconds: float = 0.0
 
     @property
@@ -321,9 +322,12 @@ def _bisect(result: OrderResult, work: Path, python: str, echo: Callable[[str], 
     normal, seen = result.runs[0], set()
     for label, comparison in result.comparisons.items():
         for row in comparison.differences:
-            if row.id in seen or len(result.bisections) >= most:
+            if row.id in seen:
                 continue
             seen.add(row.id)
+            if len(result.bisections) >= most:
+                result.unsearched.append(row.id)
+                continue
             found = _search(row, normal, next(r for r in result.runs if r.label == label), work, python, echo)
             if found is not None:
                 result.bisections.append(found)
@@ -361,7 +365,16 @@ def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
         lines += ["", "order dependencies (a polluter makes the victim fail after it; a state-setter must run "
                   "before the victim for it to pass):"]
         lines += [f"  victim {b.victim} ({b.run_label} run): {b.finding()}" for b in result.bisections]
+    if result.unsearched:
+        lines.append(f"  {_unsearched_text(result)}")
     return "\n".join(lines)
+
+
+def _unsearched_text(result: OrderResult) -> str:
+    shown = ", ".join(result.show(key) for key in result.unsearched[:5])
+    return (f"not searched for a culprit: {len(result.unsearched)} more differing test(s) ({shown}"
+            f"{', ...' if len(result.unsearched) > 5 else ''}), past the {len(result.bisections)} searched "
+            "(`python -m canarchy.testing.lanes order --max-bisections N`, or select those tests)")
 
 
 def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
@@ -382,6 +395,8 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
         out += ["", "## Order dependencies", "", markdown_table(["victim", "run", "kind", "culprit", "note"], [
             [f"`{b.victim}`", b.run_label, b.kind, f"`{b.culprit}`" if b.culprit else "-", b.note]
             for b in result.bisections])]
+    if result.unsearched:
+        out += ["", f"- {_unsearched_text(result)}"]
     return "\n".join(out) + "\n"
 
 
@@ -391,7 +406,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, action="append", default=[],
                         help="a specific seed (repeatable; replaces 1..N)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
-    parser.add_argument("--max-bisections", type=int, default=3)
+    parser.add_argument("--max-bisections", type=int, default=3,
+                        help="differing tests searched for a culprit, at most (default 3; the others are named)")
 
 
 def main(project: Project, args: argparse.Namespace, selection: Sequence[str]) -> int:
