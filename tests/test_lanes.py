@@ -1442,6 +1442,8 @@ def test_ctrl_c_in_the_parity_lane_stops_both_twins_and_leaves_nothing(tmp_path)
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp.iterdir()) == []
+    kept = sorted(p.name for p in (project.root / "reports").iterdir())
+    assert kept and all(name.startswith("parity-") and name.endswith(".log") for name in kept), kept
 
 
 def test_lane_code_run_in_process_leaves_no_signal_handler(tmp_path):

@@ -244,6 +244,9 @@ def test_ctrl_c_stops_the_runs_starts_no_more_and_leaves_nothing(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert list(tmp.iterdir()) == []
+    # what ran until the interrupt is in the runs' logs, which reach reports/ (as docs/adopting.md says); nothing
+    # that reads as a verdict does
+    assert sorted(p.name for p in (project.root / "reports").iterdir()) == ["order-normal.log", "order-reverse.log"]
 
 
 def test_a_run_that_failed_beyond_its_tests_fails_the_order_lane(tmp_path):

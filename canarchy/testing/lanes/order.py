@@ -13,6 +13,7 @@ the one it needs first (a state-setter). Design: docs/design/verification-harnes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import re
@@ -33,7 +34,8 @@ from canarchy.testing.lanes.runner import (
 )
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
                                             failed_beyond_its_tests, isolated_run, plugins_not_loaded, read_run)
-from canarchy.testing.lanes.workspace import copy_tree, publish_reports, pythonpath, temporary_tree, tree_files
+from canarchy.testing.lanes.workspace import (copy_tree, logs_kept_if_interrupted, publish_reports, pythonpath,
+                                              temporary_tree, tree_files)
 
 DEFAULT_SEEDS = 2
 _POLLUTER = re.compile(r"-> the polluting test is: (?P<id>\S.*)$", re.M)
@@ -290,11 +292,12 @@ def run_order_lane(project: Project, selection: Sequence[str], *, seeds: Sequenc
     started = time.monotonic()
     result = OrderResult(orders(seeds))
     files = tree_files(project.root, project)
-    with temporary_tree("canarchy-order-") as tmp:
+    with temporary_tree("canarchy-order-") as tmp, contextlib.ExitStack() as stack:
         # The runs write here, not into ``out``: the checkout (``out`` in it) may lie in the operator's home,
         # which a run on a copy may only read; copied to ``out`` at the end.
         work = Path(tmp) / "reports"
         work.mkdir()
+        stack.enter_context(logs_kept_if_interrupted(work, out))
         for index, entry in enumerate(result.runs):
             _prepare(entry, Path(tmp) / str(index), project, files, source_env, extra_env)
         concurrently([lambda e=e: _one_run(e, selection, work, python, echo, project.uses_plugin)

@@ -11,6 +11,7 @@ fails) from a flaky or hash-seed-dependent test (reported; ``--strict`` fails it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import locale
 import os
 import random
@@ -32,8 +33,8 @@ from canarchy.testing.lanes.runner import (EXIT_CANNOT_DECIDE, concurrently, cor
                                           pytest_flags, run_pytest, workers, xdist_options)
 from canarchy.testing.lanes.shard import OPTION as SHARD_OPTION
 from canarchy.testing.lanes.verdict import ALL_SKIPPED, every_case_skipped, read_run
-from canarchy.testing.lanes.workspace import (copy_changes, copy_tree, publish_reports, pythonpath, temporary_tree,
-                                              tree_files)
+from canarchy.testing.lanes.workspace import (copy_changes, copy_tree, logs_kept_if_interrupted, publish_reports,
+                                              pythonpath, temporary_tree, tree_files)
 
 TWINS = ("clean", "operator")
 SHARD_PLUGIN = "canarchy.testing.lanes.shard"
@@ -213,13 +214,14 @@ def run_parity(project: Project, selection: Sequence[str], *, source_env: Mappin
     seeds = hashseeds or tuple(random.sample(range(1, 2**31), 2))
     checkout_before = checkout_state(project.root)
     files = tree_files(project.root, project)
-    with temporary_tree("canarchy-parity-") as tmp:
+    with temporary_tree("canarchy-parity-") as tmp, contextlib.ExitStack() as stack:
         base = Path(tmp)
         # The twins write their reports here, not into ``out``: the checkout (``out`` in it) may lie in the
         # operator's home, which a twin's isolation lets it only read (a run on a copy is not the checkout's);
         # they are copied to ``out`` at the end.
         work = base / "reports"
         work.mkdir()
+        stack.enter_context(logs_kept_if_interrupted(work, out))
         op_home = base / "operator-home"
         shutil.copytree(project.operator_home, op_home, symlinks=True)
         per_twin = twin_workers(jobs)

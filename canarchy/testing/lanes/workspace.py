@@ -170,12 +170,13 @@ def reports_lock(directory: Path, lane: str) -> Iterator[None]:
                 directory.rmdir()
 
 
-def publish_reports(work: Path, out: Path, runs: Iterable[Run | None], problems: list[str | None] = ()) -> list:
+def publish_reports(work: Path, out: Path, runs: Iterable[Run | None], problems: list[str | None] = (),
+                    suffixes: tuple[str, ...] = ()) -> list:
     """Copy the reports and logs that runs on copies wrote to ``work`` (in the lane's temporary tree: the
-    checkout may lie in the operator's home, which such a run may only read) to ``out``, and point ``runs``
-    there; returns ``problems`` with ``work``'s paths made ``out``'s."""
+    checkout may lie in the operator's home, which such a run may only read) to ``out`` (``suffixes``: those
+    files only), and point ``runs`` there; returns ``problems`` with ``work``'s paths made ``out``'s."""
     for path in sorted(work.iterdir()):
-        if path.is_file():
+        if path.is_file() and (not suffixes or path.suffix in suffixes):
             with path.open("rb") as report:
                 write_bytes_atomic(out / path.name, report, stat.S_IMODE(os.fstat(report.fileno()).st_mode))
 
@@ -186,6 +187,19 @@ def publish_reports(work: Path, out: Path, runs: Iterable[Run | None], problems:
         if run is not None:
             run.log, run.junit = moved(run.log), moved(run.junit)
     return [p.replace(f"{work}{os.sep}", f"{out}{os.sep}") if p else p for p in problems]
+
+
+@contextlib.contextmanager
+def logs_kept_if_interrupted(work: Path, out: Path) -> Iterator[None]:
+    """Within the block runs write to ``work``, published to ``out`` at its end: an interrupt (or any error)
+    that leaves it first copies their logs there (:data:`KEPT_WHEN_INTERRUPTED`), what ran until then, before
+    the temporary tree goes."""
+    try:
+        yield
+    except BaseException:
+        with shielded(), contextlib.suppress(OSError):
+            publish_reports(work, out, (), suffixes=KEPT_WHEN_INTERRUPTED)
+        raise
 
 
 def remove_tree(path: str | os.PathLike[str], attempts: int = 5) -> None:
