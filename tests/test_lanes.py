@@ -1545,6 +1545,7 @@ def test_a_twin_whose_run_failed_beyond_its_tests_fails_parity(tmp_path):
     assert result.runs_failed == ["clean", "operator"] and result.status == "FAILED", parity.render(result)
     assert "operator twin: no test failed, yet pytest failed the run" in parity.render(result)
     assert "- clean twin: no test failed, yet pytest failed the run" in parity.render_markdown(result)
+    assert "    sentinel: " in parity.render(result) and "left.txt (written by" in parity.render(result)
 
 
 TOOLS = """

@@ -258,6 +258,8 @@ def test_a_run_that_failed_beyond_its_tests_fails_the_order_lane(tmp_path):
     result = _lane(project, seeds=())
     assert result.runs_failed and result.status == "FAILED", order.render(result)
     assert "failed (normal): no test failed, yet pytest failed the run" in order.render(result)
+    # the sentinel's lines name the test and the file in the terminal, as the unit lane prints them
+    assert "    sentinel: " in order.render(result) and "left.txt" in order.render(result), order.render(result)
 
 
 def test_the_runs_write_no_report_into_the_checkout_and_the_lane_publishes_them(pair):

@@ -33,7 +33,8 @@ from canarchy.testing.lanes.runner import (
     EXIT_CANNOT_DECIDE, EXIT_FAILED, EXIT_PASSED, Run, concurrently, pytest_flags, run, run_pytest,
 )
 from canarchy.testing.lanes.verdict import (ALL_SKIPPED, BEYOND_ITS_TESTS, NOT_ISOLATED, every_case_skipped,
-                                            failed_beyond_its_tests, isolated_run, plugins_not_loaded, read_run)
+                                            failed_beyond_its_tests, isolated_run, plugins_not_loaded, read_run,
+                                            sentinel_lines)
 from canarchy.testing.lanes.workspace import (copy_tree, logs_kept_if_interrupted, publish_reports, pythonpath,
                                               temporary_tree, tree_files)
 
@@ -361,6 +362,7 @@ def render(result: OrderResult, selection: Sequence[str] = ()) -> str:
             lines.append(f"  cannot decide ({entry.label}): {entry.problem}")
         elif entry in result.runs_failed:
             lines.append(f"  failed ({entry.label}): no test failed, {BEYOND_ITS_TESTS}: {entry.run.log}")
+            lines += [f"    sentinel: {line}" for line in sentinel_lines(entry.run)]
     for label, comparison in result.comparisons.items():
         if comparison.differences or comparison.undecided:
             lines += ["", comparison_table(comparison, title=f"normal vs {label}", show=result.show)]

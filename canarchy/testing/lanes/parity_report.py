@@ -6,7 +6,8 @@ from __future__ import annotations
 from canarchy.testing.lanes.parity_result import ParityResult
 from canarchy.testing.lanes.render import markdown_table, table
 from canarchy.testing.lanes.results import totals_text
-from canarchy.testing.lanes.verdict import BEYOND_ITS_TESTS, NOT_ISOLATED, isolated_run, plugins_not_loaded
+from canarchy.testing.lanes.verdict import (BEYOND_ITS_TESTS, NOT_ISOLATED, isolated_run, plugins_not_loaded,
+                                            sentinel_lines)
 
 NOT_SHUT_DOWN = "was not properly shut down"  # python-can's log line for a bus a test left open
 
@@ -36,8 +37,10 @@ def _failing_in_both(result: ParityResult) -> list[str]:
 def _check_lines(result: ParityResult) -> list[str]:
     """The terminal lines of the checks: stale allow-list entries, writes, log lines, home and checkout changes."""
     lines = [f"  allow-list entry did not differ: {e.id} ({e.reason})" for e in result.comparison.stale_allowed]
-    lines += [f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {run.log}"
-              for name in result.runs_failed for run in result.twins[name].failed_beyond]
+    for name in result.runs_failed:
+        for run in result.twins[name].failed_beyond:
+            lines.append(f"  {name} twin: no test failed, {BEYOND_ITS_TESTS}: {run.log}")
+            lines += [f"    sentinel: {line}" for line in sentinel_lines(run)]
     lines += [f"  refused by the isolation: {line}" for line in result.refusals]
     lines += [f"  written into its checkout (not a difference; what git ignores left out): {w}"
               for w in result.checkout_writes]
