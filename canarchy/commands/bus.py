@@ -294,9 +294,11 @@ class _Filtered:
     def __iter__(self):
         from canarchy.frames import frame_passes
 
+        # candump decides otherwise only through a width canarchy checks and its mask does not name
+        differs = any(f.extended is not None and not f.width_in_mask for f in self.filters)
         for frame in self.capture:
             passed = frame_passes(frame, self.filters)
-            if passed != frame_passes(frame, self.filters, as_candump=True):
+            if differs and passed != frame_passes(frame, self.filters, as_candump=True):
                 self.other_width += 1
             if passed:
                 yield frame

@@ -116,8 +116,22 @@ def read_ignored(listing: GitListing) -> tuple[frozenset[str], tuple[str, ...]] 
 def ignored(root: str | os.PathLike[str], path: str, env: Mapping[str, str] | None = None) -> bool:
     """Whether git ignores ``path`` (under ``root``; it need not exist): False for a tracked path, outside
     a work tree, or without git."""
-    listing = GitListing(os.fspath(root), ["check-ignore", "--quiet", "--", os.path.relpath(path, root)], env,
-                          empty_ok=True)
-    for _ in listing.batches():  # --quiet: no output, the exit status says
-        pass
-    return listing.ok
+    rel = os.path.relpath(path, root)
+    return rel in ignored_among(root, [rel], env)
+
+
+def ignored_among(root: str | os.PathLike[str], paths: list[str], env: Mapping[str, str] | None = None) -> set[str]:
+    """Which of ``paths`` (relative to ``root``; a trailing ``/`` marks a directory, for a rule such as
+    ``build/``; they need not exist) git ignores: none of a tracked path, outside a work tree, or without git.
+    One ``git check-ignore --stdin``, run as the listings are (:class:`GitListing`'s command and environment)."""
+    if not paths:
+        return set()
+    git = GitListing(os.fspath(root), ["check-ignore", "--stdin", "-z"], env)
+    try:
+        done = subprocess.run(git.argv, input=os.fsencode("\0".join(paths) + "\0"), capture_output=True,
+                              env=git.env, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):  # no git
+        return set()
+    if done.returncode not in (0, 1):  # 1: none ignored; 128: no work tree
+        return set()
+    return {name for name in os.fsdecode(done.stdout).split("\0") if name}

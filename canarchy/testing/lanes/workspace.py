@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Iterable, Iterator, Mapping
 
 from canarchy.fileio import write_bytes_atomic
-from canarchy.testing.isolation.gitlisting import GitListing
+from canarchy.testing.isolation.gitlisting import GitListing, ignored_among
 from canarchy.testing.isolation.loadable import VENV_MARKER
 from canarchy.testing.isolation.tree import Entry, changes, snapshot, under_skipped_dir
 from canarchy.testing.lanes.runner import Run, shielded
@@ -95,15 +94,8 @@ def copy_changes(root: Path, before: Mapping[str, Entry], after: Mapping[str, En
     differing = [path for path in before.keys() | after.keys() if before.get(path) != after.get(path)]
     if not differing:
         return []
-    kinds = {path: (after.get(path) or before[path]).kind for path in differing}
-    names = [f"{path}/" if kinds[path] == "dir" else path for path in differing]
-    try:
-        done = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), "check-ignore", "--stdin", "-z"],
-                              input="\0".join(names) + "\0", capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    ignored = ({name.rstrip("/") for name in done.stdout.split("\0") if name}
-               if done is not None and done.returncode in (0, 1) else set())
+    names = [f"{path}/" if (after.get(path) or before[path]).kind == "dir" else path for path in differing]
+    ignored = {name.rstrip("/") for name in ignored_among(root, names)}
     return changes({k: v for k, v in before.items() if k not in ignored},
                    {k: v for k, v in after.items() if k not in ignored})
 
