@@ -482,6 +482,15 @@ def test_replaces_the_guard_s_thread_state():
 def test_after_the_thread_state(canarchy_sandbox):
     read_real_config(canarchy_sandbox)
 
+def test_blinds_the_path_resolution():
+    class Blind(type(access.GUARD.paths)):
+        def resolve(self, text, follow):
+            return "/nonexistent"  # every file judged as if it were there
+    access.GUARD.paths = Blind()
+
+def test_after_the_blind_resolution(canarchy_sandbox):
+    read_real_config(canarchy_sandbox)
+
 def test_empties_the_zones():
     access.GUARD._zones.refused = frozenset()
     access.GUARD._zones.refused_prefixes = ()
@@ -1608,6 +1617,7 @@ TAMPERING = [
     ("test_gives_the_guard_a_quiet_class", "AccessGuard.__class__ replaced", "test_after_the_class"),
     ("test_replaces_the_guard_s_thread_state", "AccessGuard._local replaced", "test_after_the_thread_state"),
     ("test_empties_the_zones", "Zones.refused replaced", "test_after_the_zones"),
+    ("test_blinds_the_path_resolution", "AccessGuard.paths replaced", "test_after_the_blind_resolution"),
     ("test_blinds_the_seal_then_replaces_a_method", "access.AccessGuard._judge replaced",
      "test_after_the_blinding"),
     ("test_replaces_the_environment_of_the_plugin_s_programs", "Sandbox.tool_env replaced",

@@ -34,8 +34,9 @@ from canarchy.testing.isolation.descriptors import (
 from canarchy.testing.isolation.interfaces import EVENTS as INTERFACE_EVENTS, interface_change
 from canarchy.testing.isolation.refusal import Access, OperatorStateRefused
 from canarchy.testing.isolation.listeners import port_holder_outside, unix_listener_outside
-from canarchy.testing.isolation.protection import Protection, Zones, normcase, resolved_paths
+from canarchy.testing.isolation.protection import Protection, Zones, resolved_paths
 from canarchy.testing.isolation.reportlog import ReportLog, append
+from canarchy.testing.isolation.resolution import Resolutions
 from canarchy.testing.isolation.signals import TERMINAL_EVENTS, reached, terminal_changed
 
 ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
@@ -43,19 +44,13 @@ ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 CHILD_VARIABLES = (ENVIRONMENT_VARIABLE, "PYTEST_CANARCHY_GUARD", "PYTEST_CANARCHY_GUARD_DIR")
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
 
-# The file system calls the guard makes itself, bound once: a test that patches os.scandir or
-# os.lstat (to count calls) sees only its own, and cannot steer the guard.
-_scandir, _lstat, _realpath, _isdir, _fstat = os.scandir, os.lstat, os.path.realpath, os.path.isdir, os.fstat
-_normpath = os.path.normpath
+# The file system calls the guard makes itself, bound once: a test that patches os.fstat
+# (to count calls) sees only its own, and cannot steer the guard.
+_isdir, _fstat = os.path.isdir, os.fstat
 #: The thread-local ``busy`` while the audit hook has the guard judge an event of a thread the harness exempted
 #: (:meth:`AccessGuard.exempt`): its own work, run through code that is not its own (``subprocess``).
 EXEMPT_JUDGING = 2
-_WINDOWS = os.name == "nt"
 _LINUX = sys.platform.startswith("linux")
-_SEP = os.sep
-_FOLD_CASE = sys.platform in ("win32", "darwin")  # file systems that ignore case by default
-_CACHED = 4096  # directories remembered, and entries listed per directory, at most
-_UNSCANNED: Any = object()
 
 
 def _removes_nothing(zone: str, operation: str, path: str) -> bool:
@@ -85,11 +80,7 @@ class AccessGuard:
         self._lock = threading.Lock()
         self._log = ReportLog(REPORT_FILE)  # the report file of report_dir, and how far it was read
         self._local = threading.local()
-        self._dirs: dict[str, str] = {}  # directory as given -> resolved, for existing directories
-        self._links: dict[str, frozenset[str] | None] = {}  # resolved directory -> its symlinks' names
-        #: A process was started: it may make or move links unseen by this process's hook, so nothing is remembered
-        #: of directories until the plugin finds that no child is left (and none could have left this process).
-        self.others_relink = False
+        self.paths = Resolutions()  # where a path leads, and what is remembered of directories
         self._memory_pid: int | None = os.getpid()  # records made in this pid stay in memory only
         self.run_pid = os.getpid()  # the run's top pytest: it and what is below it are the run (signals)
         self.terminals: frozenset[int] = frozenset()  # the operator's terminal's device numbers (signals.devices)
@@ -116,13 +107,22 @@ class AccessGuard:
     def forget_resolutions(self) -> None:
         """Drop what the guard remembers of directories (their resolution, their symlinks).
         The hook does this after each operation that can make or move a link in this process."""
-        self._dirs.clear()
-        self._links.clear()
+        self.paths.forget()
+
+    @property
+    def others_relink(self) -> bool:
+        """A process was started: it may make or move links unseen by this process's hook, so nothing is remembered
+        of directories until the plugin finds that no child is left (and none could have left this process)."""
+        return self.paths.others_relink
+
+    @others_relink.setter
+    def others_relink(self, value: bool) -> None:
+        self.paths.others_relink = value
 
     def process_started(self, args: tuple = ()) -> None:
         """Observer of the events of a new process (:data:`PROCESS_STARTS`): see :attr:`others_relink`."""
-        self.others_relink = True
-        self.forget_resolutions()
+        self.paths.others_relink = True
+        self.paths.forget()
 
     def to_environment(self) -> dict[str, str]:
         """The variable that gives a child process this configuration (see :func:`activate_from_environment`)."""
@@ -377,7 +377,7 @@ class AccessGuard:
         source, target = self._absolute(args[0], args[2]), self._absolute(args[1], args[3])
         if source is None or target is None or not _isdir(source) or os.path.islink(source):
             return
-        if self._zones.verdict(self._resolve(target, False), True, False) is None:
+        if self._zones.verdict(self.paths.resolve(target, False), True, False) is None:
             return
         for top, dirs, files in os.walk(source):
             for name in dirs + files:
@@ -414,13 +414,14 @@ class AccessGuard:
             if base is None:
                 return
             text = os.path.join(base, text)
-        resolved = None if flags & NOFOLLOW else self._dirs.get(text)  # a directory judged before
+        paths = self.paths
+        resolved = None if flags & NOFOLLOW else paths.dirs.get(text)  # a directory judged before
         if resolved is None:
             try:
                 if flags & DIRECTORY and os.path.isabs(text):
-                    resolved = self._directory(text)
+                    resolved = paths.directory(text)
                 else:
-                    resolved = self._resolve(text, not flags & NOFOLLOW)
+                    resolved = paths.resolve(text, not flags & NOFOLLOW)
             except ValueError:  # a NUL in the path: the call itself fails
                 return
             except OSError:  # no working directory to resolve a relative path from: refused, not let through
@@ -478,67 +479,6 @@ class AccessGuard:
         self._record(access)
         if access.refused:
             raise OperatorStateRefused(access.message())
-
-    def _resolve(self, text: str, follow: bool) -> str:
-        """The path the OS would reach: every directory resolved (cached while it is an
-        existing directory), then the final component, followed when ``follow`` and a symlink."""
-        dirs = self._dirs
-        if _WINDOWS or text[:1] != _SEP:
-            text = text if os.path.isabs(text) else os.path.join(working_directory(), text)  # not abspath: folds '..'
-            head, name = os.path.split(text)
-        else:
-            cut = text.rfind(_SEP)
-            head, name = text[:cut] or _SEP, text[cut + 1:]
-        if not name or name == os.curdir or name == os.pardir:
-            return self._directory(text) if follow else normcase(_realpath(text))
-        directory = dirs.get(head)
-        if directory is None:
-            directory = self._directory(head)
-        path = directory + name if directory.endswith(_SEP) else directory + _SEP + name
-        if follow:
-            links = self._links.get(directory, _UNSCANNED)
-            if links is _UNSCANNED:
-                links = self._scan_links(directory)
-            if links is None:  # not listed: ask the file system
-                try:
-                    if stat.S_ISLNK(_lstat(path).st_mode):
-                        path = normcase(_realpath(path))
-                except OSError:
-                    pass
-            elif (name.casefold() if _FOLD_CASE else name) in links:
-                path = normcase(_realpath(path))
-        return path
-
-    def _directory(self, text: str) -> str:
-        """``realpath(text)``, remembered when it is an existing directory reached with no link followed: a
-        link's target can move with no audit event (``/proc/self/cwd`` on a chdir, ``/proc/self/fd/N`` on a
-        dup2, ``/dev/fd``, a link to either), and a magic link cannot be told from another one cheaply."""
-        resolved = normcase(_realpath(text))
-        if not self.others_relink and resolved == normcase(_normpath(text)) and _isdir(resolved):
-            if len(self._dirs) >= _CACHED:
-                self._dirs.clear()
-            self._dirs[text] = resolved
-        return resolved
-
-    def _scan_links(self, directory: str) -> frozenset[str] | None:
-        """The names of the symlinks in ``directory`` (one listing, remembered), or None
-        when it cannot be listed or is too large to remember."""
-        if self.others_relink:
-            return None  # each name asked of the file system, when it is judged
-        names = []
-        try:
-            with _scandir(directory) as entries:
-                for count, entry in enumerate(entries):
-                    if count >= _CACHED:
-                        return None
-                    if entry.is_symlink():
-                        names.append(entry.name.casefold() if _FOLD_CASE else entry.name)
-        except OSError:
-            return None
-        if len(self._links) >= _CACHED:
-            self._links.clear()
-        links = self._links[directory] = frozenset(names)
-        return links
 
 
 GUARD = AccessGuard()

@@ -322,7 +322,7 @@ def _seal(sandbox: Sandbox) -> Seal:
                   (atexit, "register"),
                   *_import_machinery(),
                   *_c_openers.audited_c_openers()]
-    seal = Seal(modules, attributes, instances=[_access.GUARD, _guard.GUARD])
+    seal = Seal(modules, attributes, instances=[_access.GUARD, _access.GUARD.paths, _guard.GUARD])
     seal.extend(_guard_state(), contents=False)
     seal.extend([(_audithook, name) for name in _audithook.SEAL_SKIPS], contents=False)
     zones = _access.GUARD._zones  # made once by configure; its tables never change afterwards
@@ -334,7 +334,7 @@ def _guard_state() -> list[tuple[object, str]]:
     """The guards' own state by identity: their class (a subclass could override a method) and
     every attribute but those that change in a test (``enabled``, ``owner``, ``others_relink``)."""
     pairs: list[tuple[object, str]] = []
-    for guard in (_access.GUARD, _guard.GUARD):
+    for guard in (_access.GUARD, _access.GUARD.paths, _guard.GUARD):
         pairs.append((guard, "__class__"))
         pairs += [(guard, name) for name in vars(guard) if name not in ("enabled", "owner", "others_relink")]
     return pairs
