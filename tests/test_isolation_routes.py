@@ -1847,6 +1847,78 @@ def test_a_base_temp_in_the_operator_s_home_is_refused_at_the_start(tmp_path, ho
     assert not (home / "pytest-base").exists()
 
 
+WITH_CACHE = tuple(arg for arg in PYTEST if arg not in ("-p", "no:cacheprovider"))  # pytest's cache plugin on
+
+
+@pytest.mark.parametrize("how", ["cache_dir", "a link at the tools' cache", "a link at pytest's cache"])
+def test_a_tree_pytest_or_the_tools_write_that_leads_into_the_operator_s_home_is_refused_at_the_start(tmp_path, how):
+    """pytest's ``cache_dir``, and the tools' caches and pytest's cache in the checkout, are trees every test may
+    write: one the operator names in the home, or a link there a test of an earlier run left, would have the
+    run write into the home (without the containment). The run is refused at its start, saying why."""
+    home, project = tmp_path / "operator-home", tmp_path / "project"
+    project.mkdir()
+    args = ["-o", f"cache_dir={home / '.config' / 'pc'}"] if how == "cache_dir" else []
+    if how != "cache_dir":
+        (project / (".hypothesis" if "tools" in how else ".pytest_cache")).symlink_to(home / ".config")
+    run = run_child(tmp_path, {"test_cache.py": "def test_writes(request):\n    request.config.cache.set('k', 1)\n"},
+                    *args, "-o", "canarchy_containment=false", program=WITH_CACHE)
+    assert run.returncode == 4 and "lies in the operator's home" in run.output, run.output
+    assert ("(a link to" in run.output) is (how != "cache_dir"), run.output
+    assert not (home / ".config" / "v").exists() and not (home / ".config" / "pc").exists()
+
+
+LINKED_TOPS = """
+    import os, shutil
+    CONFIG = os.environ["CHILD_HOME_CONFIG"]
+
+    def test_links_the_tools_cache(request):
+        os.symlink(CONFIG, os.path.join(request.config.rootpath, ".hypothesis"))
+
+    def test_links_pytest_s_cache_in_place_of_it(request):
+        cache = os.path.join(request.config.rootpath, ".pytest_cache")
+        shutil.rmtree(cache, ignore_errors=True)
+        os.symlink(CONFIG, cache)
+
+    def test_moves_a_link_onto_the_tools_cache(request, tmp_path):
+        os.symlink(CONFIG, tmp_path / "link")
+        os.rename(tmp_path / "link", os.path.join(request.config.rootpath, ".hypothesis"))
+
+    def test_links_its_own_temporary_directory(tmp_path):
+        os.symlink(CONFIG, tmp_path / "inside")  # below the top: what is reached through it is judged there
+"""
+
+
+def test_a_link_a_test_makes_at_the_top_of_a_writable_tree_is_refused_naming_it(tmp_path):
+    """The caches pytest and the tools write in the checkout are writable, and the next run resolves them as it
+    starts: a test that makes one a link into the home (or moves a link onto it) is refused at that moment,
+    named; a link below a writable tree's top is the test's own."""
+    home = tmp_path / "operator-home"
+    run = run_child(tmp_path, {"test_tops.py": LINKED_TOPS}, "-p", "no:randomly", program=WITH_CACHE,
+                    env={"CHILD_HOME_CONFIG": str(home / ".config")})
+    for test, operation in [("test_links_the_tools_cache", "symlink"),
+                            ("test_links_pytest_s_cache_in_place_of_it", "symlink"),
+                            ("test_moves_a_link_onto_the_tools_cache", "move a symlink onto")]:
+        messages = run.messages(test)
+        assert run.outcomes(test) & {"failed", "error"}, (test, run.output)
+        assert f"test_tops.py::{test} tried to {operation}" in messages and "a link made there" in messages, messages
+    assert run.outcomes("test_links_its_own_temporary_directory") == {"passed"}, run.output
+    project = tmp_path / "project"
+    assert not (project / ".hypothesis").is_symlink() and not (project / ".pytest_cache").is_symlink()
+
+
+def test_a_link_a_shell_child_makes_at_the_tools_cache_fails_the_run(tmp_path):
+    """A shell child's link is made where no audit hook sees it: the sentinel's last look keeps a link at the top
+    of pytest's or the tools' own trees (their content it leaves out), so the run fails, naming the path."""
+    home = tmp_path / "operator-home"
+    run = run_child(tmp_path, {"test_shell_link.py": """
+        import os, subprocess
+        def test_links(request):
+            subprocess.run(["ln", "-s", os.environ["CHILD_HOME_CONFIG"], ".hypothesis"], check=True,
+                           cwd=request.config.rootpath)
+        """}, env={"CHILD_HOME_CONFIG": str(home / ".config")})
+    assert run.returncode != 0 and ".hypothesis" in run.output, run.output
+
+
 def test_a_bus_opened_at_collection_fails_the_first_test_and_feeds_no_later_one(tmp_path_factory):
     run, _ = _run(tmp_path_factory, "stale-bus", {"test_stale_bus.py": STALE_BUS}, *EARLY)
     messages = run.messages("test_a_first")

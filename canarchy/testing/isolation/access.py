@@ -23,7 +23,7 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
-    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
+    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, LINKS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
     OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
     handed_variables, makes_a_device, path_text, unix_address,
 )
@@ -246,6 +246,7 @@ class AccessGuard:
         if event == "os.rename":
             self._moved_tree(args)
             self._moved_socket(args)
+            self._moved_link(args)
 
     def _outright(self, event: str, args: tuple) -> None:
         """An event refused whatever its arguments (:data:`~.events.OUTRIGHT`)."""
@@ -370,6 +371,17 @@ class AccessGuard:
             self._refuse_or_record(Access(self._owner(), "move the Unix socket", source, outside, "process",
                                           "a process outside the run", os.getpid()))
 
+    def _moved_link(self, args: tuple) -> None:
+        """``os.rename`` (source, destination, their dir_fds) of a symlink onto the top of a writable tree
+        (:attr:`~.protection.Zones.writable_tops`): refused as a link made there."""
+        source, target = self._absolute(args[0], args[2]), self._absolute(args[1], args[3])
+        if source is None or target is None or not os.path.islink(source):
+            return
+        resolved = self.paths.resolve(target, False)
+        if resolved in self._zones.writable_tops:
+            self._refuse_or_record(Access(self._owner(), "move a symlink onto", target, resolved, "writable top",
+                                          resolved, os.getpid()))
+
     def _moved_tree(self, args: tuple) -> None:
         """``os.rename`` (source, destination, their dir_fds) of a directory into a watched or read-only tree:
         each name under it is judged at its new place (the rename judged the top only; a ``.gitignore``,
@@ -438,6 +450,8 @@ class AccessGuard:
                 and not resolved.startswith("/proc/")):
             return
         verdict = zones.verdict(resolved, flags & WRITE, flags & TREE)
+        if verdict is None and flags & LINKS and resolved in zones.writable_tops:
+            verdict = "writable top", resolved
         if verdict is None or _removes_nothing(verdict[0], operation, resolved):
             return
         if verdict[0] == "cached":

@@ -113,16 +113,21 @@ def _pytest_cache_dir(config: pytest.Config) -> str | None:
 
 
 def _pytest_s_own_trees(config: pytest.Config) -> list[str]:
-    """Where pytest and the test tools write, inside the checkout or not: pytest's cache directory (it writes
-    a ``.gitignore`` of its own there), ``--basetemp``, the tools' caches under the rootdir
-    (:data:`~canarchy.testing.isolation.tree.TOOL_CACHES`)."""
-    trees = [os.path.join(config.rootpath, name) for name in _tree.TOOL_CACHES]
+    """Where pytest and the test tools write, inside the checkout or not (:func:`_pytest_s_named_trees`)."""
+    return [path for _, _, path in _pytest_s_named_trees(config)]
+
+
+def _pytest_s_named_trees(config: pytest.Config) -> list[tuple[str, str, str]]:
+    """``(what, as given, path)`` of each tree pytest and the test tools write as their own: the tools' caches under
+    the rootdir (:data:`~canarchy.testing.isolation.tree.TOOL_CACHES`), pytest's cache directory (it writes
+    a ``.gitignore`` of its own there), ``--basetemp``."""
+    trees = [("the test tools' cache", name, os.path.join(config.rootpath, name)) for name in _tree.TOOL_CACHES]
     cache_dir = _pytest_cache_dir(config)
     if cache_dir is not None:
-        trees.append(cache_dir)
+        trees.append(("pytest's cache_dir", str(config.getini("cache_dir")), cache_dir))
     basetemp = getattr(config.known_args_namespace, "basetemp", None)
     if basetemp:
-        trees.append(os.path.abspath(basetemp))
+        trees.append(("--basetemp", str(basetemp), os.path.abspath(basetemp)))
     return trees
 
 

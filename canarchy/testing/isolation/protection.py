@@ -359,6 +359,7 @@ class Zones:
         "staging",
         "trees",
         "unwatched",
+        "writable_tops",
     )
 
     def __init__(self, protection: Protection) -> None:
@@ -377,6 +378,8 @@ class Zones:
         self.prefixes = tuple(_with_sep(root) for root in self.roots)
         self.unwatched = frozenset(protection.unwatched_names)
         self.staging = tuple(protection.staging)
+        #: where a link made would have pytest, the tools and the next run (which resolves them) write elsewhere
+        self.writable_tops = frozenset(root for root, _, zone in self.trees if zone == "writable")
 
     # radon D by design: the audit hook's per-event path, one function to spare calls (docs/benchmarks.md, 5)
     def verdict(self, path: str, write: bool, tree: bool) -> tuple[str, str] | None:

@@ -122,8 +122,8 @@ class Access:
     or a fixture), what (``operation``, in words), the path as given and as
     resolved, the ``zone`` that decided (``"refused"``, ``"read-only"``, ``"bytecode"``, ``"start-up code"``,
     ``"version control"``, ``"descriptor"``, ``"exec"``, ``"process"``, ``"interpreter"``, ``"host"``,
-    ``"configuration"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or ``"watched"``), the protected ``tree``
-    (or file) it fell in, and the pid."""
+    ``"configuration"``, ``"writable top"``, ``"unjudged"``, ``"unresolved"``, ``"late"`` or ``"watched"``), the
+    protected ``tree`` (or file) it fell in, and the pid."""
 
     owner: str
     operation: str
@@ -183,6 +183,9 @@ class Access:
                            "namespace of its own",
                 "terminal": "the terminal pytest was started on: a setting changed there stays after pytest "
                             "exits, and what is typed into it (TIOCSTI) the operator's shell runs",
+                "writable top": "the top of a tree pytest, the test tools or the run write as their own (a cache, "
+                                "a temporary directory): a link made there would have them, and the next run, "
+                                "write where it leads",
                 "descriptor": "a descriptor of a directory where writes are judged: what is opened through it "
                               "by a relative path (dir_fd) could not be",
                 "configuration": "the isolation's own configuration of the processes a test starts (the rules their "

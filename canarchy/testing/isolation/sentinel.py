@@ -72,7 +72,8 @@ def _checkout_manifest(run: _Run, root: Path) -> dict:
     state = _checkout.checkout_state(root, env=run.sandbox.tool_env, search_dirs=run.search_dirs,
                                      previous=run.checkout_before)
     for path in run.own_outputs:
-        state.pop(path, None)
+        if not os.path.islink(root / path):  # a link made there has the next run write where it leads
+            state.pop(path, None)
     return state
 
 

@@ -45,8 +45,8 @@ from canarchy.testing.isolation.sandbox import Sandbox, SandboxView, changes_sin
 from canarchy.testing.isolation.seal import Seal
 from canarchy.testing.isolation.exits import (_guard_the_exit, _name_exit_handlers, _stop_on_sigterm,
                                              _the_process_ends_with)
-from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_own_trees,
-                                             _pytest_s_staging, _reachable)
+from canarchy.testing.isolation.plan import (_code_trees_beside, _enter_containment, _pytest_s_named_trees,
+                                             _pytest_s_own_trees, _pytest_s_staging, _reachable)
 from canarchy.testing.isolation.settings import Settings, _is_worker, real_bus_asked
 
 MARKERS = {
@@ -200,7 +200,7 @@ def _start(config: pytest.Config, where: str) -> None:
                 f"canarchy test isolation: the rootdir is the operator's home ({config.rootpath}): the checkout "
                 "is writable and the home is not. Run pytest from the project (its pytest.ini, pyproject.toml "
                 "or tox.ini sets the rootdir), or pass --rootdir.")
-        _refuse_a_base_temp_in_the_home(config, homes)
+        _refuse_writable_trees_in_the_home(config, homes)
     temp_base, temp_note = _tempbase.temp_base([*((h, "the operator's home") for h in homes),
                                                 (str(config.rootpath), "the checkout")])
     sandbox = Sandbox(operator_env, temp_base, scrub_prefixes=settings.scrub_prefixes,
@@ -490,18 +490,23 @@ def _opt_outs_of(item: pytest.Item) -> frozenset:
     return frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
 
 
-def _refuse_a_base_temp_in_the_home(config: pytest.Config, homes: frozenset[str] | set[str]) -> None:
-    """``--basetemp`` (pytest's ``tmp_path`` root, given on the command line or in ``PYTEST_ADDOPTS``) in the
-    operator's home, outside the checkout: every test would write there, as pytest chose. Refused at the start
-    (``TMPDIR`` there is moved aside: the run's own temporary files; this one the operator named)."""
-    given = config.option.basetemp
-    if not given:
-        return
-    base = os.path.realpath(os.path.abspath(os.path.expanduser(str(given))))
+def _refuse_writable_trees_in_the_home(config: pytest.Config, homes: frozenset[str] | set[str]) -> None:
+    """A tree pytest and the test tools write as their own (:func:`~.plan._pytest_s_named_trees`: ``--basetemp``,
+    given on the command line or in ``PYTEST_ADDOPTS``, ``cache_dir``, a tool's cache) that lies, or leads
+    through a link, into the operator's home outside the checkout: every test could write there, as pytest
+    was told. Refused at the start (``TMPDIR`` there is moved aside: the run's own temporary files; these the
+    operator named, or a link a test left in the checkout made)."""
     root = os.path.realpath(config.rootpath)
-    home = next((h for h in homes if _tempbase.inside(base, os.path.realpath(h))), None)
-    if home is not None and not _tempbase.inside(base, root):
+    for what, given, path in _pytest_s_named_trees(config):
+        # where pytest writes, and where a "~" it takes as a name would have it write
+        for resolved in {os.path.realpath(path), os.path.realpath(os.path.abspath(os.path.expanduser(given)))}:
+            home = next((h for h in homes if _tempbase.inside(resolved, os.path.realpath(h))), None)
+            if home is not None and not _tempbase.inside(resolved, root):
+                break
+        else:
+            continue
+        link = f" (a link to {resolved})" if os.path.islink(path) else ""
         raise pytest.UsageError(
-            f"canarchy test isolation: --basetemp {given} lies in the operator's home ({home}): every test's "
-            "tmp_path would be written there. Give a directory outside the home, or leave --basetemp out "
-            "(pytest then uses the run's own temporary directory).")
+            f"canarchy test isolation: {what} {given}{link} lies in the operator's home ({home}): every test "
+            "could write there. Give a directory outside the home (or in the checkout), or leave the option out; "
+            "remove a link a test left there.")
