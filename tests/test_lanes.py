@@ -1078,7 +1078,9 @@ def test_parity_names_the_time_zone_operator_env_or_no_one_part_alone(tmp_path):
     assert "with the time zone and locale" in parity.render(result) and "together they do" in \
         parity.render_markdown(result)
     # no difference, no finding; but the suite fails, and the verdict says parity does not judge that
-    assert "\n  1 test(s) fail in both twins: parity compares the twins, it does not pass" in parity.render(result)
+    assert "\n  1 test(s) fail in both twins (tests/test_p.py::test_fails_in_both): parity compares the twins, it " \
+        "does not pass" in parity.render(result)
+    assert "- 1 test(s) fail in both twins (tests/test_p.py::test_fails_in_both)" in parity.render_markdown(result)
     # where this machine has no de_DE.UTF-8, a test that sets the locale fails in that twin for that alone
     missing = parity.unavailable_locales({"LANG": "de_DE.UTF-8"})
     for text in (parity.render(result), parity.render_markdown(result)):

@@ -154,6 +154,18 @@ def test_a_test_that_fails_alone_is_traced_to_the_test_it_needs_first(tmp_path):
     assert "needs tests/test_setter.py::test_setter_warms_the_cache to run first" in order.render(result)
 
 
+def test_a_module_skipped_at_collection_is_no_test_that_ran(tmp_path):
+    """A module that skips itself as it is collected (``importorskip``, ``pytest.skip(allow_module_level=True)``)
+    is one JUnit entry, "collection skipped", in every run: it is not a test the runs ran in some order, so the
+    lane still decides and still names the test a dependent one needs first."""
+    source = (REPO / "fixtures" / "leaks" / "leak_order_setter.py").read_text(encoding="utf-8")
+    skipped = "import pytest\npytest.importorskip('a_module_nobody_installed')\n"
+    result = _lane(_project(tmp_path / "p", {"test_aa_optional.py": skipped, "test_setter.py": source}), seeds=())
+    [found] = result.bisections
+    assert result.status == "FAILED", order.render(result)
+    assert found.culprit == "tests/test_setter.py::test_setter_warms_the_cache", found.note
+
+
 ALTERNATING = """
 import os
 
@@ -215,6 +227,7 @@ def test_order_lane_cannot_decide_when_the_project_puts_its_tests_back_in_order(
     assert result.exit_code == 2 and result.status == "CANNOT DECIDE", order.render(result)
     assert "did not run the tests in the reverse of the normal order" in (result.runs[1].problem or ""), \
         order.render(result)
+    assert "- cannot decide (reverse): it did not run the tests in the reverse" in order.render_markdown(result)
 
 
 def test_order_lane_cannot_decide_when_every_test_skips(tmp_path):

@@ -65,8 +65,9 @@ class OrderRun:
 
     @property
     def executed(self) -> list[str]:
-        """Node ids in the order they ran (the report lists cases in that order)."""
-        return [self.node_ids.get(key, key) for key in (self.report.cases if self.report else ())]
+        """Node ids in the order they ran (the report lists cases in that order; what failed or skipped at
+        collection left out: no test of it ran)."""
+        return [self.node_ids.get(key, key) for key in _ran(self)]
 
 
 @dataclass
@@ -388,6 +389,7 @@ def render_markdown(result: OrderResult, selection: Sequence[str] = ()) -> str:
         ["run", "outcomes", "seconds", "reproduce"],
         [[e.label, totals_text(e.report), f"{e.run.duration if e.run else 0:.0f}", f"`{e.reproduce(selection)}`"]
          for e in result.runs])]
+    out += [f"- cannot decide ({e.label}): {e.problem}" for e in result.runs if e.problem]
     out += [f"- {e.label}: no test failed, {BEYOND_ITS_TESTS}: `{e.run.log}`" for e in result.runs_failed]
     for label, c in result.comparisons.items():
         out += ["", f"## normal vs {label}: {c.verdict}", ""]

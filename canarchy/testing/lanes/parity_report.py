@@ -29,9 +29,10 @@ def _verdict_text(result: ParityResult) -> str:
 def _failing_in_both(result: ParityResult) -> list[str]:
     """A line for tests that fail in both twins: no difference, so no finding, but the suite itself fails."""
     c = result.comparison
-    both = set(c.report_a.failing) & set(c.report_b.failing) if c.report_a and c.report_b else set()
-    return [f"{len(both)} test(s) fail in both twins: parity compares the twins, it does not pass the suite "
-            "(nox -s unit judges that)"] if both else []
+    both = sorted(set(c.report_a.failing) & set(c.report_b.failing)) if c.report_a and c.report_b else []
+    shown = ", ".join(result.show(key) for key in both[:5]) + (", ..." if len(both) > 5 else "")
+    return [f"{len(both)} test(s) fail in both twins ({shown}): parity compares the twins, it does not pass the "
+            "suite (nox -s unit judges that)"] if both else []
 
 
 def _check_lines(result: ParityResult) -> list[str]:
@@ -115,7 +116,8 @@ def render_markdown(result: ParityResult) -> str:
             *(f"  - {line}" for line in result.checkout_changes[:50]),
             f"- writes into a copy of the checkout (reported, not differences): {len(result.checkout_writes)}",
             *(f"  - {line}" for line in result.checkout_writes[:50]),
-            *(f"- {line}" for line in _locale_lines(result))]
+            *(f"- {line}" for line in _locale_lines(result)),
+            *(f"- {line}" for line in _failing_in_both(result))]
     for name, lines in result.not_shut_down.items():
         out.append(f"- `{NOT_SHUT_DOWN}` in the {name} log: {len(lines)}")
     return "\n".join(out) + "\n"

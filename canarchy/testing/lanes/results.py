@@ -28,6 +28,7 @@ _XPASS_STRICT_PREFIX = "[XPASS(strict)]"
 _SETUP_PREFIX = "failed on setup with"
 _TEARDOWN_PREFIX = "failed on teardown with"
 _COLLECTION_MESSAGE = "collection failure"
+_COLLECTION_SKIP = "collection skipped"  # a module that skipped itself as it was collected: no test of it ran
 
 
 class CannotDecide(Exception):
@@ -39,7 +40,7 @@ class ResultElement:
     """One ``<failure>``, ``<error>`` or ``<skipped>`` element of a test case.
 
     ``phase``: ``call``, ``setup``, ``teardown``, ``collection`` or ``unknown``
-    (errors only, from pytest's message); ``text``: the body (the traceback).
+    (errors, and a module skipped as it was collected, from pytest's message); ``text``: the body (the traceback).
     """
 
     kind: str
@@ -184,7 +185,7 @@ def node_id(key: str, root: Path | None) -> str:
 
 def _phase(kind: str, message: str) -> str:
     if kind != "error":
-        return "call"
+        return "collection" if kind == "skipped" and message == _COLLECTION_SKIP else "call"
     if message.startswith(_SETUP_PREFIX):
         return "setup"
     if message.startswith(_TEARDOWN_PREFIX):
