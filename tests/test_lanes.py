@@ -483,6 +483,30 @@ def test_a_nox_session_whose_install_brings_no_canarchy_stops_saying_what_to_lis
         assert session.installed == [noxsessions.PROJECT.install]
 
 
+def test_a_project_s_test_dependency_group_is_installed_beside_it(monkeypatch, tmp_path):
+    """structlog keeps its suite's needs in a PEP 735 dependency group (``[dependency-groups] tests``), not an
+    extra: the lanes installed ``-e .`` alone and the session stopped without canarchy. With no test extra, the
+    ``test`` (else ``tests``) group is installed beside the project, its included groups expanded by nox;
+    ``install_groups`` names others."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[dependency-groups]\ntests = ["canarchy[lanes] @ file:///c", '
+        '{include-group = "typing"}]\ntyping = ["mypy"]\ndocs = ["sphinx"]\n')
+    project = load_project(tmp_path)
+    assert (project.install, project.install_groups) == (("-e", "."), ("tests",))
+    monkeypatch.chdir(REPO)  # the module reads the project nox runs in
+    from canarchy.testing.lanes import noxsessions
+
+    monkeypatch.setattr(noxsessions, "PROJECT", project)
+    session = _Session("True\n")
+    noxsessions.install(session)
+    assert session.installed == [("-e", ".", "canarchy[lanes] @ file:///c", "mypy")]
+    with open(tmp_path / "pyproject.toml", "a") as handle:
+        handle.write('[project.optional-dependencies]\ntest = ["pytest"]\n[tool.canarchy.lanes]\n'
+                     'install_groups = ["docs"]\n')
+    project = load_project(tmp_path)  # an extra wins; a group the table names is installed beside it
+    assert (project.install, project.install_groups) == (("-e", ".[test]"), ("docs",))
+
+
 SIGTERM_TO_NOX = """
 import os, signal
 from canarchy.testing.lanes import noxsessions

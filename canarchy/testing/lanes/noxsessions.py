@@ -62,9 +62,11 @@ INSTALL_ENV = {"UV_COMPILE_BYTECODE": "1"}
 
 
 def install(session: nox.Session, *extra: str) -> None:
-    """Install the project as its ``[tool.canarchy.lanes] install`` says, plus ``extra`` requirements,
-    byte code compiled."""
-    session.install(*PROJECT.install, env=INSTALL_ENV)
+    """Install the project as its ``[tool.canarchy.lanes] install`` says, with the requirements of its
+    ``install_groups`` (PEP 735, read by nox) and ``extra`` ones, byte code compiled."""
+    groups = nox.project.dependency_groups(nox.project.load_toml(PROJECT.root / "pyproject.toml"),
+                                           *PROJECT.install_groups) if PROJECT.install_groups else ()
+    session.install(*PROJECT.install, *groups, env=INSTALL_ENV)
     if extra:
         session.install(*extra, env=INSTALL_ENV)
     # the lane runs `python -m canarchy.testing.lanes` in this virtualenv: an install that did not bring
@@ -75,7 +77,8 @@ def install(session: nox.Session, *extra: str) -> None:
                       "(canarchy.testing.lanes) into the session's virtualenv, and every lane runs from there: list "
                       "\"canarchy[lanes] @ ...\" (a direct reference: a bare canarchy on PyPI is another project) in "
                       "the project's `test` extra (or `tests`, where it has no `test`; [project.optional-dependencies] "
-                      "in pyproject.toml, [options.extras_require] in setup.cfg), or name what to install in "
+                      "in pyproject.toml, [options.extras_require] in setup.cfg; else its `test` or `tests` "
+                      "dependency group), or name what to install in "
                       "[tool.canarchy.lanes] install (docs/adopting.md)")
 
 

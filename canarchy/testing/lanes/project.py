@@ -31,8 +31,8 @@ else:  # loaded by path (nox): the plugin's list of pytest's configuration files
     PYTEST_CONFIGURATION = _loadable.PYTEST_CONFIGURATION
 
 PLUGIN = "canarchy.testing.isolation.plugin"
-_KEYS = {"packages", "source", "tests", "install", "operator_home", "operator_env", "parity_allowlist", "mutations",
-         "leaks"}
+_KEYS = {"packages", "source", "tests", "install", "install_groups", "operator_home", "operator_env",
+         "parity_allowlist", "mutations", "leaks"}
 
 
 class ProjectError(ValueError):
@@ -48,6 +48,7 @@ class Project:
     source: Path
     tests: tuple[str, ...]
     install: tuple[str, ...]
+    install_groups: tuple[str, ...] = ()  # PEP 735 dependency groups installed beside ``install``
     operator_home: Path | None = None
     parity_allowlist: Path | None = None
     mutations: Path | None = None
@@ -227,7 +228,8 @@ def _ini(path: Path) -> configparser.ConfigParser:
 
 
 def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
-    """``(packages, source, tests, install)``: from ``table`` where it says, else from the project's layout."""
+    """``(packages, source, tests, install, install_groups)``: from ``table`` where it says, else from the
+    project's layout."""
     packages = _strings(table["packages"], f"{where} packages") if "packages" in table else _default_packages(base, doc)
     if "source" in table:
         source = _inside(base, table["source"], f"{where} source")
@@ -243,13 +245,21 @@ def _layout(base: Path, doc: dict, table: dict, where: str, ini: dict) -> tuple:
         # without testpaths pytest collects from the rootdir, where the lanes run it: a package's own tests
         # (``pkg/test/``) and a docs directory's modules are run as a plain ``pytest`` runs them
         tests = tuple(testpaths) if isinstance(testpaths, list) and testpaths else (".",)
+    # the test extra, else a tests one (attrs): the extra that already brings the suite's needs; without
+    # either, a PEP 735 dependency group of one of those names (structlog's tests group) beside the project
+    extra = next((name for name in ("test", "tests") if name in _extras(base, doc)), None)
     if "install" in table:
         install = _strings(table["install"], f"{where} install")
     else:
-        # the test extra, else a tests one (attrs, structlog): the extra that already brings the suite's needs
-        extra = next((name for name in ("test", "tests") if name in _extras(base, doc)), None)
         install = ("-e", f".[{extra}]") if extra else ("-e", ".")
-    return packages, source, tests, install
+    declared = doc.get("dependency-groups", {})
+    if "install_groups" in table:
+        groups = _strings(table["install_groups"], f"{where} install_groups")
+    elif "install" not in table and not extra and isinstance(declared, dict):
+        groups = tuple(name for name in ("test", "tests") if name in declared)[:1]
+    else:
+        groups = ()
+    return packages, source, tests, install, groups
 
 
 def _extras(base: Path, doc: dict) -> set[str]:
