@@ -247,36 +247,34 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
     """Parse the TOML config file; a missing file reads as ``{}``.
 
     Raises ``ConfigError`` (``CONFIG_INVALID``) naming the file when it does
-    not parse, is not UTF-8, or cannot be read.
+    not parse or cannot be read (:func:`canarchy.fileio.read_small_text`).
     """
     import tomllib  # here, not at import: commands that never read the file skip its ~10 ms
 
     path = config_path() if path is None else path
-    try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
-    except FileNotFoundError:
+    text = read_config_text(path)
+    if text is None:
         return {}
+    try:
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             "CONFIG_INVALID",
             f"{path} is not valid TOML: {exc}",
             f"Fix the syntax of {path} or move it aside.",
         ) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            "CONFIG_INVALID",
-            f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02X} at offset {exc.start}).",
-            f"TOML files are UTF-8: re-save {path} as UTF-8.",
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            "CONFIG_INVALID",
-            f"{path} cannot be read: {exc.strerror}",
-            f"Check the permissions of {path}.",
-        ) from None
     _report(check_document(document, path))
     return document
+
+
+def read_config_text(path: Path) -> str | None:
+    """The config file's text (None: there is none); ``ConfigError`` ``CONFIG_INVALID`` when it cannot be read."""
+    from canarchy.fileio import UnreadableFile, read_small_text
+
+    try:
+        return read_small_text(path)
+    except UnreadableFile as exc:
+        raise ConfigError("CONFIG_INVALID", f"{path} {exc.reason}.", exc.hint) from None
 
 
 # --- unknown keys and tables -------------------------------------------------------------------

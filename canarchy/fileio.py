@@ -1,14 +1,17 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+"""Atomic file writes, and bounded reads of small text files.
 
 Every file canarchy writes for a user (fuzz findings, sessions, config
 changes, capture logs) is a :class:`PendingFile`: a temp file beside the
 target (a symbolic link's target), written, then ``os.replace`` over it and an
 fsync of the directory where the platform allows it. On any failure the temp
-file is removed and the target is left as it was.
+file is removed and the target is left as it was. Every configuration-sized
+file canarchy reads whole (``config.toml``, a simulator profile) goes through
+:func:`read_small_text`: a regular file of at most :data:`SMALL_FILE_LIMIT` bytes.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import os
@@ -116,3 +119,56 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+#: The largest configuration-sized file read whole, in bytes.
+SMALL_FILE_LIMIT = 1 << 20
+
+
+class UnreadableFile(Exception):
+    """Why a small text file cannot be read: ``reason`` (words after the path, no full stop) and ``hint``."""
+
+    def __init__(self, reason: str, hint: str) -> None:
+        super().__init__(reason)
+        self.reason, self.hint = reason, hint
+
+
+def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str | None:
+    """The UTF-8 text of the file at ``path`` (a leading byte order mark dropped, line ends kept), or None
+    when nothing is there.
+
+    Raises :class:`UnreadableFile` for a dangling symbolic link, a loop of them, something other than a
+    regular file (a pipe is never waited on), a file over ``limit`` bytes, bytes that are not UTF-8, or a
+    file that cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise UnreadableFile(f"is a symbolic link to {os.readlink(path)}, which does not exist",
+                                 f"Point {path} at the file, or remove the link.") from None
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnreadableFile("is a loop of symbolic links", f"Point {path} at a file.") from None
+        if exc.errno == errno.ENOTDIR:
+            raise UnreadableFile("cannot be read: a directory on its path is a file",
+                                 f"Move that file aside; {path.parent} must be a directory.") from None
+        raise UnreadableFile(f"cannot be read: {exc.strerror}", f"Check the permissions of {path}.") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a pipe, a device or a socket)"
+        raise UnreadableFile(f"is {what}", f"Make {path} a regular file, or move it aside.")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise UnreadableFile(f"cannot be read: {exc.strerror}", f"Check the disk {path} is on.") from None
+    if len(data) > limit:
+        raise UnreadableFile(f"is larger than {limit} bytes, more than such a file ever needs",
+                             f"Check that {path} is the right file, or move it aside.")
+    try:
+        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02X} at offset {exc.start})",
+                             f"Re-save {path} as UTF-8.") from None

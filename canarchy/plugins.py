@@ -119,18 +119,6 @@ def discover() -> tuple[dict[str, list[PluginEntryPoint]], list[str]]:
 # --- the config file --------------------------------------------------------------------------
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:  # newline="": CRLF files stay CRLF
-            return handle.read()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8"
-        raise ConfigError("CONFIG_INVALID", f"{path} cannot be read: {reason}.",
-                          f"Check the permissions and encoding (UTF-8) of {path}.") from None
-
-
 def _parse(path: Path, text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
@@ -159,7 +147,7 @@ def configured_states(path: Path | None = None) -> dict[str, bool | None]:
     """``{plugin name: enabled}`` from the config file's ``[plugins.*]`` tables (None: a table
     without ``enabled``). A missing file reads as ``{}``. Raises ``ConfigError`` ``CONFIG_INVALID``."""
     path = config.config_path() if path is None else path
-    text = _read_text(path)
+    text = config.read_config_text(path)
     if text is None:
         return {}
     tables = _plugin_tables(path, _parse(path, text))
@@ -203,7 +191,7 @@ def set_enabled(name: str, enabled: bool, path: Path | None = None) -> dict[str,
     import tomlkit  # imported here: only `plugins enable|disable` writes TOML
 
     path = config.config_path() if path is None else path
-    text = _read_text(path)
+    text = config.read_config_text(path)
     original = _parse(path, text) if text is not None else {}
     tables = _plugin_tables(path, original)
     previous = tables.get(name, {}).get("enabled")

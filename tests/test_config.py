@@ -132,6 +132,62 @@ def test_config_that_is_not_utf8_is_a_structured_error():
         assert "not UTF-8" in result.envelope["errors"][0]["message"]
 
 
+def _config_run(*argv: str, seconds: float = 20):
+    """``run_cli(*argv)`` in a thread; None when it is still running after ``seconds`` (blocked on a read)."""
+    import threading
+
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(run_cli(*argv)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return done[0] if done else None
+
+
+@pytest.mark.parametrize("make, words", [
+    ("fifo", "is not a regular file"), ("dangling", "which does not exist"), ("large", "is larger than 1048576 bytes"),
+    ("directory", "is a directory"), ("loop", "is a loop of symbolic links"),
+    ("home file", "a directory on its path is a file")])
+def test_a_config_file_that_cannot_be_read_as_one_is_config_invalid_at_once(make, words):
+    """A named pipe is never waited on, a dangling link is no missing file (its settings would silently fall back
+    to the defaults), a file of gigabytes is not read into memory: each is CONFIG_INVALID naming why, and how."""
+    import os
+
+    path = Path.home() / ".canarchy" / "config.toml"
+    path.parent.mkdir(parents=True)
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "dangling":
+        path.symlink_to(path.parent / "moved.toml")
+    elif make == "large":
+        with open(path, "wb") as handle:
+            handle.truncate(2 << 30)  # sparse: 2 GiB that take no disk
+    elif make == "directory":
+        path.mkdir()
+    elif make == "loop":
+        path.symlink_to(path)
+    else:
+        path.parent.rmdir()
+        path.parent.write_text("")
+    result = _config_run("config", "check", "--json")
+    if result is None and make == "fifo":  # a reader blocked in open(): a writer lets it go
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert result is not None, "config check still waits on the named pipe"
+    assert (result.code, result.error_codes) == (1, ["CONFIG_INVALID"]), result.out
+    error = result.envelope["errors"][0]
+    assert words in error["message"] and "Check the permissions" not in error["hint"], error
+
+
+def test_a_config_file_with_a_byte_order_mark_is_read():
+    """Notepad and other editors start a UTF-8 file with a byte order mark, which TOML does not allow: it is
+    dropped, as the candump reader drops it."""
+    path = write_user_config("")
+    path.write_bytes(b'\xef\xbb\xbf[transport]\ndefault_interface = "bom7"\n')
+    result = run_cli("config", "show", "--json")
+    assert result.code == 0, result.out
+    assert result.data["settings"]["CANARCHY_DEFAULT_INTERFACE"] == {"key": "transport.default_interface",
+                                                                     "value": "bom7", "source": "file"}
+
+
 # -- bus parameters: bitrate, data_bitrate, fd, [transport.bus_kwargs] -----------------------------
 
 def test_bus_parameters_from_file_env_and_flags(monkeypatch):

@@ -13,6 +13,7 @@ from typing import Any
 
 from canarchy.commands._common import parse_hex_data, parse_int
 from canarchy.errors import UserInputError
+from canarchy.fileio import UnreadableFile, read_small_text
 from canarchy.uds import NEGATIVE_RESPONSE_SID
 
 #: Keys a profile may have (anything else is a typo, reported as such).
@@ -82,12 +83,11 @@ def read_profile_document(path: str) -> dict[str, Any]:
         raise _invalid(path, f"suffix {suffix or '(none)'!r} is neither .toml nor .json.",
                        "Write the profile as TOML (.toml) or JSON (.json).")
     try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _invalid(path, "the file does not exist.", "Check the path given to --profile.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _invalid(path, f"the file cannot be read: {getattr(exc, 'strerror', None) or exc}.",
-                       "Check the file's permissions and that it is UTF-8 text.") from None
+        text = read_small_text(target)
+    except UnreadableFile as exc:
+        raise _invalid(path, f"the file {exc.reason}.", exc.hint) from None
+    if text is None:
+        raise _invalid(path, "the file does not exist.", "Check the path given to --profile.")
     try:
         if suffix == ".toml":
             import tomllib
