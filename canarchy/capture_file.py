@@ -13,7 +13,6 @@ Line formats, warnings and figures: docs/decoding.md.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import importlib.util
 import io
@@ -49,6 +48,10 @@ BATCH_LINES = 256
 #: and the rest of it is skipped in pieces of this size, so a file without line breaks is not held whole.
 MAX_LINE = 4096
 _LINE_ENDS = ("\n", "\r")
+#: Characters of a ``--jsonl`` line the reader holds (a frame event has under 1,000), and of a ``--json``
+#: document, which is parsed whole.
+MAX_EVENT_LINE = 1 << 20
+MAX_JSON_DOCUMENT = 64 << 20
 #: Channel and ID pairs whose frame fields the candump reader keeps (a bounded cache).
 MAX_KNOWN_IDS = 4096
 #: What the candump reader keeps of a key of :data:`COMMON_LINE`: a frame's ``__dict__`` with that
@@ -242,8 +245,15 @@ class CaptureFile:
             raise _unavailable(self.path, exc) from None
         with handle:
             if self.format == "json":
+                text = handle.read(MAX_JSON_DOCUMENT + 1)
+                if len(text) > MAX_JSON_DOCUMENT:
+                    raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED",
+                                         f"{self.path!r} is a --json document over {MAX_JSON_DOCUMENT >> 20} MiB, "
+                                         "and a --json document is read whole.",
+                                         "Record with --jsonl (read as it streams), or convert this one: "
+                                         f"`jq -c '.data.events[]' {self.path} > frames.jsonl`.")
                 try:
-                    document = json.load(handle)
+                    document = json.loads(text)
                 except ValueError as exc:
                     raise DecodeError("CAPTURE_FORMAT_INVALID", f"{self.path!r} is not a JSON document: {exc}.",
                                       "Give the output of a canarchy command run with --json.") from None
@@ -251,7 +261,7 @@ class CaptureFile:
                 lines: Any = enumerate((data or {}).get("events") or [], 1)
                 where = "event"
             else:
-                lines = enumerate(handle, 1)
+                lines = enumerate(BoundedLines(handle, MAX_EVENT_LINE), 1)
                 where = "line"
             for number, item in lines:
                 self.line_count = number
@@ -440,18 +450,43 @@ def capture_format(path: str) -> str:
 # --- internals --------------------------------------------------------------------------------
 
 
+class BoundedLines:
+    """The lines of a text ``handle``, each at most ``limit`` characters: a longer one is cut there, without its
+    line end (the rest is read and dropped, in pieces of ``limit``), so a file without line breaks is never held
+    whole and a reader sees the cut line as malformed. Iterable, with ``readline``; other attributes (``close``,
+    ``name``) are the handle's."""
+
+    def __init__(self, handle: Any, limit: int = MAX_LINE) -> None:
+        self._handle, self._limit = handle, limit
+
+    def readline(self, size: int = -1) -> str:
+        limit, readline = self._limit, self._handle.readline
+        line = readline(limit)
+        if len(line) == limit and not line.endswith(_LINE_ENDS):
+            rest = line
+            while len(rest) == limit and not rest.endswith(_LINE_ENDS):
+                rest = readline(limit)
+        return line
+
+    def __iter__(self) -> BoundedLines:
+        return self
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
 def _line_batches(handle: io.TextIOBase, size: int) -> Iterator[list[str]]:
-    """The lines of ``handle`` in lists of ``size`` (the last one shorter); a line longer than
-    :data:`MAX_LINE` as its first ``MAX_LINE`` characters, without a line end (the rest is read and
-    dropped). When reading fails, the lines read before the failure come first, then the error."""
+    """The lines of ``handle`` (:class:`BoundedLines`) in lists of ``size`` (the last one shorter). When
+    reading fails, the lines read before the failure come first, then the error."""
     batch: list[str] = []
-    readline = handle.readline
     try:
-        for line in iter(functools.partial(readline, MAX_LINE), ""):
-            if len(line) == MAX_LINE and not line.endswith(_LINE_ENDS):
-                rest = line
-                while len(rest) == MAX_LINE and not rest.endswith(_LINE_ENDS):
-                    rest = readline(MAX_LINE)
+        for line in BoundedLines(handle):
             batch.append(line)
             if len(batch) == size:
                 yield batch

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 from typing import Any
 
-from canarchy.capture_file import _COMPRESSION_ERRORS, _unavailable, compression_invalid
+from canarchy.capture_file import _COMPRESSION_ERRORS, BoundedLines, _unavailable, compression_invalid
 from canarchy.errors import DecodeError, UserInputError
 from canarchy.frames import CAN_FD_DLCS, CanFrame, checked_timestamp
 
@@ -42,10 +42,11 @@ def open_reader(path: str, fmt: str) -> Any:
         raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED", f"Compressed .{fmt} files cannot be read: {path!r}.",
                              f"Decompress it first (gunzip) and read the .{fmt} file.")
     try:
+        if issubclass(reader_class, TextIOMessageReader):  # lines bounded: a file without line breaks is not held
+            opened = gzip.open(path, "rt", errors="replace") if gz else open(path, errors="replace")  # noqa: SIM115
+            return _constructed(reader_class, BoundedLines(opened))  # the reader owns it and closes it
         if gz:
-            text = issubclass(reader_class, TextIOMessageReader)
-            handle = gzip.open(path, "rt" if text else "rb")  # noqa: SIM115 (the reader owns it and closes it)
-            return _constructed(reader_class, handle)
+            return _constructed(reader_class, gzip.open(path, "rb"))
         return _constructed(reader_class, path)
     except ImportError as exc:  # a reader's optional dependency
         raise UserInputError("CAPTURE_FORMAT_UNSUPPORTED", f"Reading .{fmt} needs a package that is missing: {exc}.",

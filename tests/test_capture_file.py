@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import canarchy.testing.required  # noqa: F401  (no test here runs without the isolation)
 
+import contextlib
 import gzip
 import json
 import os
@@ -19,7 +20,7 @@ from canarchy import candump, capture_file
 from canarchy.candump import parse_candump_line
 from canarchy.capture_file import CaptureFile, open_capture
 from canarchy.cli import main
-from canarchy.errors import TransportError, UserInputError
+from canarchy.errors import CanarchyError, TransportError, UserInputError
 from canarchy.warning_log import MAX_PER_KIND
 from tests.helpers import resource_warnings, run_cli, write_user_config
 
@@ -316,6 +317,48 @@ def test_a_line_without_end_is_not_held_whole(tmp_path, end):
     assert capture.log.counts == {"CANDUMP_LINE_MALFORMED": 1}
     assert "line longer than 4096 characters" in capture.all_warnings()[0]
     assert capture.log.records[0].details["line"] == 2
+
+
+@pytest.mark.parametrize("suffix", [".asc", ".csv", ".trc", ".jsonl"])
+def test_a_huge_line_in_any_text_format_is_not_held_whole(tmp_path, suffix):
+    """python-can's text readers and the --jsonl reader take a line whole: a recording with a line of megabytes
+    (damaged, or binary data named .asc) held it all, and a 2 GB file without line breaks ran out of memory.
+    Lines are read in bounded pieces: memory does not grow with the line, the frames before it stand."""
+    import can
+
+    source = list(open_capture(LEAF))[:10]
+    path = tmp_path / f"capture{suffix}"
+    if suffix == ".jsonl":
+        lines = [json.dumps({"event_type": "frame", "payload": f.to_payload()}) + "\n" for f in source]
+    else:
+        writer = {".asc": can.ASCWriter, ".csv": can.CSVWriter, ".trc": can.TRCWriter}[suffix](str(path))
+        for frame in source:
+            writer.on_message_received(can.Message(timestamp=frame.timestamp, arbitration_id=frame.arbitration_id,
+                                                   is_extended_id=frame.is_extended_id, data=frame.data, channel=0))
+        writer.stop()
+        lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines) + "9" * 16_000_000 + "\n")
+    capture = open_capture(path)
+    tracemalloc.start()
+    try:
+        frames = []
+        with contextlib.suppress(CanarchyError):
+            frames.extend(capture)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6_000_000, peak  # a --jsonl line may hold 1 MiB, a line of the others 4,096 characters
+    assert [f.data for f in frames] == [f.data for f in source], capture.all_warnings()
+
+
+def test_a_json_document_past_its_limit_is_refused_before_it_is_read(tmp_path):
+    """A --json document is parsed whole: one over 64 MiB is refused, pointing at --jsonl."""
+    path = tmp_path / "huge.json"
+    with open(path, "w") as handle:
+        handle.write('{"data": {"events": [' + " " * (64 << 20) + "]}}")
+    with pytest.raises(CanarchyError) as raised:
+        list(open_capture(path))
+    assert raised.value.code == "CAPTURE_FORMAT_UNSUPPORTED" and "--jsonl" in raised.value.hint
 
 
 def test_gzip_candump(tmp_path):
