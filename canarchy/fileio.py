@@ -134,12 +134,23 @@ class UnreadableFile(Exception):
 
 
 def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str | None:
-    """The UTF-8 text of the file at ``path`` (a leading byte order mark dropped, line ends kept), or None
-    when nothing is there.
+    """The UTF-8 text of the file at ``path`` (:func:`read_small_bytes`; a leading byte order mark dropped, line
+    ends kept), or None when nothing is there. Raises :class:`UnreadableFile`, also for bytes that are not UTF-8."""
+    data = read_small_bytes(path, limit)
+    if data is None:
+        return None
+    try:
+        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02X} at offset {exc.start})",
+                             f"Re-save {path} as UTF-8.") from None
+
+
+def read_small_bytes(path: Path, limit: int = SMALL_FILE_LIMIT) -> bytes | None:
+    """The bytes of the file at ``path``, or None when nothing is there.
 
     Raises :class:`UnreadableFile` for a dangling symbolic link, a loop of them, something other than a
-    regular file (a pipe is never waited on), a file over ``limit`` bytes, bytes that are not UTF-8, or a
-    file that cannot be opened."""
+    regular file (a pipe is never waited on), a file over ``limit`` bytes, or a file that cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -152,7 +163,7 @@ def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str | None:
             raise UnreadableFile("is a loop of symbolic links", f"Point {path} at a file.") from None
         if exc.errno == errno.ENOTDIR:
             raise UnreadableFile("cannot be read: a directory on its path is a file",
-                                 f"Move that file aside; {path.parent} must be a directory.") from None
+                                 f"Move that file aside; {Path(path).parent} must be a directory.") from None
         raise UnreadableFile(f"cannot be read: {exc.strerror}", f"Check the permissions of {path}.") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
@@ -167,8 +178,4 @@ def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str | None:
     if len(data) > limit:
         raise UnreadableFile(f"is larger than {limit} bytes, more than such a file ever needs",
                              f"Check that {path} is the right file, or move it aside.")
-    try:
-        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UnreadableFile(f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02X} at offset {exc.start})",
-                             f"Re-save {path} as UTF-8.") from None
+    return data

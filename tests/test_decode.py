@@ -199,8 +199,18 @@ def test_missing_dbc_is_dbc_not_found(tmp_path):
     result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(tmp_path / "none.dbc"), "--json")
     assert (result.code, result.error_codes) == (1, ["DBC_NOT_FOUND"])
     assert result.envelope["errors"][0]["message"].endswith("does not exist.")
-    with pytest.raises(UserInputError, match="is a directory, not a file"):  # it said "does not exist" of it
+    with pytest.raises(UserInputError, match="is a directory"):  # it said "does not exist" of it
         load_dbc(tmp_path)
+
+
+def test_a_dbc_that_is_a_named_pipe_is_named_so_and_never_waited_on(tmp_path):
+    """A named pipe given as --dbc was reported as missing; it is no regular file, said so at once."""
+    import os
+
+    os.mkfifo(tmp_path / "bus.dbc")
+    result = run_cli("decode", "--file", str(TRUCK), "--dbc", str(tmp_path / "bus.dbc"), "--json")
+    assert (result.code, result.error_codes) == (1, ["DBC_NOT_FOUND"])
+    assert "is not a regular file (a pipe" in result.envelope["errors"][0]["message"], result.envelope
 
 
 def test_a_dbc_that_does_not_parse_is_dbc_load_failed(tmp_path):

@@ -19,11 +19,14 @@ from typing import Any
 
 from canarchy.decode.common import MAX_UNKNOWN_IDS, ValueRange, hex_id, isotp_counts, j1939_pgn
 from canarchy.errors import DecodeError, UserInputError
+from canarchy.fileio import UnreadableFile, read_small_bytes
 from canarchy.isotp import IsoTpReassembler
 from canarchy.frames import CanFrame
 from canarchy.warning_log import WarningLog
 
 ISOTP_LAYOUTS = ("length-prefixed", "plain")
+#: The largest signal database read, in bytes (an AUTOSAR ARXML of a whole vehicle runs to hundreds of MB).
+DATABASE_LIMIT = 512 << 20
 
 
 def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, WarningLog]:
@@ -36,20 +39,18 @@ def load_dbc(path: str | os.PathLike[str]) -> tuple[Any, WarningLog]:
     loaded in cantools' strict mode; when only the strict checks fail (e.g.
     overlapping signals) it is loaded again without them and a warning says so.
 
-    Raises ``UserInputError`` ``DBC_NOT_FOUND`` (exit 1) when ``path`` is not a
-    file, ``DecodeError`` ``DBC_LOAD_FAILED`` (exit 3) when it does not parse.
+    Raises ``UserInputError`` ``DBC_NOT_FOUND`` (exit 1) when ``path`` is not a regular file of at most
+    :data:`DATABASE_LIMIT` bytes (:func:`~canarchy.fileio.read_small_bytes`), ``DecodeError``
+    ``DBC_LOAD_FAILED`` (exit 3) when it does not parse.
     """
     text_path = str(path)
-    target = Path(text_path)
-    if not target.is_file():
-        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} " + (
-                             "is a directory, not a file." if target.is_dir() else "does not exist."),
-                             "Check the path passed to --dbc (relative paths start at the current directory).")
     try:
-        raw = target.read_bytes()
-    except OSError as exc:
-        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} cannot be read: {exc.strerror or exc}.",
-                             "Check the file's permissions.") from None
+        raw = read_small_bytes(Path(text_path), DATABASE_LIMIT)
+    except UnreadableFile as exc:
+        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} {exc.reason}.", exc.hint) from None
+    if raw is None:
+        raise UserInputError("DBC_NOT_FOUND", f"DBC file {text_path!r} does not exist.",
+                             "Check the path passed to --dbc (relative paths start at the current directory).")
     encoding = _detect_encoding(raw)
     import cantools  # imported here: only the decode commands pay for it
 
