@@ -306,4 +306,6 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
         if error is not None:  # the command's own error, which the output could not carry
             _report_on_stderr(error)
         return _report_on_stderr(output_failed(exc.reason))
+    if error is None and printer.events is not None and printer.events.cut_short:  # a finite job not finished
+        return 128 + signal.Signals[printer.events.stopped_by].value
     return EXIT_OK if error is None else error.exit_code

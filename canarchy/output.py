@@ -127,8 +127,9 @@ class EventStream:
     caught one, else None. Raises :class:`OutputClosed` when the reader is gone.
     """
 
-    def __init__(self, printer: Printer, source: str, *, live: bool, keep: bool) -> None:
+    def __init__(self, printer: Printer, source: str, *, live: bool, keep: bool, finite: bool = False) -> None:
         self.source = source
+        self.finite = finite
         self.count = 0
         self.stopped_by: str | None = None
         self._printer = printer
@@ -210,6 +211,12 @@ class EventStream:
         except KeyboardInterrupt as exc:
             self.stopped_by = str(exc) if str(exc) in ("SIGTERM", "SIGINT") else "SIGINT"
 
+    @property
+    def cut_short(self) -> bool:
+        """Stopped by a signal before the end of a file it reads (``finite``; not a bus, a pipe or an endless
+        plan, whose end a signal is): the command exits 128 + the signal's number, and keeps no output file."""
+        return self.stopped_by is not None and self.finite
+
     def _write_events_json(self, write: Callable[[str], None]) -> None:
         if self._spool is None:
             write("[]")
@@ -275,14 +282,16 @@ class _Writer:
         self.write = write
 
 
-def open_stream(args: argparse.Namespace, source: str, *, live: bool = False, keep: bool = True) -> EventStream:
+def open_stream(args: argparse.Namespace, source: str, *, live: bool = False, keep: bool = True,
+                finite: bool = False) -> EventStream:
     """The event stream of the running command (one per command; ``data.events`` in ``--json``).
 
     ``source`` is the events' default source (e.g. ``"file:x.log"``,
     ``"capture:can0"``); ``live=True`` flushes each event (a bus, not a file);
-    ``keep=False`` counts events without printing them (``--summary``).
+    ``keep=False`` counts events without printing them (``--summary``); ``finite=True``: the events come from
+    a file read to its end, which a signal can cut short (:attr:`EventStream.cut_short`).
     """
-    return args.printer.stream(source, live=live, keep=keep)
+    return args.printer.stream(source, live=live, keep=keep, finite=finite)
 
 
 class Printer:
@@ -309,10 +318,10 @@ class Printer:
         self.pending_lines: list[str] = []
         self._torn = False  # an interrupt cut a write short: the last line may be unfinished
 
-    def stream(self, source: str, *, live: bool = False, keep: bool = True) -> EventStream:
+    def stream(self, source: str, *, live: bool = False, keep: bool = True, finite: bool = False) -> EventStream:
         """The command's :class:`EventStream` (made on the first call)."""
         if self.events is None:
-            self.events = EventStream(self, source, live=live, keep=keep)
+            self.events = EventStream(self, source, live=live, keep=keep, finite=finite)
         return self.events
 
     def write(self, text: str, flush: bool = False) -> None:

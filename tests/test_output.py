@@ -146,8 +146,9 @@ def test_every_jsonl_output_ends_with_the_envelope_and_json_is_one_sorted_docume
 ], ids=["capture", "summary", "j1939", "dbc", "isotp"])
 @pytest.mark.parametrize("fmt", ["--json", "--jsonl", "--text"])
 def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, tmp_path):
-    """A signal in the middle of reading a file ends the command with exit 0 and what it read so far,
-    and its result says it was stopped: a part is never reported as the whole."""
+    """A signal in the middle of reading a file ends the command with what it read so far, its result says it
+    was stopped, and its exit code is 128 + the signal's (a script or `timeout` took exit 0 for the whole):
+    a part is never reported as the whole."""
     from canarchy.capture_file import CaptureFile
 
     whole = iter_frames = CaptureFile.__iter__
@@ -160,7 +161,7 @@ def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, 
 
     monkeypatch.setattr(CaptureFile, "__iter__", cut)
     result = run_cli(*argv, fmt)
-    assert result.code == 0
+    assert result.code == 128 + signal.SIGTERM
     if fmt == "--text":
         assert "stopped by SIGTERM" in result.out or "stopped_by: SIGTERM" in result.out
         return
@@ -168,6 +169,29 @@ def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, 
     assert envelope["ok"] is True and envelope["data"]["stopped_by"] == "SIGTERM"
     monkeypatch.setattr(CaptureFile, "__iter__", whole)
     assert "stopped_by" not in strict_json(run_cli(*argv, "--json").out)["data"]
+
+
+@pytest.mark.parametrize("summary", [False, True], ids=["frames", "summary"])
+def test_a_conversion_cut_short_by_a_signal_leaves_no_file(summary, monkeypatch, tmp_path):
+    """A conversion (`capture --file X --output Y`) a signal stops before the end of X did not finish: a Y of the
+    frames so far, renamed into place, read as the whole recording. No file is left, the envelope says so."""
+    from canarchy.capture_file import CaptureFile
+
+    iter_frames = CaptureFile.__iter__
+
+    def cut(self):
+        for index, frame in enumerate(iter_frames(self)):
+            if index == 200:
+                raise KeyboardInterrupt("SIGINT")
+            yield frame
+
+    monkeypatch.setattr(CaptureFile, "__iter__", cut)
+    target = tmp_path / "converted.asc"
+    result = run_cli("capture", "--file", str(TRUCK), "--output", str(target), *(["--summary"] * summary), "--json")
+    envelope = strict_json(result.out)
+    assert result.code == 128 + signal.SIGINT and envelope["data"]["stopped_by"] == "SIGINT"
+    assert envelope["data"]["output"]["kept"] is False and envelope["data"]["output"]["frames_written"] == 200
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- a closed pipe and signals, in a real process ------------------------------------------------------

@@ -217,9 +217,16 @@ def _capture(args: argparse.Namespace) -> CommandResult:
             "stopped_by": stopped_by or stream.stopped_by or "SIGINT",
             "elapsed_s": round(time.monotonic() - started, 6), "count": limit,
             "duration_s": duration, "idle_timeout_s": idle, "filters": [f.to_payload() for f in filters],
-            "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
-                                                   "frames_written": writer.frame_count}}
+            "output": _output_data(writer, kept=opened)}
     return CommandResult(data=data, warnings=[] if writer is None else writer.warnings())
+
+
+def _output_data(writer, kept: bool) -> dict | None:
+    """``data.output`` of a capture written to a file (None: no ``--output``): where, in which format, the frames
+    written, and whether the file was kept (a conversion a signal cut short keeps none)."""
+    if writer is None:
+        return None
+    return {"path": str(writer.path), "format": writer.format, "frames_written": writer.frame_count, "kept": kept}
 
 
 def _capture_file(args: argparse.Namespace) -> CommandResult:
@@ -254,23 +261,22 @@ def _capture_file(args: argparse.Namespace) -> CommandResult:
         frames = itertools.islice(frames, limit)
     if args.summary:  # the same frames (--filter, --count, --output), summarised instead of printed
         return _capture_summary(args, capture, frames, writer, filtered)
-    stream = open_stream(args, f"file:{args.file}", live=capture.stream)
+    stream = open_stream(args, f"file:{args.file}", live=capture.stream, finite=not capture.stream)
     emit = stream.emit_frame
     _convert(frames, writer, lambda frame: emit("frame", frame), stream)
     filtered.note()
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "frame_count": stream.count, "filters": [f.to_payload() for f in filters],
-            "output": None if writer is None else {"path": str(writer.path), "format": writer.format,
-                                                   "frames_written": writer.frame_count},
-            **capture.log.to_data()}
+            "output": _output_data(writer, kept=not stream.cut_short), **capture.log.to_data()}
     return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 
 def _convert(frames, writer, each, stream) -> None:
     """Write each frame to ``writer`` (``--output``; None: no file), then hand it to ``each``, inside the
-    ``stream``'s stoppable block (a stop by signal ends the loop there and keeps what was written). A read
-    that failed (no frame: CAPTURE_FORMAT_INVALID ...) or whose reader went away (a closed pipe) converted
-    only part of the recording, or nothing: no file is left, as for a bus that never opened."""
+    ``stream``'s stoppable block (a stop by signal ends the loop there). A read that failed (no frame:
+    CAPTURE_FORMAT_INVALID ...), whose reader went away (a closed pipe) or that a signal cut short before the
+    file's end (:attr:`~canarchy.output.EventStream.cut_short`; a stream from a pipe ends there) converted only
+    part of the recording, or nothing: no file is left, as for a bus that never opened."""
     read = False
     try:
         with stream.stoppable():
@@ -278,7 +284,7 @@ def _convert(frames, writer, each, stream) -> None:
                 if writer is not None:
                     writer.write(frame)
                 each(frame)
-        read = True
+        read = not stream.cut_short
     finally:
         if writer is not None:
             writer.close(keep=read)
@@ -319,7 +325,8 @@ def _capture_summary(args: argparse.Namespace, capture, frames, writer, filtered
     from canarchy.capture_stats import MAX_IDS, CaptureStats
 
     stats = CaptureStats()
-    _convert(frames, writer, stats.feed, open_stream(args, f"file:{args.file}", keep=False))
+    stream = open_stream(args, f"file:{args.file}", live=capture.stream, keep=False, finite=not capture.stream)
+    _convert(frames, writer, stats.feed, stream)
     filtered.note()
     if stats.unlisted_frame_count:
         capture.log.add("CAPTURE_IDS_UNLISTED", f"{args.file}: {stats.unlisted_frame_count} frame(s) of IDs past the "
@@ -328,7 +335,7 @@ def _capture_summary(args: argparse.Namespace, capture, frames, writer, filtered
     data = {"interface": None, "interface_source": None, "file": args.file, "format": capture.format,
             "summary": True, **stats.to_dict(), **capture.log.to_data()}
     if writer is not None:
-        data["output"] = {"path": str(writer.path), "format": writer.format, "frames_written": writer.frame_count}
+        data["output"] = _output_data(writer, kept=not stream.cut_short)
     return CommandResult(data=data, warnings=capture.all_warnings() + ([] if writer is None else writer.warnings()))
 
 

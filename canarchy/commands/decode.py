@@ -68,7 +68,8 @@ def _add_summary_argument(p: argparse.ArgumentParser) -> None:
 
 def _stream(args: argparse.Namespace, capture: Any) -> EventStream:
     """The command's event stream; each event flushed as it comes when ``capture`` is a stream (a pipe)."""
-    return open_stream(args, f"file:{args.file}", live=capture.stream, keep=not args.summary)
+    return open_stream(args, f"file:{args.file}", live=capture.stream, keep=not args.summary,
+                       finite=not capture.stream)
 
 
 def _result(data: dict[str, Any], stream: EventStream, *logs: Any) -> CommandResult:
