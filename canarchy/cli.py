@@ -69,6 +69,22 @@ class _ArgumentParser(argparse.ArgumentParser):
             self.prog,
         )
 
+    def _print_message(self, message: str, file: TextIO | None = None) -> None:
+        """``--help`` and ``--version`` (argparse ignores a failed write, then exits 0): written and flushed
+        now, a closed pipe or a full disk reported as for any other output."""
+        if not message:
+            return
+        from canarchy.output import OutputClosed, OutputFailed
+
+        file = file or sys.stdout
+        try:
+            file.write(message)
+            file.flush()
+        except BrokenPipeError:
+            raise OutputClosed from None
+        except OSError as exc:
+            raise OutputFailed(exc) from None
+
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         """As argparse's, but an argument no parser knows is named with the command it was given to (argparse
         says it as the top level: ``canarchy: unrecognized arguments``)."""

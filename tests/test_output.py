@@ -416,6 +416,7 @@ _UNWRITABLE_RUNS = [
     ("j1939", "decode", "--file", str(TRUCK)),
     ("isotp", "decode", "--file", str(LEAF), "--jsonl"),
     ("capture", "--file", "no-such-capture.log", "--json"),  # the error envelope itself (--text: on stderr)
+    ("--version",), ("capture", "--help"),  # argparse's own printing, which ignored a failed write
 ]
 
 
