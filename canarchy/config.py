@@ -410,6 +410,27 @@ def _converted(setting: Setting, raw: Any, source: str, where: str) -> Any:
         ) from None
 
 
+def value_problems() -> list[str]:
+    """What ``config check`` reports of the values: each setting whose value does not convert (as :func:`resolve`
+    names it), then, when every one converts, what :func:`load_config` finds of their combination."""
+    file_values = load_file_values()
+    problems = []
+    for setting in SETTINGS:
+        try:
+            if setting.variable == "CANARCHY_BUS_KWARGS":
+                resolve_bus_kwargs(None, file_values)
+            else:
+                resolve(setting.variable, None, file_values)
+        except ConfigError as exc:
+            problems.append(exc.message)
+    if not problems:
+        try:
+            load_config()
+        except ConfigError as exc:
+            problems.append(exc.message)
+    return problems
+
+
 def load_config(flags: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Resolve every setting: ``{variable: {"value", "source", "key"}}``; ``flags``
     maps variables to command-line values (None: not given).

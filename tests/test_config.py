@@ -328,6 +328,16 @@ def test_config_check_fails_on_unknown_names_and_bad_values():
     assert "transport.bitrate" in result.envelope["errors"][0]["message"]
 
 
+def test_config_check_reports_every_value_that_does_not_convert():
+    """Three bad values: all three named (it reported the last setting it tried, one of them), in one run."""
+    write_user_config('[transport]\nbitrate = "fast"\nfd = "maybe"\ncapture_limit = -5\n')
+    result = run_cli("config", "check", "--json")
+    assert (result.code, result.error_codes) == (1, ["CONFIG_CHECK_FAILED"])
+    message = result.envelope["errors"][0]["message"]
+    assert message.startswith("3 problem(s)"), message
+    assert all(key in message for key in ("transport.bitrate", "transport.fd", "transport.capture_limit")), message
+
+
 def test_config_check_without_a_file_passes():
     result = run_cli("config", "check", "--text")
     assert result.code == 0 and "not found" in result.out

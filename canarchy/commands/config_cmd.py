@@ -33,14 +33,10 @@ def _show(args: argparse.Namespace) -> CommandResult:
 
 
 def _check(args: argparse.Namespace) -> CommandResult:
-    """Every finding of the file (unknown names) and the first value that does not convert."""
+    """Every finding of the file (unknown names) and every value that does not convert."""
     path = config.config_path()
     document = config.read_config_file(path)
-    problems = config.check_document(document, path)
-    try:
-        config.load_config()
-    except ConfigError as exc:
-        problems.append(exc.message)
+    problems = config.check_document(document, path) + config.value_problems()
     if problems:
         raise ConfigError("CONFIG_CHECK_FAILED", f"{len(problems)} problem(s): " + "; ".join(problems),
                           f"Fix or remove the names and values listed in {path}; "
