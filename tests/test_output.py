@@ -137,6 +137,22 @@ def test_every_jsonl_output_ends_with_the_envelope_and_json_is_one_sorted_docume
         (e["event_type"], e["payload"]) for e in parsed[:-1]]
 
 
+def _signal_at_frame(monkeypatch: pytest.MonkeyPatch, index: int, name: str) -> None:
+    """Every capture file read from now on is stopped at its frame ``index`` as ``canarchy.cli.main`` stops a
+    command on the signal ``name`` (``KeyboardInterrupt(name)``)."""
+    from canarchy.capture_file import CaptureFile
+
+    iter_frames = CaptureFile.__iter__
+
+    def cut(self):
+        for number, frame in enumerate(iter_frames(self)):
+            if number == index:
+                raise KeyboardInterrupt(name)
+            yield frame
+
+    monkeypatch.setattr(CaptureFile, "__iter__", cut)
+
+
 @pytest.mark.parametrize("argv", [
     ["capture", "--file", str(TRUCK)],
     ["capture", "--file", str(TRUCK), "--summary"],
@@ -149,17 +165,7 @@ def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, 
     """A signal in the middle of reading a file ends the command with what it read so far, its result says it
     was stopped, and its exit code is 128 + the signal's (a script or `timeout` took exit 0 for the whole):
     a part is never reported as the whole."""
-    from canarchy.capture_file import CaptureFile
-
-    whole = iter_frames = CaptureFile.__iter__
-
-    def cut(self):
-        for index, frame in enumerate(iter_frames(self)):
-            if index == 200:
-                raise KeyboardInterrupt("SIGTERM")
-            yield frame
-
-    monkeypatch.setattr(CaptureFile, "__iter__", cut)
+    _signal_at_frame(monkeypatch, 200, "SIGTERM")
     result = run_cli(*argv, fmt)
     assert result.code == 128 + signal.SIGTERM
     if fmt == "--text":
@@ -167,7 +173,7 @@ def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, 
         return
     envelope = strict_json(result.out.splitlines()[-1] if fmt == "--jsonl" else result.out)
     assert envelope["ok"] is True and envelope["data"]["stopped_by"] == "SIGTERM"
-    monkeypatch.setattr(CaptureFile, "__iter__", whole)
+    monkeypatch.undo()
     assert "stopped_by" not in strict_json(run_cli(*argv, "--json").out)["data"]
 
 
@@ -175,17 +181,7 @@ def test_a_recording_read_cut_short_by_a_signal_says_so(argv, fmt, monkeypatch, 
 def test_a_conversion_cut_short_by_a_signal_leaves_no_file(summary, monkeypatch, tmp_path):
     """A conversion (`capture --file X --output Y`) a signal stops before the end of X did not finish: a Y of the
     frames so far, renamed into place, read as the whole recording. No file is left, the envelope says so."""
-    from canarchy.capture_file import CaptureFile
-
-    iter_frames = CaptureFile.__iter__
-
-    def cut(self):
-        for index, frame in enumerate(iter_frames(self)):
-            if index == 200:
-                raise KeyboardInterrupt("SIGINT")
-            yield frame
-
-    monkeypatch.setattr(CaptureFile, "__iter__", cut)
+    _signal_at_frame(monkeypatch, 200, "SIGINT")
     target = tmp_path / "converted.asc"
     result = run_cli("capture", "--file", str(TRUCK), "--output", str(target), *(["--summary"] * summary), "--json")
     envelope = strict_json(result.out)
