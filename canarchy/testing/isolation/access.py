@@ -23,7 +23,7 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from canarchy.testing.isolation.events import (
-    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, LINKS, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
+    DESCRIPTOR_WALKERS, DIRECTORY, FILE_IOCTL_READS, HANDED_ENVIRONMENT, NOFOLLOW, NONE_IS_CWD, O_TMPFILE, OPEN,
     OPEN_WRITE_FLAGS, OUTRIGHT, READ, REMOVALS, SIGNALS, SPECIAL, SPECS, TREE, UNIX_SENDS, WRITE, handed_paths,
     handed_variables, makes_a_device, path_text, unix_address,
 )
@@ -44,13 +44,13 @@ ENVIRONMENT_VARIABLE = "PYTEST_CANARCHY_ACCESS"
 CHILD_VARIABLES = (ENVIRONMENT_VARIABLE, "PYTEST_CANARCHY_GUARD", "PYTEST_CANARCHY_GUARD_DIR")
 REPORT_FILE = "access.jsonl"  # in report_dir: one JSON record a line, appended by child processes
 
-# The file system calls the guard makes itself, bound once: a test that patches os.fstat
-# (to count calls) sees only its own, and cannot steer the guard.
-_isdir, _fstat = os.path.isdir, os.fstat
+_isdir, _fstat = os.path.isdir, os.fstat  # bound once: a test that patches them (to count calls) sees only its own
 #: The thread-local ``busy`` while the audit hook has the guard judge an event of a thread the harness exempted
 #: (:meth:`AccessGuard.exempt`): its own work, run through code that is not its own (``subprocess``).
 EXEMPT_JUDGING = 2
 _LINUX = sys.platform.startswith("linux")
+#: The events that make a name lead elsewhere, and how a refusal says it (:meth:`AccessGuard._linked_top`).
+_LINK_MAKERS = {"os.symlink": "symlink", "os.link": "hard-link to", "os.rename": "move a symlink onto"}
 
 
 def _removes_nothing(zone: str, operation: str, path: str) -> bool:
@@ -246,7 +246,8 @@ class AccessGuard:
         if event == "os.rename":
             self._moved_tree(args)
             self._moved_socket(args)
-            self._moved_link(args)
+        if event in _LINK_MAKERS:
+            self._linked_top(event, args)
 
     def _outright(self, event: str, args: tuple) -> None:
         """An event refused whatever its arguments (:data:`~.events.OUTRIGHT`)."""
@@ -371,15 +372,17 @@ class AccessGuard:
             self._refuse_or_record(Access(self._owner(), "move the Unix socket", source, outside, "process",
                                           "a process outside the run", os.getpid()))
 
-    def _moved_link(self, args: tuple) -> None:
-        """``os.rename`` (source, destination, their dir_fds) of a symlink onto the top of a writable tree
-        (:attr:`~.protection.Zones.writable_tops`): refused as a link made there."""
-        source, target = self._absolute(args[0], args[2]), self._absolute(args[1], args[3])
-        if source is None or target is None or not os.path.islink(source):
-            return
-        resolved = self.paths.resolve(target, False)
+    def _linked_top(self, event: str, args: tuple) -> None:
+        """A link made at the top of a writable tree (:attr:`~.protection.Zones.writable_tops`), or a symlink moved
+        onto one: refused, as the next run, which resolves its writable trees as it starts, would write there."""
+        if event == "os.rename":
+            source = self._absolute(args[0], args[2])
+            if source is None or not os.path.islink(source):
+                return
+        target = self._absolute(args[1], args[2] if event == "os.symlink" else args[3])
+        resolved = None if target is None else self.paths.resolve(target, False)
         if resolved in self._zones.writable_tops:
-            self._refuse_or_record(Access(self._owner(), "move a symlink onto", target, resolved, "writable top",
+            self._refuse_or_record(Access(self._owner(), _LINK_MAKERS[event], target, resolved, "writable top",
                                           resolved, os.getpid()))
 
     def _moved_tree(self, args: tuple) -> None:
@@ -450,8 +453,6 @@ class AccessGuard:
                 and not resolved.startswith("/proc/")):
             return
         verdict = zones.verdict(resolved, flags & WRITE, flags & TREE)
-        if verdict is None and flags & LINKS and resolved in zones.writable_tops:
-            verdict = "writable top", resolved
         if verdict is None or _removes_nothing(verdict[0], operation, resolved):
             return
         if verdict[0] == "cached":

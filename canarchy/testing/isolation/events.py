@@ -17,15 +17,14 @@ from collections.abc import Callable, Iterable, Iterator
 #: The operations of :data:`SPECS` that take a path out of its directory: what they removed from the checkout
 #: where git does not show it (an ignored report, a built wheel) no later look can find gone.
 REMOVALS = frozenset({"rmdir", "remove", "rename from", "rmtree", "move from"})
-READ, WRITE, NOFOLLOW, TREE, NONE_IS_CWD, DIRECTORY, OPEN, LINKS = 0, 1, 2, 4, 8, 16, 32, 64
+READ, WRITE, NOFOLLOW, TREE, NONE_IS_CWD, DIRECTORY, OPEN = 0, 1, 2, 4, 8, 16, 32
 O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 _AF_UNIX = getattr(socket, "AF_UNIX", None)
 # event -> ((path argument, dir_fd argument or None, operation, flags), ...); CPython 3.11 "Audit events table".
 # NOFOLLOW: the operation acts on the entry itself (a final symlink is not followed);
 # TREE: it acts on everything below the path too (refused if a protected tree lies below it);
 # DIRECTORY: the path names a directory (its resolution is remembered whole);
-# OPEN: the event can give a descriptor of the path (os.open of a directory, os.fwalk), judged as one;
-# LINKS: it makes a link at the path (refused at the top of a writable tree: see Zones.writable_tops).
+# OPEN: the event can give a descriptor of the path (os.open of a directory, os.fwalk), judged as one.
 SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "os.listdir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
     "os.scandir": ((0, None, "list", READ | NONE_IS_CWD | DIRECTORY),),
@@ -37,8 +36,8 @@ SPECS: dict[str, tuple[tuple[int, int | None, str, int], ...]] = {
     "os.remove": ((0, 1, "remove", WRITE | NOFOLLOW),),
     "os.rename": ((0, 2, "rename from", WRITE | NOFOLLOW | TREE), (1, 3, "rename to", WRITE | NOFOLLOW)),
     # the source is written through the new name: a second name of one file is that file
-    "os.link": ((0, 2, "hard-link from", WRITE), (1, 3, "hard-link to", WRITE | NOFOLLOW | LINKS)),
-    "os.symlink": ((1, 2, "symlink", WRITE | NOFOLLOW | LINKS),),
+    "os.link": ((0, 2, "hard-link from", WRITE), (1, 3, "hard-link to", WRITE | NOFOLLOW)),
+    "os.symlink": ((1, 2, "symlink", WRITE | NOFOLLOW),),
     "os.truncate": ((0, None, "truncate", WRITE),),
     "os.utime": ((0, 3, "utime", WRITE),),
     "os.chmod": ((0, 2, "chmod", WRITE),),
