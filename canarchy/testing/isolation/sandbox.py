@@ -85,6 +85,12 @@ def scrub_python_can() -> list[str] | None:
     return original
 
 
+def modules_now() -> dict[str, Any]:
+    """``sys.modules`` copied in one step: an entry a finalizer removes as a garbage collection runs it (jinja2's
+    ``ModuleLoader`` drops its templates' module when collected) cannot change it in the middle of a walk."""
+    return sys.modules.copy()
+
+
 def is_scrubbed(name: str, prefixes: tuple[str, ...] = SCRUBBED_PREFIXES) -> bool:
     """True for a variable the suite removes (default: ``CANARCHY_*``, python-can's ``CAN_*``)."""
     return name.startswith(prefixes)
@@ -332,7 +338,7 @@ class Sandbox:
             return []
         self._modules_seen = len(sys.modules)
         finder = Finder(self._relative_home_path, self._contains_real_home, self.scan_packages)
-        for name, module in list(sys.modules.items()):
+        for name, module in modules_now().items():
             if module is None or not self._scanned_package(name) or name.startswith(_EXEMPT_PREFIX):
                 continue
             if name in self._scanned and not force:
@@ -370,7 +376,7 @@ class Sandbox:
         """Audit: every value the scan can reach in the scanned packages that still holds a path
         under a real home (``module.attribute[key] = path``), and every one it cannot re-point."""
         finder = Finder(lambda value: self._under_real(value), self._contains_real_home, self.scan_packages)
-        for name, module in list(sys.modules.items()):
+        for name, module in modules_now().items():
             if module is not None and self._scanned_package(name) and not name.startswith(_EXEMPT_PREFIX):
                 finder.walk_module(name, module)
         return [f"{t.name} = {t.current()}" for t in finder.targets] + [f"{s.name} = {s.value} ({s.reason})"

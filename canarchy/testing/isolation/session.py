@@ -41,7 +41,7 @@ from canarchy.testing.isolation.procstate import erase_start_up_environment as _
 from canarchy.testing.isolation.procstate import give_up_the_terminal as _give_up_the_terminal
 from canarchy.testing.isolation.procstate import keep_memory_private as _keep_memory_private
 from canarchy.testing.isolation import tree as _tree
-from canarchy.testing.isolation.sandbox import Sandbox, SandboxView, changes_since
+from canarchy.testing.isolation.sandbox import Sandbox, SandboxView, changes_since, modules_now
 from canarchy.testing.isolation.seal import Seal
 from canarchy.testing.isolation.exits import (_guard_the_exit, _name_exit_handlers, _stop_on_sigterm,
                                              _the_process_ends_with)
@@ -314,7 +314,7 @@ def _seal(sandbox: Sandbox) -> Seal:
     """Every module of the isolation but those used only at entry, the guards' configuration,
     the guards themselves (an attribute of their own would hide a method), and the environment
     of the programs the plugin starts."""
-    modules = [m for name, m in sorted(sys.modules.items())
+    modules = [m for name, m in sorted(modules_now().items())
                if name.startswith("canarchy.testing.isolation.") and name not in _UNSEALED and m is not None]
     attributes = [(_access.GUARD, "protection"), (_access.GUARD, "_zones"), (_access.GUARD, "report_dir"),
                   (_access.GUARD, "child_variables"),
