@@ -190,11 +190,11 @@ def test_the_checkout_state_sees_every_kind_of_change_from_git_s_index(checkout:
         assert found == [
             "changed: dirty.txt (size 25 -> 14)",
             "removed: gone.txt",
-            "changed: grow.txt (now differs from git's index)",
-            "changed: link (now differs from git's index)",
+            f"changed: grow.txt ({tree.INDEX_DIFFERS})",
+            f"changed: link ({tree.INDEX_DIFFERS})",
             "added: new.txt",
-            "changed: quiet.txt (now differs from git's index)",
-            "changed: script.sh (now differs from git's index)",
+            f"changed: quiet.txt ({tree.INDEX_DIFFERS})",
+            f"changed: script.sh ({tree.INDEX_DIFFERS})",
         ]
     else:  # no git: the skip-list walk, as snapshot()
         assert found == ["changed: dirty.txt (size 25 -> 14)", *EVERY_KIND_BY_METADATA]
@@ -646,7 +646,7 @@ def test_the_plugin_s_sentinel_names_the_test_that_changed_a_tracked_file(tmp_pa
     run = run_child(tmp_path, {"test_edit.py": test_file})
     assert run.returncode == 1 and run.outcomes("test_quiet") == {"passed"}, run.output
     assert "the test run changed the checkout" in run.output, run.output
-    assert ("changed: notes.txt (now differs from git's index) (written by test_edit.py::test_edits_the_checkout)"
+    assert (f"changed: notes.txt ({tree.INDEX_DIFFERS}) (written by test_edit.py::test_edits_the_checkout)"
             in run.output), run.output
     assert "removed: data.txt" in run.output and "test_edit.py (" not in run.output, run.output
 
@@ -682,7 +682,7 @@ def test_the_next_look_lists_git_s_index_again_only_when_the_index_file_changed(
     (repo / "notes.txt").write_text("a change in the work tree, not in the index\n")
     second = checkout_state(repo, previous=first)
     assert second.tracked is first.tracked and second.tracked.sources == ("tests/test_a.py",)
-    assert tree.changes(first, second) == ["changed: notes.txt (now differs from git's index)"]
+    assert tree.changes(first, second) == [f"changed: notes.txt ({tree.INDEX_DIFFERS})"]
     git(repo, "update-index", "--assume-unchanged", "notes.txt")
     third = checkout_state(repo, previous=second)
     assert third.tracked is not second.tracked and third.tracked.flagged == (("h", "notes.txt"),)

@@ -48,6 +48,8 @@ OWN_OUTPUT_VARIABLE = "PYTEST_CANARCHY_OWN_OUTPUT"
 
 #: ``Entry.note`` of a tracked path in :func:`~.checkout.checkout_state`: its metadata differs from git's index.
 TRACKED = "tracked"
+#: How :func:`changes` says it of a path the run made so: a touch (``os.utime``, ``chmod``) counts.
+INDEX_DIFFERS = "its content, time, mode or inode now differs from what git's index recorded"
 
 #: ``walk`` values of :func:`snapshot`.
 CHECKOUT, SKIP_LIST, WHOLE = "checkout", "skip-list", "whole"
@@ -270,7 +272,7 @@ def changes(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str
         if new is not None and new.kind == "missing":
             lines.append(f"removed: {path}")
         elif old is None:
-            lines.append(f"changed: {path} (now differs from git's index)" if new.note else f"added: {path}")
+            lines.append(f"changed: {path} ({INDEX_DIFFERS})" if new.note else f"added: {path}")
         elif new is None:
             lines.append(f"changed: {path} (matches git's index again)" if old.note else f"removed: {path}")
         else:
