@@ -1504,3 +1504,28 @@ def test_a_worker_s_conftest_that_reads_the_operator_s_state_is_named_as_the_wor
     assert "<pytest-xdist worker gw0, outside any test (its conftests, as it starts)> tried to open for reading" in (
         run.output), run.output
     assert run.returncode == 1, run.output
+
+
+def test_the_temporary_root_of_a_run_killed_before_its_cleanup_is_removed_by_the_next(tmp_path):
+    """A run killed before its own cleanup (a lane's second Ctrl+C kills its pytest runs) left its temporary root,
+    the operator's environment in it, for good. The next run removes each root whose maker is gone; one whose
+    maker lives, or with no mark, stays."""
+    from canarchy.testing.isolation import tempbase
+
+    temp = tmp_path / "tmp"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here = tempbase._process_identity(os.getpid()).split()
+    roots = {"deadrun1": f"{dead.pid} 1 {here[2]}", "aliverun": " ".join(here), "othernsx": f"{dead.pid} 1 1",
+             "unmarked": None}
+    for name, mark in roots.items():  # as tempfile.mkdtemp names them: the prefix and eight characters
+        (temp / f"canarchy-pytest-{name}" / "home").mkdir(parents=True)
+        (temp / f"canarchy-pytest-{name}-handed").mkdir()  # the operator's environment for its workers
+        if mark is not None:
+            (temp / f"canarchy-pytest-{name}" / tempbase.RUN_MARK).write_text(mark)
+    run = run_child(tmp_path, {"test_one.py": "def test_one():\n    pass\n"}, "-p", "xdist", "-n", "1",
+                    env={"TMPDIR": str(temp)})
+    assert run.returncode == 0, run.output
+    left = sorted(p.name for p in temp.iterdir() if p.name.startswith("canarchy-pytest-"))
+    assert left == [f"canarchy-pytest-{name}{end}" for name in ("aliverun", "othernsx", "unmarked")
+                    for end in ("", "-handed")], left

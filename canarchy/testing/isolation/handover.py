@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from canarchy.testing.isolation import access as _access
-from canarchy.testing.isolation.sandbox import Sandbox
+from canarchy.testing.isolation.sandbox import HANDED_SUFFIX, Sandbox
 from canarchy.testing.isolation.settings import _is_worker
 
 #: The ``workerinput`` key that names the file.
@@ -26,7 +26,7 @@ def handed_directory(sandbox: Sandbox) -> Path:
     """Where the controller hands each pytest-xdist worker the operator's environment
     (:func:`write_for`), beside the run's sandbox (whose removal would otherwise meet a
     refused tree): refused to tests and hooks, in the controller and in every worker."""
-    return sandbox.root.with_name(sandbox.root.name + "-handed")
+    return sandbox.root.with_name(sandbox.root.name + HANDED_SUFFIX)
 
 
 def operator_env_of(config: pytest.Config) -> tuple[dict[str, str], tuple[str, ...]]:

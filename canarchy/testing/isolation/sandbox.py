@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from canarchy.testing.isolation.importpaths import Finder, Stuck, Target
 from canarchy.testing.isolation.protection import OPERATOR_HOMES_VARIABLE, PYTHON_CAN_SYSTEM_FILES
-from canarchy.testing.isolation.tempbase import inside
+from canarchy.testing.isolation.tempbase import inside, mark_run, sweep_stale_runs
 
 # Variables that decide where "home" is, on POSIX and Windows.
 HOME_VARIABLES: Mapping[str, str] = {
@@ -36,6 +36,9 @@ HOME_VARIABLES: Mapping[str, str] = {
 }
 # Prefixes of variables the product or python-can read as configuration.
 SCRUBBED_PREFIXES = ("CANARCHY_", "CAN_")
+#: The name of a run's temporary root begins so (in the run's temporary directory); what it hands pytest-xdist
+#: workers lies beside it, its name followed by :data:`HANDED_SUFFIX` (:func:`~.handover.handed_directory`).
+ROOT_PREFIX, HANDED_SUFFIX = "canarchy-pytest-", "-handed"
 
 # The import-time constants the design names (REQ-TISO-03).
 # The scan below finds these and any others; this list makes sure they are
@@ -177,7 +180,10 @@ class Sandbox:
             if not is_scrubbed(k, scrub_prefixes) and (not k.startswith("GIT_") or k in GIT_CONFIG_SELECTORS)})
         self.scan_packages = scan_packages
         self.real_home = Path(self.operator_env.get("HOME") or os.path.expanduser("~")).resolve()
-        self.root = Path(tempfile.mkdtemp(prefix="canarchy-pytest-", dir=parent)).resolve()
+        # roots of runs killed before their cleanup, and the operator's environment they handed their workers
+        sweep_stale_runs(parent or tempfile.gettempdir(), ROOT_PREFIX, beside=(HANDED_SUFFIX,))
+        self.root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=parent)).resolve()
+        mark_run(self.root)
         self.session_home = self.root / "home"
         self.session_home.mkdir()
         self.refusal_dir = self.root / "refusals"

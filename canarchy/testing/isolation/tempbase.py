@@ -59,3 +59,56 @@ def outside_project(project_root: str | os.PathLike[str]) -> tuple[str, str]:
     homes = {os.path.expanduser("~"), account_database_home()} - {"", None}
     return temp_base([(os.fspath(project_root), "the project"),
                       *((home, "the operator's home") for home in sorted(homes))])
+
+
+#: In a run's temporary root: who made it, ``"PID START PIDNS"`` (its start in clock ticks since boot and its PID
+#: namespace's inode, so a pid reused, or one of another namespace sharing the directory, is never taken for it).
+RUN_MARK = "made-by"
+
+
+def _process_identity(pid: int) -> str | None:
+    """``"PID START PIDNS"`` of a live process (Linux), or None: gone, or not knowable here."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            start = handle.read().rsplit(b")", 1)[1].split()[19].decode()
+        return f"{pid} {start} {os.stat('/proc/self/ns/pid').st_ino}"
+    except (OSError, IndexError):
+        return None
+
+
+def mark_run(root: str | os.PathLike[str]) -> None:
+    """Write :data:`RUN_MARK` into ``root``, a temporary root this process made (nothing where /proc is missing)."""
+    identity = _process_identity(os.getpid())
+    if identity is not None:
+        with open(os.path.join(root, RUN_MARK), "w", encoding="ascii") as handle:
+            handle.write(identity)
+
+
+def sweep_stale_runs(parent: str, prefix: str, beside: tuple[str, ...] = ()) -> list[str]:
+    """Remove the temporary roots ``parent/prefix*`` (``tempfile.mkdtemp``'s names: the prefix and eight letters,
+    digits or underscores) whose :data:`RUN_MARK` names a process of this PID namespace that is gone (a run killed
+    before its own cleanup: a lane's second Ctrl+C), each with what the run kept beside it (its name followed by
+    one of ``beside``); returns them. A root without a mark, of another namespace, or whose process lives, is
+    left."""
+    import shutil
+
+    here = _process_identity(os.getpid())
+    if here is None:
+        return []
+    namespace, removed = here.split()[2], []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(prefix) and len(e.name) == len(prefix) + 8
+                   and e.name[len(prefix):].replace("_", "a").isalnum() and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(os.path.join(entry.path, RUN_MARK), encoding="ascii") as handle:
+                pid, start, mark_namespace = handle.read().split()
+        except (OSError, ValueError):
+            continue
+        if mark_namespace == namespace and _process_identity(int(pid)) != f"{pid} {start} {namespace}":
+            for path in (entry.path, *(entry.path + suffix for suffix in beside)):
+                shutil.rmtree(path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
