@@ -66,14 +66,30 @@ def outside_project(project_root: str | os.PathLike[str]) -> tuple[str, str]:
 RUN_MARK = "made-by"
 
 
+def _started(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot: ``/proc/PID/stat`` field 22, proc(5)).
+    Raises ``OSError`` (``FileNotFoundError``: no such process) or ``IndexError``."""
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+
+
 def _process_identity(pid: int) -> str | None:
     """``"PID START PIDNS"`` of a live process (Linux), or None: gone, or not knowable here."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            start = handle.read().rsplit(b")", 1)[1].split()[19].decode()
-        return f"{pid} {start} {os.stat('/proc/self/ns/pid').st_ino}"
+        return f"{pid} {_started(pid)} {os.stat('/proc/self/ns/pid').st_ino}"
     except (OSError, IndexError):
         return None
+
+
+def _gone(pid: int, start: str) -> bool:
+    """Whether the process ``pid`` that started at ``start`` is gone: no such pid, or another process now has it.
+    A process this one may not look at (``/proc`` mounted with ``hidepid``) is not gone."""
+    try:
+        return _started(pid) != start
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        return False
 
 
 def mark_run(root: str | os.PathLike[str]) -> None:
@@ -107,7 +123,7 @@ def sweep_stale_runs(parent: str, prefix: str, beside: tuple[str, ...] = ()) -> 
                 pid, start, mark_namespace = handle.read().split()
         except (OSError, ValueError):
             continue
-        if mark_namespace == namespace and _process_identity(int(pid)) != f"{pid} {start} {namespace}":
+        if mark_namespace == namespace and _gone(int(pid), start):
             for path in (entry.path, *(entry.path + suffix for suffix in beside)):
                 shutil.rmtree(path, ignore_errors=True)
             removed.append(entry.path)
