@@ -188,6 +188,9 @@ def prepare_args(args: argparse.Namespace) -> argparse.Namespace:
         return args
     if args.command == "uds services" and not args.dry_run:
         return args
+    channel_unused = getattr(args, "channel_unused", None)
+    if channel_unused is not None and channel_unused(args):  # a form that opens no bus (capture --file)
+        return args
     from canarchy import transport
 
     default = transport.default_can_interface()

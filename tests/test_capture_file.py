@@ -1292,3 +1292,12 @@ def test_json_frame_fields_of_the_wrong_type_are_invalid_events(tmp_path):
     assert "does not match the 2 data byte(s)" in result.data["warning_records"][3]["message"]
 
 
+
+
+def test_a_conversion_reads_no_setting_so_a_broken_config_does_not_stop_it():
+    """`capture --file` opens no bus and uses no setting, as `decode --file`: a config.toml that does not parse
+    stopped it (CONFIG_INVALID) while decode ran. It runs; the commands that open a bus still refuse it."""
+    write_user_config("[transport\nbroken")
+    result = run_cli("capture", "--file", str(TRUCK), "--count", "1", "--json")
+    assert result.code == 0 and result.data["frame_count"] == 1, result.out
+    assert run_cli("capture", "--count", "1", "--json").error_codes == ["CONFIG_INVALID"]
