@@ -595,6 +595,28 @@ def test_a_signal_to_nox_reaches_the_lane_once(tmp_path, how):
         assert nox.returncode == -signal.SIGINT and not list(temp.iterdir()), (out, list(temp.iterdir()))
 
 
+def test_a_second_ctrl_c_has_nox_wait_for_the_lane_before_it_ends(tmp_path):
+    """A second Ctrl+C cut nox's wait for the lane short: nox ended (the prompt back) while the lane still
+    stopped its runs and removed its trees, and its last line came after the prompt. The session waits for it."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    nox = subprocess.Popen([*AS_IN_A_TERMINAL, sys.executable, "-c", NOX_RUNNING_A_LANE], cwd=REPO,
+                           env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        assert nox.stdout.readline() == "lane: ready\n"
+        os.killpg(nox.pid, signal.SIGINT)
+        time.sleep(0.3)  # within the lane's 0.5 s stop
+        os.killpg(nox.pid, signal.SIGINT)  # nox's wait for the lane ends (KeyboardInterrupt in nox.popen)
+        out, _ = nox.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(nox.pid, signal.SIGKILL)
+    assert "KeyboardInterrupt" in out, out
+    assert out.index("lane: interrupted by SIGINT") < out.index("KeyboardInterrupt"), out  # the lane ended first
+    assert not list(temp.iterdir()), list(temp.iterdir())
+
+
 @pytest.mark.parametrize("name, posargs, own", [
     ("unit", ["--jobs", "1", "tests/test_a.py", "-k", "json"], ["--jobs", "1"]),
     ("unit", ["tests/test_a.py", "--jobs=0"], ["--jobs=0"]),

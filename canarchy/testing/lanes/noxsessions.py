@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nox
@@ -98,9 +99,13 @@ def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str,
     extra = {"TMPDIR": base, _LANE_PID_VARIABLE: pid_file}
     try:
         with _signals_reach_the_lane(pid_file):
-            session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
-                        env=_env.build_env(home=home, passthrough=passthrough, extra=extra),
-                        include_outer_env=False, **STOP_IN_TIME)
+            try:
+                session.run("python", "-m", "canarchy.testing.lanes", name, *options, "--", *session.posargs,
+                            env=_env.build_env(home=home, passthrough=passthrough, extra=extra),
+                            include_outer_env=False, **STOP_IN_TIME)
+            except KeyboardInterrupt:
+                _wait_for_the_lane(pid_file)
+                raise
     finally:
         shutil.rmtree(home, ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -108,6 +113,17 @@ def lane(session: nox.Session, name: str, *options: str, passthrough: tuple[str,
 
 
 _LANE_PID_VARIABLE = "CANARCHY_LANE_PID_FILE"  # runner.LANE_PID_VARIABLE (this module imports no lane code)
+
+
+def _wait_for_the_lane(pid_file: str) -> None:
+    """Until the lane (the pid it wrote to ``pid_file``, nox's child) has ended, ``STOP_IN_TIME`` at most: a second
+    Ctrl+C cuts nox's own wait short, and nox gave the prompt back while the lane still stopped its runs and
+    removed its trees. A further Ctrl+C ends the wait (and reaches the lane: it kills its runs at once)."""
+    with contextlib.suppress(OSError, ValueError), open(pid_file, encoding="ascii") as handle:
+        pid = int(handle.read())
+        deadline = time.monotonic() + STOP_IN_TIME["interrupt_timeout"]
+        while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+            time.sleep(0.05)
 
 
 @contextlib.contextmanager
