@@ -453,8 +453,8 @@ def capture_format(path: str) -> str:
 class BoundedLines:
     """The lines of a text ``handle``, each at most ``limit`` characters: a longer one is cut there, without its
     line end (the rest is read and dropped, in pieces of ``limit``), so a file without line breaks is never held
-    whole and a reader sees the cut line as malformed. Iterable, with ``readline``; other attributes (``close``,
-    ``name``) are the handle's."""
+    whole and a reader sees the cut line as malformed. Iterable, with ``readline`` (whose ``size`` is not taken);
+    other attributes (``close``, ``name``) are the handle's."""
 
     def __init__(self, handle: Any, limit: int = MAX_LINE) -> None:
         self._handle, self._limit = handle, limit

@@ -167,10 +167,11 @@ def _requested_format(argv: Sequence[str]) -> str:
 def prepare_args(args: argparse.Namespace) -> argparse.Namespace:
     """Resolve the channel a command works on; sets ``interface`` and ``interface_source``.
 
-    Order: a channel typed on the command line (``"cli"``); else the configured
+    Order: a channel typed on the command line (``"cli"``); else nothing, for a form that opens no bus
+    (``channel_unused``: ``capture --file``, which reads no setting either); else the configured
     default interface, ``[transport].default_interface`` or
     ``CANARCHY_DEFAULT_INTERFACE`` (``"config"``); else nothing, if the command
-    has a no-interface form; else ``INTERFACE_REQUIRED`` (exit 1).
+    has a no-interface form (``no_interface_ok``); else ``INTERFACE_REQUIRED`` (exit 1).
 
     The guard ``nox -s mutation-530`` reverts: ``uds services`` is active only when a channel is typed on
     the command line. Without one (and without ``--dry-run``) it is a reference

@@ -1,12 +1,12 @@
-"""Atomic file writes, and bounded reads of small text files.
+"""Atomic file writes, and bounded reads of the files read whole.
 
 Every file canarchy writes for a user (fuzz findings, sessions, config
 changes, capture logs) is a :class:`PendingFile`: a temp file beside the
 target (a symbolic link's target), written, then ``os.replace`` over it and an
 fsync of the directory where the platform allows it. On any failure the temp
-file is removed and the target is left as it was. Every configuration-sized
-file canarchy reads whole (``config.toml``, a simulator profile) goes through
-:func:`read_small_text`: a regular file of at most :data:`SMALL_FILE_LIMIT` bytes.
+file is removed and the target is left as it was. Every file canarchy reads
+whole (``config.toml``, a simulator profile, a signal database) goes through
+:func:`read_small_bytes` (:func:`read_small_text`): a regular file of bounded size.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ SMALL_FILE_LIMIT = 1 << 20
 
 
 class UnreadableFile(Exception):
-    """Why a small text file cannot be read: ``reason`` (words after the path, no full stop) and ``hint``."""
+    """Why a file read whole cannot be: ``reason`` (words after the path, no full stop) and ``hint``."""
 
     def __init__(self, reason: str, hint: str) -> None:
         super().__init__(reason)

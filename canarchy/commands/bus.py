@@ -87,8 +87,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="with --file: per arbitration ID counts, rates and last data instead of the frames")
     add_bus_arguments(p)
     p.set_defaults(command="capture", handler=_capture, takes_channel=True, render_text=_render_capture,
-                   render_event=_render_frame, no_interface_ok=lambda a: a.file is not None,
-                   channel_unused=lambda a: a.file is not None)
+                   render_event=_render_frame, channel_unused=lambda a: a.file is not None)
 
     p = subparsers.add_parser("send", parents=[parent], help="send one frame (active)")
     p.add_argument("channel", nargs="?", help="CAN channel (omit to use [transport].default_interface)")
