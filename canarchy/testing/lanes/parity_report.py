@@ -106,8 +106,13 @@ def render_markdown(result: ParityResult) -> str:
             ["test", "finding", "clean", "operator", "why"],
             [[f"`{result.show(f.id)}`", _KIND_TEXT[f.kind], " ".join(f.clean), " ".join(f.operator), f.detail]
              for f in result.findings])]
-    out += ["", "## Checks", "",
-            *(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{run.log}`"
+    return "\n".join([*out, "", "## Checks", "", *_check_markdown(result)]) + "\n"
+
+
+def _check_markdown(result: ParityResult) -> list[str]:
+    """The lines of ``parity.md``'s checks: runs failed beyond their tests, refusals, home and checkout changes,
+    writes into the copies, locales, tests failing in both twins, python-can's shutdown warnings."""
+    return [*(f"- {name} twin: no test failed, {BEYOND_ITS_TESTS}: `{run.log}`"
               for name in result.runs_failed for run in result.twins[name].failed_beyond),
             *(f"- refused by the isolation: {line}" for line in result.refusals[:50]),
             f"- operator home unchanged: {'yes' if not result.home_changes else 'NO'}",
@@ -117,7 +122,5 @@ def render_markdown(result: ParityResult) -> str:
             f"- writes into a copy of the checkout (reported, not differences): {len(result.checkout_writes)}",
             *(f"  - {line}" for line in result.checkout_writes[:50]),
             *(f"- {line}" for line in _locale_lines(result)),
-            *(f"- {line}" for line in _failing_in_both(result))]
-    for name, lines in result.not_shut_down.items():
-        out.append(f"- `{NOT_SHUT_DOWN}` in the {name} log: {len(lines)}")
-    return "\n".join(out) + "\n"
+            *(f"- {line}" for line in _failing_in_both(result)),
+            *(f"- `{NOT_SHUT_DOWN}` in the {name} log: {len(lines)}" for name, lines in result.not_shut_down.items())]
