@@ -1529,3 +1529,22 @@ def test_the_temporary_root_of_a_run_killed_before_its_cleanup_is_removed_by_the
     left = sorted(p.name for p in temp.iterdir() if p.name.startswith("canarchy-pytest-"))
     assert left == [f"canarchy-pytest-{name}{end}" for name in ("aliverun", "othernsx", "unmarked")
                     for end in ("", "-handed")], left
+
+
+def test_a_test_that_zeroes_pytest_s_count_of_failures_does_not_make_the_run_pass(tmp_path):
+    """pytest's exit status counts ``session.testsfailed``: a test that set it back to 0 after an earlier test's
+    refusal had the run exit 0 with "1 failed" printed. The plugin counts the failed reports itself."""
+    run = run_child(tmp_path, {"test_count.py": """
+        import os
+
+        def test_1_refused():
+            try:
+                open(os.environ["CHILD_STATE"]).read()
+            except OSError:
+                pass
+
+        def test_2_zeroes_the_count(request):
+            request.session.testsfailed = 0
+        """}, "-p", "no:randomly", env={"CHILD_STATE": str(tmp_path / "operator-home" / ".canarchy" / "config.toml")})
+    assert run.outcomes("test_1_refused") & {"failed", "error"}, run.output
+    assert run.returncode == 1 and "yet pytest counted no failure" in run.output, run.output

@@ -374,6 +374,17 @@ def pytest_runtestloop(session: pytest.Session):
             _set_owners(_SESSION_END)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Count the failed reports of this process's tests (setup, call, teardown): pytest decides its exit status
+    by ``session.testsfailed``, which a test can set back to 0 after a refusal."""
+    report = yield
+    run = item.config.stash.get(_RUN, None)
+    if report.failed and run is not None:
+        run.failed_reports += 1
+    return report
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After every fixture (session scope included) is torn down: fail the run if a refusal is
@@ -391,6 +402,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines.append("attempts refused outside any test (collection, fixtures, start-up):")
         lines.extend(pending)
     lines += _changes(run, config, "the test run")
+    if run.failed_reports and session.exitstatus == pytest.ExitCode.OK:
+        lines.append(f"{run.failed_reports} test report(s) failed, yet pytest counted no failure "
+                     "(session.testsfailed): a test set its count back")
     if lines:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     run.exit_status = int(session.exitstatus)

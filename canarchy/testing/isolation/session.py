@@ -129,6 +129,7 @@ class _Run:
     last_look: Callable[[str], None] | None = None  # that look with a reason, for an os._exit before the end
     last_lines: list[str] = field(default_factory=list)  # what the last look has found so far
     exit_status: int = 0  # the session's, as the sentinel left it
+    failed_reports: int = 0  # test reports that failed, counted here: a test can zero pytest's own count
 
 
 _RUN = pytest.StashKey[_Run]()
