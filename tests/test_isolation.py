@@ -1548,3 +1548,58 @@ def test_a_test_that_zeroes_pytest_s_count_of_failures_does_not_make_the_run_pas
         """}, "-p", "no:randomly", env={"CHILD_STATE": str(tmp_path / "operator-home" / ".canarchy" / "config.toml")})
     assert run.outcomes("test_1_refused") & {"failed", "error"}, run.output
     assert run.returncode == 1 and "yet pytest counted no failure" in run.output, run.output
+
+
+LEFT_HOOKS = """
+import gc, os, sys, threading
+STATE = os.environ["CHILD_STATE"]
+
+def peek(*args):
+    try:
+        open(STATE).read()
+    except OSError:
+        pass
+    return None
+
+def test_a_leaves_a_collector_callback():
+    gc.callbacks.append(lambda phase, info: peek())
+
+def test_b_collects():
+    gc.collect()
+
+def innocent():
+    return 1
+
+def test_c_leaves_a_profile_function():
+    sys.setprofile(lambda frame, event, arg: peek() if frame.f_code is innocent.__code__ else None)
+
+def test_d_calls():
+    innocent()
+
+def test_e_switches_the_collector_off():
+    gc.disable()
+
+def test_f_finds_it_on():
+    assert gc.isenabled()
+
+def test_g_leaves_a_trace_function_for_new_threads():
+    threading.settrace(lambda frame, event, arg: None)
+
+def test_h_finds_none():
+    assert threading.gettrace() is None
+"""
+
+
+def test_code_a_test_leaves_to_run_in_later_tests_fails_that_test_not_a_later_one(tmp_path):
+    """A garbage-collector callback or a profile function a test leaves runs in every later test: its refused read
+    was named after the test that happened to run (a test that only called gc.collect()), and the test that left
+    it passed. The test that leaves such a hook fails, named; the hook is taken away, so later tests are clean."""
+    run = run_child(tmp_path, {"test_hooks.py": LEFT_HOOKS}, "-p", "no:randomly",
+                    env={"CHILD_STATE": str(tmp_path / "operator-home" / ".canarchy" / "config.toml")})
+    for test, words in (("test_a_leaves_a_collector_callback", "garbage-collector callbacks changed"),
+                        ("test_c_leaves_a_profile_function", "a profile function set (sys.setprofile)"),
+                        ("test_e_switches_the_collector_off", "the garbage collector switched off"),
+                        ("test_g_leaves_a_trace_function_for_new_threads", "threading.settrace")):
+        assert run.outcomes(test) & {"failed", "error"} and words in run.messages(test), (test, run.output)
+    for test in ("test_b_collects", "test_d_calls", "test_f_finds_it_on", "test_h_finds_none"):
+        assert run.outcomes(test) == {"passed"}, (test, run.messages(test))

@@ -1,19 +1,22 @@
 """Process state a test may change and must give back, checked and restored after each test.
 
 The environment (only the variables the ``os.putenv``/``os.unsetenv`` audit events name), python-can's
-module-level configuration, signal handlers and the umask. Everything changed is put back;
-:meth:`ProcessState.finish` returns, in words, what the test should not have left changed. Details:
+module-level configuration, signal handlers and the umask, and the hooks that would run a test's code inside
+later tests (trace and profile functions, garbage-collector callbacks, the collector switched off). Everything
+changed is put back; :meth:`ProcessState.finish` returns, in words, what the test should not have left changed. Details:
 ``docs/design/test-isolation.md`` ("Layer 2"). No pytest import here.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import operator
 import errno
 import os
 import signal
 import sys
+import threading
 from typing import Any
 from collections.abc import Mapping
 
@@ -131,6 +134,34 @@ def erase_start_up_environment() -> bool:
     return True
 
 
+def _hooks() -> tuple:
+    """What runs code of whoever set it inside later tests, which the guards would name for what it does."""
+    return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(), tuple(gc.callbacks),
+            gc.isenabled())
+
+
+#: What a test left of :func:`_hooks`, in words, and how it is put back (the value it had before).
+_HOOKS = (("a trace function set (sys.settrace)", sys.settrace),
+          ("a profile function set (sys.setprofile)", sys.setprofile),
+          ("a trace function for new threads set (threading.settrace)", threading.settrace),
+          ("a profile function for new threads set (threading.setprofile)", threading.setprofile),
+          ("garbage-collector callbacks changed (gc.callbacks)", lambda before: gc.callbacks.__setitem__(
+              slice(None), before)),
+          ("the garbage collector switched off (gc.disable)", lambda before: gc.enable() if before else None))
+
+
+def _restore_hooks(before: tuple) -> list[str]:
+    """Put back what changed of :func:`_hooks` since ``before``; what changed, in words: its code would run in a
+    later test, named for what it does there."""
+    problems = []
+    for (what, put_back), was, now in zip(_HOOKS, before, _hooks(), strict=True):
+        if now is not was and now != was:
+            problems.append(f"left {what}: it would run in later tests, which would be named for what it does "
+                            "(put back)")
+            put_back(was)
+    return problems
+
+
 class ProcessState:
     """The watcher: :meth:`begin` before a test, :meth:`finish` after it. One instance, :data:`STATE`;
     the audit hook feeds it through :meth:`on_putenv`/:meth:`on_unsetenv`."""
@@ -148,6 +179,7 @@ class ProcessState:
         # (outside the sealed modules) cannot make it see no change.
         self._ops = (all, map, operator.is_, _getsignal, _blocked)
         self._can: tuple | None = None
+        self._hooks: tuple = ()
         #: ``() -> (rc contents, CONFIG_FILES contents)`` an isolated test starts with, for a test
         #: that imports python-can itself (nothing of it to note at :meth:`begin`); set by the plugin.
         self.expected_python_can: Any = None
@@ -205,6 +237,7 @@ class ProcessState:
         self._umask = os.umask(0o077)
         os.umask(self._umask)
         self._can = self._python_can()
+        self._hooks = _hooks()
         self.active = True
 
     def finish(self) -> list[str]:
@@ -233,6 +266,7 @@ class ProcessState:
         if umask != self._umask:
             problems.append(f"left the umask at {umask:04o} (was {self._umask:04o}; put back)")
         problems += self._restore_python_can()
+        problems += _restore_hooks(self._hooks)
         return problems
 
     def _c_value(self, key: str) -> str | None:
