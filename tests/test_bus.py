@@ -126,6 +126,16 @@ def test_send_refuses_frames_that_do_not_parse(peer, virtual_channel, argv, code
     assert peer.recv(0.05) is None
 
 
+@pytest.mark.parametrize("argv", [["123#11", "22"], ["7E0", "0210", "11"], ["18DAF110", "02", "10"]])
+def test_send_refuses_a_frame_split_where_its_data_has_a_space(argv):
+    """cansend takes the frame as one argument: `send 123#11 22` sent 0x022 on a channel named '123#11', and
+    `send 7E0 0210 11` the ID 0x210 on a channel named '7E0', exit 0. Such a 'channel' is refused."""
+    result = run_cli("send", *argv, "--dry-run", "--json")
+    assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"]), result.out
+    assert "in the channel's place" in result.envelope["errors"][0]["message"]
+    assert run_cli("send", *argv[:2], "--dry-run", "--json").code == 0 or "#" in argv[0]  # ID DATA, no channel
+
+
 def test_send_frame_syntax_without_a_channel_uses_the_default(monkeypatch):
     monkeypatch.setenv("CANARCHY_TRANSPORT_BACKEND", "scaffold")
     write_user_config('[transport]\ndefault_interface = "scaffold1"\n')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import time
 
 from canarchy.active import active_gate, add_active_arguments
@@ -347,6 +348,13 @@ def _frame_to_send(args: argparse.Namespace):
     from canarchy.frame_syntax import id_notes, parse_frame
     from canarchy.frames import CanFrame
 
+    typed = getattr(args, "channel", None) or ""
+    if "#" in typed or re.fullmatch(r"(0[xX])?([0-9A-Fa-f]{3}|[0-9A-Fa-f]{8})", typed):
+        raise UserInputError("INVALID_ARGUMENTS", f"send: {typed!r} is in the channel's place, but it reads as "
+                             f"{'a frame' if '#' in typed else 'an arbitration ID'}: the arguments were split "
+                             "where the frame has a space.",
+                             "Give the channel first and the frame as one argument, its data without spaces: "
+                             "send can0 123#1122, or send can0 7E0 021001.")
     if "#" in args.frame_id:
         if args.data:
             raise UserInputError("INVALID_ARGUMENTS", f"send: {args.frame_id!r} is a whole frame; {args.data!r} "
