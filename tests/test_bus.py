@@ -133,7 +133,13 @@ def test_send_refuses_a_frame_split_where_its_data_has_a_space(argv):
     result = run_cli("send", *argv, "--dry-run", "--json")
     assert (result.code, result.error_codes) == (1, ["INVALID_ARGUMENTS"]), result.out
     assert "in the channel's place" in result.envelope["errors"][0]["message"]
-    assert run_cli("send", *argv[:2], "--dry-run", "--json").code == 0 or "#" in argv[0]  # ID DATA, no channel
+
+
+def test_an_id_and_its_data_without_a_channel_are_still_the_id_data_form():
+    """What the refusal above leaves alone: `send ID DATA` with no channel, an 11-bit and a 29-bit ID."""
+    for argv in (["7E0", "0210"], ["18DAF110", "02"]):
+        result = run_cli("send", *argv, "--dry-run", "--json")
+        assert result.code == 0 and result.data["frame"]["arbitration_id"] == int(argv[0], 16), result.out
 
 
 def test_send_frame_syntax_without_a_channel_uses_the_default(monkeypatch):
